@@ -1,0 +1,139 @@
+#include "benchmarks/pingpong.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <chrono>
+#include <stdexcept>
+#include <vector>
+
+namespace tbcoll::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void die(const char* what) { throw IoError(std::string("pingpong: ") + what + ": " + strerror(errno)); }
+
+// Busy-polls (or blocks in poll) until n bytes arrived.
+void read_n(int fd, char* buf, size_t n, bool busy) {
+  size_t got = 0;
+  while (got < n) {
+    if (!busy) {
+      pollfd pfd{fd, POLLIN, 0};
+      if (poll(&pfd, 1, 10000) <= 0) die("poll timed out");
+    }
+    ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
+    if (r > 0) got += static_cast<size_t>(r);
+    else if (r == 0) die("peer closed");
+    else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("recv");
+  }
+}
+
+void write_n(int fd, const char* buf, size_t n) {
+  size_t put = 0;
+  while (put < n) {
+    ssize_t w = send(fd, buf + put, n - put, MSG_NOSIGNAL);
+    if (w > 0) put += static_cast<size_t>(w);
+    else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("send");
+  }
+}
+
+double median(std::vector<double> values) {
+  std::nth_element(values.begin(), values.begin() + values.size() / 2, values.end());
+  return values[values.size() / 2];
+}
+
+// Median one-way latency for size-byte messages; rank 0 times round trips.
+double latency(int fd, bool lead, size_t size, int trips, bool receiver_busy) {
+  std::vector<char> buf(size, 1);
+  std::vector<double> rtt;
+  for (int i = -trips / 10; i < trips; ++i) {
+    if (lead) {
+      auto start = Clock::now();
+      write_n(fd, buf.data(), size);
+      read_n(fd, buf.data(), size, true);
+      if (i >= 0) rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    } else {
+      read_n(fd, buf.data(), size, receiver_busy);
+      write_n(fd, buf.data(), size);
+    }
+  }
+  return lead ? median(rtt) / 2 : 0;
+}
+
+}  // namespace
+
+PingPongResult raw_tcp_floor(Communicator& comm) {
+  PingPongResult result;
+  const int rank = comm.rank();
+  int port = 0;
+  int listener = -1;
+  if (rank == 0) {
+    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listener, 1) != 0) die("listen");
+    socklen_t len = sizeof(addr);
+    getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
+    port = ntohs(addr.sin_port);
+  }
+  comm.broadcast(&port, &port, 1, DataType::kInt32, 0);
+  int fd = -1;
+  if (rank == 0) {
+    fd = accept(listener, nullptr, nullptr);
+    close(listener);
+  } else if (rank == 1) {
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) die("connect");
+  }
+  if (rank <= 1) {
+    if (fd < 0) die("accept");
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    const bool lead = rank == 0;
+    result.round_trips = 20000;
+    result.one_way_8b_us = latency(fd, lead, 8, result.round_trips, true);
+    result.one_way_1k_us = latency(fd, lead, 1024, result.round_trips, true);
+    result.one_way_8b_blocking_us = latency(fd, lead, 8, 2000, false);
+    // One stream: rank 0 writes stream_bytes in 1 MiB writes, rank 1 reads and acknowledges with a byte.
+    result.stream_bytes = size_t{512} << 20;
+    std::vector<char> chunk(1 << 20, 7);
+    std::vector<double> rates;
+    for (int run = 0; run < 3; ++run) {
+      auto start = Clock::now();
+      if (lead) {
+        for (size_t sent = 0; sent < result.stream_bytes; sent += chunk.size()) write_n(fd, chunk.data(), chunk.size());
+        char ack;
+        read_n(fd, &ack, 1, false);
+        rates.push_back(result.stream_bytes / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
+      } else {
+        for (size_t got = 0; got < result.stream_bytes;) {
+          ssize_t r = recv(fd, chunk.data(), chunk.size(), 0);
+          if (r <= 0) die("stream recv");
+          got += static_cast<size_t>(r);
+        }
+        char ack = 1;
+        write_n(fd, &ack, 1);
+      }
+    }
+    if (lead) result.stream_gbps = median(rates);
+    close(fd);
+  }
+  comm.barrier();
+  return result;
+}
+
+}  // namespace tbcoll::bench

@@ -1,0 +1,23 @@
+// The raw TCP floor between ranks 0 and 1 of a communicator: plain sockets, no tbcoll protocol, so a
+// benchmark run shows the transport's own limits next to the collectives.
+#pragma once
+
+#include <cstddef>
+
+#include "tbcoll/tbcoll.hpp"
+
+namespace tbcoll::bench {
+
+struct PingPongResult {
+  int round_trips = 0;
+  double one_way_8b_us = 0;           ///< busy-polled, median round trip / 2
+  double one_way_1k_us = 0;
+  double one_way_8b_blocking_us = 0;  ///< receiver sleeps in poll()
+  double stream_gbps = 0;             ///< one stream, rank 0 -> rank 1, median of 3 runs
+  size_t stream_bytes = 0;
+};
+
+/// Collective over comm (every rank calls it); only ranks 0 and 1 exchange data. Results valid on rank 0.
+PingPongResult raw_tcp_floor(Communicator& comm);
+
+}  // namespace tbcoll::bench

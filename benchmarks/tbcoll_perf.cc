@@ -1,0 +1,316 @@
+// tbcoll-perf: nccl-tests-style benchmark of tbcoll collectives, plus the raw TCP floor between the same
+// processes. Run under a launcher: tbcoll-run -n 2 tbcoll-perf -b 8 -e 64M -f 2 --pingpong
+//
+// time = median over iterations of the slowest rank's time for that iteration (us); algbw = size / time;
+// busbw = algbw x nccl-tests' factor (all_reduce 2(n-1)/n, all_gather (n-1)/n, broadcast 1). size is the
+// per-rank buffer of all_reduce/broadcast and the gathered total of all_gather, as in nccl-tests.
+// Every size is checked against a reference first (#wrong: elements that differ, summed over ranks).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "benchmarks/pingpong.h"
+#include "reduce/reduce.h"
+#include "tbcoll/tbcoll.hpp"
+
+namespace {
+
+using tbcoll::DataType;
+using tbcoll::ReduceOp;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  size_t min_bytes = 8;
+  size_t max_bytes = 64 << 20;
+  double factor = 2;
+  int iterations = 20;
+  int warmup = 5;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::string collective = "all_reduce";
+  std::string transport;
+  std::string algo;
+  std::string csv;
+  int root = 0;
+  bool pingpong = false;
+};
+
+size_t parse_size(const std::string& text) {
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  std::string suffix = end;
+  double scale = suffix.empty() || suffix == "B" ? 1
+                 : suffix == "K" || suffix == "KB" || suffix == "KiB" ? 1024
+                 : suffix == "M" || suffix == "MB" || suffix == "MiB" ? 1024.0 * 1024
+                 : suffix == "G" || suffix == "GB" || suffix == "GiB" ? 1024.0 * 1024 * 1024
+                 : -1;
+  if (scale < 0 || value < 0) throw tbcoll::InvalidArgument("bad size " + text + " (use 8, 1K, 64M, 1G)");
+  return static_cast<size_t>(value * scale);
+}
+
+void usage() {
+  std::printf(
+      "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP]\n"
+      "                   [-c all_reduce|all_gather|broadcast] [-r ROOT] [--transport T] [--algo A]\n"
+      "                   [--csv FILE] [--pingpong]\n"
+      "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
+      "  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw tbcoll::InvalidArgument("missing value after " + arg);
+      return argv[++i];
+    };
+    if (arg == "-b") o.min_bytes = parse_size(value());
+    else if (arg == "-e") o.max_bytes = parse_size(value());
+    else if (arg == "-f") o.factor = std::atof(value().c_str());
+    else if (arg == "-n") o.iterations = std::atoi(value().c_str());
+    else if (arg == "-w") o.warmup = std::atoi(value().c_str());
+    else if (arg == "-d") o.dtype = tbcoll::parse_dtype(value());
+    else if (arg == "-o") o.op = tbcoll::parse_op(value());
+    else if (arg == "-c") o.collective = value();
+    else if (arg == "-r") o.root = std::atoi(value().c_str());
+    else if (arg == "--transport") o.transport = value();
+    else if (arg == "--algo") o.algo = value();
+    else if (arg == "--csv") o.csv = value();
+    else if (arg == "--pingpong") o.pingpong = true;
+    else if (arg == "-h" || arg == "--help") {
+      usage();
+      std::exit(0);
+    } else {
+      usage();
+      throw tbcoll::InvalidArgument("unknown argument " + arg);
+    }
+  }
+  if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes > o.max_bytes) {
+    throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, -b <= -e");
+  }
+  if (o.collective != "all_reduce" && o.collective != "all_gather" && o.collective != "broadcast") {
+    throw tbcoll::InvalidArgument("unknown collective " + o.collective);
+  }
+  return o;
+}
+
+// Element i of rank r's input: small integers, exact in every dtype.
+double input_value(int rank, size_t i) { return static_cast<double>(static_cast<int>((rank + i) % 3) + 1); }
+
+void store(DataType dtype, void* base, size_t i, double v) {
+  switch (dtype) {
+    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
+    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
+    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
+    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
+    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
+    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
+    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = tbcoll::reduce::float_to_half(static_cast<float>(v)); break;
+    case DataType::kBfloat16: static_cast<uint16_t*>(base)[i] = tbcoll::reduce::float_to_bf16(static_cast<float>(v)); break;
+    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
+    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
+  }
+}
+
+double load(DataType dtype, const void* base, size_t i) {
+  switch (dtype) {
+    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
+    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
+    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
+    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
+    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
+    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
+    case DataType::kFloat16: return tbcoll::reduce::half_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kBfloat16: return tbcoll::reduce::bf16_to_float(static_cast<const uint16_t*>(base)[i]);
+    case DataType::kFloat32: return static_cast<const float*>(base)[i];
+    case DataType::kFloat64: return static_cast<const double*>(base)[i];
+  }
+  return 0;
+}
+
+double expected_reduction(ReduceOp op, DataType dtype, int n, size_t i) {
+  double acc = input_value(0, i);
+  for (int r = 1; r < n; ++r) {
+    double v = input_value(r, i);
+    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
+    else if (op == ReduceOp::kProd) acc *= v;
+    else if (op == ReduceOp::kMax) acc = std::max(acc, v);
+    else acc = std::min(acc, v);
+  }
+  if (op == ReduceOp::kAvg) {
+    bool is_float = dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 || dtype == DataType::kFloat32 ||
+                    dtype == DataType::kFloat64;
+    acc = is_float ? acc / n : std::trunc(acc / n);
+  }
+  return acc;
+}
+
+struct Buffers {
+  std::vector<uint8_t> send, recv;
+};
+
+// One call of the benchmarked collective; in place uses recv for both sides.
+void call(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
+  size_t es = tbcoll::dtype_size(o.dtype);
+  if (o.collective == "all_reduce") {
+    comm.all_reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op);
+  } else if (o.collective == "all_gather") {
+    const void* send = in_place ? b.recv.data() + comm.rank() * count * es : b.send.data();
+    comm.all_gather(send, b.recv.data(), count, o.dtype);
+  } else {
+    comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
+  }
+}
+
+void fill(const Options& o, int rank, int n, Buffers& b, size_t count, bool in_place) {
+  for (size_t i = 0; i < count; ++i) store(o.dtype, b.send.data(), i, input_value(rank, i));
+  std::memset(b.recv.data(), 0, b.recv.size());
+  if (in_place) {
+    size_t es = tbcoll::dtype_size(o.dtype);
+    size_t offset = o.collective == "all_gather" ? rank * count * es : 0;
+    std::memcpy(b.recv.data() + offset, b.send.data(), count * es);
+  }
+  (void)n;
+}
+
+long long count_wrong(const Options& o, int n, const Buffers& b, size_t count) {
+  long long wrong = 0;
+  if (o.collective == "all_reduce") {
+    for (size_t i = 0; i < count; ++i) {
+      double want = expected_reduction(o.op, o.dtype, n, i), got = load(o.dtype, b.recv.data(), i);
+      wrong += !(std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)));
+    }
+  } else if (o.collective == "all_gather") {
+    for (int r = 0; r < n; ++r) {
+      for (size_t i = 0; i < count; ++i) wrong += load(o.dtype, b.recv.data(), r * count + i) != input_value(r, i);
+    }
+  } else {
+    for (size_t i = 0; i < count; ++i) wrong += load(o.dtype, b.recv.data(), i) != input_value(o.root, i);
+  }
+  return wrong;
+}
+
+struct Measured {
+  double median_us = 0;
+  double mean_us = 0;
+  long long wrong = 0;
+};
+
+Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
+  Measured m;
+  fill(o, comm.rank(), comm.size(), b, count, in_place);
+  call(comm, o, b, count, in_place);
+  long long wrong = count_wrong(o, comm.size(), b, count);
+  comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
+  for (int i = 0; i < o.warmup; ++i) call(comm, o, b, count, in_place);
+  std::vector<double> times(o.iterations);
+  comm.barrier();
+  for (int i = 0; i < o.iterations; ++i) {
+    auto start = Clock::now();
+    call(comm, o, b, count, in_place);
+    times[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  }
+  // Per iteration, the slowest rank's time: a collective is done when the last rank is done.
+  comm.all_reduce(times.data(), times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
+  double sum = 0;
+  for (double t : times) sum += t;
+  m.mean_us = sum / times.size();
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  m.median_us = times[times.size() / 2];
+  return m;
+}
+
+double bus_factor(const std::string& collective, int n) {
+  if (collective == "all_reduce") return 2.0 * (n - 1) / n;
+  if (collective == "all_gather") return static_cast<double>(n - 1) / n;
+  return 1.0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    Options o = parse(argc, argv);
+    tbcoll::Config config = tbcoll::Config::from_env();
+    if (!o.transport.empty()) config.transport = o.transport;
+    if (!o.algo.empty()) config.algo = o.algo;
+    auto comm = tbcoll::Communicator::init(config);
+    const int n = comm.size();
+    const bool lead = comm.rank() == 0;
+    const size_t es = tbcoll::dtype_size(o.dtype);
+    if (o.root < 0 || o.root >= n) throw tbcoll::InvalidArgument("root out of range");
+
+    std::FILE* csv = nullptr;
+    if (lead && !o.csv.empty()) {
+      csv = std::fopen(o.csv.c_str(), "w");
+      if (csv) std::fprintf(csv, "collective,ranks,transport,algo,size,count,type,redop,inplace,median_us,mean_us,algbw,busbw,wrong\n");
+    }
+    if (lead) {
+      std::printf("# tbcoll-perf: %s, %d ranks, transport %s, dtype %s, op %s, %d iterations (+%d warm-up)\n",
+                  o.collective.c_str(), n, n > 1 ? comm.transport_name(1).c_str() : "self",
+                  tbcoll::to_string(o.dtype).c_str(), tbcoll::to_string(o.op).c_str(), o.iterations, o.warmup);
+      std::printf("# time = median over iterations of the slowest rank (us)\n");
+      std::printf("#%11s %12s %6s %6s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type", "redop",
+                  "algo", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+      std::printf("#%11s %12s %6s %6s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "(B)", "(elements)", "", "", "",
+                  "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+    }
+    long long total_wrong = 0;
+    for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
+         size *= o.factor) {
+      size_t total = static_cast<size_t>(size);
+      size_t count = o.collective == "all_gather" ? total / es / n : total / es;
+      if (count == 0) continue;
+      size_t bytes = o.collective == "all_gather" ? count * es * n : count * es;
+      Buffers b;
+      b.send.resize(count * es);
+      b.recv.resize(o.collective == "all_gather" ? count * es * n : count * es);
+      Measured out = measure(comm, o, b, count, false);
+      Measured in = measure(comm, o, b, count, true);
+      total_wrong += out.wrong + in.wrong;
+      if (!lead) continue;
+      std::string algo = o.collective == "all_reduce" ? comm.all_reduce_algorithm(bytes) : (o.algo.empty() ? "auto" : o.algo);
+      double algbw_out = bytes / out.median_us / 1e3, algbw_in = bytes / in.median_us / 1e3;
+      double factor = bus_factor(o.collective, n);
+      std::printf("%12zu %12zu %6s %6s %7s %9.2f %8.3f %8.3f %6lld %9.2f %8.3f %8.3f %6lld\n", bytes, count,
+                  tbcoll::to_string(o.dtype).c_str(), o.collective == "all_reduce" ? tbcoll::to_string(o.op).c_str() : "none",
+                  algo.c_str(), out.median_us, algbw_out, algbw_out * factor, out.wrong, in.median_us, algbw_in,
+                  algbw_in * factor, in.wrong);
+      std::fflush(stdout);
+      if (csv) {
+        for (int place = 0; place < 2; ++place) {
+          const Measured& m = place ? in : out;
+          double algbw = bytes / m.median_us / 1e3;
+          std::fprintf(csv, "%s,%d,%s,%s,%zu,%zu,%s,%s,%d,%.3f,%.3f,%.4f,%.4f,%lld\n", o.collective.c_str(), n,
+                       n > 1 ? comm.transport_name(1).c_str() : "self", algo.c_str(), bytes, count,
+                       tbcoll::to_string(o.dtype).c_str(), tbcoll::to_string(o.op).c_str(), place, m.median_us,
+                       m.mean_us, algbw, algbw * factor, m.wrong);
+        }
+      }
+    }
+    if (csv) std::fclose(csv);
+    if (lead) std::printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "WRONG");
+    if (o.pingpong && n >= 2) {
+      tbcoll::bench::PingPongResult floor = tbcoll::bench::raw_tcp_floor(comm);
+      if (lead) {
+        std::printf("# raw TCP floor between ranks 0 and 1 (busy-poll, TCP_NODELAY, same processes):\n");
+        std::printf("#   one-way latency, median of %d round trips: 8 B %.2f us, 1 KiB %.2f us\n", floor.round_trips,
+                    floor.one_way_8b_us, floor.one_way_1k_us);
+        std::printf("#   one-way latency, receiver blocking in poll(): 8 B %.2f us\n", floor.one_way_8b_blocking_us);
+        std::printf("#   single-stream bandwidth: %.2f GB/s (%zu MiB in 1 MiB writes)\n", floor.stream_gbps,
+                    floor.stream_bytes >> 20);
+      }
+    }
+    return total_wrong == 0 ? 0 : 1;
+  } catch (const tbcoll::Error& error) {
+    std::fprintf(stderr, "tbcoll-perf: %s\n", error.what());
+    return 1;
+  }
+}

@@ -1,0 +1,52 @@
+// Key-value store used for rendezvous: ranks publish their endpoint addresses and read their peers'.
+// Implementations: InMemoryStore (threads of one process) and the TCP store hosted by rank 0.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace tbcoll {
+
+using Clock = std::chrono::steady_clock;
+using Deadline = Clock::time_point;
+
+/// Abstract rendezvous store. All methods are thread-safe.
+class Store {
+ public:
+  virtual ~Store() = default;
+  /// Sets key to value (overwrites). Blocks until the store acknowledged it or the deadline passed.
+  virtual void set(const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) = 0;
+  /// Returns the value of key, waiting until some rank set it. Throws TimeoutError past the deadline.
+  virtual std::vector<uint8_t> get(const std::string& key, Deadline deadline) = 0;
+  /// Atomically adds delta to the integer stored at key (0 if absent) and returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta, Deadline deadline) = 0;
+};
+
+/// A store living in this process, for ranks that are threads. Share one instance among the ranks.
+std::shared_ptr<Store> make_in_memory_store();
+
+/// Client of the TCP store at host:port. token must match the server's. Connects with the deadline.
+std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline);
+
+/// The TCP store server (hosted by rank 0). Serves until destroyed; malformed clients are dropped.
+class TcpStoreServer {
+ public:
+  /// Listens on host:port (port 0 picks a free one).
+  TcpStoreServer(const std::string& host, int port, const std::string& token);
+  ~TcpStoreServer();
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+  /// The port actually bound.
+  int port() const;
+  /// Connections rejected so far (bad magic, token, version or framing).
+  uint64_t rejected_connections() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tbcoll

@@ -1,0 +1,69 @@
+/* tbcoll C API: NCCL-like names, argument order and in-place rule (sendbuff == recvbuff), for engines and FFI.
+ *
+ *   tbcollUniqueId id;  if (rank == 0) tbcollGetUniqueId(&id);  ...share id out of band (e.g. MPI_Bcast)...
+ *   tbcollComm_t comm;  tbcollCommInitRank(&comm, nranks, id, rank);
+ *   tbcollAllReduce(send, recv, count, tbcollFloat32, tbcollSum, comm);
+ *   tbcollCommDestroy(comm);
+ *
+ * Or, under tbcoll-run / mpirun / srun: tbcollCommInitFromEnv(&comm). Calls block (there are no streams);
+ * every call has a deadline (TBCOLL_TIMEOUT). Errors never abort: they return a tbcollResult_t and
+ * tbcollGetLastError(comm) says what happened. */
+#ifndef TBCOLL_H_
+#define TBCOLL_H_
+
+#include <stddef.h>
+
+#include "tbcoll/error.h"
+#include "tbcoll/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TBCOLL_UNIQUE_ID_BYTES 256
+
+typedef struct tbcollComm* tbcollComm_t;
+/** Rendezvous address and job token of a communicator, created by tbcollGetUniqueId on one rank. */
+typedef struct {
+  char internal[TBCOLL_UNIQUE_ID_BYTES];
+} tbcollUniqueId;
+
+/** Version as MAJOR*10000 + MINOR*100 + PATCH. */
+tbcollResult_t tbcollGetVersion(int* version);
+/** Starts the rendezvous store in this process (it lives until the process exits) and describes it. */
+tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
+/** Collective over nranks ranks: builds a communicator. Blocks until all ranks are connected. */
+tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);
+/** Builds a communicator from TBCOLL_* / OpenMPI / PMI / Slurm environment variables. */
+tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
+/** Frees the communicator (after the last call on it). */
+tbcollResult_t tbcollCommDestroy(tbcollComm_t comm);
+/** Breaks the communicator (peers see the failure) and frees it. */
+tbcollResult_t tbcollCommAbort(tbcollComm_t comm);
+tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
+tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
+
+/** Static description of a result code. */
+const char* tbcollGetErrorString(tbcollResult_t result);
+/** Message of the last error on this thread (names rank, peer, op); "" if none. comm may be NULL. */
+const char* tbcollGetLastError(tbcollComm_t comm);
+
+tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                               tbcollRedOp_t op, tbcollComm_t comm);
+/** recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
+tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+                               tbcollComm_t comm);
+tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                               int root, tbcollComm_t comm);
+/** In-place broadcast, as ncclBcast. */
+tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm);
+tbcollResult_t tbcollBarrier(tbcollComm_t comm);
+tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
+                          tbcollComm_t comm);
+tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm);
+
+#ifdef __cplusplus
+}  // extern "C"
+#endif
+
+#endif  /* TBCOLL_H_ */

@@ -1,0 +1,123 @@
+// tbcoll C++ API: communicators and collectives for CPU clusters (shared memory, TCP, RDMA).
+//
+//   auto comm = tbcoll::Communicator::init(tbcoll::Config::from_env());
+//   comm.all_reduce(send, recv, count, tbcoll::DataType::kFloat32, tbcoll::ReduceOp::kSum);
+//
+// Every collective takes (send, recv, count, dtype, op_or_root); send == recv means in place. Every call blocks
+// until this rank's part is done or the communicator's timeout passes (TimeoutError). After an I/O error or a
+// timeout the communicator is broken: further calls throw InvalidUsage until it is rebuilt.
+// A Communicator is used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "tbcoll/error.hpp"
+#include "tbcoll/store.hpp"
+#include "tbcoll/types.h"
+
+namespace tbcoll {
+
+enum class DataType : int {
+  kInt8 = tbcollInt8,
+  kUint8 = tbcollUint8,
+  kInt32 = tbcollInt32,
+  kUint32 = tbcollUint32,
+  kInt64 = tbcollInt64,
+  kUint64 = tbcollUint64,
+  kFloat16 = tbcollFloat16,
+  kFloat32 = tbcollFloat32,
+  kFloat64 = tbcollFloat64,
+  kBfloat16 = tbcollBfloat16,
+};
+constexpr int kNumDataTypes = tbcollNumTypes;
+
+enum class ReduceOp : int {
+  kSum = tbcollSum,
+  kProd = tbcollProd,
+  kMax = tbcollMax,
+  kMin = tbcollMin,
+  kAvg = tbcollAvg,
+};
+constexpr int kNumReduceOps = tbcollNumOps;
+
+/// Size of one element in bytes; throws InvalidArgument for an unknown dtype.
+size_t dtype_size(DataType dtype);
+/// "f32", "bf16", ...; "invalid(N)" for unknown values.
+std::string to_string(DataType dtype);
+/// "sum", "prod", ...
+std::string to_string(ReduceOp op);
+/// Parses "f32"/"float32"/"float", "bf16", "i8", ...; throws InvalidArgument.
+DataType parse_dtype(const std::string& name);
+/// Parses "sum", "prod", "max", "min", "avg"; throws InvalidArgument.
+ReduceOp parse_op(const std::string& name);
+
+/// How a communicator is built. Fields left at their defaults are taken from the environment by from_env().
+struct Config {
+  int rank = -1;
+  int world_size = -1;
+  /// host:port of the rendezvous store hosted by rank 0 (TBCOLL_ROOT).
+  std::string root;
+  /// Job token checked on every connection (TBCOLL_TOKEN).
+  std::string token = "tbcoll";
+  /// Deadline for every blocking call, in seconds (TBCOLL_TIMEOUT).
+  double timeout_s = 60.0;
+  /// Forces a transport for every peer pair: "tcp", "shm", "ibverbs", "loopback"; empty = best per pair.
+  std::string transport;
+  /// Forces an algorithm name ("ring", "direct", "tree", "chain"); empty = tuner's choice (TBCOLL_ALGO).
+  std::string algo;
+  /// Optional store to rendezvous through instead of the TCP store (ranks as threads share an in-memory store).
+  std::shared_ptr<Store> store;
+  /// Key prefix in the store; communicators sharing a store need distinct prefixes.
+  std::string prefix = "tbcoll";
+
+  /// Reads TBCOLL_RANK/WORLD_SIZE/ROOT/TOKEN/TIMEOUT/TRANSPORT/ALGO, falling back to OpenMPI
+  /// (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE) and Slurm (SLURM_PROCID/SLURM_NTASKS).
+  static Config from_env();
+};
+
+class Communicator {
+ public:
+  /// Builds a communicator: rendezvous through the store, transport choice per peer, connections.
+  /// Collective over all ranks; blocks until every peer is connected or the timeout passes.
+  static Communicator init(const Config& config);
+
+  Communicator(Communicator&&) noexcept;
+  Communicator& operator=(Communicator&&) noexcept;
+  ~Communicator();
+
+  int rank() const;
+  int size() const;
+  /// Name of the transport used to reach peer ("self" for this rank).
+  std::string transport_name(int peer) const;
+  /// Name of the algorithm the tuner picks for all_reduce of this many bytes (for tools and tests).
+  std::string all_reduce_algorithm(size_t bytes) const;
+
+  /// recv[i] = op over ranks of send[i], i < count. Every rank ends with bitwise identical results.
+  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  /// recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count*size.
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype);
+  /// recv = send of root on every rank (root copies send to recv when they differ).
+  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
+  /// Returns once every rank has entered the barrier.
+  void barrier();
+  /// Sends count elements to peer. Matches the peer's recv with the same count and dtype, in call order.
+  void send(const void* buf, size_t count, DataType dtype, int peer);
+  /// Receives count elements from peer (see send).
+  void recv(void* buf, size_t count, DataType dtype, int peer);
+
+  /// Marks the communicator broken and closes its connections; peers see the failure. Safe from any thread.
+  void abort();
+  /// True after abort() or an error that left the connections in an unknown state.
+  bool broken() const;
+
+  struct Impl;
+
+ private:
+  explicit Communicator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tbcoll

@@ -1,0 +1,114 @@
+// The transport plug-in boundary: point-to-point byte movement between two ranks.
+//
+//   Device   one per transport kind in the process; says whether it can reach a peer and how well.
+//   Context  one per communicator and transport; owns listeners, registered memory, connection set-up.
+//   Endpoint one per peer; ordered, reliable, tagged messages in both directions.
+//   Request  one outstanding isend/irecv; test() never blocks, block() waits a bounded time.
+//
+// Matching rule: on one endpoint, messages are matched to receives in posting order (FIFO). Every message
+// carries a tag and an opaque 64-bit signature (meta) chosen by the caller; a receive whose expected tag,
+// meta or byte count differs from the arriving message fails with MismatchError (it never copies). Algorithms
+// never know which transport they run on; transports never know which collective they serve.
+//
+// Threads: a Context and its Endpoints are driven by one thread at a time (the communicator's caller), except
+// Context::abort(), which any thread may call.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tbcoll/error.hpp"
+#include "tbcoll/store.hpp"
+
+namespace tbcoll::transport {
+
+/// What the communicator publishes about a rank so devices can decide reachability.
+struct PeerInfo {
+  int rank = -1;
+  std::string host_id;  ///< identity of the host (boot id + hostname); equal on the same machine
+  uint64_t process_id = 0;  ///< pid plus a per-process nonce; equal for threads of one process
+};
+
+/// Hints and facts about a transport. Tests check that implementations honour them.
+struct Capabilities {
+  double latency_us = 0;        ///< typical one-way small-message latency
+  double bandwidth_gbps = 0;    ///< typical single-peer bandwidth, GB/s
+  bool same_process_only = false;
+  bool same_host_only = false;
+  size_t max_message_bytes = SIZE_MAX;  ///< largest single message; larger transfers must be split by the caller
+};
+
+/// Message identity: tag orders messages, meta is a signature the receiver checks (e.g. op, dtype, count).
+struct Tag {
+  uint64_t tag = 0;
+  uint64_t meta = 0;
+};
+
+class Request {
+ public:
+  virtual ~Request() = default;
+  /// Makes progress; true once the operation is complete. Never blocks. Throws on I/O error or mismatch.
+  /// After it returned true once, it keeps returning true without side effects.
+  virtual bool test() = 0;
+  /// Blocks at most max_wait until progress may be possible (data arrived, buffer space freed). May return
+  /// early; the caller re-tests. Used after a spin phase so oversubscribed ranks don't burn their cores.
+  virtual void block(std::chrono::microseconds max_wait) = 0;
+};
+
+class Endpoint {
+ public:
+  virtual ~Endpoint() = default;
+  /// Queues a send of bytes from buf. buf must stay valid and unchanged until the request completes.
+  virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, Tag tag) = 0;
+  /// Queues a receive of exactly bytes into buf, matched FIFO against arriving messages.
+  virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, Tag tag) = 0;
+  /// Rank of the peer.
+  virtual int peer() const = 0;
+};
+
+struct ContextArgs {
+  int rank = -1;
+  int world_size = 0;
+  std::string token;        ///< job token checked by the connection handshake
+  std::string bind_host;    ///< local address that reached the rendezvous (where to listen)
+  uint64_t comm_id = 0;     ///< identifies the communicator in handshakes
+  double timeout_s = 60;
+};
+
+struct PeerAddress {
+  int rank = -1;
+  std::string address;  ///< bytes the peer's Context::address() returned
+};
+
+class Context {
+ public:
+  virtual ~Context() = default;
+  /// Opaque address other ranks pass to connect() (e.g. "host:port"). Non-blocking.
+  virtual std::string address() const = 0;
+  /// Connects to every listed peer (each side lists the other). Blocks until all are connected or the
+  /// deadline passes (TimeoutError naming the missing peers). Rejects handshakes with the wrong token,
+  /// protocol version or communicator, logging them, and keeps waiting for the real peers.
+  virtual std::vector<std::unique_ptr<Endpoint>> connect(const std::vector<PeerAddress>& peers,
+                                                         Deadline deadline) = 0;
+  /// Breaks every endpoint: pending and later requests fail, peers see the connection close. Any thread.
+  virtual void abort() = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual std::string name() const = 0;
+  virtual Capabilities capabilities() const = 0;
+  /// Whether this transport can connect self and peer. Must be symmetric.
+  virtual bool can_connect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  virtual std::unique_ptr<Context> create_context(const ContextArgs& args) = 0;
+};
+
+/// Devices compiled into this build, best first (loopback, then tcp; shm and ibverbs plug in here).
+std::vector<std::shared_ptr<Device>> available_devices();
+
+}  // namespace tbcoll::transport

@@ -1,0 +1,17 @@
+// The schedules. Each takes an Exec (peers, deadline, scratch) and the call's arguments; each file opens
+// with a picture of its schedule and its cost.
+#pragma once
+
+#include "algorithms/exec.h"
+
+namespace tbcoll::algo {
+
+void all_reduce_ring(Exec& exec, const Args& args);
+void all_reduce_direct(Exec& exec, const Args& args);
+void all_gather_ring(Exec& exec, const Args& args);
+void all_gather_direct(Exec& exec, const Args& args);
+void broadcast_tree(Exec& exec, const Args& args);
+void broadcast_chain(Exec& exec, const Args& args);
+void barrier_dissemination(Exec& exec);
+
+}  // namespace tbcoll::algo

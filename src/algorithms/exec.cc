@@ -1,0 +1,115 @@
+#include "algorithms/exec.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "common/enforce.h"
+
+namespace tbcoll::algo {
+
+void Scratch::Free::operator()(void* p) const { std::free(p); }
+
+void* Scratch::get(size_t bytes) {
+  if (bytes > bytes_ || !memory_) {
+    size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
+    void* p = std::aligned_alloc(64, rounded);
+    if (p == nullptr) throw Error(tbcollSystemError, fmt::format("out of memory allocating {} B of scratch", rounded));
+    memory_.reset(p);
+    bytes_ = rounded;
+  }
+  return memory_.get();
+}
+
+Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
+           std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, const std::string& op_name)
+    : rank_(rank),
+      size_(size),
+      peers_(peers),
+      tag_(tag),
+      deadline_(deadline),
+      spin_(spin),
+      chunk_bytes_(chunk_bytes),
+      scratch_(scratch),
+      op_name_(op_name),
+      pending_sends_(size),
+      pending_recvs_(size) {}
+
+size_t Exec::isend(int peer, const void* buf, size_t bytes) {
+  TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
+  size_t id = requests_.size();
+  requests_.push_back({peers_[peer]->isend(buf, bytes, tag_), peer, true, bytes});
+  done_.push_back(0);
+  if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
+  pending_sends_[peer].push_back(id);
+  return id;
+}
+
+size_t Exec::irecv(int peer, void* buf, size_t bytes) {
+  TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
+  size_t id = requests_.size();
+  requests_.push_back({peers_[peer]->irecv(buf, bytes, tag_), peer, false, bytes});
+  done_.push_back(0);
+  if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
+  pending_recvs_[peer].push_back(id);
+  return id;
+}
+
+bool Exec::sweep() {
+  bool progressed = false;
+  for (size_t i = 0; i < active_peers_.size();) {
+    int peer = active_peers_[i];
+    for (auto* queue : {&pending_recvs_[peer], &pending_sends_[peer]}) {
+      while (!queue->empty() && requests_[queue->front()].request->test()) {
+        done_[queue->front()] = 1;
+        requests_[queue->front()].request.reset();
+        queue->pop_front();
+        progressed = true;
+      }
+    }
+    if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) {
+      active_peers_[i] = active_peers_.back();
+      active_peers_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  return progressed;
+}
+
+void Exec::wait(size_t id) {
+  TBCOLL_ENFORCE_LT(id, requests_.size());
+  if (done_[id]) return;
+  auto start = Clock::now();
+  auto spin_until = start + spin_;
+  unsigned iterations = 0;
+  while (true) {
+    sweep();
+    if (done_[id]) return;
+    auto now = Clock::now();
+    if (now >= deadline_) timed_out(id);
+    if (now >= spin_until) {
+      // Past the spin budget: sleep in the transport until something can move (bounded, so other
+      // endpoints of this call still get progressed and the deadline is honoured).
+      auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
+      requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
+    } else if (++iterations % 256 == 0) {
+      sched_yield();  // oversubscribed ranks: let the peer we wait for run
+    }
+  }
+}
+
+void Exec::wait_all() {
+  for (size_t id = 0; id < requests_.size(); ++id) wait(id);
+}
+
+void Exec::timed_out(size_t id) {
+  const Pending& pending = requests_[id];
+  throw TimeoutError(fmt::format("rank {}: {} timed out waiting for peer {} ({} of {} B)", rank_, op_name_,
+                                 pending.peer, pending.is_send ? "send" : "receive", pending.bytes));
+}
+
+}  // namespace tbcoll::algo

@@ -1,0 +1,86 @@
+// Exec: what an algorithm sees of one collective call. Peers by rank, the call's tag and signature, its
+// deadline, scratch memory, and a request set whose waits spin first and then block, never past the deadline.
+// Algorithms are written against this alone: they never see transports or communicators.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tbcoll/tbcoll.hpp"
+#include "tbcoll/transport.h"
+
+namespace tbcoll::algo {
+
+/// Grow-only, 64-byte aligned scratch memory owned by the communicator.
+class Scratch {
+ public:
+  void* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(void* p) const;
+  };
+  std::unique_ptr<void, Free> memory_;
+  size_t bytes_ = 0;
+};
+
+struct Args {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  size_t elem_size = 4;
+};
+
+class Exec {
+ public:
+  Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
+       std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, const std::string& op_name);
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  size_t chunk_bytes() const { return chunk_bytes_; }
+  Scratch& scratch() { return scratch_; }
+
+  /// Posts a send / receive to peer; returns an id for wait().
+  size_t isend(int peer, const void* buf, size_t bytes);
+  size_t irecv(int peer, void* buf, size_t bytes);
+  /// Waits until request id completed, progressing every pending request meanwhile.
+  void wait(size_t id);
+  /// Waits for every request posted so far.
+  void wait_all();
+
+ private:
+  struct Pending {
+    std::unique_ptr<transport::Request> request;
+    int peer;
+    bool is_send;
+    size_t bytes;
+  };
+  bool sweep();  // one progress pass; true if anything completed
+  [[noreturn]] void timed_out(size_t id);
+
+  int rank_;
+  int size_;
+  const std::vector<transport::Endpoint*>& peers_;
+  transport::Tag tag_;
+  Deadline deadline_;
+  std::chrono::microseconds spin_;
+  size_t chunk_bytes_;
+  Scratch& scratch_;
+  const std::string& op_name_;
+  std::vector<Pending> requests_;
+  std::vector<uint8_t> done_;
+  // Per peer and direction, the ids not yet complete, oldest first (transports complete them in order).
+  std::vector<std::deque<size_t>> pending_sends_, pending_recvs_;
+  std::vector<int> active_peers_;
+};
+
+}  // namespace tbcoll::algo

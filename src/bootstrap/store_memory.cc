@@ -1,0 +1,57 @@
+// In-process store for ranks that are threads of one process.
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "tbcoll/error.hpp"
+#include "tbcoll/store.hpp"
+
+namespace tbcoll {
+namespace {
+
+class InMemoryStore final : public Store {
+ public:
+  void set(const std::string& key, const std::vector<uint8_t>& value, Deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      values_[key] = value;
+    }
+    changed_.notify_all();
+  }
+
+  std::vector<uint8_t> get(const std::string& key, Deadline deadline) override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (!changed_.wait_until(lock, deadline, [&] { return values_.count(key) != 0; })) {
+      throw TimeoutError(fmt::format("[store] key {:?} was not set before the deadline", key));
+    }
+    return values_[key];
+  }
+
+  int64_t add(const std::string& key, int64_t delta, Deadline) override {
+    int64_t result = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      std::vector<uint8_t>& value = values_[key];
+      if (value.size() == sizeof(int64_t)) std::memcpy(&result, value.data(), sizeof(result));
+      result += delta;
+      value.resize(sizeof(result));
+      std::memcpy(value.data(), &result, sizeof(result));
+    }
+    changed_.notify_all();
+    return result;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::map<std::string, std::vector<uint8_t>> values_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> make_in_memory_store() { return std::make_shared<InMemoryStore>(); }
+
+}  // namespace tbcoll

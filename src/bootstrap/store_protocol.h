@@ -1,0 +1,60 @@
+// Wire format of the TCP rendezvous store. Everything little-endian, fixed-size headers, bounded lengths:
+//
+//   client hello   : magic u32 | version u16 | reserved u16 | token_len u32 | token bytes
+//   server welcome : magic u32 | status u32                      (status 0 = accepted; else closed)
+//   request        : op u32 | key_len u32 | value_len u32 | reserved u32 | key | value
+//   response       : status u32 | value_len u32 | value          (get waits until the key is set)
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+
+namespace tbcoll::store_protocol {
+
+constexpr uint32_t kMagic = 0x54425354;  // "TBST"
+constexpr uint16_t kVersion = 1;
+constexpr uint32_t kMaxTokenBytes = 1024;
+constexpr uint32_t kMaxKeyBytes = 4096;
+constexpr uint32_t kMaxValueBytes = 16u << 20;
+
+enum class Op : uint32_t { kSet = 1, kGet = 2, kAdd = 3 };
+enum class Status : uint32_t { kOk = 0, kBadToken = 1, kBadVersion = 2, kBadRequest = 3 };
+
+struct Hello {
+  uint32_t magic;
+  uint16_t version;
+  uint16_t reserved;
+  uint32_t token_len;
+};
+static_assert(sizeof(Hello) == 12, "packed hello");
+
+struct Welcome {
+  uint32_t magic;
+  uint32_t status;
+};
+
+struct RequestHeader {
+  uint32_t op;
+  uint32_t key_len;
+  uint32_t value_len;
+  uint32_t reserved;
+};
+
+struct ResponseHeader {
+  uint32_t status;
+  uint32_t value_len;
+};
+
+/// Validates a request header; returns an empty string when fine, else why not.
+inline std::string check_request(const RequestHeader& header) {
+  if (header.op < 1 || header.op > 3) return "unknown op " + std::to_string(header.op);
+  if (header.key_len == 0 || header.key_len > kMaxKeyBytes) return "key length " + std::to_string(header.key_len);
+  if (header.value_len > kMaxValueBytes) return "value length " + std::to_string(header.value_len);
+  if (header.op == static_cast<uint32_t>(Op::kAdd) && header.value_len != 8) return "add value must be 8 bytes";
+  if (header.op == static_cast<uint32_t>(Op::kGet) && header.value_len != 0) return "get carries no value";
+  if (header.reserved != 0) return "reserved field set";
+  return {};
+}
+
+}  // namespace tbcoll::store_protocol

@@ -1,0 +1,283 @@
+// The TCP rendezvous store: a single-threaded Boost.Asio server hosted by rank 0, and a blocking client.
+// The protocol is in store_protocol.h; anything malformed closes that one connection and nothing else.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include <boost/asio.hpp>
+#include <fmt/format.h>
+
+#include "bootstrap/store_protocol.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "tbcoll/error.hpp"
+#include "tbcoll/store.hpp"
+
+namespace tbcoll {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+namespace sp = store_protocol;
+
+// ---- server ------------------------------------------------------------------------------------------------
+
+struct TcpStoreServer::Impl {
+  class Session;
+
+  asio::io_context io;
+  tcp::acceptor acceptor{io};
+  std::string token;
+  std::thread thread;
+  std::atomic<uint64_t> rejected{0};
+  std::map<std::string, std::vector<uint8_t>> values;                     // io thread only
+  std::map<std::string, std::vector<std::shared_ptr<Session>>> waiters;  // io thread only
+
+  class Session : public std::enable_shared_from_this<Session> {
+   public:
+    Session(Impl& server, tcp::socket socket) : server_(server), socket_(std::move(socket)) {}
+
+    void start() {
+      auto self = shared_from_this();
+      asio::async_read(socket_, asio::buffer(&hello_, sizeof(hello_)), [this, self](auto ec, size_t) {
+        if (ec) return;
+        if (hello_.magic != sp::kMagic || hello_.token_len > sp::kMaxTokenBytes) return reject("bad magic", sp::Status::kBadRequest);
+        if (hello_.version != sp::kVersion) return reject("protocol version mismatch", sp::Status::kBadVersion);
+        body_.resize(hello_.token_len);
+        asio::async_read(socket_, asio::buffer(body_), [this, self](auto ec2, size_t) {
+          if (ec2) return;
+          if (std::string(body_.begin(), body_.end()) != server_.token) return reject("wrong job token", sp::Status::kBadToken);
+          auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, 0});
+          asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)),
+                            [this, self, welcome](auto ec3, size_t) {
+                              if (!ec3) read_request();
+                            });
+        });
+      });
+    }
+
+    void reply(sp::Status status, const std::vector<uint8_t>& value) {
+      auto out = std::make_shared<std::vector<uint8_t>>(sizeof(sp::ResponseHeader) + value.size());
+      sp::ResponseHeader header{static_cast<uint32_t>(status), static_cast<uint32_t>(value.size())};
+      std::memcpy(out->data(), &header, sizeof(header));
+      if (!value.empty()) std::memcpy(out->data() + sizeof(header), value.data(), value.size());
+      auto self = shared_from_this();
+      asio::async_write(socket_, asio::buffer(*out), [this, self, out](auto ec, size_t) {
+        if (!ec) read_request();
+      });
+    }
+
+   private:
+    void reject(const char* why, sp::Status status) {
+      server_.rejected++;
+      log::warn("[store] rejected a connection from {}: {}", peer_name(), why);
+      auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, static_cast<uint32_t>(status)});
+      auto self = shared_from_this();
+      asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)), [self, welcome](auto, size_t) {});
+    }
+
+    std::string peer_name() {
+      boost::system::error_code ec;
+      auto endpoint = socket_.remote_endpoint(ec);
+      return ec ? std::string("?") : fmt::format("{}:{}", endpoint.address().to_string(), endpoint.port());
+    }
+
+    void read_request() {
+      auto self = shared_from_this();
+      asio::async_read(socket_, asio::buffer(&request_, sizeof(request_)), [this, self](auto ec, size_t) {
+        if (ec) return;
+        std::string problem = sp::check_request(request_);
+        if (!problem.empty()) {
+          server_.rejected++;
+          log::warn("[store] dropped client {}: malformed request ({})", peer_name(), problem);
+          return;
+        }
+        body_.resize(request_.key_len + request_.value_len);
+        asio::async_read(socket_, asio::buffer(body_), [this, self](auto ec2, size_t) {
+          if (!ec2) handle();
+        });
+      });
+    }
+
+    void handle() {
+      std::string key(body_.begin(), body_.begin() + request_.key_len);
+      std::vector<uint8_t> value(body_.begin() + request_.key_len, body_.end());
+      switch (static_cast<sp::Op>(request_.op)) {
+        case sp::Op::kSet: {
+          server_.values[key] = value;
+          reply(sp::Status::kOk, {});
+          auto parked = std::move(server_.waiters[key]);
+          server_.waiters.erase(key);
+          for (auto& waiter : parked) waiter->reply(sp::Status::kOk, value);
+          break;
+        }
+        case sp::Op::kGet: {
+          auto found = server_.values.find(key);
+          if (found != server_.values.end()) {
+            reply(sp::Status::kOk, found->second);
+          } else {
+            server_.waiters[key].push_back(shared_from_this());  // answered by the set
+          }
+          break;
+        }
+        case sp::Op::kAdd: {
+          int64_t delta = 0, current = 0;
+          std::memcpy(&delta, value.data(), sizeof(delta));
+          std::vector<uint8_t>& stored = server_.values[key];
+          if (stored.size() == sizeof(current)) std::memcpy(&current, stored.data(), sizeof(current));
+          current += delta;
+          stored.resize(sizeof(current));
+          std::memcpy(stored.data(), &current, sizeof(current));
+          reply(sp::Status::kOk, stored);
+          break;
+        }
+      }
+    }
+
+    Impl& server_;
+    tcp::socket socket_;
+    sp::Hello hello_{};
+    sp::RequestHeader request_{};
+    std::vector<uint8_t> body_;
+  };
+
+  void accept() {
+    acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (!ec) {
+        socket.set_option(tcp::no_delay(true), ec);
+        std::make_shared<Session>(*this, std::move(socket))->start();
+      }
+      accept();
+    });
+  }
+};
+
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->token = token;
+  boost::system::error_code ec;
+  auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
+  if (ec) {
+    tcp::resolver resolver(impl_->io);
+    auto results = resolver.resolve(host, std::to_string(port), ec);
+    if (ec || results.empty()) throw IoError(fmt::format("[store] cannot resolve {:?}: {}", host, ec.message()));
+    address = results.begin()->endpoint().address();
+  }
+  tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  impl_->acceptor.open(endpoint.protocol(), ec);
+  if (!ec) impl_->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) impl_->acceptor.bind(endpoint, ec);
+  if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw IoError(fmt::format("[store] cannot listen on {}:{}: {}", host, port, ec.message()));
+  fcntl(impl_->acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
+  impl_->accept();
+  impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  impl_->io.stop();
+  impl_->thread.join();
+}
+
+int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+uint64_t TcpStoreServer::rejected_connections() const { return impl_->rejected.load(); }
+
+// ---- client ------------------------------------------------------------------------------------------------
+
+namespace {
+
+class TcpStoreClient final : public Store {
+ public:
+  TcpStoreClient(const std::string& host_port, const std::string& token, Deadline deadline)
+      : where_(host_port), who_(fmt::format("[store] client of {}", host_port)) {
+    fd_ = net::connect_tcp(net::parse_host_port(host_port, "store address"), deadline, who_);
+    try {
+      if (token.size() > sp::kMaxTokenBytes) throw InvalidArgument("[store] job token longer than 1024 bytes");
+      sp::Hello hello{sp::kMagic, sp::kVersion, 0, static_cast<uint32_t>(token.size())};
+      std::vector<uint8_t> out(sizeof(hello) + token.size());
+      std::memcpy(out.data(), &hello, sizeof(hello));
+      std::memcpy(out.data() + sizeof(hello), token.data(), token.size());
+      net::write_all(fd_, out.data(), out.size(), deadline, who_);
+      sp::Welcome welcome{};
+      net::read_exact(fd_, &welcome, sizeof(welcome), deadline, who_);
+      if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
+      if (welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)) {
+        throw InvalidUsage(who_ + ": the store rejected our job token (TBCOLL_TOKEN differs between ranks?)");
+      }
+      if (welcome.status != 0) throw RemoteError(fmt::format("{}: rejected with status {}", who_, welcome.status));
+    } catch (...) {
+      close(fd_);
+      throw;
+    }
+    local_address_ = net::local_address(fd_);
+  }
+  ~TcpStoreClient() override { close(fd_); }
+
+  void set(const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) override {
+    call(sp::Op::kSet, key, value, deadline);
+  }
+  std::vector<uint8_t> get(const std::string& key, Deadline deadline) override {
+    return call(sp::Op::kGet, key, {}, deadline);
+  }
+  int64_t add(const std::string& key, int64_t delta, Deadline deadline) override {
+    std::vector<uint8_t> value(sizeof(delta));
+    std::memcpy(value.data(), &delta, sizeof(delta));
+    auto result = call(sp::Op::kAdd, key, value, deadline);
+    int64_t out = 0;
+    if (result.size() != sizeof(out)) throw RemoteError(who_ + ": malformed add reply");
+    std::memcpy(&out, result.data(), sizeof(out));
+    return out;
+  }
+
+  const std::string& local_address() const { return local_address_; }
+
+ private:
+  std::vector<uint8_t> call(sp::Op op, const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    sp::RequestHeader header{static_cast<uint32_t>(op), static_cast<uint32_t>(key.size()),
+                             static_cast<uint32_t>(value.size()), 0};
+    std::string problem = sp::check_request(header);
+    if (!problem.empty()) throw InvalidArgument(fmt::format("{}: bad request for key {:?}: {}", who_, key, problem));
+    std::vector<uint8_t> out(sizeof(header) + key.size() + value.size());
+    std::memcpy(out.data(), &header, sizeof(header));
+    std::memcpy(out.data() + sizeof(header), key.data(), key.size());
+    if (!value.empty()) std::memcpy(out.data() + sizeof(header) + key.size(), value.data(), value.size());
+    try {
+      net::write_all(fd_, out.data(), out.size(), deadline, who_);
+      sp::ResponseHeader response{};
+      net::read_exact(fd_, &response, sizeof(response), deadline, who_);
+      if (response.status != 0 || response.value_len > sp::kMaxValueBytes) {
+        throw RemoteError(fmt::format("{}: request for key {:?} failed with status {}", who_, key, response.status));
+      }
+      std::vector<uint8_t> result(response.value_len);
+      net::read_exact(fd_, result.data(), result.size(), deadline, who_);
+      return result;
+    } catch (const TimeoutError&) {
+      throw TimeoutError(fmt::format("{}: key {:?} not available before the deadline", who_, key));
+    }
+  }
+
+  std::string where_;
+  std::string who_;
+  std::string local_address_;
+  int fd_ = -1;
+  std::mutex mutex_;
+};
+
+}  // namespace
+
+std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline) {
+  return std::make_shared<TcpStoreClient>(host_port, token, deadline);
+}
+
+std::string tcp_store_local_address(const Store& store) {
+  auto* client = dynamic_cast<const TcpStoreClient*>(&store);
+  return client != nullptr ? client->local_address() : std::string("127.0.0.1");
+}
+
+}  // namespace tbcoll

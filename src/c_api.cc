@@ -1,0 +1,190 @@
+// The C API: the only place where exceptions become result codes.
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/env.h"
+#include "common/time.h"
+#include "tbcoll/tbcoll.h"
+#include "tbcoll/tbcoll.hpp"
+
+struct tbcollComm {
+  tbcoll::Communicator communicator;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <typename Body>
+tbcollResult_t guarded(Body&& body) {
+  try {
+    body();
+    return tbcollSuccess;
+  } catch (const tbcoll::Error& error) {
+    last_error = error.what();
+    return error.code();
+  } catch (const std::bad_alloc&) {
+    last_error = "out of memory";
+    return tbcollSystemError;
+  } catch (const std::exception& error) {
+    last_error = error.what();
+    return tbcollInternalError;
+  } catch (...) {
+    last_error = "unknown exception";
+    return tbcollInternalError;
+  }
+}
+
+tbcoll::Communicator& get(tbcollComm_t comm) {
+  if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
+  return comm->communicator;
+}
+
+// Servers started by tbcollGetUniqueId live until the process exits (like NCCL's bootstrap root).
+std::mutex servers_mutex;
+std::vector<std::unique_ptr<tbcoll::TcpStoreServer>>& servers() {
+  static std::vector<std::unique_ptr<tbcoll::TcpStoreServer>> list;
+  return list;
+}
+
+}  // namespace
+
+extern "C" {
+
+tbcollResult_t tbcollGetVersion(int* version) {
+  return guarded([&] {
+    if (version == nullptr) throw tbcoll::InvalidArgument("version pointer is NULL");
+    *version = 100;  // 0.1.0
+  });
+}
+
+tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* unique_id) {
+  return guarded([&] {
+    if (unique_id == nullptr) throw tbcoll::InvalidArgument("uniqueId pointer is NULL");
+    std::string host = tbcoll::env::get("TBCOLL_SOCKET_ADDR");
+    if (host.empty()) host = "127.0.0.1";
+    std::random_device random;
+    std::string token = fmt::format("{:08x}{:08x}", random(), random());
+    auto server = std::make_unique<tbcoll::TcpStoreServer>(host, 0, token);
+    std::string text = fmt::format("{}:{}\n{}", host, server->port(), token);
+    if (text.size() >= TBCOLL_UNIQUE_ID_BYTES) throw tbcoll::InvalidArgument("TBCOLL_SOCKET_ADDR is too long");
+    std::memset(unique_id->internal, 0, sizeof(unique_id->internal));
+    std::memcpy(unique_id->internal, text.data(), text.size());
+    std::lock_guard<std::mutex> lock(servers_mutex);
+    servers().push_back(std::move(server));
+  });
+}
+
+tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId comm_id, int rank) {
+  return guarded([&] {
+    if (comm == nullptr) throw tbcoll::InvalidArgument("comm pointer is NULL");
+    *comm = nullptr;
+    std::string text(comm_id.internal, strnlen(comm_id.internal, sizeof(comm_id.internal)));
+    size_t newline = text.find('\n');
+    if (newline == std::string::npos) throw tbcoll::InvalidArgument("unique id is malformed (not from tbcollGetUniqueId)");
+    tbcoll::Config config = tbcoll::Config::from_env();
+    config.rank = rank;
+    config.world_size = nranks;
+    config.root = text.substr(0, newline);
+    config.token = text.substr(newline + 1);
+    if (nranks > 1) {
+      config.store = tbcoll::connect_tcp_store(config.root, config.token, tbcoll::deadline_after(config.timeout_s));
+    }
+    *comm = new tbcollComm{tbcoll::Communicator::init(config)};
+  });
+}
+
+tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm) {
+  return guarded([&] {
+    if (comm == nullptr) throw tbcoll::InvalidArgument("comm pointer is NULL");
+    *comm = nullptr;
+    *comm = new tbcollComm{tbcoll::Communicator::init(tbcoll::Config::from_env())};
+  });
+}
+
+tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
+  return guarded([&] { delete comm; });
+}
+
+tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
+  return guarded([&] {
+    if (comm != nullptr) comm->communicator.abort();
+    delete comm;
+  });
+}
+
+tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count) {
+  return guarded([&] {
+    if (count == nullptr) throw tbcoll::InvalidArgument("count pointer is NULL");
+    *count = get(comm).size();
+  });
+}
+
+tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank) {
+  return guarded([&] {
+    if (rank == nullptr) throw tbcoll::InvalidArgument("rank pointer is NULL");
+    *rank = get(comm).rank();
+  });
+}
+
+const char* tbcollGetErrorString(tbcollResult_t result) {
+  switch (result) {
+    case tbcollSuccess: return "no error";
+    case tbcollUnhandledError: return "unhandled error";
+    case tbcollSystemError: return "system or I/O error (peer gone, connection failed)";
+    case tbcollInternalError: return "internal error";
+    case tbcollInvalidArgument: return "invalid argument";
+    case tbcollInvalidUsage: return "invalid usage (ranks disagree, or the communicator is broken)";
+    case tbcollRemoteError: return "remote error";
+    case tbcollTimeout: return "timed out";
+    case tbcollInProgress: return "operation in progress";
+    default: return "unknown result code";
+  }
+}
+
+const char* tbcollGetLastError(tbcollComm_t) { return last_error.c_str(); }
+
+tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                               tbcollRedOp_t op, tbcollComm_t comm) {
+  return guarded([&] {
+    get(comm).all_reduce(sendbuff, recvbuff, count, static_cast<tbcoll::DataType>(datatype),
+                         static_cast<tbcoll::ReduceOp>(op));
+  });
+}
+
+tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+                               tbcollComm_t comm) {
+  return guarded(
+      [&] { get(comm).all_gather(sendbuff, recvbuff, sendcount, static_cast<tbcoll::DataType>(datatype)); });
+}
+
+tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                               int root, tbcollComm_t comm) {
+  return guarded(
+      [&] { get(comm).broadcast(sendbuff, recvbuff, count, static_cast<tbcoll::DataType>(datatype), root); });
+}
+
+tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm) {
+  return tbcollBroadcast(buff, buff, count, datatype, root, comm);
+}
+
+tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
+  return guarded([&] { get(comm).barrier(); });
+}
+
+tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
+                          tbcollComm_t comm) {
+  return guarded([&] { get(comm).send(sendbuff, count, static_cast<tbcoll::DataType>(datatype), peer); });
+}
+
+tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm) {
+  return guarded([&] { get(comm).recv(recvbuff, count, static_cast<tbcoll::DataType>(datatype), peer); });
+}
+
+}  // extern "C"

@@ -1,0 +1,189 @@
+// The collective calls: argument checks, tuner, schedule, and errors that name rank, peer and operation.
+#include <cstdint>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "algorithms/algorithms.h"
+#include "common/time.h"
+#include "communicator.h"
+
+namespace tbcoll {
+namespace {
+
+// Re-throws error with "what: " in front, keeping its type.
+[[noreturn]] void rethrow_with_context(const Error& error, const std::string& what) {
+  std::string message = fmt::format("{} failed: {}", what, error.what());
+  switch (error.code()) {
+    case tbcollTimeout: throw TimeoutError(message);
+    case tbcollSystemError: throw IoError(message);
+    case tbcollRemoteError: throw RemoteError(message);
+    case tbcollInvalidArgument: throw InvalidArgument(message);
+    case tbcollInvalidUsage: throw InvalidUsage(message);
+    default: throw Error(error.code(), message);
+  }
+}
+
+void check_dtype(int rank, const char* op, DataType dtype) {
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= kNumDataTypes) {
+    throw InvalidArgument(fmt::format("rank {}: {}: invalid dtype {} (valid: 0..{})", rank, op,
+                                      static_cast<int>(dtype), kNumDataTypes - 1));
+  }
+}
+
+void check_op(int rank, const char* name, ReduceOp op) {
+  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumReduceOps) {
+    throw InvalidArgument(fmt::format("rank {}: {}: invalid reduction op {} (valid: 0..{})", rank, name,
+                                      static_cast<int>(op), kNumReduceOps - 1));
+  }
+}
+
+// count * elem_size * factor in bytes, or InvalidArgument when it overflows.
+size_t checked_bytes(int rank, const char* op, size_t count, DataType dtype, size_t factor) {
+  size_t es = dtype_size(dtype);
+  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / factor) {
+    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {} overflows the address space", rank, op, count,
+                                      to_string(dtype)));
+  }
+  return count * es * factor;
+}
+
+void check_buffer(int rank, const char* op, const char* which, const void* buf, size_t count) {
+  if (buf == nullptr && count > 0) {
+    throw InvalidArgument(fmt::format("rank {}: {}: {} buffer is null with count {}", rank, op, which, count));
+  }
+}
+
+void check_rank(int rank, int size, const char* op, const char* which, int value) {
+  if (value < 0 || value >= size) {
+    throw InvalidArgument(fmt::format("rank {}: {}: {} {} out of range for world size {}", rank, op, which, value, size));
+  }
+}
+
+}  // namespace
+
+template <typename Body>
+void Communicator::Impl::run(const std::string& what, transport::Tag tag, Body&& body) {
+  algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, chunk_bytes, scratch, what);
+  try {
+    body(exec);
+  } catch (const MismatchError& error) {
+    std::string detail = error.expected_meta() != error.got_meta()
+                             ? fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()))
+                             : fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)",
+                                           error.peer(), error.got_bytes(), error.expected_bytes());
+    std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank, what, detail,
+                                      error.what());
+    mark_broken(message);
+    throw InvalidUsage(message);
+  } catch (const Error& error) {
+    mark_broken(error.what());
+    rethrow_with_context(error, fmt::format("rank {}: {}", rank, what));
+  }
+}
+
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "all_reduce", dtype);
+  check_op(c.rank, "all_reduce", op);
+  size_t bytes = checked_bytes(c.rank, "all_reduce", count, dtype, 1);
+  check_buffer(c.rank, "all_reduce", "send", send, count);
+  check_buffer(c.rank, "all_reduce", "recv", recv, count);
+  std::string what = fmt::format("all_reduce(count={}, {}, {})", count, to_string(dtype), to_string(op));
+  c.check_usable(what);
+  if (count == 0) return;
+  Algorithm algorithm = choose_algorithm(OpKind::kAllReduce, bytes, c.size, c.tuner);
+  if (algorithm == Algorithm::kSelf) {
+    if (send != recv) std::memcpy(recv, send, bytes);
+    return;
+  }
+  algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};
+  c.run(what, tag, [&](algo::Exec& exec) {
+    if (algorithm == Algorithm::kDirect) algo::all_reduce_direct(exec, args);
+    else algo::all_reduce_ring(exec, args);
+  });
+}
+
+void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "all_gather", dtype);
+  size_t total = checked_bytes(c.rank, "all_gather", count, dtype, static_cast<size_t>(c.size));
+  check_buffer(c.rank, "all_gather", "send", send, count);
+  check_buffer(c.rank, "all_gather", "recv", recv, count);
+  std::string what = fmt::format("all_gather(count={}, {})", count, to_string(dtype));
+  c.check_usable(what);
+  if (count == 0) return;
+  Algorithm algorithm = choose_algorithm(OpKind::kAllGather, total, c.size, c.tuner);
+  algo::Args args{send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)};
+  if (algorithm == Algorithm::kSelf) {
+    if (send != recv) std::memcpy(recv, send, total);
+    return;
+  }
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
+  c.run(what, tag, [&](algo::Exec& exec) {
+    if (algorithm == Algorithm::kDirect) algo::all_gather_direct(exec, args);
+    else algo::all_gather_ring(exec, args);
+  });
+}
+
+void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "broadcast", dtype);
+  check_rank(c.rank, c.size, "broadcast", "root", root);
+  size_t bytes = checked_bytes(c.rank, "broadcast", count, dtype, 1);
+  if (c.rank == root) check_buffer(c.rank, "broadcast", "send", send, count);
+  check_buffer(c.rank, "broadcast", "recv", recv, count);
+  std::string what = fmt::format("broadcast(count={}, {}, root={})", count, to_string(dtype), root);
+  c.check_usable(what);
+  if (count == 0) return;
+  Algorithm algorithm = choose_algorithm(OpKind::kBroadcast, bytes, c.size, c.tuner);
+  if (algorithm == Algorithm::kSelf) {
+    if (send != recv) std::memcpy(recv, send, bytes);
+    return;
+  }
+  algo::Args args{send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)};
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
+  c.run(what, tag, [&](algo::Exec& exec) {
+    if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
+    else algo::broadcast_tree(exec, args);
+  });
+}
+
+void Communicator::barrier() {
+  Impl& c = *impl_;
+  c.check_usable("barrier()");
+  if (c.size == 1) return;
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBarrier, DataType::kUint8, ReduceOp::kSum, 0, 0)};
+  c.run("barrier()", tag, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
+}
+
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "send", dtype);
+  check_rank(c.rank, c.size, "send", "peer", peer);
+  if (peer == c.rank) throw InvalidArgument(fmt::format("rank {}: send: peer {} is this rank", c.rank, peer));
+  size_t bytes = checked_bytes(c.rank, "send", count, dtype, 1);
+  check_buffer(c.rank, "send", "send", buf, count);
+  std::string what = fmt::format("send(count={}, {}, peer={})", count, to_string(dtype), peer);
+  c.check_usable(what);
+  transport::Tag tag{(uint64_t{1} << 63) | c.p2p_sent[peer]++,
+                     make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
+  c.run(what, tag, [&](algo::Exec& exec) { exec.wait(exec.isend(peer, buf, bytes)); });
+}
+
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "recv", dtype);
+  check_rank(c.rank, c.size, "recv", "peer", peer);
+  if (peer == c.rank) throw InvalidArgument(fmt::format("rank {}: recv: peer {} is this rank", c.rank, peer));
+  size_t bytes = checked_bytes(c.rank, "recv", count, dtype, 1);
+  check_buffer(c.rank, "recv", "recv", buf, count);
+  std::string what = fmt::format("recv(count={}, {}, peer={})", count, to_string(dtype), peer);
+  c.check_usable(what);
+  transport::Tag tag{(uint64_t{1} << 63) | c.p2p_received[peer]++,
+                     make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
+  c.run(what, tag, [&](algo::Exec& exec) { exec.wait(exec.irecv(peer, buf, bytes)); });
+}
+
+}  // namespace tbcoll

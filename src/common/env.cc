@@ -1,0 +1,68 @@
+#include "common/env.h"
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+#include "tbcoll/error.hpp"
+
+namespace tbcoll::env {
+
+const std::vector<Knob>& knobs() {
+  static const std::vector<Knob> table = {
+      {"TBCOLL_RANK", "", "rank of this process (falls back to OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
+      {"TBCOLL_WORLD_SIZE", "", "number of ranks (falls back to OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS)"},
+      {"TBCOLL_ROOT", "", "host:port of the rendezvous store hosted by rank 0"},
+      {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
+      {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call"},
+      {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, ibverbs, loopback (default: best per pair)"},
+      {"TBCOLL_ALGO", "", "force an algorithm: ring, direct (all_reduce, all_gather), tree, chain (broadcast)"},
+      {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
+      {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
+      {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of ring and chain algorithms"},
+      {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
+      {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
+      {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets (0 = kernel default)"},
+  };
+  return table;
+}
+
+static const Knob& find(const char* name) {
+  for (const Knob& knob : knobs()) {
+    if (std::string(knob.name) == name) return knob;
+  }
+  throw Error(tbcollInternalError, fmt::format("[env] knob {} is not declared in the knob table", name));
+}
+
+std::string get(const char* name) {
+  const Knob& knob = find(name);
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::string(value) : std::string(knob.default_value);
+}
+
+bool is_set(const char* name) {
+  find(name);
+  return std::getenv(name) != nullptr;
+}
+
+long long get_int(const char* name) {
+  std::string text = get(name);
+  char* end = nullptr;
+  long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || end == nullptr || *end != '\0') {
+    throw InvalidArgument(fmt::format("[env] {}={:?} is not an integer", name, text));
+  }
+  return value;
+}
+
+double get_double(const char* name) {
+  std::string text = get(name);
+  char* end = nullptr;
+  double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end == nullptr || *end != '\0') {
+    throw InvalidArgument(fmt::format("[env] {}={:?} is not a number", name, text));
+  }
+  return value;
+}
+
+}  // namespace tbcoll::env

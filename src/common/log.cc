@@ -1,0 +1,34 @@
+#include "common/log.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+
+#include "common/env.h"
+
+namespace tbcoll::log {
+
+static Level parse_level() {
+  std::string text = env::get("TBCOLL_DEBUG");
+  std::transform(text.begin(), text.end(), text.begin(), [](unsigned char c) { return std::toupper(c); });
+  if (text == "NONE" || text == "OFF") return Level::kNone;
+  if (text == "INFO") return Level::kInfo;
+  if (text == "TRACE") return Level::kTrace;
+  return Level::kWarn;
+}
+
+Level level() {
+  static const Level cached = parse_level();
+  return cached;
+}
+
+void write(Level lvl, const std::string& message) {
+  const char* name = lvl == Level::kWarn ? "WARN" : lvl == Level::kInfo ? "INFO" : "TRACE";
+  std::string line = fmt::format("tbcoll {} [pid {}]: {}\n", name, static_cast<long>(getpid()), message);
+  // One write() per line so lines from ranks and threads don't interleave.
+  ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
+  (void)ignored;
+}
+
+}  // namespace tbcoll::log

@@ -1,0 +1,147 @@
+#include "common/net.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/time.h"
+#include "tbcoll/error.hpp"
+
+namespace tbcoll::net {
+
+HostPort parse_host_port(const std::string& text, const char* what) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw InvalidArgument(fmt::format("{} {:?} is not host:port", what, text));
+  }
+  HostPort out;
+  out.host = text.substr(0, colon);
+  if (out.host.size() >= 2 && out.host.front() == '[' && out.host.back() == ']') {
+    out.host = out.host.substr(1, out.host.size() - 2);
+  }
+  std::string port = text.substr(colon + 1);
+  char* end = nullptr;
+  long value = std::strtol(port.c_str(), &end, 10);
+  if (*end != '\0' || value < 0 || value > 65535) {
+    throw InvalidArgument(fmt::format("{} {:?}: port {:?} is not a number in 0..65535", what, text, port));
+  }
+  out.port = static_cast<int>(value);
+  return out;
+}
+
+void make_fast(int fd) {
+  int flags = fcntl(fd, F_GETFL, 0);
+  fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  std::string port = std::to_string(where.port);
+  int rc = getaddrinfo(where.host.c_str(), port.c_str(), &hints, &found);
+  if (rc != 0) {
+    throw IoError(fmt::format("{}: cannot resolve {}: {}", who, where.host, gai_strerror(rc)));
+  }
+  std::string last_error = "no address";
+  auto backoff = std::chrono::milliseconds(1);
+  while (true) {
+    for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
+      int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      if (fd < 0) continue;
+      int result = connect(fd, ai->ai_addr, ai->ai_addrlen);
+      if (result != 0 && errno == EINPROGRESS) {
+        pollfd pfd{fd, POLLOUT, 0};
+        int ready = poll(&pfd, 1, std::max(1, remaining_ms(deadline)));
+        int err = 0;
+        socklen_t len = sizeof(err);
+        if (ready == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
+          result = 0;
+        } else {
+          errno = ready == 1 ? err : ETIMEDOUT;
+        }
+      }
+      if (result == 0) {
+        freeaddrinfo(found);
+        make_fast(fd);
+        return fd;
+      }
+      last_error = std::strerror(errno);
+      close(fd);
+    }
+    if (Clock::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
+  }
+  freeaddrinfo(found);
+  throw TimeoutError(fmt::format("{}: cannot connect to {}:{} before the deadline ({})", who, where.host,
+                                 where.port, last_error));
+}
+
+std::string local_address(int fd) {
+  sockaddr_storage addr{};
+  socklen_t len = sizeof(addr);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return "127.0.0.1";
+  char host[NI_MAXHOST];
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&addr), len, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) {
+    return "127.0.0.1";
+  }
+  return host;
+}
+
+static void wait_ready(int fd, short events, Deadline deadline, const std::string& who, const char* doing) {
+  pollfd pfd{fd, events, 0};
+  int left = remaining_ms(deadline);
+  if (left == 0) throw TimeoutError(fmt::format("{}: timed out {}", who, doing));
+  int ready = poll(&pfd, 1, left);
+  if (ready < 0 && errno != EINTR) throw IoError(fmt::format("{}: poll failed {}: {}", who, doing, strerror(errno)));
+  if (ready == 0) throw TimeoutError(fmt::format("{}: timed out {}", who, doing));
+}
+
+void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who) {
+  char* at = static_cast<char*>(buf);
+  while (n > 0) {
+    ssize_t got = recv(fd, at, n, MSG_DONTWAIT);
+    if (got > 0) {
+      at += got;
+      n -= static_cast<size_t>(got);
+    } else if (got == 0) {
+      throw IoError(fmt::format("{}: connection closed by the other side", who));
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      wait_ready(fd, POLLIN, deadline, who, "reading");
+    } else {
+      throw IoError(fmt::format("{}: read failed: {}", who, strerror(errno)));
+    }
+  }
+}
+
+void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who) {
+  const char* at = static_cast<const char*>(buf);
+  while (n > 0) {
+    ssize_t put = send(fd, at, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (put >= 0) {
+      at += put;
+      n -= static_cast<size_t>(put);
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
+      wait_ready(fd, POLLOUT, deadline, who, "writing");
+    } else {
+      throw IoError(fmt::format("{}: write failed: {}", who, strerror(errno)));
+    }
+  }
+}
+
+}  // namespace tbcoll::net

@@ -1,0 +1,35 @@
+// Small socket helpers shared by the TCP store and the TCP transport: host:port parsing, connect with a
+// deadline, and exact reads/writes on non-blocking sockets that honour a deadline.
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "tbcoll/store.hpp"
+
+namespace tbcoll::net {
+
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+
+/// Parses "host:port" or "[v6]:port"; throws InvalidArgument naming what is wrong.
+HostPort parse_host_port(const std::string& text, const char* what);
+
+/// Connects a TCP socket (TCP_NODELAY, non-blocking, close-on-exec). Retries refused connections until the
+/// deadline (the peer may not listen yet). Returns the fd; throws TimeoutError/IoError.
+int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who);
+
+/// Local address (numeric host) a connected socket uses, e.g. to listen on the interface that reaches the root.
+std::string local_address(int fd);
+
+/// Reads exactly n bytes; throws IoError on EOF/error, TimeoutError past the deadline.
+void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who);
+/// Writes exactly n bytes (MSG_NOSIGNAL); throws like read_exact.
+void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who);
+
+/// Sets O_NONBLOCK and TCP_NODELAY.
+void make_fast(int fd);
+
+}  // namespace tbcoll::net

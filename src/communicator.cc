@@ -1,0 +1,214 @@
+// Communicator set-up: store, host identity, transport choice per peer pair, connections.
+#include "communicator.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <random>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/time.h"
+
+namespace tbcoll {
+namespace {
+
+uint64_t random_u64() {
+  std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
+}
+
+std::string host_id() {
+  char name[256] = {};
+  gethostname(name, sizeof(name) - 1);
+  std::string boot_id;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot_id);
+  return std::string(name) + "/" + boot_id;
+}
+
+uint64_t process_id() {
+  static const uint64_t id = (uint64_t{static_cast<uint32_t>(getpid())} << 32) ^ (random_u64() & 0xffffffffu);
+  return id;
+}
+
+std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
+std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+// What a rank publishes: "host=...\npid=...\n<device>=<address>\n..."
+struct Published {
+  transport::PeerInfo info;
+  std::map<std::string, std::string> addresses;
+};
+
+std::string encode(const Published& p) {
+  std::string out = fmt::format("host={}\npid={}\n", p.info.host_id, p.info.process_id);
+  for (const auto& [device, address] : p.addresses) out += fmt::format("dev.{}={}\n", device, address);
+  return out;
+}
+
+Published decode(int rank, const std::string& text) {
+  Published p;
+  p.info.rank = rank;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
+    if (key == "host") p.info.host_id = value;
+    else if (key == "pid") p.info.process_id = std::stoull(value);
+    else if (key.rfind("dev.", 0) == 0) p.addresses[key.substr(4)] = value;
+  }
+  return p;
+}
+
+}  // namespace
+
+void Communicator::Impl::mark_broken(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(broken_mutex);
+  if (!broken) broken_reason = reason;
+  broken = true;
+}
+
+void Communicator::Impl::check_usable(const std::string& what) {
+  if (broken) {
+    std::lock_guard<std::mutex> lock(broken_mutex);
+    throw InvalidUsage(fmt::format("rank {}: {} on a broken communicator (rebuild it): {}", rank, what, broken_reason));
+  }
+}
+
+Communicator Communicator::init(const Config& config) {
+  if (config.world_size < 1) throw InvalidArgument(fmt::format("world size {} must be at least 1", config.world_size));
+  if (config.rank < 0 || config.rank >= config.world_size) {
+    throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
+  }
+  if (!(config.timeout_s > 0)) throw InvalidArgument(fmt::format("timeout {} s must be positive", config.timeout_s));
+  auto impl = std::make_unique<Impl>();
+  impl->config = config;
+  impl->rank = config.rank;
+  impl->size = config.world_size;
+  impl->peers.assign(config.world_size, nullptr);
+  impl->transport_names.assign(config.world_size, "self");
+  impl->p2p_sent.assign(config.world_size, 0);
+  impl->p2p_received.assign(config.world_size, 0);
+  impl->spin = std::chrono::microseconds(env::get_int("TBCOLL_SPIN_US"));
+  impl->chunk_bytes = static_cast<size_t>(std::max<long long>(4096, env::get_int("TBCOLL_CHUNK_BYTES")));
+  impl->tuner.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_DIRECT_MAX_BYTES")));
+  impl->tuner.forced = config.algo;
+  choose_algorithm(OpKind::kAllReduce, 0, 2, impl->tuner);  // validates a forced name early
+  const int rank = config.rank;
+  const int size = config.world_size;
+  if (size == 1) return Communicator(std::move(impl));
+
+  Deadline deadline = deadline_after(config.timeout_s);
+  if (config.store) {
+    impl->store = config.store;
+  } else {
+    if (config.root.empty()) {
+      throw InvalidArgument(fmt::format("rank {}: no rendezvous: set TBCOLL_ROOT=host:port (rank 0 listens there) "
+                                        "or pass Config::store", rank));
+    }
+    net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
+    if (rank == 0) impl->server = std::make_unique<TcpStoreServer>(root.host, root.port, config.token);
+    impl->store = connect_tcp_store(config.root, config.token, deadline);
+  }
+  // Listen on the interface that reaches the rendezvous (127.0.0.1 for in-process stores).
+  const std::string bind_host = tcp_store_local_address(*impl->store);
+  const std::string prefix = config.prefix;
+  Store& store = *impl->store;
+
+  // One communicator id for the handshakes, chosen by rank 0.
+  uint64_t comm_id = 0;
+  if (rank == 0) {
+    comm_id = random_u64();
+    store.set(prefix + "/comm_id", bytes_of(std::to_string(comm_id)), deadline);
+  } else {
+    comm_id = std::stoull(text_of(store.get(prefix + "/comm_id", deadline)));
+  }
+
+  // A context per usable device; publish identity and addresses.
+  Published self;
+  self.info = {rank, host_id(), process_id()};
+  std::map<std::string, std::shared_ptr<transport::Device>> devices;
+  std::map<std::string, std::unique_ptr<transport::Context>> contexts;
+  std::vector<std::string> order;
+  for (const auto& device : transport::available_devices()) {
+    if (!config.transport.empty() && device->name() != config.transport) continue;
+    transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s};
+    contexts[device->name()] = device->create_context(args);
+    devices[device->name()] = device;
+    self.addresses[device->name()] = contexts[device->name()]->address();
+    order.push_back(device->name());
+  }
+  if (order.empty()) {
+    throw InvalidArgument(fmt::format("rank {}: transport {:?} is not available in this build (TBCOLL_TRANSPORT)",
+                                      rank, config.transport));
+  }
+  store.set(fmt::format("{}/peer/{}", prefix, rank), bytes_of(encode(self)), deadline);
+
+  // The first device (best first) that both ranks have and that can connect them; symmetric by construction.
+  std::map<std::string, std::vector<transport::PeerAddress>> plan;
+  for (int peer = 0; peer < size; ++peer) {
+    if (peer == rank) continue;
+    Published other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
+    std::string chosen;
+    for (const std::string& name : order) {
+      if (other.addresses.count(name) != 0 && devices[name]->can_connect(self.info, other.info)) {
+        chosen = name;
+        plan[name].push_back({peer, other.addresses[name]});
+        break;
+      }
+    }
+    if (chosen.empty()) {
+      throw InvalidArgument(fmt::format("rank {}: no transport can reach peer {}{}", rank, peer,
+                                        config.transport.empty() ? "" : " with TBCOLL_TRANSPORT=" + config.transport));
+    }
+    impl->transport_names[peer] = chosen;
+  }
+  for (auto& [name, peers] : plan) {
+    auto endpoints = contexts[name]->connect(peers, deadline);
+    for (auto& endpoint : endpoints) {
+      impl->peers[endpoint->peer()] = endpoint.get();
+      impl->owned_endpoints.push_back(std::move(endpoint));
+    }
+    impl->contexts.push_back(std::move(contexts[name]));
+  }
+  log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
+            fmt::join(impl->transport_names, ","));
+  return Communicator(std::move(impl));
+}
+
+Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Communicator::Communicator(Communicator&&) noexcept = default;
+Communicator& Communicator::operator=(Communicator&&) noexcept = default;
+Communicator::~Communicator() = default;
+
+int Communicator::rank() const { return impl_->rank; }
+int Communicator::size() const { return impl_->size; }
+
+std::string Communicator::transport_name(int peer) const {
+  if (peer < 0 || peer >= impl_->size) {
+    throw InvalidArgument(fmt::format("rank {}: peer {} out of range for world size {}", impl_->rank, peer, impl_->size));
+  }
+  return impl_->transport_names[peer];
+}
+
+std::string Communicator::all_reduce_algorithm(size_t bytes) const {
+  return algorithm_name(choose_algorithm(OpKind::kAllReduce, bytes, impl_->size, impl_->tuner));
+}
+
+void Communicator::abort() {
+  impl_->mark_broken("aborted by the user");
+  for (auto& context : impl_->contexts) context->abort();
+}
+
+bool Communicator::broken() const { return impl_->broken; }
+
+}  // namespace tbcoll

@@ -1,0 +1,47 @@
+// Communicator internals shared by communicator.cc (set-up) and collectives.cc (the calls).
+#pragma once
+
+#include <atomic>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/exec.h"
+#include "signature.h"
+#include "tbcoll/tbcoll.hpp"
+#include "tbcoll/transport.h"
+#include "tuner.h"
+
+namespace tbcoll {
+
+/// Local address of a TCP store client's connection (the interface that reaches the root).
+std::string tcp_store_local_address(const Store& store);
+
+struct Communicator::Impl {
+  Config config;
+  int rank = 0;
+  int size = 1;
+  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<Store> store;
+  // Contexts are declared before endpoints so endpoints are destroyed first.
+  std::vector<std::unique_ptr<transport::Context>> contexts;
+  std::vector<std::unique_ptr<transport::Endpoint>> owned_endpoints;
+  std::vector<transport::Endpoint*> peers;  // by rank; nullptr for self
+  std::vector<std::string> transport_names;
+  uint64_t collective_seq = 0;
+  std::vector<uint64_t> p2p_sent, p2p_received;
+  std::atomic<bool> broken{false};
+  std::mutex broken_mutex;
+  std::string broken_reason;
+  algo::Scratch scratch;
+  TunerConfig tuner;
+  std::chrono::microseconds spin{50};
+  size_t chunk_bytes = 256 * 1024;
+
+  void mark_broken(const std::string& reason);
+  void check_usable(const std::string& what);
+  /// Runs body with an Exec for one call; turns transport errors into errors that name the op.
+  template <typename Body>
+  void run(const std::string& what, transport::Tag tag, Body&& body);
+};
+
+}  // namespace tbcoll

@@ -1,0 +1,51 @@
+// The 64-bit signature every message of a call carries, so ranks that called different collectives,
+// counts, dtypes, ops or roots are told so instead of exchanging garbage:
+//   kind:8 | dtype:8 | op:8 | root:8 (low bits) | count:32 (low bits)
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "tbcoll/tbcoll.hpp"
+
+namespace tbcoll {
+
+enum class OpKind : uint8_t { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kBarrier = 4, kSendRecv = 5 };
+
+inline const char* op_kind_name(unsigned kind) {
+  switch (kind) {
+    case 1: return "all_reduce";
+    case 2: return "all_gather";
+    case 3: return "broadcast";
+    case 4: return "barrier";
+    case 5: return "send/recv";
+  }
+  return "unknown";
+}
+
+inline uint64_t make_meta(OpKind kind, DataType dtype, ReduceOp op, int root, size_t count) {
+  return (uint64_t{static_cast<uint8_t>(kind)} << 56) | (uint64_t{static_cast<uint8_t>(dtype)} << 48) |
+         (uint64_t{static_cast<uint8_t>(op)} << 40) | (uint64_t{static_cast<uint8_t>(root)} << 32) |
+         (count & 0xffffffffu);
+}
+
+/// "all_reduce(count=1024 mod 2^32, f32, sum)"-style description of a signature.
+inline std::string describe_meta(uint64_t meta) {
+  unsigned kind = static_cast<unsigned>(meta >> 56);
+  auto dtype = static_cast<DataType>((meta >> 48) & 0xff);
+  auto op = static_cast<ReduceOp>((meta >> 40) & 0xff);
+  unsigned root = static_cast<unsigned>((meta >> 32) & 0xff);
+  unsigned long long count = meta & 0xffffffffu;
+  switch (static_cast<OpKind>(kind)) {
+    case OpKind::kAllReduce: return fmt::format("all_reduce(count={}, {}, {})", count, to_string(dtype), to_string(op));
+    case OpKind::kBroadcast: return fmt::format("broadcast(count={}, {}, root={})", count, to_string(dtype), root);
+    case OpKind::kBarrier: return "barrier()";
+    case OpKind::kAllGather:
+    case OpKind::kSendRecv: return fmt::format("{}(count={}, {})", op_kind_name(kind), count, to_string(dtype));
+  }
+  return fmt::format("unknown operation (signature {:#x})", meta);
+}
+
+}  // namespace tbcoll

@@ -1,0 +1,48 @@
+#include "tuner.h"
+
+#include <fmt/format.h>
+
+#include "tbcoll/error.hpp"
+
+namespace tbcoll {
+
+const char* algorithm_name(Algorithm algorithm) {
+  switch (algorithm) {
+    case Algorithm::kSelf: return "self";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kDirect: return "direct";
+    case Algorithm::kTree: return "tree";
+    case Algorithm::kChain: return "chain";
+    case Algorithm::kDissemination: return "dissemination";
+  }
+  return "unknown";
+}
+
+Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config) {
+  if (world_size == 1) return Algorithm::kSelf;
+  if (kind == OpKind::kBarrier) return Algorithm::kDissemination;
+  const std::string& forced = config.forced;
+  if (kind == OpKind::kAllReduce || kind == OpKind::kAllGather) {
+    if (forced == "ring") return Algorithm::kRing;
+    if (forced == "direct") return Algorithm::kDirect;
+    if (forced.empty()) return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  } else if (kind == OpKind::kBroadcast) {
+    if (forced == "tree") return Algorithm::kTree;
+    if (forced == "chain") return Algorithm::kChain;
+    if (forced.empty() || forced == "ring" || forced == "direct") {
+      // A forced all_reduce algorithm leaves broadcast to the tuner.
+      return bytes <= config.tree_max_bytes || world_size == 2 ? Algorithm::kTree : Algorithm::kChain;
+    }
+  } else {
+    return Algorithm::kDirect;
+  }
+  if (kind == OpKind::kAllGather && (forced == "tree" || forced == "chain")) {
+    return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  }
+  if (kind == OpKind::kAllReduce && (forced == "tree" || forced == "chain")) {
+    return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  }
+  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, tree, chain)", forced));
+}
+
+}  // namespace tbcoll

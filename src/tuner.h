@@ -1,0 +1,25 @@
+// Tuner: picks the schedule for a call from the op, its size in bytes and the world size; TBCOLL_ALGO or
+// Config::algo overrides it (a name that does not apply to the op is an error).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "signature.h"
+
+namespace tbcoll {
+
+enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination };
+
+struct TunerConfig {
+  size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
+  size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
+  std::string forced;                   ///< algorithm name, or empty
+};
+
+/// Algorithm for kind with bytes (per rank: the input of all_reduce/broadcast, the gathered total of
+/// all_gather) on world_size ranks. Throws InvalidArgument for a forced name that does not fit the op.
+Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config);
+const char* algorithm_name(Algorithm algorithm);
+
+}  // namespace tbcoll

@@ -1,0 +1,170 @@
+// Every collective against a reference: the full dtype x op table on one path, then each transport x
+// algorithm x world size x count with a few dtypes, in place and out of place.
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "collectives/harness.h"
+
+namespace tbcoll::test {
+namespace {
+
+const size_t kCounts[] = {0, 1, 7, 4096, (1u << 20) + 3};
+
+// all_reduce of make_input(salt) checked against the reference, out of place and in place; also checks that
+// all ranks hold bitwise identical results (gathering them with all_gather).
+void check_all_reduce(Communicator& comm, DataType dtype, ReduceOp op, size_t count, int salt) {
+  SCOPED_TRACE(fmt::format("all_reduce count={} {} {} n={}", count, to_string(dtype), to_string(op), comm.size()));
+  const size_t bytes = count * dtype_size(dtype);
+  std::vector<uint8_t> input = make_input(dtype, comm.rank(), count, salt);
+  std::vector<uint8_t> want = reference_all_reduce(dtype, op, comm.size(), count, salt);
+  std::vector<uint8_t> out(bytes + 1, 0xAB);  // one guard byte past the end
+  comm.all_reduce(input.data(), out.data(), count, dtype, op);
+  EXPECT_EQ(out[bytes], 0xAB) << "wrote past the end";
+  out.resize(bytes);
+  EXPECT_EQ(count_wrong(dtype, out, want), 0u) << "out of place";
+  std::vector<uint8_t> in_place = input;
+  comm.all_reduce(in_place.data(), in_place.data(), count, dtype, op);
+  EXPECT_EQ(in_place, out) << "in place differs from out of place";
+  if (count > 0) {
+    std::vector<uint8_t> everyone(bytes * comm.size());
+    comm.all_gather(out.data(), everyone.data(), bytes, DataType::kUint8);
+    for (int r = 0; r < comm.size(); ++r) {
+      EXPECT_EQ(0, std::memcmp(everyone.data() + r * bytes, out.data(), bytes)) << "rank " << r << " differs";
+    }
+  }
+}
+
+void check_all_gather(Communicator& comm, DataType dtype, size_t count) {
+  SCOPED_TRACE(fmt::format("all_gather count={} {} n={}", count, to_string(dtype), comm.size()));
+  const size_t bytes = count * dtype_size(dtype);
+  const int n = comm.size();
+  std::vector<uint8_t> want;
+  for (int r = 0; r < n; ++r) {
+    auto block = make_input(dtype, r, count, 3);
+    want.insert(want.end(), block.begin(), block.end());
+  }
+  std::vector<uint8_t> input = make_input(dtype, comm.rank(), count, 3);
+  std::vector<uint8_t> out(bytes * n + 1, 0xCD);
+  comm.all_gather(input.data(), out.data(), count, dtype);
+  EXPECT_EQ(out[bytes * n], 0xCD) << "wrote past the end";
+  out.resize(bytes * n);
+  EXPECT_EQ(out, want) << "out of place";
+  std::vector<uint8_t> in_place(bytes * n, 0);
+  if (bytes > 0) std::memcpy(in_place.data() + comm.rank() * bytes, input.data(), bytes);
+  comm.all_gather(in_place.data() + comm.rank() * bytes, in_place.data(), count, dtype);
+  EXPECT_EQ(in_place, want) << "in place";
+}
+
+void check_broadcast(Communicator& comm, DataType dtype, size_t count, int root) {
+  SCOPED_TRACE(fmt::format("broadcast count={} {} root={} n={}", count, to_string(dtype), root, comm.size()));
+  std::vector<uint8_t> want = make_input(dtype, root, count, 1);
+  std::vector<uint8_t> mine = make_input(dtype, comm.rank(), count, 1);
+  std::vector<uint8_t> out(want.size(), 0);
+  comm.broadcast(mine.data(), out.data(), count, dtype, root);
+  EXPECT_EQ(out, want) << "out of place";
+  comm.broadcast(mine.data(), mine.data(), count, dtype, root);
+  EXPECT_EQ(mine, want) << "in place";
+}
+
+void check_send_recv(Communicator& comm, size_t count) {
+  // Shift around the ring: even ranks send first, odd ranks receive first (no deadlock for any n).
+  const int n = comm.size(), r = comm.rank();
+  if (n == 1) return;
+  std::vector<uint8_t> mine = make_input(DataType::kInt32, r, count, 2);
+  std::vector<uint8_t> got(mine.size(), 0);
+  int to = (r + 1) % n, from = (r + n - 1) % n;
+  if (r % 2 == 0) {
+    comm.send(mine.data(), count, DataType::kInt32, to);
+    comm.recv(got.data(), count, DataType::kInt32, from);
+  } else {
+    comm.recv(got.data(), count, DataType::kInt32, from);
+    comm.send(mine.data(), count, DataType::kInt32, to);
+  }
+  EXPECT_EQ(got, make_input(DataType::kInt32, from, count, 2)) << "send/recv count=" << count;
+}
+
+TEST(Collectives, DtypeOpTableOnLoopback) {
+  for (std::string algo : {"direct", "ring"}) {
+    run_ranks(3, {"loopback", algo}, [&](Communicator& comm) {
+      for (DataType dtype : all_dtypes()) {
+        for (ReduceOp op : all_ops()) {
+          for (size_t count : {size_t{1}, size_t{7}, size_t{1000 + 3}}) check_all_reduce(comm, dtype, op, count, 0);
+        }
+      }
+    });
+  }
+}
+
+struct SweepParam {
+  std::string transport;
+  int world_size;
+};
+
+class Sweep : public ::testing::TestWithParam<SweepParam> {};
+
+TEST_P(Sweep, AllCollectives) {
+  const SweepParam& param = GetParam();
+  for (std::string algo : {"ring", "direct"}) {
+    SCOPED_TRACE("algo=" + algo);
+    run_ranks(param.world_size, {param.transport, algo}, [&](Communicator& comm) {
+      for (size_t count : kCounts) {
+        check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, 0);
+        if (count <= 4096) {
+          check_all_reduce(comm, DataType::kBfloat16, ReduceOp::kAvg, count, 1);
+          check_all_reduce(comm, DataType::kInt64, ReduceOp::kMax, count, 2);
+          check_all_reduce(comm, DataType::kInt8, ReduceOp::kProd, count, 3);
+        }
+        check_all_gather(comm, count > 4096 ? DataType::kFloat32 : DataType::kInt8, count);
+        check_broadcast(comm, DataType::kFloat64, count / 2 + 1, comm.size() - 1);
+        check_broadcast(comm, DataType::kInt8, count, 0);
+        check_send_recv(comm, count);
+        comm.barrier();
+      }
+    });
+  }
+}
+
+std::vector<SweepParam> sweep_params() {
+  std::vector<SweepParam> out;
+  for (std::string transport : {"loopback", "tcp"}) {
+    for (int n : {1, 2, 3, 4, 5, 7, 8}) out.push_back({transport, n});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, Sweep, ::testing::ValuesIn(sweep_params()),
+                         [](const ::testing::TestParamInfo<SweepParam>& info) {
+                           return info.param.transport + "_" + std::to_string(info.param.world_size);
+                         });
+
+TEST(Collectives, BroadcastTreeAndChainEveryRoot) {
+  for (std::string algo : {"tree", "chain"}) {
+    run_ranks(5, {"tcp", algo}, [&](Communicator& comm) {
+      for (int root = 0; root < comm.size(); ++root) {
+        for (size_t count : {size_t{1}, size_t{333}, size_t{300000}}) check_broadcast(comm, DataType::kUint32, count, root);
+      }
+    });
+  }
+}
+
+TEST(Collectives, TunerPicksDirectForSmallAndRingForLarge) {
+  run_ranks(2, {"loopback", ""}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.all_reduce_algorithm(8), "direct");
+    EXPECT_EQ(comm.all_reduce_algorithm(64 << 20), "ring");
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0);
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 5, 0);
+  });
+}
+
+TEST(Collectives, TransportNamesFollowTheForcedTransport) {
+  run_ranks(3, {"tcp", ""}, [&](Communicator& comm) {
+    for (int p = 0; p < comm.size(); ++p) EXPECT_EQ(comm.transport_name(p), p == comm.rank() ? "self" : "tcp");
+  });
+  run_ranks(2, {"", ""}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.transport_name(1 - comm.rank()), "loopback") << "threads of one process prefer loopback";
+  });
+}
+
+}  // namespace
+}  // namespace tbcoll::test

@@ -1,0 +1,138 @@
+// Bad input gives a clear error naming what is wrong, never a crash, hang or silent garbage.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "collectives/harness.h"
+
+namespace tbcoll::test {
+namespace {
+
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
+TEST(Errors, BadArgumentsAreRejectedBeforeAnyCommunication) {
+  run_ranks(2, {"loopback", ""}, [&](Communicator& comm) {
+    std::vector<float> buf(16);
+    EXPECT_THROW(comm.all_reduce(nullptr, buf.data(), 4, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
+    EXPECT_NE(error_of([&] { comm.all_reduce(buf.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kSum); })
+                  .find("recv buffer is null"), std::string::npos);
+    EXPECT_NE(error_of([&] { comm.all_reduce(buf.data(), buf.data(), SIZE_MAX / 2, DataType::kFloat32, ReduceOp::kSum); })
+                  .find("overflows"), std::string::npos);
+    EXPECT_NE(error_of([&] { comm.all_reduce(buf.data(), buf.data(), 4, static_cast<DataType>(42), ReduceOp::kSum); })
+                  .find("invalid dtype 42"), std::string::npos);
+    EXPECT_NE(error_of([&] { comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, static_cast<ReduceOp>(-1)); })
+                  .find("invalid reduction op -1"), std::string::npos);
+    EXPECT_NE(error_of([&] { comm.broadcast(buf.data(), buf.data(), 4, DataType::kFloat32, 2); })
+                  .find("root 2 out of range"), std::string::npos);
+    EXPECT_NE(error_of([&] { comm.send(buf.data(), 4, DataType::kFloat32, 5); }).find("peer 5 out of range"),
+              std::string::npos);
+    EXPECT_NE(error_of([&] { comm.recv(buf.data(), 4, DataType::kFloat32, -1); }).find("peer -1 out of range"),
+              std::string::npos);
+    EXPECT_THROW(comm.send(buf.data(), 4, DataType::kFloat32, comm.rank()), InvalidArgument);
+    EXPECT_THROW(comm.all_gather(buf.data(), buf.data(), SIZE_MAX / 4, DataType::kFloat32), InvalidArgument);
+    // Argument errors don't break the communicator: a correct call still works.
+    EXPECT_FALSE(comm.broken());
+    std::vector<float> ones(16, 1.0f);
+    comm.all_reduce(ones.data(), ones.data(), ones.size(), DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(ones[15], 2.0f);
+  });
+}
+
+TEST(Errors, InitRejectsBadConfig) {
+  Config config;
+  config.rank = 3;
+  config.world_size = 2;
+  EXPECT_THROW(Communicator::init(config), InvalidArgument);
+  config.rank = 0;
+  config.world_size = 2;
+  EXPECT_NE(error_of([&] { Communicator::init(config); }).find("TBCOLL_ROOT"), std::string::npos);
+  config.world_size = 1;
+  config.algo = "bogus";
+  EXPECT_NE(error_of([&] { Communicator::init(config); }).find("unknown algorithm"), std::string::npos);
+}
+
+class Mismatch : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
+  const std::string transport = GetParam();
+  // Counts differ: both ranks get an InvalidUsage naming the peer's call.
+  std::vector<std::string> messages(2);
+  run_ranks(2, {transport, "direct", 10}, [&](Communicator& comm) {
+    std::vector<float> buf(100, 1.0f);
+    messages[comm.rank()] = error_of([&] {
+      comm.all_reduce(buf.data(), buf.data(), comm.rank() == 0 ? 100 : 99, DataType::kFloat32, ReduceOp::kSum);
+    });
+    EXPECT_TRUE(comm.broken());
+    EXPECT_THROW(comm.barrier(), InvalidUsage) << "a broken communicator fails fast";
+  });
+  EXPECT_NE(messages[0].find("peer 1 called all_reduce(count=99, f32, sum)"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
+
+  // Same byte size, different dtype: still detected by the signature.
+  run_ranks(2, {transport, "ring", 10}, [&](Communicator& comm) {
+    std::vector<int32_t> buf(50000, 1);
+    std::string message = error_of([&] {
+      comm.all_reduce(buf.data(), buf.data(), buf.size(), comm.rank() == 0 ? DataType::kInt32 : DataType::kFloat32,
+                      ReduceOp::kSum);
+    });
+    EXPECT_NE(message.find("does not match the peer's call"), std::string::npos) << message;
+  });
+
+  // Different collectives.
+  run_ranks(2, {transport, "", 10}, [&](Communicator& comm) {
+    std::vector<float> buf(8, 1.0f);
+    std::string message = error_of([&] {
+      if (comm.rank() == 0) comm.all_reduce(buf.data(), buf.data(), 8, DataType::kFloat32, ReduceOp::kSum);
+      else comm.broadcast(buf.data(), buf.data(), 8, DataType::kFloat32, 0);
+    });
+    // Rank 1 receives rank 0's all_reduce message and names it; rank 0 then sees rank 1 give up.
+    if (comm.rank() == 1) {
+      EXPECT_NE(message.find("peer 0 called all_reduce(count=8, f32, sum)"), std::string::npos) << message;
+    } else {
+      EXPECT_NE(message, "") << "rank 0 must fail too, not hang";
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("loopback", "tcp"));
+
+TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
+  auto start = std::chrono::steady_clock::now();
+  run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {
+    std::vector<float> buf(4, 1.0f);
+    if (comm.rank() == 0) {
+      std::string message = error_of([&] { comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
+      EXPECT_NE(message.find("timed out waiting for peer 1"), std::string::npos) << message;
+      EXPECT_NE(message.find("all_reduce(count=4, f32, sum)"), std::string::npos) << message;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never joins the all_reduce
+    }
+  });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+TEST(Errors, AbortMakesThePeerFail) {
+  run_ranks(2, {"tcp", "", 20}, [&](Communicator& comm) {
+    std::vector<float> buf(4, 1.0f);
+    if (comm.rank() == 1) {
+      comm.abort();
+      EXPECT_THROW(comm.barrier(), InvalidUsage);
+    } else {
+      auto start = std::chrono::steady_clock::now();
+      EXPECT_THROW(comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum), Error);
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "should not wait for the deadline";
+    }
+  });
+}
+
+}  // namespace
+}  // namespace tbcoll::test

@@ -1,0 +1,37 @@
+// Ranks as threads: run a body on n communicators built over one transport, plus reference data helpers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "tbcoll/tbcoll.hpp"
+
+namespace tbcoll::test {
+
+struct RankOptions {
+  std::string transport = "loopback";
+  std::string algo;
+  double timeout_s = 60;
+};
+
+/// Builds n communicators (one per thread) sharing an in-memory store and runs body on each. Failures in
+/// any rank are reported as test failures naming the rank.
+void run_ranks(int n, const RankOptions& options, const std::function<void(Communicator&)>& body);
+
+/// Deterministic small-integer input of rank (exact in every dtype, so sums and products are exact).
+std::vector<uint8_t> make_input(DataType dtype, int rank, size_t count, int salt = 0);
+
+/// Reference all_reduce of make_input over n ranks, computed element by element in wide arithmetic.
+std::vector<uint8_t> reference_all_reduce(DataType dtype, ReduceOp op, int n, size_t count, int salt = 0);
+
+/// Number of elements of got that differ from want beyond the dtype's tolerance.
+size_t count_wrong(DataType dtype, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want);
+
+/// All dtypes and ops, for sweeps.
+std::vector<DataType> all_dtypes();
+std::vector<ReduceOp> all_ops();
+
+}  // namespace tbcoll::test

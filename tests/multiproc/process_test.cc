@@ -1,0 +1,132 @@
+// Real processes: tbcoll-run and OpenMPI's mpirun launching the checking program, and a SIGKILLed rank.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;
+};
+
+Result run(const std::string& command) {
+  Result result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return result;
+  char buf[4096];
+  size_t got;
+  while ((got = fread(buf, 1, sizeof(buf), pipe)) > 0) result.output.append(buf, got);
+  int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+int count_of(const std::string& text, const std::string& needle) {
+  int n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
+  return n;
+}
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+class Launch : public ::testing::TestWithParam<int> {};
+
+TEST_P(Launch, TbcollRunChecksCollectives) {
+  int n = GetParam();
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " --timeout 120 -- " +
+                      TBCOLL_TEST_PROG_PATH + " check 1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+}
+
+TEST_P(Launch, TbcollRunOverTcpChecksCollectives) {
+  int n = GetParam();
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " -x TBCOLL_TRANSPORT=tcp -- " +
+                      TBCOLL_TEST_PROG_PATH + " check 1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+}
+
+TEST_P(Launch, MpirunChecksCollectives) {
+  if (run("command -v mpirun").status != 0) GTEST_SKIP() << "mpirun not installed (tools/setup.sh installs openmpi-bin)";
+  int n = GetParam();
+  std::string root = "127.0.0.1:" + std::to_string(free_port());
+  Result result = run("timeout 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np " +
+                      std::to_string(n) + " -x TBCOLL_ROOT=" + root + " -x TBCOLL_TRANSPORT=tcp " +
+                      TBCOLL_TEST_PROG_PATH + " check 1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
+
+TEST(Processes, MismatchedCountsFailWithAClearError) {
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
+                      " mismatch");
+  EXPECT_NE(result.status, 0);
+  EXPECT_NE(result.output.find("does not match the peer's call"), std::string::npos) << result.output;
+}
+
+// Starts n ranks directly (not through tbcoll-run, which would kill the survivors itself), each writing its
+// output to a file; rank `victim` SIGKILLs itself mid-run; the others must exit with a clear error well
+// within the deadline.
+TEST(Processes, KilledRankMakesTheOthersFailWithinTheDeadline) {
+  const int n = 3, victim = 2;
+  std::string root = "127.0.0.1:" + std::to_string(free_port());
+  std::string dir = ::testing::TempDir();
+  std::vector<pid_t> pids;
+  auto start = std::chrono::steady_clock::now();
+  for (int rank = 0; rank < n; ++rank) {
+    std::string log = dir + "/kill_rank" + std::to_string(rank) + ".log";
+    pid_t pid = fork();
+    if (pid == 0) {
+      FILE* out = std::freopen(log.c_str(), "w", stderr);
+      (void)out;
+      dup2(fileno(stderr), STDOUT_FILENO);
+      setenv("TBCOLL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("TBCOLL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("TBCOLL_ROOT", root.c_str(), 1);
+      setenv("TBCOLL_TIMEOUT", "15", 1);
+      execl(TBCOLL_TEST_PROG_PATH, TBCOLL_TEST_PROG_PATH, "die", std::to_string(victim).c_str(), nullptr);
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  for (int rank = 0; rank < n; ++rank) {
+    int status = 0;
+    waitpid(pids[rank], &status, 0);
+    std::ifstream in(dir + "/kill_rank" + std::to_string(rank) + ".log");
+    std::stringstream text;
+    text << in.rdbuf();
+    if (rank == victim) {
+      EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << text.str();
+    } else {
+      EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank " << rank << ": " << text.str();
+      EXPECT_NE(text.str().find("all_reduce"), std::string::npos) << text.str();
+      EXPECT_NE(text.str().find("peer"), std::string::npos) << text.str();
+    }
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << "survivors waited too long";
+}
+
+}  // namespace

@@ -1,0 +1,538 @@
+// Tests of the tbcoll-run launcher: it is started as a real process, its ranks are `sh -c` scripts,
+// and the tests check what the ranks saw, what the launcher printed, its exit status, and that no
+// rank (or child of a rank) outlives a stopped job.
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef TBCOLL_RUN_PATH
+#error "TBCOLL_RUN_PATH must name the tbcoll-run executable"
+#endif
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  return lines;
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+struct RunResult {
+  int exit_code = -1;  // 128+signal if the launcher itself died by a signal
+  std::string out, err;
+  double seconds = 0;
+  bool timed_out = false;  // the test had to kill the launcher
+};
+
+// tbcoll-run started with its stdout and stderr captured through pipes. Signal dispositions are
+// reset to the defaults so the test does not depend on how it was started (nohup, `&`).
+class Launcher {
+ public:
+  // `env` entries are NAME=VALUE to set, or NAME to unset, in the launcher's environment.
+  // TBCOLL_TOKEN is unset unless `env` sets it.
+  explicit Launcher(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+    int out_pipe[2], err_pipe[2];
+    if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
+      ADD_FAILURE() << "pipe: " << std::strerror(errno);
+      return;
+    }
+    struct stat st {};
+    fstat(out_pipe[0], &st);
+    stdout_inode_ = st.st_ino;
+    std::vector<std::string> argv_storage = {TBCOLL_RUN_PATH};
+    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
+    std::vector<char*> argv;
+    for (std::string& arg : argv_storage) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    start_ = Clock::now();
+    pid_ = fork();
+    if (pid_ == 0) {
+      for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGCHLD}) signal(sig, SIG_DFL);
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
+      unsetenv("TBCOLL_TOKEN");
+      for (const std::string& entry : env) {
+        size_t eq = entry.find('=');
+        if (eq == std::string::npos) {
+          unsetenv(entry.c_str());
+        } else {
+          setenv(entry.substr(0, eq).c_str(), entry.c_str() + eq + 1, 1);
+        }
+      }
+      int dev_null = open("/dev/null", O_RDONLY);
+      dup2(dev_null, STDIN_FILENO);
+      dup2(out_pipe[1], STDOUT_FILENO);
+      dup2(err_pipe[1], STDERR_FILENO);
+      close(out_pipe[0]);
+      close(err_pipe[0]);
+      execv(argv[0], argv.data());
+      _exit(126);
+    }
+    close(out_pipe[1]);
+    close(err_pipe[1]);
+    fds_[0] = out_pipe[0];
+    fds_[1] = err_pipe[0];
+    for (int fd : fds_) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (pid_ < 0) ADD_FAILURE() << "fork: " << std::strerror(errno);
+  }
+
+  Launcher(const Launcher&) = delete;
+  Launcher& operator=(const Launcher&) = delete;
+
+  ~Launcher() {
+    if (pid_ > 0 && !exited_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    for (int fd : fds_) {
+      if (fd >= 0) close(fd);
+    }
+  }
+
+  pid_t pid() const { return pid_; }
+  ino_t stdout_inode() const { return stdout_inode_; }
+  const std::string& out() const { return result_.out; }  // stdout collected so far
+
+  // Stops reading the launcher's stdout, as `| head -1` would.
+  void close_stdout() {
+    if (fds_[0] >= 0) close(fds_[0]);
+    fds_[0] = -1;
+  }
+
+  // Collects output until `ready(stdout so far)` holds; false if the launcher exits or time runs out.
+  bool wait_for_stdout(const std::function<bool(const std::string&)>& ready, double timeout_s = 5) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (!ready(result_.out)) {
+      if (exited_ || Clock::now() >= deadline) return false;
+      pump(20);
+    }
+    return true;
+  }
+
+  // Waits for the launcher to exit and its output pipes to close, killing it after `timeout_s`.
+  RunResult finish(double timeout_s = 10) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    while (!exited_ || fds_[0] >= 0 || fds_[1] >= 0) {
+      if (Clock::now() >= deadline) {
+        result_.timed_out = true;
+        ADD_FAILURE() << "tbcoll-run did not finish within " << timeout_s << " s (exited: " << exited_
+                      << "); stdout so far:\n"
+                      << result_.out << "stderr so far:\n"
+                      << result_.err;
+        break;
+      }
+      pump(20);
+    }
+    return result_;
+  }
+
+ private:
+  void pump(int timeout_ms) {
+    pollfd pfds[2];
+    nfds_t count = 0;
+    int owner[2];
+    for (int i = 0; i < 2; ++i) {
+      if (fds_[i] < 0) continue;
+      pfds[count] = pollfd{fds_[i], POLLIN, 0};
+      owner[count++] = i;
+    }
+    if (count > 0 && poll(pfds, count, timeout_ms) > 0) {
+      for (nfds_t k = 0; k < count; ++k) {
+        if (pfds[k].revents == 0) continue;
+        int i = owner[k];
+        char buffer[4096];
+        ssize_t n = read(fds_[i], buffer, sizeof(buffer));
+        if (n > 0) {
+          (i == 0 ? result_.out : result_.err).append(buffer, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EAGAIN && errno != EINTR)) {
+          close(fds_[i]);
+          fds_[i] = -1;
+        }
+      }
+    } else if (count == 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+    }
+    int status = 0;
+    if (!exited_ && pid_ > 0 && waitpid(pid_, &status, WNOHANG) == pid_) {
+      exited_ = true;
+      result_.seconds = seconds_since(start_);
+      result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+  }
+
+  pid_t pid_ = -1;
+  int fds_[2] = {-1, -1};
+  ino_t stdout_inode_ = 0;
+  bool exited_ = false;
+  Clock::time_point start_;
+  RunResult result_;
+};
+
+RunResult run(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
+  return Launcher(args, env).finish();
+}
+
+// True while `pid` runs. A zombie waiting for its new parent to reap it has already stopped running.
+bool process_running(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno == EPERM;
+  std::ifstream stat_file("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat;
+  if (!std::getline(stat_file, stat)) return true;  // no /proc: kill() is all we know
+  size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+// Expects every pid to be gone, allowing a moment for signals already sent to take effect.
+void expect_all_gone(const std::vector<pid_t>& pids) {
+  auto deadline = Clock::now() + std::chrono::seconds(2);
+  for (pid_t pid : pids) {
+    while (process_running(pid) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_FALSE(process_running(pid)) << "process " << pid << " outlived the job";
+    if (process_running(pid)) kill(pid, SIGKILL);  // do not leak it into later tests
+  }
+}
+
+// The pids from every "pid A B ..." line of `out`.
+std::vector<pid_t> pids_in(const std::string& out) {
+  std::vector<pid_t> pids;
+  for (const std::string& line : split_lines(out)) {
+    std::istringstream in(line);
+    std::string word;
+    if (!(in >> word) || word != "pid") continue;
+    for (long pid; in >> pid;) pids.push_back(static_cast<pid_t>(pid));
+  }
+  return pids;
+}
+
+size_t count_of(const std::string& text, const std::string& needle) {
+  size_t count = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
+  return count;
+}
+
+// A directory for ranks to leave files in; removed with its contents at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/tbcoll-run-test-XXXXXX";
+    if (mkdtemp(pattern)) path_ = pattern;
+  }
+  ~TempDir() {
+    if (path_.empty()) return;
+    std::string command = "rm -rf '" + path_ + "'";
+    int ignored = std::system(command.c_str());
+    (void)ignored;
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// A rank script for a job of `world_size` ranks: each rank except `bad` starts a background
+// `sleep 30` (so it has a child of its own), prints "pid <shell> <sleep>", marks itself ready in
+// `dir` and waits; rank `bad` waits until all the others are ready, then runs `action`.
+std::string failing_job_script(int world_size, int bad, const std::string& action, const std::string& dir) {
+  std::string others;
+  for (int r = 0; r < world_size; ++r) {
+    if (r != bad) others += " " + std::to_string(r);
+  }
+  std::string script = "if [ \"$TBCOLL_RANK\" = " + std::to_string(bad) + " ]; then\n";
+  script += "  for r in" + others + "; do while [ ! -e " + dir + "/ready.$r ]; do sleep 0.01; done; done\n";
+  script += "  " + action + "\nfi\n";
+  script += "sleep 30 &\necho \"pid $$ $!\"\n";
+  script += "touch " + dir + "/ready.$TBCOLL_RANK\nwait\n";
+  return script;
+}
+
+// Every rank starts a background `sleep 30`, prints "pid <shell> <sleep>" and waits.
+const std::string kWaitingRank = "sleep 30 & echo \"pid $$ $!\"; wait";
+
+// ---- environment -----------------------------------------------------------------------------------------
+
+TEST(TbcollRun, SetsRankEnvironment) {
+  RunResult result = run({"-n", "3", "--", "sh", "-c",
+                          "echo $TBCOLL_RANK/$TBCOLL_WORLD_SIZE $TBCOLL_ROOT $TBCOLL_TOKEN "
+                          "$TBCOLL_LOCAL_RANK/$TBCOLL_LOCAL_SIZE"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> lines = split_lines(result.out);
+  ASSERT_EQ(lines.size(), 3u) << result.out;
+  std::set<std::string> ranks, roots, tokens;
+  for (const std::string& line : lines) {
+    std::istringstream in(line);
+    std::string rank, root, token, local;
+    ASSERT_TRUE(in >> rank >> root >> token >> local) << line;
+    ranks.insert(rank);
+    roots.insert(root);
+    tokens.insert(token);
+    EXPECT_EQ(local, rank) << "local rank/size must equal rank/size on one machine";
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0/3", "1/3", "2/3"}));
+  ASSERT_EQ(roots.size(), 1u) << "all ranks must see the same TBCOLL_ROOT";
+  const std::string& root = *roots.begin();
+  const std::string host = "127.0.0.1:";
+  ASSERT_EQ(root.compare(0, host.size(), host), 0) << root;
+  std::string port = root.substr(host.size());
+  ASSERT_FALSE(port.empty());
+  for (char c : port) ASSERT_TRUE(std::isdigit(static_cast<unsigned char>(c))) << root;
+  EXPECT_GT(std::stol(port), 0);
+  EXPECT_LT(std::stol(port), 65536);
+  ASSERT_EQ(tokens.size(), 1u) << "all ranks must see the same TBCOLL_TOKEN";
+  const std::string& token = *tokens.begin();
+  ASSERT_EQ(token.size(), 16u) << token;
+  for (char c : token) EXPECT_TRUE(std::isxdigit(static_cast<unsigned char>(c))) << token;
+}
+
+TEST(TbcollRun, TokenDiffersBetweenJobs) {
+  RunResult first = run({"-n", "1", "sh", "-c", "echo $TBCOLL_TOKEN"});
+  RunResult second = run({"-n", "1", "sh", "-c", "echo $TBCOLL_TOKEN"});
+  ASSERT_EQ(first.exit_code, 0);
+  ASSERT_EQ(second.exit_code, 0);
+  EXPECT_EQ(first.out.size(), 17u) << first.out;
+  EXPECT_NE(first.out, second.out);
+}
+
+TEST(TbcollRun, PassesTokenFromEnvironmentThrough) {
+  RunResult result = run({"-n", "2", "sh", "-c", "echo \"[$TBCOLL_TOKEN]\""}, {"TBCOLL_TOKEN=not-hex but kept"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "[not-hex but kept]\n[not-hex but kept]\n");
+}
+
+TEST(TbcollRun, ExtraVariablesReachEveryRankButCannotChangeTheRank) {
+  RunResult result = run({"-x", "FOO=bar", "-x", "BAZ=a=b", "-x", "TBCOLL_RANK=7", "-np", "2", "--", "sh", "-c",
+                          "echo \"$FOO|$BAZ|$TBCOLL_RANK\""});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> lines = split_lines(result.out);
+  std::multiset<std::string> got(lines.begin(), lines.end());
+  EXPECT_EQ(got, (std::multiset<std::string>{"bar|a=b|0", "bar|a=b|1"})) << result.out;
+}
+
+TEST(TbcollRun, RanksWriteStraightToInheritedStdoutWithoutTagOutput) {
+  if (access("/proc/self/fd/1", F_OK) != 0) GTEST_SKIP() << "no /proc to inspect the ranks' descriptors";
+  Launcher launcher({"-n", "2", "sh", "-c", "readlink /proc/$$/fd/1"});
+  std::string expected = "pipe:[" + std::to_string(launcher.stdout_inode()) + "]";
+  RunResult result = launcher.finish();
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, expected + "\n" + expected + "\n");
+}
+
+// ---- --tag-output ----------------------------------------------------------------------------------------
+
+TEST(TbcollRun, TagOutputPrefixesEveryLineAndKeepsEachRanksOrder) {
+  constexpr int kLines = 300;
+  std::string script = "r=$TBCOLL_RANK; echo first-$r; echo err-$r >&2; i=0; ";
+  script += "while [ $i -lt " + std::to_string(kLines) + " ]; do echo line-$r-$i; i=$((i+1)); done; ";
+  script += "printf 'err-tail-%s' $r >&2; printf 'tail-%s' $r";
+  RunResult result = run({"--tag-output", "-n", "3", "--", "sh", "-c", script});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  ASSERT_FALSE(result.out.empty());
+  EXPECT_EQ(result.out.back(), '\n') << "a final partial line is flushed as a line";
+
+  std::map<int, std::vector<std::string>> per_rank;
+  for (const std::string& line : split_lines(result.out)) {
+    ASSERT_GE(line.size(), 4u) << line;
+    ASSERT_EQ(line[0], '[') << line;
+    ASSERT_EQ(line.compare(2, 2, "] "), 0) << line;
+    int rank = line[1] - '0';
+    per_rank[rank].push_back(line.substr(4));  // a line under the wrong prefix breaks the comparison below
+  }
+  ASSERT_EQ(per_rank.size(), 3u) << result.out;
+  for (int r = 0; r < 3; ++r) {
+    std::vector<std::string> expected = {"first-" + std::to_string(r)};
+    for (int i = 0; i < kLines; ++i) expected.push_back("line-" + std::to_string(r) + "-" + std::to_string(i));
+    expected.push_back("tail-" + std::to_string(r));
+    EXPECT_EQ(per_rank[r], expected) << "rank " << r;
+  }
+
+  std::vector<std::string> err_lines = split_lines(result.err);
+  std::multiset<std::string> err(err_lines.begin(), err_lines.end());
+  EXPECT_EQ(err, (std::multiset<std::string>{"[0] err-0", "[1] err-1", "[2] err-2", "[0] err-tail-0", "[1] err-tail-1",
+                                             "[2] err-tail-2"}))
+      << result.err;
+}
+
+TEST(TbcollRun, TagOutputPassesABrokenStdoutOnToTheRanks) {
+  // Without --tag-output `yes` would die of SIGPIPE; with it, the launcher must not keep it running.
+  Launcher launcher({"--tag-output", "-n", "2", "--", "yes"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return out.size() > 1000; }));
+  launcher.close_stdout();
+  RunResult result = launcher.finish();
+  EXPECT_EQ(result.exit_code, 128 + SIGPIPE) << result.err;
+  EXPECT_TRUE(contains(result.err, "killed by signal 13")) << result.err;
+}
+
+// ---- failures stop the job -------------------------------------------------------------------------------
+
+TEST(TbcollRun, FailingRankStopsTheJobWithItsStatus) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  RunResult result = run({"-n", "3", "--", "sh", "-c", failing_job_script(3, 1, "exit 3", dir.path())});
+  EXPECT_EQ(result.exit_code, 3) << result.err;
+  EXPECT_LT(result.seconds, 5) << "the other ranks must be stopped, not waited for";
+  EXPECT_TRUE(contains(result.err, "tbcoll-run: rank 1 exited with status 3")) << result.err;
+  std::vector<pid_t> pids = pids_in(result.out);
+  EXPECT_EQ(pids.size(), 4u) << result.out;  // shell and sleep of ranks 0 and 2
+  expect_all_gone(pids);
+}
+
+TEST(TbcollRun, RankKilledBySignalStopsTheJob) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  RunResult result = run({"-n", "3", "--", "sh", "-c", failing_job_script(3, 2, "kill -9 $$", dir.path())});
+  EXPECT_EQ(result.exit_code, 128 + SIGKILL) << result.err;
+  EXPECT_LT(result.seconds, 5);
+  EXPECT_TRUE(contains(result.err, "tbcoll-run: rank 2 killed by signal 9")) << result.err;
+  EXPECT_EQ(count_of(result.err, "tbcoll-run: rank"), 1u) << "only the first failure is reported:\n" << result.err;
+  std::vector<pid_t> pids = pids_in(result.out);
+  EXPECT_EQ(pids.size(), 4u) << result.out;
+  expect_all_gone(pids);
+}
+
+TEST(TbcollRun, MissingProgramExits127) {
+  RunResult result = run({"-n", "2", "--", "/nonexistent/tbcoll-no-such-program", "arg"});
+  EXPECT_EQ(result.exit_code, 127);
+  EXPECT_TRUE(contains(result.err, "tbcoll-run: cannot execute /nonexistent/tbcoll-no-such-program: ")) << result.err;
+  EXPECT_LT(result.seconds, 5);
+}
+
+TEST(TbcollRun, FindsProgramsOnPath) {
+  RunResult result = run({"-n", "2", "true"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(run({"-n", "2", "false"}).exit_code, 1);
+}
+
+TEST(TbcollRun, TimeoutKillsTheJobAndExits124) {
+  RunResult result = run({"--timeout", "1", "-n", "2", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"});
+  EXPECT_EQ(result.exit_code, 124) << result.err;
+  EXPECT_GE(result.seconds, 0.9);
+  EXPECT_LT(result.seconds, 5);
+  EXPECT_TRUE(contains(result.err, "timed out")) << result.err;
+  std::vector<pid_t> pids = pids_in(result.out);
+  EXPECT_EQ(pids.size(), 2u) << result.out;
+  expect_all_gone(pids);
+}
+
+// ---- signals sent to the launcher ------------------------------------------------------------------------
+
+TEST(TbcollRun, SigtermToLauncherTerminatesEveryRankAndItsChildren) {
+  Launcher launcher({"-n", "3", "--", "sh", "-c", kWaitingRank});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 6; }));
+  std::vector<pid_t> pids = pids_in(launcher.out());
+  for (size_t i = 0; i + 1 < pids.size(); i += 2) {
+    EXPECT_EQ(getpgid(pids[i]), pids[i]) << "each rank leads its own process group";
+    EXPECT_EQ(getpgid(pids[i + 1]), pids[i]) << "a rank's children stay in its group";
+  }
+  ASSERT_EQ(kill(launcher.pid(), SIGTERM), 0);
+  RunResult result = launcher.finish();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  EXPECT_LT(result.seconds, 5);
+  expect_all_gone(pids);
+}
+
+TEST(TbcollRun, ForwardsTheSignalItReceived) {
+  Launcher launcher({"-n", "2", "--", "sh", "-c", "trap 'echo got-HUP; exit 0' HUP; " + kWaitingRank});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 4; }));
+  ASSERT_EQ(kill(launcher.pid(), SIGHUP), 0);
+  RunResult result = launcher.finish();
+  EXPECT_EQ(count_of(result.out, "got-HUP\n"), 2u) << result.out;
+  EXPECT_EQ(result.exit_code, 128 + SIGHUP) << "a stopped job is not a success, even if every rank exited 0";
+  expect_all_gone(pids_in(result.out));
+}
+
+TEST(TbcollRun, RankIgnoringSigtermIsKilledAfterGracePeriod) {
+  Launcher launcher({"-n", "2", "--", "sh", "-c", "trap '' TERM; " + kWaitingRank});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 4; }));
+  auto signalled = Clock::now();
+  ASSERT_EQ(kill(launcher.pid(), SIGTERM), 0);
+  RunResult result = launcher.finish();
+  double seconds = seconds_since(signalled);
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  EXPECT_GE(seconds, 2.5) << "SIGKILL comes only after the grace period";
+  EXPECT_LT(seconds, 5);
+  EXPECT_TRUE(contains(result.err, "sending SIGKILL")) << result.err;
+  expect_all_gone(pids_in(result.out));
+}
+
+TEST(TbcollRun, ChildIgnoringSigtermDoesNotOutliveItsRank) {
+  // The rank's shell dies on SIGTERM at once; its child ignores SIGTERM and must be killed with it.
+  Launcher launcher({"-n", "2", "--", "sh", "-c", "(trap '' TERM; exec sleep 30) & echo \"pid $$ $!\"; wait"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 4; }));
+  ASSERT_EQ(kill(launcher.pid(), SIGTERM), 0);
+  RunResult result = launcher.finish();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  expect_all_gone(pids_in(result.out));
+}
+
+// ---- command line ----------------------------------------------------------------------------------------
+
+TEST(TbcollRun, BadCommandLinesExit2WithUsage) {
+  const std::vector<std::vector<std::string>> bad = {
+      {},
+      {"-n", "2"},
+      {"-n", "2", "--"},
+      {"true"},
+      {"-n", "0", "true"},
+      {"-n", "1025", "true"},
+      {"-n", "x", "true"},
+      {"-n"},
+      {"--bogus", "-n", "1", "true"},
+      {"-x", "NOEQUALS", "-n", "1", "true"},
+      {"--timeout", "0", "-n", "1", "true"},
+      {"--timeout", "soon", "-n", "1", "true"},
+  };
+  for (const std::vector<std::string>& args : bad) {
+    std::string joined;
+    for (const std::string& arg : args) joined += " " + arg;
+    RunResult result = run(args);
+    EXPECT_EQ(result.exit_code, 2) << "tbcoll-run" << joined;
+    EXPECT_TRUE(contains(result.err, "usage: tbcoll-run")) << "tbcoll-run" << joined << "\n" << result.err;
+    EXPECT_TRUE(result.out.empty()) << "tbcoll-run" << joined;
+  }
+}
+
+TEST(TbcollRun, HelpGoesToStdout) {
+  for (const char* flag : {"-h", "--help"}) {
+    RunResult result = run({flag});
+    EXPECT_EQ(result.exit_code, 0) << flag;
+    EXPECT_TRUE(contains(result.out, "usage: tbcoll-run")) << flag;
+    EXPECT_TRUE(result.err.empty()) << flag;
+  }
+}
+
+TEST(TbcollRun, OptionsAfterTheProgramBelongToTheProgram) {
+  RunResult result = run({"-n", "1", "echo", "-n", "5", "--tag-output"});
+  EXPECT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(result.out, "5 --tag-output");
+}
+
+}  // namespace

@@ -1,0 +1,160 @@
+// One conformance suite, run for every transport: ordering, sizes, non-blocking test(), mismatch
+// detection, aborts, and capability flags that match behaviour.
+#include <gtest/gtest.h>
+
+#include <future>
+#include <thread>
+
+#include "common/time.h"
+#include "tbcoll/transport.h"
+
+namespace tbcoll::transport {
+namespace {
+
+std::shared_ptr<Device> find_device(const std::string& name) {
+  for (auto& device : available_devices()) {
+    if (device->name() == name) return device;
+  }
+  return nullptr;
+}
+
+// Two contexts connected to each other from two threads; endpoints[0] is rank 0's endpoint to rank 1.
+struct Pair {
+  std::unique_ptr<Context> contexts[2];
+  std::unique_ptr<Endpoint> endpoints[2];
+};
+
+Pair connect_pair(Device& device, uint64_t comm_id) {
+  Pair pair;
+  for (int r = 0; r < 2; ++r) {
+    pair.contexts[r] = device.create_context({r, 2, "conformance", "127.0.0.1", comm_id, 10});
+  }
+  std::string addresses[2] = {pair.contexts[0]->address(), pair.contexts[1]->address()};
+  auto deadline = deadline_after(10);
+  auto other = std::async(std::launch::async, [&] { return pair.contexts[1]->connect({{0, addresses[0]}}, deadline); });
+  auto mine = pair.contexts[0]->connect({{1, addresses[1]}}, deadline);
+  auto theirs = other.get();
+  pair.endpoints[0] = std::move(mine.at(0));
+  pair.endpoints[1] = std::move(theirs.at(0));
+  return pair;
+}
+
+void wait(Request& request) {
+  auto deadline = deadline_after(10);
+  while (!request.test()) {
+    ASSERT_LT(Clock::now(), deadline) << "request did not complete";
+    request.block(std::chrono::microseconds(1000));
+  }
+}
+
+class Conformance : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    device_ = find_device(GetParam());
+    if (!device_) GTEST_SKIP() << GetParam() << " transport not built";
+    static uint64_t comm_id = 1000;
+    pair_ = connect_pair(*device_, ++comm_id);
+  }
+  std::shared_ptr<Device> device_;
+  Pair pair_;
+};
+
+TEST_P(Conformance, PeerRanksAreReported) {
+  EXPECT_EQ(pair_.endpoints[0]->peer(), 1);
+  EXPECT_EQ(pair_.endpoints[1]->peer(), 0);
+}
+
+TEST_P(Conformance, MessagesOfManySizesArriveIntactAndInOrder) {
+  std::vector<size_t> sizes = {0, 1, 31, 32, 33, 4096, 16383, 16384, 65537, 3 << 20};
+  std::vector<std::vector<uint8_t>> sent, got;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<uint8_t> data(sizes[i]);
+    for (size_t j = 0; j < data.size(); ++j) data[j] = static_cast<uint8_t>(j * 31 + i);
+    sent.push_back(data);
+    got.emplace_back(sizes[i], 0);
+  }
+  std::vector<std::unique_ptr<Request>> requests;
+  // Receives posted before and after the sends, both directions at once.
+  for (size_t i = 0; i < sizes.size(); ++i) requests.push_back(pair_.endpoints[1]->irecv(got[i].data(), sizes[i], {7, i}));
+  for (size_t i = 0; i < sizes.size(); ++i) requests.push_back(pair_.endpoints[0]->isend(sent[i].data(), sizes[i], {7, i}));
+  std::vector<uint8_t> back(1000), reply(1000, 9);
+  requests.push_back(pair_.endpoints[1]->isend(reply.data(), reply.size(), {8, 0}));
+  requests.push_back(pair_.endpoints[0]->irecv(back.data(), back.size(), {8, 0}));
+  // Progress everything round-robin, as a communicator does.
+  auto deadline = deadline_after(20);
+  bool all_done = false;
+  while (!all_done) {
+    all_done = true;
+    for (auto& request : requests) all_done &= request->test();
+    ASSERT_LT(Clock::now(), deadline);
+  }
+  for (size_t i = 0; i < sizes.size(); ++i) EXPECT_EQ(got[i], sent[i]) << "message " << i << " of " << sizes[i] << " B";
+  EXPECT_EQ(back, reply);
+}
+
+TEST_P(Conformance, TestNeverBlocksWhenNothingArrived) {
+  uint8_t byte = 0;
+  auto request = pair_.endpoints[0]->irecv(&byte, 1, {1, 1});
+  auto start = Clock::now();
+  for (int i = 0; i < 100; ++i) EXPECT_FALSE(request->test());
+  request->block(std::chrono::microseconds(2000));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(500));
+  uint8_t one = 1;
+  auto send = pair_.endpoints[1]->isend(&one, 1, {1, 1});
+  wait(*send);
+  wait(*request);
+  EXPECT_EQ(byte, 1);
+}
+
+TEST_P(Conformance, SizeAndSignatureMismatchesAreDetected) {
+  std::vector<uint8_t> data(100, 1), got(100);
+  auto send = pair_.endpoints[0]->isend(data.data(), 100, {5, 0xabc});
+  auto recv = pair_.endpoints[1]->irecv(got.data(), 99, {5, 0xabc});
+  try {
+    wait(*recv);
+    ADD_FAILURE() << "mismatched size accepted";
+  } catch (const MismatchError& error) {
+    EXPECT_EQ(error.peer(), 0);
+    EXPECT_EQ(error.expected_bytes(), 99u);
+    EXPECT_EQ(error.got_bytes(), 100u);
+  }
+  EXPECT_NE(got[0], 1) << "a mismatched message must not be copied";
+}
+
+TEST_P(Conformance, MetaMismatchIsDetected) {
+  std::vector<uint8_t> data(8, 1), got(8);
+  auto send = pair_.endpoints[0]->isend(data.data(), 8, {5, 0x111});
+  auto recv = pair_.endpoints[1]->irecv(got.data(), 8, {5, 0x222});
+  try {
+    wait(*recv);
+    ADD_FAILURE() << "mismatched signature accepted";
+  } catch (const MismatchError& error) {
+    EXPECT_EQ(error.expected_meta(), 0x222u);
+    EXPECT_EQ(error.got_meta(), 0x111u);
+  }
+}
+
+TEST_P(Conformance, AbortFailsThePeersPendingReceive) {
+  uint8_t byte = 0;
+  auto recv = pair_.endpoints[1]->irecv(&byte, 1, {1, 1});
+  pair_.contexts[0]->abort();
+  auto start = Clock::now();
+  EXPECT_THROW(wait(*recv), IoError);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5));
+}
+
+TEST_P(Conformance, CapabilitiesMatchBehaviour) {
+  Capabilities caps = device_->capabilities();
+  PeerInfo self{0, "hostA", 1}, same_process{1, "hostA", 1}, other_process{1, "hostA", 2}, other_host{1, "hostB", 3};
+  EXPECT_TRUE(device_->can_connect(self, same_process));
+  EXPECT_EQ(device_->can_connect(self, other_process), !caps.same_process_only);
+  EXPECT_EQ(device_->can_connect(self, other_host), !caps.same_host_only && !caps.same_process_only);
+  EXPECT_EQ(device_->can_connect(self, other_process), device_->can_connect(other_process, self)) << "symmetric";
+  EXPECT_GT(caps.latency_us, 0);
+  EXPECT_GT(caps.bandwidth_gbps, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values("loopback", "tcp"));
+
+}  // namespace
+}  // namespace tbcoll::transport

@@ -1,0 +1,151 @@
+// Stores, schedules' partition maths, tuner and signatures.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "algorithms/chunking.h"
+#include "common/env.h"
+#include "common/net.h"
+#include "common/time.h"
+#include "signature.h"
+#include "tbcoll/tbcoll.hpp"
+#include "tuner.h"
+
+namespace tbcoll {
+namespace {
+
+// second is another client of the same store (a TCP client serialises its calls, so a waiting get
+// must be answered by a set from elsewhere).
+void exercise_store(Store& store, Store& second) {
+  store.set("a", {1, 2}, deadline_after(5));
+  EXPECT_EQ(store.get("a", deadline_after(5)), (std::vector<uint8_t>{1, 2}));
+  std::thread later([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    second.set("late", {9}, deadline_after(5));
+  });
+  EXPECT_EQ(store.get("late", deadline_after(5)), (std::vector<uint8_t>{9})) << "get waits for the set";
+  later.join();
+  EXPECT_EQ(store.add("n", 2, deadline_after(5)), 2);
+  EXPECT_EQ(store.add("n", 3, deadline_after(5)), 5);
+  auto start = Clock::now();
+  EXPECT_THROW(store.get("never", deadline_after(0.2)), TimeoutError);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST(Store, InMemory) {
+  auto store = make_in_memory_store();
+  exercise_store(*store, *store);
+}
+
+TEST(Store, Tcp) {
+  TcpStoreServer server("127.0.0.1", 0, "t");
+  std::string address = "127.0.0.1:" + std::to_string(server.port());
+  auto store = connect_tcp_store(address, "t", deadline_after(5));
+  auto second = connect_tcp_store(address, "t", deadline_after(5));
+  exercise_store(*store, *second);
+  EXPECT_EQ(server.rejected_connections(), 0u);
+}
+
+TEST(Store, ConnectToNothingTimesOut) {
+  auto start = Clock::now();
+  EXPECT_THROW(connect_tcp_store("127.0.0.1:1", "t", deadline_after(0.3)), TimeoutError);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST(HostPort, ParsesAndRejects) {
+  auto hp = net::parse_host_port("10.0.0.1:29500", "root");
+  EXPECT_EQ(hp.host, "10.0.0.1");
+  EXPECT_EQ(hp.port, 29500);
+  EXPECT_EQ(net::parse_host_port("[::1]:80", "root").host, "::1");
+  EXPECT_THROW(net::parse_host_port("nohost", "root"), InvalidArgument);
+  EXPECT_THROW(net::parse_host_port("h:99999", "root"), InvalidArgument);
+  EXPECT_THROW(net::parse_host_port("h:12x", "root"), InvalidArgument);
+}
+
+TEST(Chunking, SegmentsCoverTheRangeExactly) {
+  for (size_t count : {0, 1, 7, 8, 4099}) {
+    for (int parts : {1, 2, 3, 7, 8}) {
+      size_t next = 0;
+      for (int i = 0; i < parts; ++i) {
+        algo::Piece piece = algo::segment(count, parts, i);
+        EXPECT_EQ(piece.offset, next);
+        EXPECT_LE(piece.count, count / parts + 1);
+        next += piece.count;
+      }
+      EXPECT_EQ(next, count);
+    }
+  }
+  auto pieces = algo::chunks({10, 25}, 10);
+  ASSERT_EQ(pieces.size(), 3u);
+  EXPECT_EQ(pieces[2].offset, 30u);
+  EXPECT_EQ(pieces[2].count, 5u);
+  EXPECT_TRUE(algo::chunks({0, 0}, 10).empty());
+  EXPECT_EQ(algo::mod(-1, 5), 4);
+}
+
+TEST(Tuner, DefaultsAndOverrides) {
+  TunerConfig config;
+  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 1 << 30, 1, config), Algorithm::kSelf);
+  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 8, 4, config), Algorithm::kDirect);
+  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 1 << 20, 4, config), Algorithm::kRing);
+  EXPECT_EQ(choose_algorithm(OpKind::kBroadcast, 8, 4, config), Algorithm::kTree);
+  EXPECT_EQ(choose_algorithm(OpKind::kBroadcast, 1 << 20, 4, config), Algorithm::kChain);
+  config.forced = "ring";
+  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 8, 4, config), Algorithm::kRing);
+  config.forced = "nonsense";
+  EXPECT_THROW(choose_algorithm(OpKind::kAllReduce, 8, 4, config), InvalidArgument);
+}
+
+TEST(Signature, DescribesCalls) {
+  EXPECT_EQ(describe_meta(make_meta(OpKind::kAllReduce, DataType::kBfloat16, ReduceOp::kMax, 0, 1024)),
+            "all_reduce(count=1024, bf16, max)");
+  EXPECT_EQ(describe_meta(make_meta(OpKind::kBroadcast, DataType::kInt8, ReduceOp::kSum, 3, 5)),
+            "broadcast(count=5, i8, root=3)");
+  EXPECT_NE(make_meta(OpKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 0, 1),
+            make_meta(OpKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, 0, 1));
+}
+
+TEST(Types, NamesRoundTrip) {
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    auto dtype = static_cast<DataType>(i);
+    EXPECT_EQ(parse_dtype(to_string(dtype)), dtype);
+  }
+  for (int i = 0; i < kNumReduceOps; ++i) EXPECT_EQ(parse_op(to_string(static_cast<ReduceOp>(i))), static_cast<ReduceOp>(i));
+  EXPECT_THROW(parse_dtype("f128"), InvalidArgument);
+  EXPECT_THROW(dtype_size(static_cast<DataType>(77)), InvalidArgument);
+}
+
+TEST(Env, EveryKnobHasHelpAndUnknownKnobsThrow) {
+  for (const auto& knob : env::knobs()) {
+    EXPECT_EQ(std::string(knob.name).rfind("TBCOLL_", 0), 0u);
+    EXPECT_GT(std::string(knob.help).size(), 10u) << knob.name;
+  }
+  EXPECT_THROW(env::get("TBCOLL_NOT_A_KNOB"), Error);
+  setenv("TBCOLL_SPIN_US", "abc", 1);
+  EXPECT_THROW(env::get_int("TBCOLL_SPIN_US"), InvalidArgument);
+  unsetenv("TBCOLL_SPIN_US");
+}
+
+TEST(Config, FromEnvFallsBackToLauncherVariables) {
+  for (const char* name : {"TBCOLL_RANK", "TBCOLL_WORLD_SIZE"}) unsetenv(name);
+  setenv("OMPI_COMM_WORLD_RANK", "2", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  Config config = Config::from_env();
+  EXPECT_EQ(config.rank, 2);
+  EXPECT_EQ(config.world_size, 4);
+  unsetenv("OMPI_COMM_WORLD_RANK");
+  unsetenv("OMPI_COMM_WORLD_SIZE");
+  setenv("SLURM_PROCID", "1", 1);
+  setenv("SLURM_NTASKS", "3", 1);
+  config = Config::from_env();
+  EXPECT_EQ(config.rank, 1);
+  EXPECT_EQ(config.world_size, 3);
+  setenv("TBCOLL_RANK", "0", 1);
+  EXPECT_EQ(Config::from_env().rank, 0) << "TBCOLL_RANK wins";
+  setenv("TBCOLL_RANK", "x", 1);
+  EXPECT_THROW(Config::from_env(), InvalidArgument);
+  for (const char* name : {"TBCOLL_RANK", "SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(name);
+}
+
+}  // namespace
+}  // namespace tbcoll

@@ -1,0 +1,562 @@
+// tbcoll-run: start N ranks of a program on this machine, a tiny single-host mpirun.
+//
+//   tbcoll-run -n N [--tag-output] [--timeout S] [-x NAME=VALUE]... [--] prog args...
+//
+// Every rank runs in its own process group, so a signal reaches the rank's whole subtree, and gets
+// TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT (127.0.0.1 and a
+// free port) and TBCOLL_TOKEN. The first rank to fail ends the job: every rank's group gets SIGTERM,
+// then SIGKILL after 3 s (or as soon as all ranks are gone, for what is left in their groups), and the
+// launcher exits with the failing rank's status (128+signal if it was killed). SIGINT, SIGTERM, SIGHUP
+// and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
+// kills at once. Signals reach the single poll() loop through a self-pipe; children are reaped with
+// waitpid(WNOHANG). Deliberately standalone: POSIX and the standard library only, no libtbcoll.
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+constexpr int kMaxRanks = 1024;
+constexpr int kExitLauncherError = 1;
+constexpr int kExitUsage = 2;
+constexpr int kExitTimeout = 124;
+constexpr int kExitCannotExecute = 127;
+constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+constexpr size_t kMaxLineBytes = 64 * 1024;  // a longer line is split so memory stays bounded
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kKillGrace = std::chrono::seconds(3);    // SIGTERM -> SIGKILL
+constexpr auto kOutputGrace = std::chrono::seconds(1);  // for pipes still held open by leftovers
+
+struct Options {
+  int world_size = 0;
+  bool tag_output = false;
+  double timeout_s = 0;                // 0: no time limit
+  std::vector<std::string> extra_env;  // NAME=VALUE from -x
+  std::vector<char*> prog_argv;        // null-terminated
+};
+
+void print_usage(FILE* out) {
+  std::fputs(
+      "usage: tbcoll-run -n N [options] [--] prog [args...]\n"
+      "Starts N copies of prog on this machine as tbcoll ranks 0..N-1.\n"
+      "  -n, -np N           number of ranks (1..1024, required)\n"
+      "  --tag-output        prefix every output line with \"[RANK] \"\n"
+      "  --timeout SECONDS   kill the job and exit 124 if it runs longer\n"
+      "  -x NAME=VALUE       set an extra environment variable in every rank (repeatable)\n"
+      "  -h, --help          show this help\n"
+      "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
+      "and TBCOLL_TOKEN (random unless already set). The first failing rank stops the job and its\n"
+      "status becomes the exit status (128+signal if it was killed by a signal).\n",
+      out);
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "tbcoll-run: %s\n", message.c_str());
+  print_usage(stderr);
+  return kExitUsage;
+}
+
+// Fills `opts` from the command line; returns an exit code when the launcher should stop right away.
+std::optional<int> parse_args(int argc, char** argv, Options& opts) {
+  int i = 1;
+  for (; i < argc && argv[i][0] == '-'; ++i) {
+    std::string arg = argv[i], value;
+    if (arg == "--") {
+      ++i;
+      break;
+    }
+    if (arg == "-h" || arg == "--help") {
+      print_usage(stdout);
+      return 0;
+    }
+    if (arg == "--tag-output") {
+      opts.tag_output = true;
+      continue;
+    }
+    if (arg.rfind("--timeout=", 0) == 0) {
+      value = arg.substr(arg.find('=') + 1);
+      arg = "--timeout";
+    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x") {
+      if (i + 1 >= argc) return usage_error("option " + arg + " needs a value");
+      value = argv[++i];
+    } else {
+      return usage_error("unknown option " + arg);
+    }
+    char* end = nullptr;
+    errno = 0;
+    if (arg == "-x") {
+      if (value.find('=') == std::string::npos || value[0] == '=') {
+        return usage_error("-x expects NAME=VALUE, got '" + value + "'");
+      }
+      opts.extra_env.push_back(value);
+    } else if (arg == "--timeout") {
+      opts.timeout_s = std::strtod(value.c_str(), &end);
+      if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(opts.timeout_s) || opts.timeout_s <= 0) {
+        return usage_error("bad timeout '" + value + "' (expected seconds > 0)");
+      }
+    } else {
+      long n = std::strtol(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxRanks) {
+        return usage_error("bad number of ranks '" + value + "' (expected 1.." + std::to_string(kMaxRanks) + ")");
+      }
+      opts.world_size = static_cast<int>(n);
+    }
+  }
+  if (opts.world_size == 0) return usage_error("the number of ranks (-n N) is required");
+  if (i >= argc) return usage_error("no program to run");
+  opts.prog_argv.assign(argv + i, argv + argc);
+  opts.prog_argv.push_back(nullptr);
+  return std::nullopt;
+}
+
+// ---- helpers ---------------------------------------------------------------------------------------------
+
+int g_signal_pipe[2] = {-1, -1};
+volatile std::sig_atomic_t g_caught[NSIG] = {};
+
+// Only records the signal and wakes the poll loop.
+void on_signal(int sig) {
+  int saved_errno = errno;
+  g_caught[sig] = 1;
+  unsigned char byte = 0;
+  ssize_t ignored = write(g_signal_pipe[1], &byte, 1);  // pipe full: a wake-up is already pending
+  (void)ignored;
+  errno = saved_errno;
+}
+
+// Both ends close-on-exec, so no rank inherits another rank's pipe or the launcher's. The read end,
+// always ours, is non-blocking; the write end only if asked (a rank's stdout must block).
+bool make_pipe(int fds[2], bool nonblocking_write) {
+  if (pipe(fds) != 0) return false;
+  for (int k = 0; k < 2; ++k) {
+    fcntl(fds[k], F_SETFD, FD_CLOEXEC);
+    if (k == 0 || nonblocking_write) fcntl(fds[k], F_SETFL, fcntl(fds[k], F_GETFL) | O_NONBLOCK);
+  }
+  return true;
+}
+
+void close_pipe(int fds[2]) {
+  for (int k = 0; k < 2; ++k) {
+    if (fds[k] >= 0) close(fds[k]);
+  }
+}
+
+// False if the reader is gone (EPIPE) or the descriptor is unusable.
+bool write_all(int fd, const std::string& data) {
+  for (size_t done = 0; done < data.size();) {
+    ssize_t n = write(fd, data.data() + done, data.size() - done);
+    if (n > 0) {
+      done += static_cast<size_t>(n);
+    } else if (n < 0 && errno == EAGAIN) {  // someone made our stdout non-blocking
+      pollfd pfd{fd, POLLOUT, 0};
+      poll(&pfd, 1, 100);
+    } else if (n >= 0 || errno != EINTR) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::optional<std::string> random_token() {
+  unsigned char bytes[8];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::nullopt;
+  ssize_t n = read(fd, bytes, sizeof(bytes));
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof(bytes))) return std::nullopt;
+  char hex[2 * sizeof(bytes) + 1];
+  for (size_t k = 0; k < sizeof(bytes); ++k) std::snprintf(hex + 2 * k, 3, "%02x", bytes[k]);
+  return std::string(hex);
+}
+
+// Binds 127.0.0.1:0 to let the kernel pick a free port; rank 0 binds it again shortly after.
+std::optional<int> pick_free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  close(fd);
+  if (!ok) return std::nullopt;
+  return ntohs(addr.sin_port);
+}
+
+// ---- the launcher ----------------------------------------------------------------------------------------
+
+// One of a rank's output pipes in --tag-output mode, with the bytes of its unfinished line.
+struct Stream {
+  int fd = -1;         // read end, -1 once closed
+  int target_fd = -1;  // the launcher's stdout or stderr
+  int rank = -1;
+  std::string pending;
+};
+
+struct Rank {
+  pid_t pid = -1;      // also its process group id; -1 if never started
+  std::string prefix;  // "[RANK] "
+  Stream out, err;
+};
+
+class Launcher {
+ public:
+  explicit Launcher(Options opts) : opts_(std::move(opts)), ranks_(opts_.world_size) {}
+
+  int run() {
+    if (!install_signal_handlers() || !setup_environment()) return kExitLauncherError;
+    if (opts_.tag_output) raise_fd_limit(2 * opts_.world_size + 64);
+    spawn_all();
+    if (opts_.timeout_s > 0) {
+      job_deadline_ =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+    }
+    loop();
+    for (Rank& rank : ranks_) {
+      close_stream(rank.out);
+      close_stream(rank.err);
+    }
+    return exit_code_.value_or(0);
+  }
+
+ private:
+  bool install_signal_handlers() {
+    if (!make_pipe(g_signal_pipe, true)) {
+      std::perror("tbcoll-run: pipe");
+      return false;
+    }
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&handled_set_);
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) {
+      sigaction(sig, nullptr, &original_action_[sig]);
+      // A signal ignored when we started (nohup, `&` in a script) stays ignored, for the ranks too.
+      if (sig != SIGCHLD && original_action_[sig].sa_handler == SIG_IGN) continue;
+      sigaction(sig, &action, nullptr);
+      sigaddset(&handled_set_, sig);
+    }
+    // Writing tagged output to a closed pipe must not kill the launcher and orphan the ranks.
+    struct sigaction ignore {};
+    ignore.sa_handler = SIG_IGN;
+    sigaction(SIGPIPE, &ignore, &original_action_[SIGPIPE]);
+    return true;
+  }
+
+  // Variables shared by all ranks go into our own environment, which fork() passes on; execvp()
+  // then searches the PATH the ranks will see. -x comes first so it cannot override TBCOLL_RANK & co.
+  bool setup_environment() {
+    for (const std::string& assignment : opts_.extra_env) {
+      size_t eq = assignment.find('=');
+      setenv(assignment.substr(0, eq).c_str(), assignment.c_str() + eq + 1, 1);
+    }
+    if (!std::getenv("TBCOLL_TOKEN")) {
+      std::optional<std::string> token = random_token();
+      if (!token) {
+        std::fprintf(stderr, "tbcoll-run: cannot read /dev/urandom: %s\n", std::strerror(errno));
+        return false;
+      }
+      setenv("TBCOLL_TOKEN", token->c_str(), 1);
+    }
+    std::optional<int> port = pick_free_port();
+    if (!port) {
+      std::fprintf(stderr, "tbcoll-run: cannot find a free TCP port on 127.0.0.1: %s\n", std::strerror(errno));
+      return false;
+    }
+    std::string size = std::to_string(opts_.world_size);
+    setenv("TBCOLL_WORLD_SIZE", size.c_str(), 1);
+    setenv("TBCOLL_LOCAL_SIZE", size.c_str(), 1);
+    setenv("TBCOLL_ROOT", ("127.0.0.1:" + std::to_string(*port)).c_str(), 1);
+    return true;
+  }
+
+  static void raise_fd_limit(rlim_t wanted) {
+    rlimit limit{};
+    if (getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= wanted) return;
+    limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+
+  void spawn_all() {
+    // Signals wait until every rank is started and in our tables; the children restore the mask.
+    sigset_t original_mask;
+    sigprocmask(SIG_BLOCK, &handled_set_, &original_mask);
+    int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    for (int r = 0; r < opts_.world_size; ++r) {
+      // Rank 0 reads our stdin unless it is a terminal: a background process group reading the
+      // terminal would be stopped by SIGTTIN.
+      int stdin_fd = (r == 0 && !isatty(STDIN_FILENO)) ? STDIN_FILENO : dev_null;
+      if (!spawn(r, stdin_fd, original_mask)) {
+        std::fprintf(stderr, "tbcoll-run: cannot start rank %d: %s\n", r, std::strerror(errno));
+        begin_abort(SIGTERM, kExitLauncherError);
+        break;
+      }
+    }
+    if (dev_null >= 0) close(dev_null);
+    sigprocmask(SIG_SETMASK, &original_mask, nullptr);
+  }
+
+  bool spawn(int r, int stdin_fd, const sigset_t& child_mask) {
+    Rank& rank = ranks_[r];
+    rank.prefix = "[" + std::to_string(r) + "] ";
+    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    if (opts_.tag_output && (!make_pipe(out_pipe, false) || !make_pipe(err_pipe, false))) {
+      int saved = errno;
+      close_pipe(out_pipe);
+      errno = saved;
+      return false;
+    }
+    std::string rank_str = std::to_string(r);
+    setenv("TBCOLL_RANK", rank_str.c_str(), 1);
+    setenv("TBCOLL_LOCAL_RANK", rank_str.c_str(), 1);
+    pid_t pid = fork();
+    if (pid == 0) exec_rank(stdin_fd, out_pipe[1], err_pipe[1], child_mask);  // never returns
+    int saved = errno;
+    if (pid < 0) {
+      close_pipe(out_pipe);
+      close_pipe(err_pipe);
+      errno = saved;
+      return false;
+    }
+    if (opts_.tag_output) {
+      close(out_pipe[1]);
+      close(err_pipe[1]);
+      rank.out = Stream{out_pipe[0], STDOUT_FILENO, r, {}};
+      rank.err = Stream{err_pipe[0], STDERR_FILENO, r, {}};
+    }
+    setpgid(pid, pid);  // the child does it too: whichever runs first wins the race, and both agree
+    rank.pid = pid;
+    rank_of_pid_[pid] = r;
+    ++running_;
+    return true;
+  }
+
+  // In the child between fork() and exec: restore the signal state the launcher started with.
+  [[noreturn]] void exec_rank(int stdin_fd, int out_fd, int err_fd, const sigset_t& child_mask) {
+    for (int sig : kForwardedSignals) sigaction(sig, &original_action_[sig], nullptr);
+    sigaction(SIGCHLD, &original_action_[SIGCHLD], nullptr);
+    sigaction(SIGPIPE, &original_action_[SIGPIPE], nullptr);
+    sigprocmask(SIG_SETMASK, &child_mask, nullptr);
+    setpgid(0, 0);
+    if (stdin_fd >= 0 && stdin_fd != STDIN_FILENO) dup2(stdin_fd, STDIN_FILENO);
+    if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
+    if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
+    execvp(opts_.prog_argv[0], opts_.prog_argv.data());
+    char message[1024];
+    int len = std::snprintf(message, sizeof(message), "tbcoll-run: cannot execute %s: %s\n", opts_.prog_argv[0],
+                            std::strerror(errno));
+    ssize_t ignored = write(STDERR_FILENO, message, std::min(static_cast<size_t>(len), sizeof(message) - 1));
+    (void)ignored;
+    _exit(kExitCannotExecute);
+  }
+
+  void loop() {
+    std::optional<Clock::time_point> output_deadline;
+    std::vector<pollfd> fds;
+    std::vector<Stream*> streams;  // streams[i] belongs to fds[i + 1]
+    for (;;) {
+      auto now = Clock::now();
+      if (job_deadline_ && !aborting_ && now >= *job_deadline_) {
+        std::fprintf(stderr, "tbcoll-run: job timed out after %g s, terminating all ranks\n", opts_.timeout_s);
+        begin_abort(SIGTERM, kExitTimeout);
+      }
+      if (aborting_ && !killed_ && now >= kill_at_) {
+        std::fprintf(stderr, "tbcoll-run: ranks still running %lld s after being told to stop, sending SIGKILL\n",
+                     static_cast<long long>(kKillGrace.count()));
+        kill_all();
+      }
+      // An aborted job leaves nothing behind: once every rank has exited, whatever is still in their
+      // process groups (children that outlived their rank) is killed too.
+      if (running_ == 0 && aborting_ && !killed_) kill_all();
+      if (running_ == 0 && !output_deadline) output_deadline = now + kOutputGrace;
+      if (output_deadline && now >= *output_deadline) break;
+
+      fds.assign(1, pollfd{g_signal_pipe[0], POLLIN, 0});
+      streams.clear();
+      for (Rank& rank : ranks_) {
+        for (Stream* stream : {&rank.out, &rank.err}) {
+          if (stream->fd < 0) continue;
+          fds.push_back(pollfd{stream->fd, POLLIN, 0});
+          streams.push_back(stream);
+        }
+      }
+      if (running_ == 0 && streams.empty()) break;
+
+      std::optional<Clock::time_point> wake = output_deadline;
+      if (job_deadline_ && !aborting_) wake = std::min(wake.value_or(*job_deadline_), *job_deadline_);
+      if (aborting_ && !killed_) wake = std::min(wake.value_or(kill_at_), kill_at_);
+      int timeout_ms = -1;
+      if (wake) {
+        auto ms = std::chrono::ceil<std::chrono::milliseconds>(*wake - now).count();
+        timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
+      }
+
+      int ready = poll(fds.data(), fds.size(), timeout_ms);
+      if (ready < 0 && errno != EINTR) {
+        std::perror("tbcoll-run: poll");
+        if (!exit_code_) exit_code_ = kExitLauncherError;
+        kill_all();
+      }
+      unsigned char drain[256];
+      while (read(g_signal_pipe[0], drain, sizeof(drain)) > 0) {
+      }
+      handle_signals();
+      reap();
+      for (size_t i = 0; ready > 0 && i < streams.size(); ++i) {
+        if (fds[i + 1].revents != 0) read_stream(*streams[i]);
+      }
+    }
+  }
+
+  void handle_signals() {
+    for (int sig : kForwardedSignals) {
+      if (!g_caught[sig]) continue;
+      g_caught[sig] = 0;
+      if (aborting_) {
+        std::fprintf(stderr, "tbcoll-run: caught signal %d (%s) while stopping the job, killing all ranks\n", sig,
+                     strsignal(sig));
+        kill_all();
+      } else {
+        std::fprintf(stderr, "tbcoll-run: caught signal %d (%s), forwarding to all ranks\n", sig, strsignal(sig));
+        begin_abort(sig, 128 + sig);
+      }
+    }
+    g_caught[SIGCHLD] = 0;  // reap() runs on every wake-up anyway
+  }
+
+  void reap() {
+    int status = 0;
+    for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
+      auto it = rank_of_pid_.find(pid);
+      if (it == rank_of_pid_.end() || (!WIFEXITED(status) && !WIFSIGNALED(status))) continue;
+      int r = it->second;
+      --running_;
+      // Only the first failure is news; the ones after it are our own doing.
+      if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || aborting_) continue;
+      int code;
+      if (WIFEXITED(status)) {
+        code = WEXITSTATUS(status);
+        std::fprintf(stderr, "tbcoll-run: rank %d exited with status %d\n", r, code);
+      } else {
+        code = 128 + WTERMSIG(status);
+        std::fprintf(stderr, "tbcoll-run: rank %d killed by signal %d (%s)\n", r, WTERMSIG(status),
+                     strsignal(WTERMSIG(status)));
+      }
+      begin_abort(SIGTERM, code);
+    }
+  }
+
+  void read_stream(Stream& stream) {
+    if (stream.fd < 0) return;
+    char buffer[64 * 1024];
+    ssize_t n = read(stream.fd, buffer, sizeof(buffer));
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+    if (n <= 0) return close_stream(stream);
+    stream.pending.append(buffer, static_cast<size_t>(n));
+    if (!emit_lines(stream, false)) drop_target(stream.target_fd);
+  }
+
+  // Our stdout or stderr has no reader any more: close the ranks' pipes to it as well, so their next
+  // write fails (SIGPIPE) just as it would have without --tag-output.
+  void drop_target(int target_fd) {
+    for (Rank& rank : ranks_) {
+      for (Stream* stream : {&rank.out, &rank.err}) {
+        if (stream->target_fd == target_fd) close_stream(*stream, false);
+      }
+    }
+  }
+
+  // Writes each complete line with the rank's prefix, in one write() per batch so lines from
+  // different ranks never interleave mid-line. At EOF an unterminated last line gets a newline.
+  bool emit_lines(Stream& stream, bool at_eof) {
+    const std::string& prefix = ranks_[stream.rank].prefix;
+    std::string out;
+    size_t start = 0;
+    for (size_t newline; (newline = stream.pending.find('\n', start)) != std::string::npos; start = newline + 1) {
+      out += prefix;
+      out.append(stream.pending, start, newline + 1 - start);
+    }
+    stream.pending.erase(0, start);
+    if (!stream.pending.empty() && (at_eof || stream.pending.size() >= kMaxLineBytes)) {
+      out += prefix + stream.pending + '\n';
+      stream.pending.clear();
+    }
+    return out.empty() || write_all(stream.target_fd, out);
+  }
+
+  void close_stream(Stream& stream, bool flush = true) {
+    if (stream.fd < 0) return;
+    if (flush) emit_lines(stream, true);
+    stream.pending.clear();
+    close(stream.fd);
+    stream.fd = -1;
+  }
+
+  // Ends the job: `sig` to every rank's process group, SIGKILL after the grace period.
+  void begin_abort(int sig, int exit_code) {
+    if (!exit_code_) exit_code_ = exit_code;
+    if (aborting_) return;
+    aborting_ = true;
+    kill_at_ = Clock::now() + kKillGrace;
+    signal_groups(sig);
+  }
+
+  void kill_all() {
+    aborting_ = killed_ = true;
+    signal_groups(SIGKILL);
+  }
+
+  // Groups of ranks that already exited are included: they may still hold the rank's children.
+  void signal_groups(int sig) const {
+    for (const Rank& rank : ranks_) {
+      if (rank.pid > 0) killpg(rank.pid, sig);
+    }
+  }
+
+  Options opts_;
+  std::vector<Rank> ranks_;
+  std::unordered_map<pid_t, int> rank_of_pid_;
+  int running_ = 0;
+  std::optional<int> exit_code_;  // set by the first event that ends the job early
+  bool aborting_ = false;
+  bool killed_ = false;  // SIGKILL sent to every group
+  Clock::time_point kill_at_;
+  std::optional<Clock::time_point> job_deadline_;
+  sigset_t handled_set_{};
+  struct sigaction original_action_[NSIG] = {};
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // Pipes created below must never become fd 0-2, or dup2() in the child would clobber them.
+  for (int fd = 0; fd <= 2; ++fd) {
+    if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
+  }
+  Options opts;
+  if (std::optional<int> code = parse_args(argc, argv, opts)) return *code;
+  return Launcher(std::move(opts)).run();
+}

@@ -1,0 +1,133 @@
+#include "transports/loopback/endpoint.h"
+
+#include <cstring>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+
+namespace tbcoll::loopback {
+
+std::shared_ptr<Mailbox> mailbox(uint64_t comm_id, int src, int dst) {
+  static std::mutex registry_mutex;
+  static std::map<std::tuple<uint64_t, int, int>, std::weak_ptr<Mailbox>> registry;
+  std::lock_guard<std::mutex> lock(registry_mutex);
+  // Drop entries whose endpoints are gone, so long-running processes don't accumulate them.
+  for (auto it = registry.begin(); it != registry.end();) {
+    it = it->second.expired() ? registry.erase(it) : std::next(it);
+  }
+  auto& slot = registry[{comm_id, src, dst}];
+  std::shared_ptr<Mailbox> box = slot.lock();
+  if (!box) {
+    box = std::make_shared<Mailbox>();
+    slot = box;
+  }
+  return box;
+}
+
+namespace {
+
+class DoneRequest final : public transport::Request {
+ public:
+  bool test() override { return true; }
+  void block(std::chrono::microseconds) override {}
+};
+
+class RecvRequest final : public transport::Request {
+ public:
+  RecvRequest(std::shared_ptr<Mailbox> inbox, uint64_t ticket, void* buf, size_t bytes, transport::Tag tag, int rank,
+              int peer)
+      : inbox_(std::move(inbox)), ticket_(ticket), buf_(buf), bytes_(bytes), tag_(tag), rank_(rank), peer_(peer) {}
+
+  ~RecvRequest() override {
+    if (done_) return;
+    // An abandoned receive would desynchronise the ticket order: close the channel instead.
+    std::lock_guard<std::mutex> lock(inbox_->mutex);
+    inbox_->closed = true;
+    inbox_->arrived.notify_all();
+  }
+
+  bool test() override {
+    if (done_) return true;
+    std::unique_lock<std::mutex> lock(inbox_->mutex);
+    return try_complete(lock);
+  }
+
+  void block(std::chrono::microseconds max_wait) override {
+    std::unique_lock<std::mutex> lock(inbox_->mutex);
+    inbox_->arrived.wait_for(lock, max_wait, [&] { return inbox_->closed || ready(); });
+  }
+
+ private:
+  bool ready() const { return inbox_->next_recv_ticket == ticket_ && !inbox_->messages.empty(); }
+
+  bool try_complete(std::unique_lock<std::mutex>&) {
+    if (inbox_->closed && !ready()) {
+      throw IoError(fmt::format("[loopback] rank {}: connection to peer {} closed (peer aborted or gone)", rank_,
+                                peer_));
+    }
+    if (!ready()) return false;
+    Mailbox::Message& message = inbox_->messages.front();
+    if (message.tag.tag != tag_.tag || message.tag.meta != tag_.meta || message.bytes.size() != bytes_) {
+      auto got_meta = message.tag.meta;
+      auto got_bytes = message.bytes.size();
+      inbox_->closed = true;
+      throw MismatchError(fmt::format("[loopback] rank {}: message from peer {} does not match: expected tag {} "
+                                      "meta {:#x} {} B, got tag {} meta {:#x} {} B",
+                                      rank_, peer_, tag_.tag, tag_.meta, bytes_, message.tag.tag, got_meta, got_bytes),
+                          peer_, tag_.meta, got_meta, bytes_, got_bytes);
+    }
+    if (bytes_ > 0) std::memcpy(buf_, message.bytes.data(), bytes_);
+    inbox_->messages.pop_front();
+    inbox_->next_recv_ticket++;
+    inbox_->arrived.notify_all();
+    done_ = true;
+    return true;
+  }
+
+  std::shared_ptr<Mailbox> inbox_;
+  uint64_t ticket_;
+  void* buf_;
+  size_t bytes_;
+  transport::Tag tag_;
+  int rank_;
+  int peer_;
+  bool done_ = false;
+};
+
+}  // namespace
+
+Endpoint::Endpoint(int rank, int peer, uint64_t comm_id)
+    : rank_(rank), peer_(peer), outbox_(mailbox(comm_id, rank, peer)), inbox_(mailbox(comm_id, peer, rank)) {}
+
+Endpoint::~Endpoint() { abort(); }
+
+void Endpoint::abort() {
+  for (auto* box : {outbox_.get(), inbox_.get()}) {
+    std::lock_guard<std::mutex> lock(box->mutex);
+    box->closed = true;
+    box->arrived.notify_all();
+  }
+}
+
+std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
+  std::lock_guard<std::mutex> lock(outbox_->mutex);
+  if (outbox_->closed) {
+    throw IoError(fmt::format("[loopback] rank {}: connection to peer {} closed (peer aborted or gone)", rank_, peer_));
+  }
+  const auto* begin = static_cast<const uint8_t*>(buf);
+  outbox_->messages.push_back({tag, std::vector<uint8_t>(begin, begin + bytes)});
+  outbox_->arrived.notify_all();
+  return std::make_unique<DoneRequest>();
+}
+
+std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
+  uint64_t ticket;
+  {
+    std::lock_guard<std::mutex> lock(inbox_->mutex);
+    ticket = inbox_->recv_tickets_issued++;
+  }
+  return std::make_unique<RecvRequest>(inbox_, ticket, buf, bytes, tag, rank_, peer_);
+}
+
+}  // namespace tbcoll::loopback

@@ -1,0 +1,231 @@
+// TCP context: a listener per communicator and the connection handshake.
+//
+// Rank r connects to every peer with a lower rank and accepts every peer with a higher rank, so no two ranks
+// wait on each other in a cycle. The connector sends Hello|token; the acceptor checks magic, protocol
+// version, job token, communicator id and ranks, and answers with a Welcome. A bad handshake (garbage, wrong
+// token, old version, unknown rank) is logged and closed while the acceptor keeps waiting for real peers.
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <fmt/format.h>
+
+#include "common/env.h"
+#include "common/log.h"
+#include "common/net.h"
+#include "common/time.h"
+#include "transports/registry.h"
+#include "transports/tcp/endpoint.h"
+#include "transports/tcp/wire.h"
+
+namespace tbcoll::tcp {
+namespace {
+
+constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+
+void set_buffers(int fd) {
+  long long bytes = env::get_int("TBCOLL_TCP_BUFFER_BYTES");
+  if (bytes <= 0) return;
+  int value = static_cast<int>(bytes);
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof(value));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, sizeof(value));
+}
+
+class Context final : public transport::Context {
+ public:
+  explicit Context(const transport::ContextArgs& args) : args_(args) {
+    if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
+    std::string host = env::get("TBCOLL_SOCKET_ADDR");
+    if (host.empty()) host = args_.bind_host.empty() ? "127.0.0.1" : args_.bind_host;
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+    addrinfo* found = nullptr;
+    int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
+    if (rc != 0) throw IoError(fmt::format("[tcp] rank {}: bad listen address {:?}: {}", args_.rank, host, gai_strerror(rc)));
+    listen_fd_ = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (listen_fd_ < 0 || bind(listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || listen(listen_fd_, 128) != 0) {
+      std::string why = strerror(errno);
+      freeaddrinfo(found);
+      if (listen_fd_ >= 0) close(listen_fd_);
+      throw IoError(fmt::format("[tcp] rank {}: cannot listen on {}: {}", args_.rank, host, why));
+    }
+    freeaddrinfo(found);
+    sockaddr_storage bound{};
+    socklen_t len = sizeof(bound);
+    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
+    int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                           : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    address_ = host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+  }
+
+  ~Context() override {
+    if (listen_fd_ >= 0) close(listen_fd_);
+  }
+
+  std::string address() const override { return address_; }
+
+  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
+                                                            Deadline deadline) override {
+    std::map<int, int> fds;  // peer rank -> connected socket
+    try {
+      for (const auto& peer : peers) {
+        if (peer.rank < args_.rank) fds[peer.rank] = connect_to(peer, deadline);
+      }
+      std::map<int, bool> expected;
+      for (const auto& peer : peers) {
+        if (peer.rank > args_.rank) expected[peer.rank] = true;
+      }
+      accept_from(expected, fds, deadline);
+    } catch (...) {
+      for (auto& [rank, fd] : fds) close(fd);
+      throw;
+    }
+    close(listen_fd_);  // everyone is connected: later connection attempts are simply refused
+    listen_fd_ = -1;
+    std::vector<std::unique_ptr<transport::Endpoint>> out;
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& peer : peers) {
+      auto endpoint = std::make_unique<Endpoint>(fds.at(peer.rank), args_.rank, peer.rank);
+      endpoints_.push_back(endpoint.get());
+      out.push_back(std::move(endpoint));
+    }
+    return out;
+  }
+
+  void abort() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (Endpoint* endpoint : endpoints_) endpoint->abort();
+  }
+
+ private:
+  int connect_to(const transport::PeerAddress& peer, Deadline deadline) {
+    std::string who = fmt::format("[tcp] rank {}: connecting to peer {} at {}", args_.rank, peer.rank, peer.address);
+    int fd = net::connect_tcp(net::parse_host_port(peer.address, "peer address"), deadline, who);
+    try {
+      set_buffers(fd);
+      Hello hello{kHelloMagic, kProtocolVersion, static_cast<uint16_t>(args_.token.size()), args_.rank, peer.rank,
+                  args_.comm_id};
+      std::vector<uint8_t> out(sizeof(hello) + args_.token.size());
+      std::memcpy(out.data(), &hello, sizeof(hello));
+      std::memcpy(out.data() + sizeof(hello), args_.token.data(), args_.token.size());
+      net::write_all(fd, out.data(), out.size(), deadline, who);
+      Welcome welcome{};
+      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who);
+      if (welcome.magic != kHelloMagic) throw RemoteError(who + ": the peer does not speak the tbcoll protocol");
+      if (welcome.status != 0) {
+        throw InvalidUsage(fmt::format("{}: rejected by the peer: {}", who, welcome_status_name(welcome.status)));
+      }
+      return fd;
+    } catch (...) {
+      close(fd);
+      throw;
+    }
+  }
+
+  // Reads and checks one handshake; returns the peer rank, or -1 after rejecting the connection.
+  int handshake(int fd, const std::map<int, bool>& expected, const std::map<int, int>& have, Deadline deadline) {
+    std::string who = fmt::format("[tcp] rank {}: handshake", args_.rank);
+    Deadline limit = std::min(deadline, Clock::now() + kHandshakeTimeout);
+    Hello hello{};
+    try {
+      net::read_exact(fd, &hello, sizeof(hello), limit, who);
+      WelcomeStatus status = WelcomeStatus::kAccepted;
+      std::string token;
+      if (hello.magic != kHelloMagic) {
+        log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank, hello.magic);
+        return -1;  // garbage: don't even answer
+      }
+      if (hello.token_len > kMaxTokenBytes) {
+        status = WelcomeStatus::kBadToken;
+      } else {
+        token.resize(hello.token_len);
+        net::read_exact(fd, token.data(), token.size(), limit, who);
+      }
+      if (status == WelcomeStatus::kAccepted && hello.version != kProtocolVersion) status = WelcomeStatus::kBadVersion;
+      if (status == WelcomeStatus::kAccepted && token != args_.token) status = WelcomeStatus::kBadToken;
+      if (status == WelcomeStatus::kAccepted && hello.comm_id != args_.comm_id) status = WelcomeStatus::kBadComm;
+      if (status == WelcomeStatus::kAccepted &&
+          (hello.to_rank != args_.rank || expected.count(hello.from_rank) == 0 || have.count(hello.from_rank) != 0)) {
+        status = WelcomeStatus::kBadRank;
+      }
+      Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
+      net::write_all(fd, &welcome, sizeof(welcome), limit, who);
+      if (status != WelcomeStatus::kAccepted) {
+        log::warn("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank,
+                  hello.from_rank, hello.version, welcome_status_name(static_cast<uint32_t>(status)));
+        return -1;
+      }
+      return hello.from_rank;
+    } catch (const Error& error) {
+      log::warn("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank, error.what());
+      return -1;
+    }
+  }
+
+  void accept_from(const std::map<int, bool>& expected, std::map<int, int>& fds, Deadline deadline) {
+    size_t accepted = 0;
+    while (accepted < expected.size()) {
+      pollfd pfd{listen_fd_, POLLIN, 0};
+      int left = remaining_ms(deadline);
+      int ready = left > 0 ? poll(&pfd, 1, std::min(left, 100)) : 0;
+      if (ready <= 0) {
+        if (Clock::now() < deadline) continue;
+        std::string missing;
+        for (const auto& [rank, unused] : expected) {
+          if (fds.count(rank) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+        }
+        throw TimeoutError(fmt::format("[tcp] rank {}: peers {} did not connect before the deadline", args_.rank, missing));
+      }
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) continue;
+      net::make_fast(fd);
+      set_buffers(fd);
+      int rank = handshake(fd, expected, fds, deadline);
+      if (rank < 0) {
+        close(fd);
+        continue;
+      }
+      fds[rank] = fd;
+      accepted++;
+    }
+  }
+
+  transport::ContextArgs args_;
+  int listen_fd_ = -1;
+  std::string address_;
+  std::mutex mutex_;
+  std::vector<Endpoint*> endpoints_;
+};
+
+class Device final : public transport::Device {
+ public:
+  std::string name() const override { return "tcp"; }
+  transport::Capabilities capabilities() const override {
+    transport::Capabilities caps;
+    caps.latency_us = 5;
+    caps.bandwidth_gbps = 3;
+    return caps;
+  }
+  bool can_connect(const transport::PeerInfo&, const transport::PeerInfo&) const override { return true; }
+  std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
+    return std::make_unique<Context>(args);
+  }
+};
+
+}  // namespace
+}  // namespace tbcoll::tcp
+
+namespace tbcoll::transport {
+std::shared_ptr<Device> make_tcp_device() { return std::make_shared<tcp::Device>(); }
+}  // namespace tbcoll::transport

@@ -1,0 +1,202 @@
+#include "transports/tcp/endpoint.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace tbcoll::tcp {
+namespace {
+
+class Request final : public transport::Request {
+ public:
+  Request(Endpoint* endpoint, std::shared_ptr<Operation> op) : endpoint_(endpoint), op_(std::move(op)) {}
+  ~Request() override {
+    if (!op_->complete) endpoint_->abandon(op_);
+  }
+  bool test() override {
+    if (op_->complete) return true;
+    endpoint_->progress();
+    return op_->complete;
+  }
+  void block(std::chrono::microseconds max_wait) override {
+    if (!op_->complete) endpoint_->block(max_wait);
+  }
+
+ private:
+  Endpoint* endpoint_;
+  std::shared_ptr<Operation> op_;
+};
+
+}  // namespace
+
+Endpoint::Endpoint(int fd, int rank, int peer) : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes) {}
+
+Endpoint::~Endpoint() { close(fd_); }
+
+void Endpoint::fail(const std::string& message) {
+  if (broken_.empty()) broken_ = message;
+  throw IoError(message);
+}
+
+void Endpoint::abort() {
+  aborted_ = true;
+  shutdown(fd_, SHUT_RDWR);
+}
+
+void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
+  if (broken_.empty()) {
+    broken_ = fmt::format("[tcp] rank {}: connection to peer {} is out of sync (an operation was abandoned)", rank_,
+                          peer_);
+  }
+  for (auto* queue : {&sends_, &recvs_}) {
+    for (auto& queued : *queue) {
+      if (queued == op) queued->buf = nullptr;
+    }
+  }
+}
+
+std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
+  auto op = std::make_shared<Operation>();
+  op->is_send = true;
+  op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
+  op->bytes = bytes;
+  op->tag = tag;
+  op->header = MessageHeader{kMessageMagic, 0, tag.tag, tag.meta, bytes};
+  sends_.push_back(op);
+  auto request = std::make_unique<Request>(this, op);
+  // Start right away: small messages leave in this call and the caller's first test() finds them done.
+  if (sends_.size() == 1 && broken_.empty()) progress_sends();
+  return request;
+}
+
+std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
+  auto op = std::make_shared<Operation>();
+  op->buf = static_cast<uint8_t*>(buf);
+  op->bytes = bytes;
+  op->tag = tag;
+  recvs_.push_back(op);
+  return std::make_unique<Request>(this, op);
+}
+
+void Endpoint::progress() {
+  if (!broken_.empty()) throw IoError(broken_);
+  if (aborted_) fail(fmt::format("[tcp] rank {}: connection to peer {} was aborted", rank_, peer_));
+  progress_sends();
+  progress_recvs();
+}
+
+void Endpoint::progress_sends() {
+  while (!sends_.empty()) {
+    Operation& op = *sends_.front();
+    iovec iov[2];
+    int count = 0;
+    size_t header_left = op.done < sizeof(MessageHeader) ? sizeof(MessageHeader) - op.done : 0;
+    if (header_left > 0) {
+      iov[count++] = {reinterpret_cast<uint8_t*>(&op.header) + op.done, header_left};
+      if (op.bytes > 0) iov[count++] = {op.buf, op.bytes};
+    } else {
+      size_t payload_done = op.done - sizeof(MessageHeader);
+      iov[count++] = {op.buf + payload_done, op.bytes - payload_done};
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = count;
+    ssize_t sent = sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (sent < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      fail(fmt::format("[tcp] rank {}: send to peer {} failed: {} (peer gone?)", rank_, peer_, strerror(errno)));
+    }
+    op.done += static_cast<size_t>(sent);
+    if (op.done < sizeof(MessageHeader) + op.bytes) return;  // socket full
+    op.complete = true;
+    sends_.pop_front();
+  }
+}
+
+bool Endpoint::fill_staging() {
+  if (staging_begin_ == staging_end_) staging_begin_ = staging_end_ = 0;
+  if (staging_begin_ > 0 && staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
+    std::memmove(staging_.data(), staging_.data() + staging_begin_, staging_end_ - staging_begin_);
+    staging_end_ -= staging_begin_;
+    staging_begin_ = 0;
+  }
+  ssize_t got = recv(fd_, staging_.data() + staging_end_, staging_.size() - staging_end_, MSG_DONTWAIT);
+  if (got > 0) {
+    staging_end_ += static_cast<size_t>(got);
+    return true;
+  }
+  if (got == 0) fail(fmt::format("[tcp] rank {}: peer {} closed the connection", rank_, peer_));
+  if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
+  fail(fmt::format("[tcp] rank {}: receive from peer {} failed: {}", rank_, peer_, strerror(errno)));
+}
+
+void Endpoint::check_header(Operation& op, const MessageHeader& header) {
+  if (header.magic != kMessageMagic) {
+    fail(fmt::format("[tcp] rank {}: garbage from peer {} (bad message magic {:#x})", rank_, peer_, header.magic));
+  }
+  if (header.tag != op.tag.tag || header.meta != op.tag.meta || header.bytes != op.bytes) {
+    std::string what = fmt::format(
+        "[tcp] rank {}: message from peer {} does not match: expected tag {} meta {:#x} {} B, got tag {} meta "
+        "{:#x} {} B",
+        rank_, peer_, op.tag.tag, op.tag.meta, op.bytes, header.tag, header.meta, header.bytes);
+    broken_ = what;
+    throw MismatchError(what, peer_, op.tag.meta, header.meta, op.bytes, header.bytes);
+  }
+}
+
+void Endpoint::progress_recvs() {
+  while (!recvs_.empty()) {
+    Operation& op = *recvs_.front();
+    if (!op.header_done) {
+      while (staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
+        if (!fill_staging()) return;
+      }
+      MessageHeader header;
+      std::memcpy(&header, staging_.data() + staging_begin_, sizeof(header));
+      check_header(op, header);
+      staging_begin_ += sizeof(header);
+      op.header_done = true;
+    }
+    while (op.done < op.bytes) {
+      size_t want = op.bytes - op.done;
+      size_t buffered = staging_end_ - staging_begin_;
+      if (buffered > 0) {
+        size_t take = std::min(want, buffered);
+        if (op.buf != nullptr) std::memcpy(op.buf + op.done, staging_.data() + staging_begin_, take);
+        staging_begin_ += take;
+        op.done += take;
+        continue;
+      }
+      if (want >= kDirectReadBytes && op.buf != nullptr) {
+        ssize_t got = recv(fd_, op.buf + op.done, want, MSG_DONTWAIT);
+        if (got > 0) {
+          op.done += static_cast<size_t>(got);
+          continue;
+        }
+        if (got == 0) fail(fmt::format("[tcp] rank {}: peer {} closed the connection", rank_, peer_));
+        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+        fail(fmt::format("[tcp] rank {}: receive from peer {} failed: {}", rank_, peer_, strerror(errno)));
+      }
+      if (!fill_staging()) return;
+    }
+    op.complete = true;
+    recvs_.pop_front();
+  }
+}
+
+void Endpoint::block(std::chrono::microseconds max_wait) {
+  pollfd pfd{fd_, 0, 0};
+  if (!recvs_.empty()) pfd.events |= POLLIN;
+  if (!sends_.empty()) pfd.events |= POLLOUT;
+  if (pfd.events == 0) return;
+  int ms = static_cast<int>((max_wait.count() + 999) / 1000);
+  poll(&pfd, 1, ms);
+}
+
+}  // namespace tbcoll::tcp

@@ -1,0 +1,68 @@
+// TCP endpoint: one non-blocking socket per peer, driven by the caller's thread (no I/O thread, so small
+// messages cost one send and one receive system call). Sends and receives queue FIFO; progress() moves as
+// many bytes as the socket takes without blocking. Payloads above kDirectReadBytes are read straight into
+// the user's buffer; smaller ones come through a staging buffer so one recv() can take header and payload.
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "tbcoll/transport.h"
+#include "transports/tcp/wire.h"
+
+namespace tbcoll::tcp {
+
+struct Operation {
+  bool is_send = false;
+  uint8_t* buf = nullptr;
+  size_t bytes = 0;
+  transport::Tag tag;
+  MessageHeader header{};  ///< sends: the header to write
+  size_t done = 0;         ///< sends: bytes written incl. header; receives: payload bytes received
+  bool header_done = false;
+  bool complete = false;
+};
+
+class Endpoint final : public transport::Endpoint {
+ public:
+  Endpoint(int fd, int rank, int peer);
+  ~Endpoint() override;
+
+  std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
+  std::unique_ptr<transport::Request> irecv(void* buf, size_t bytes, transport::Tag tag) override;
+  int peer() const override { return peer_; }
+
+  /// Moves bytes without blocking; throws IoError/MismatchError (and the endpoint stays broken).
+  void progress();
+  /// Waits (poll) up to max_wait for the socket to become readable/writable for the queued work.
+  void block(std::chrono::microseconds max_wait);
+  /// Shuts the socket down; pending and later operations fail. Any thread.
+  void abort();
+  /// Called when a request is dropped before completion: the stream is out of sync from here on.
+  void abandon(const std::shared_ptr<Operation>& op);
+
+ private:
+  void progress_sends();
+  void progress_recvs();
+  bool fill_staging();
+  void check_header(Operation& op, const MessageHeader& header);
+  [[noreturn]] void fail(const std::string& message);
+
+  static constexpr size_t kStagingBytes = 64 * 1024;
+  static constexpr size_t kDirectReadBytes = 16 * 1024;
+
+  int fd_;
+  int rank_;
+  int peer_;
+  std::deque<std::shared_ptr<Operation>> sends_;
+  std::deque<std::shared_ptr<Operation>> recvs_;
+  std::vector<uint8_t> staging_;
+  size_t staging_begin_ = 0;
+  size_t staging_end_ = 0;
+  std::string broken_;  ///< non-empty once failed: the reason
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace tbcoll::tcp
