@@ -42,7 +42,7 @@ constexpr int kExitUsage = 2;
 constexpr int kExitTimeout = 124;
 constexpr int kExitCannotExecute = 127;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
-constexpr size_t kMaxLineBytes = 64 * 1024;  // a longer line is split so memory stays bounded
+constexpr size_t kMaxLineBytes = size_t{64} * 1024;  // a longer line is split so memory stays bounded
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kKillGrace = std::chrono::seconds(3);    // SIGTERM -> SIGKILL
@@ -81,7 +81,8 @@ int usage_error(const std::string& message) {
 std::optional<int> parse_args(int argc, char** argv, Options& opts) {
   int i = 1;
   for (; i < argc && argv[i][0] == '-'; ++i) {
-    std::string arg = argv[i], value;
+    std::string arg = argv[i];
+    std::string value;
     if (arg == "--") {
       ++i;
       break;
@@ -322,7 +323,8 @@ class Launcher {
   bool spawn(int r, int stdin_fd, const sigset_t& child_mask) {
     Rank& rank = ranks_[r];
     rank.prefix = "[" + std::to_string(r) + "] ";
-    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
+    int out_pipe[2] = {-1, -1};
+    int err_pipe[2] = {-1, -1};
     if (opts_.tag_output && (!make_pipe(out_pipe, false) || !make_pipe(err_pipe, false))) {
       int saved = errno;
       close_pipe(out_pipe);

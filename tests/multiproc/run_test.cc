@@ -46,8 +46,9 @@ bool contains(const std::string& haystack, const std::string& needle) {
 
 struct RunResult {
   int exit_code = -1;  // 128+signal if the launcher itself died by a signal
-  std::string out, err;
-  double seconds = 0;
+  std::string out;
+  std::string err;
+  double seconds = 0;      // from start to exit
   bool timed_out = false;  // the test had to kill the launcher
 };
 
@@ -58,7 +59,8 @@ class Launcher {
   // `env` entries are NAME=VALUE to set, or NAME to unset, in the launcher's environment.
   // TBCOLL_TOKEN is unset unless `env` sets it.
   explicit Launcher(const std::vector<std::string>& args, const std::vector<std::string>& env = {}) {
-    int out_pipe[2], err_pipe[2];
+    int out_pipe[2];
+    int err_pipe[2];
     if (pipe(out_pipe) != 0 || pipe(err_pipe) != 0) {
       ADD_FAILURE() << "pipe: " << std::strerror(errno);
       return;
@@ -130,6 +132,7 @@ class Launcher {
   // Collects output until `ready(stdout so far)` holds; false if the launcher exits or time runs out.
   bool wait_for_stdout(const std::function<bool(const std::string&)>& ready, double timeout_s = 5) {
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    if (pid_ < 0) return false;
     while (!ready(result_.out)) {
       if (exited_ || Clock::now() >= deadline) return false;
       pump(20);
@@ -140,7 +143,7 @@ class Launcher {
   // Waits for the launcher to exit and its output pipes to close, killing it after `timeout_s`.
   RunResult finish(double timeout_s = 10) {
     auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
-    while (!exited_ || fds_[0] >= 0 || fds_[1] >= 0) {
+    while (pid_ > 0 && (!exited_ || fds_[0] >= 0 || fds_[1] >= 0)) {
       if (Clock::now() >= deadline) {
         result_.timed_out = true;
         ADD_FAILURE() << "tbcoll-run did not finish within " << timeout_s << " s (exited: " << exited_
@@ -281,16 +284,21 @@ const std::string kWaitingRank = "sleep 30 & echo \"pid $$ $!\"; wait";
 // ---- environment -----------------------------------------------------------------------------------------
 
 TEST(TbcollRun, SetsRankEnvironment) {
-  RunResult result = run({"-n", "3", "--", "sh", "-c",
-                          "echo $TBCOLL_RANK/$TBCOLL_WORLD_SIZE $TBCOLL_ROOT $TBCOLL_TOKEN "
-                          "$TBCOLL_LOCAL_RANK/$TBCOLL_LOCAL_SIZE"});
+  const std::string script =
+      "echo $TBCOLL_RANK/$TBCOLL_WORLD_SIZE $TBCOLL_ROOT $TBCOLL_TOKEN $TBCOLL_LOCAL_RANK/$TBCOLL_LOCAL_SIZE";
+  RunResult result = run({"-n", "3", "--", "sh", "-c", script});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   std::vector<std::string> lines = split_lines(result.out);
   ASSERT_EQ(lines.size(), 3u) << result.out;
-  std::set<std::string> ranks, roots, tokens;
+  std::set<std::string> ranks;
+  std::set<std::string> roots;
+  std::set<std::string> tokens;
   for (const std::string& line : lines) {
     std::istringstream in(line);
-    std::string rank, root, token, local;
+    std::string rank;
+    std::string root;
+    std::string token;
+    std::string local;
     ASSERT_TRUE(in >> rank >> root >> token >> local) << line;
     ranks.insert(rank);
     roots.insert(root);

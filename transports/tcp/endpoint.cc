@@ -154,9 +154,36 @@ void Endpoint::progress_recvs() {
   while (!recvs_.empty()) {
     Operation& op = *recvs_.front();
     if (!op.header_done) {
-      while (staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
+      if (staging_begin_ == staging_end_ && op.bytes >= kDirectReadBytes && op.buf != nullptr) {
+        // Large expected message and nothing buffered: scatter the read so the header lands in staging and
+        // the payload straight in the user's buffer (no staging copy). A mismatching header is still
+        // caught below, before the operation completes; the stream is then broken anyway.
+        staging_begin_ = staging_end_ = 0;
+        iovec iov[2] = {{staging_.data(), sizeof(MessageHeader)}, {op.buf, op.bytes}};
+        msghdr msg{};
+        msg.msg_iov = iov;
+        msg.msg_iovlen = 2;
+        ssize_t got = recvmsg(fd_, &msg, MSG_DONTWAIT);
+        if (got == 0) fail(fmt::format("[tcp] rank {}: peer {} closed the connection", rank_, peer_));
+        if (got < 0) {
+          if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+          fail(fmt::format("[tcp] rank {}: receive from peer {} failed: {}", rank_, peer_, strerror(errno)));
+        }
+        size_t header_part = std::min(static_cast<size_t>(got), sizeof(MessageHeader));
+        staging_end_ = header_part;
+        if (header_part < sizeof(MessageHeader)) continue;  // rare: header split; finish it through staging
+        MessageHeader header;
+        std::memcpy(&header, staging_.data(), sizeof(header));
+        staging_begin_ = staging_end_ = 0;
+        check_header(op, header);
+        op.header_done = true;
+        op.done = static_cast<size_t>(got) - sizeof(MessageHeader);
+      }
+      while (!op.header_done && staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
         if (!fill_staging()) return;
       }
+    }
+    if (!op.header_done) {
       MessageHeader header;
       std::memcpy(&header, staging_.data() + staging_begin_, sizeof(header));
       check_header(op, header);
