@@ -33,8 +33,8 @@ Buffer make_buffer(size_t bytes, unsigned char seed) {
 size_t element_size(DataType dtype) { return dtype == DataType::kFloat32 ? 4 : 2; }
 
 void bm_sum(benchmark::State& state, DataType dtype, int isa, bool in_place) {
-  const Kernel k = isa == kBestIsa ? kernel(dtype, ReduceOp::kSum)
-                                   : kernel_for_isa(dtype, ReduceOp::kSum, static_cast<Isa>(isa));
+  const Kernel k =
+      isa == kBestIsa ? kernel(dtype, ReduceOp::kSum) : kernel_for_isa(dtype, ReduceOp::kSum, static_cast<Isa>(isa));
   if (k == nullptr) {
     state.SkipWithError("this CPU cannot run this instruction set");
     return;

@@ -64,7 +64,8 @@ void check_rank(int rank, int size, const char* op, const char* which, int value
 
 template <typename Body>
 void Communicator::Impl::run(const std::string& what, transport::Tag tag, Body&& body) {
-  algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, chunk_bytes, scratch, what);
+  algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, chunk_bytes, scratch,
+                  request_table, what);
   try {
     body(exec);
   } catch (const MismatchError& error) {

@@ -33,6 +33,7 @@ struct Communicator::Impl {
   std::mutex broken_mutex;
   std::string broken_reason;
   algo::Scratch scratch;
+  algo::RequestTable request_table;
   TunerConfig tuner;
   std::chrono::microseconds spin{50};
   size_t chunk_bytes = 256 * 1024;

@@ -24,8 +24,21 @@ void* Scratch::get(size_t bytes) {
   return memory_.get();
 }
 
+void RequestTable::reset(int world_size) {
+  requests.clear();  // drops requests of an earlier call that failed midway
+  done.clear();
+  active_peers.clear();
+  if (pending_sends.size() != static_cast<size_t>(world_size)) {
+    pending_sends.assign(world_size, {});
+    pending_recvs.assign(world_size, {});
+  }
+  for (auto& queue : pending_sends) queue.clear();
+  for (auto& queue : pending_recvs) queue.clear();
+}
+
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
-           std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, const std::string& op_name)
+           std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
+           const std::string& op_name)
     : rank_(rank),
       size_(size),
       peers_(peers),
@@ -35,8 +48,14 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, t
       chunk_bytes_(chunk_bytes),
       scratch_(scratch),
       op_name_(op_name),
-      pending_sends_(size),
-      pending_recvs_(size) {}
+      table_(table),
+      requests_(table.requests),
+      done_(table.done),
+      pending_sends_(table.pending_sends),
+      pending_recvs_(table.pending_recvs),
+      active_peers_(table.active_peers) {
+  table_.reset(size);
+}
 
 size_t Exec::isend(int peer, const void* buf, size_t bytes) {
   TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
@@ -107,7 +126,7 @@ void Exec::wait_all() {
 }
 
 void Exec::timed_out(size_t id) {
-  const Pending& pending = requests_[id];
+  const RequestTable::Pending& pending = requests_[id];
   throw TimeoutError(fmt::format("rank {}: {} timed out waiting for peer {} ({} of {} B)", rank_, op_name_,
                                  pending.peer, pending.is_send ? "send" : "receive", pending.bytes));
 }

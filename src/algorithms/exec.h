@@ -39,10 +39,29 @@ struct Args {
   size_t elem_size = 4;
 };
 
+/// Request bookkeeping of one call. Owned by the communicator and reused, so a small collective does not
+/// allocate its containers again on every call.
+struct RequestTable {
+  struct Pending {
+    std::unique_ptr<transport::Request> request;
+    int peer;
+    bool is_send;
+    size_t bytes;
+  };
+  std::vector<Pending> requests;
+  std::vector<uint8_t> done;
+  // Per peer and direction, the ids not yet complete, oldest first (transports complete them in order).
+  std::vector<std::deque<size_t>> pending_sends, pending_recvs;
+  std::vector<int> active_peers;
+
+  void reset(int world_size);
+};
+
 class Exec {
  public:
   Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
-       std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, const std::string& op_name);
+       std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
+       const std::string& op_name);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -58,12 +77,6 @@ class Exec {
   void wait_all();
 
  private:
-  struct Pending {
-    std::unique_ptr<transport::Request> request;
-    int peer;
-    bool is_send;
-    size_t bytes;
-  };
   bool sweep();  // one progress pass; true if anything completed
   [[noreturn]] void timed_out(size_t id);
 
@@ -76,11 +89,12 @@ class Exec {
   size_t chunk_bytes_;
   Scratch& scratch_;
   const std::string& op_name_;
-  std::vector<Pending> requests_;
-  std::vector<uint8_t> done_;
-  // Per peer and direction, the ids not yet complete, oldest first (transports complete them in order).
-  std::vector<std::deque<size_t>> pending_sends_, pending_recvs_;
-  std::vector<int> active_peers_;
+  RequestTable& table_;
+  std::vector<RequestTable::Pending>& requests_;
+  std::vector<uint8_t>& done_;
+  std::vector<std::deque<size_t>>& pending_sends_;
+  std::vector<std::deque<size_t>>& pending_recvs_;
+  std::vector<int>& active_peers_;
 };
 
 }  // namespace tbcoll::algo

@@ -1,12 +1,13 @@
-// Reduction kernels. One template loop, instantiated per (storage type, op) and per instruction set:
+// Reduction kernels: kTables[isa][dtype][op], 3 x 10 x 4 plain functions (kAvg uses kSum's), each one
+// instantiation of a loop template for (storage type, op), compiled once per instruction set:
 //
-//   kTables[isa][dtype][op] -> binary_kernel<isa, Type, Op>    (3 x 10 x 4 plain functions; kAvg uses kSum)
-//                                   |
-//                                   +- for i < count: out[i] = Type::store(Op(Type::load(a[i]), Type::load(b[i])))
+//   binary_loop   out[i] = Type::store(Op(Type::load(a[i]), Type::load(b[i])))   ints, f32, f64 (f16 baseline)
+//   bf16_loop     the same on 32-bit words holding two bf16 each (no shuffles)   bf16
+//   half_loop_*   F16C / AVX-512 conversions around the same Op                   f16 on AVX2 / AVX-512
 //
-// The loops are written so GCC/Clang auto-vectorize them: no branches (ternaries become blends), f16/bf16
-// conversions done with integer bit tricks instead of calls. The project builds at -O2, where GCC 12 only
-// vectorizes loops whose trip count is known, so the kernels ask for the dynamic cost model themselves.
+// The portable loops are written for the auto-vectorizer: no calls, no branches (ternaries become blends), f16/bf16
+// conversions as integer bit tricks. The project builds at -O2, where GCC 12 only vectorizes loops whose trip
+// count is known, so the kernels ask for the dynamic cost model themselves (TBCOLL_VECTORIZE).
 #include "reduce/reduce.h"
 
 #include <algorithm>
@@ -27,6 +28,7 @@
 #else
 #include <immintrin.h>
 #endif
+#include <cpuid.h>
 #endif
 
 namespace tbcoll::reduce {
@@ -38,8 +40,6 @@ namespace {
 #define TBCOLL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 #else
 #define TBCOLL_REDUCE_X86 0
-#define TBCOLL_TARGET_AVX512
-#define TBCOLL_TARGET_AVX2
 #endif
 
 #if defined(__clang__)
@@ -96,11 +96,10 @@ TBCOLL_INLINE uint16_t float_to_half_bits(float f) {
   const int32_t unclamped_shift = 126 - static_cast<int32_t>(magnitude >> 23);
   const uint32_t shift = static_cast<uint32_t>(std::min(std::max(unclamped_shift, 14), 25));  // min/max, no branch
   const uint32_t significand = (magnitude & 0x7fffffu) | 0x800000u;
-  const uint32_t subnormal =
-      (significand + (1u << (shift - 1)) - 1u + ((significand >> shift) & 1u)) >> shift;
+  const uint32_t subnormal = (significand + (1u << (shift - 1)) - 1u + ((significand >> shift) & 1u)) >> shift;
   const uint32_t nan = 0x7e00u | ((magnitude >> 13) & 0x3ffu);  // quiet, top payload bits kept (like vcvtps2ph)
   // 0x477ff000 = 65520, halfway between the largest half (65504, odd mantissa) and 65536: ties to even -> inf.
-  const uint32_t magnitude_bits = magnitude > 0x7f800000u   ? nan
+  const uint32_t magnitude_bits = magnitude > 0x7f800000u    ? nan
                                   : magnitude >= 0x477ff000u ? 0x7c00u
                                   : magnitude >= 0x38800000u ? normal
                                                              : subnormal;
@@ -109,14 +108,17 @@ TBCOLL_INLINE uint16_t float_to_half_bits(float f) {
 
 TBCOLL_INLINE float bf16_bits_to_float(uint16_t b) { return bits_as<float>(static_cast<uint32_t>(b) << 16); }
 
-TBCOLL_INLINE uint16_t float_to_bf16_bits(float f) {
+// The bf16 bits in the low 16 bits of the result (the high 16 are zero).
+TBCOLL_INLINE uint32_t float_to_bf16_word(float f) {
   const uint32_t x = bits_as<uint32_t>(f);
   // Round to nearest even on the low 16 bits; overflow carries into the exponent and yields inf. A NaN could
   // round to inf, so it is quieted instead.
   const uint32_t rounded = (x + 0x7fffu + ((x >> 16) & 1u)) >> 16;
   const uint32_t nan = (x >> 16) | 0x40u;
-  return static_cast<uint16_t>((x & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+  return (x & 0x7fffffffu) > 0x7f800000u ? nan : rounded;
 }
+
+TBCOLL_INLINE uint16_t float_to_bf16_bits(float f) { return static_cast<uint16_t>(float_to_bf16_word(f)); }
 
 // ---- element types: how a value is stored and in which type it is combined ---------------------------------
 
@@ -147,11 +149,7 @@ using WrapType = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, st
 
 template <class T>
 TBCOLL_INLINE bool is_nan(T v) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return v != v;
-  } else {
-    return false;
-  }
+  return std::is_floating_point_v<T> && v != v;
 }
 
 struct Sum {
@@ -201,6 +199,38 @@ TBCOLL_INLINE void binary_loop(void* out, const void* a, const void* b, size_t c
   for (size_t i = 0; i < count; ++i) o[i] = Type::store(Op::apply(Type::load(x[i]), Type::load(y[i])));
 }
 
+// bf16 two at a time, as 32-bit words: the high element is a float once the low half is masked off, the low one
+// once shifted up, and the results go back with a shift and an or. No widening or narrowing shuffles, so the loop
+// vectorizes at full width with plain 32-bit integer and float ops on every instruction set (the element-wise
+// version spends most of its time in pmovzxwd / vpmovdw).
+template <class Op>
+TBCOLL_INLINE void bf16_loop(void* out, const void* a, const void* b, size_t count) {
+  auto* o = static_cast<unsigned char*>(out);
+  const auto* x = static_cast<const unsigned char*>(a);
+  const auto* y = static_cast<const unsigned char*>(b);
+  const size_t pairs = count / 2;
+  TBCOLL_IVDEP
+  for (size_t i = 0; i < pairs; ++i) {
+    uint32_t x_word, y_word;
+    std::memcpy(&x_word, x + 4 * i, 4);
+    std::memcpy(&y_word, y + 4 * i, 4);
+    const float low = Op::apply(bits_as<float>(x_word << 16), bits_as<float>(y_word << 16));
+    const float high = Op::apply(bits_as<float>(x_word & 0xffff0000u), bits_as<float>(y_word & 0xffff0000u));
+    const uint32_t word = float_to_bf16_word(low) | (float_to_bf16_word(high) << 16);
+    std::memcpy(o + 4 * i, &word, 4);
+  }
+  if (count % 2 != 0) binary_loop<Bf16, Op>(o + 4 * pairs, x + 4 * pairs, y + 4 * pairs, 1);
+}
+
+template <class Type, class Op>
+TBCOLL_INLINE void portable_loop(void* out, const void* a, const void* b, size_t count) {
+  if constexpr (std::is_same_v<Type, Bf16>) {
+    bf16_loop<Op>(out, a, b, count);
+  } else {
+    binary_loop<Type, Op>(out, a, b, count);
+  }
+}
+
 template <class Type>
 TBCOLL_INLINE void divide_loop(void* out, const void* in, size_t count, int divisor) {
   using S = typename Type::Storage;
@@ -228,12 +258,10 @@ TBCOLL_INLINE void divide_loop(void* out, const void* in, size_t count, int divi
 }
 
 #if TBCOLL_REDUCE_X86
-// f16/bf16 with explicit vectors: about 2x (bf16) and 10x (f16) the auto-vectorized bit tricks, because f16 uses
-// the hardware conversions (vcvtph2ps / vcvtps2ph). Both give exactly the bits of the scalar Half/Bf16 load and
-// store, NaN payloads included (the AgreesBitwiseWithBestIsa tests compare every table with the baseline one), so
-// scalar tails and CPUs without these instructions give identical results.
-// _mm*_max_ps(a, b) is exactly (a > b ? a : b) and min_ps (a < b ? a : b); putting a back where it is NaN gives
-// Max/Min's NaN propagation.
+// f16 with the hardware conversions (vcvtph2ps / vcvtps2ph): over 10x the auto-vectorized bit tricks, and the same
+// bits as half_bits_to_float / float_to_half_bits, NaN payloads included (a test checks every half), so the scalar
+// tails and CPUs without them agree. _mm*_max_ps(a, b) is exactly (a > b ? a : b) and min_ps (a < b ? a : b);
+// putting a back where it is NaN gives Max/Min's NaN propagation.
 template <class Op>
 TBCOLL_TARGET_AVX512 TBCOLL_INLINE __m512 apply_avx512(__m512 a, __m512 b) {
   if constexpr (std::is_same_v<Op, Sum>) return _mm512_add_ps(a, b);
@@ -254,38 +282,20 @@ TBCOLL_TARGET_AVX2 TBCOLL_INLINE __m256 apply_avx2(__m256 a, __m256 b) {
 
 constexpr int kRoundNearestEven = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
 
-TBCOLL_TARGET_AVX512 TBCOLL_INLINE __m512 widen_avx512(Half, __m256i v) { return _mm512_cvtph_ps(v); }
-TBCOLL_TARGET_AVX512 TBCOLL_INLINE __m256i narrow_avx512(Half, __m512 v) {
-  return _mm512_cvtps_ph(v, kRoundNearestEven);
-}
-TBCOLL_TARGET_AVX512 TBCOLL_INLINE __m512 widen_avx512(Bf16, __m256i v) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(v), 16));
-}
-// float_to_bf16_bits on 16 lanes. (AVX512_BF16's vcvtneps2bf16 would be one instruction, but it flushes
-// subnormals to zero.)
-TBCOLL_TARGET_AVX512 TBCOLL_INLINE __m256i narrow_avx512(Bf16, __m512 v) {
-  const __m512i x = _mm512_castps_si512(v);
-  const __m512i high = _mm512_srli_epi32(x, 16);
-  const __m512i round_up = _mm512_add_epi32(_mm512_set1_epi32(0x7fff), _mm512_and_si512(high, _mm512_set1_epi32(1)));
-  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(x, round_up), 16);
-  const __m512i quiet_nan = _mm512_or_si512(high, _mm512_set1_epi32(0x40));
-  return _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), quiet_nan));
-}
-
-// Masked loads and stores handle the tail, so every element goes through the same instructions. Each iteration
-// loads both inputs before it stores, so exact aliasing is fine.
-template <class Type, class Op>
-TBCOLL_TARGET_AVX512 TBCOLL_INLINE void small_float_loop_avx512(void* out, const void* a, const void* b,
-                                                                size_t count) {
+// Each iteration loads both inputs before it stores, so exact aliasing is fine.
+template <class Op>
+TBCOLL_TARGET_AVX512 TBCOLL_INLINE void half_loop_avx512(void* out, const void* a, const void* b, size_t count) {
   auto* o = static_cast<uint16_t*>(out);
   const auto* x = static_cast<const uint16_t*>(a);
   const auto* y = static_cast<const uint16_t*>(b);
-  for (size_t i = 0; i < count; i += 16) {
-    const __mmask16 mask = count - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (count - i)) - 1);
-    const __m512 xf = widen_avx512(Type{}, _mm256_maskz_loadu_epi16(mask, x + i));
-    const __m512 yf = widen_avx512(Type{}, _mm256_maskz_loadu_epi16(mask, y + i));
-    _mm256_mask_storeu_epi16(o + i, mask, narrow_avx512(Type{}, apply_avx512<Op>(xf, yf)));
+  size_t i = 0;
+  for (; i + 16 <= count; i += 16) {
+    const __m512 xf = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i)));
+    const __m512 yf = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(y + i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(o + i),
+                        _mm512_cvtps_ph(apply_avx512<Op>(xf, yf), kRoundNearestEven));
   }
+  for (; i < count; ++i) o[i] = Half::store(Op::apply(Half::load(x[i]), Half::load(y[i])));
 }
 
 template <class Op>
@@ -301,7 +311,7 @@ TBCOLL_TARGET_AVX2 TBCOLL_INLINE void half_loop_avx2(void* out, const void* a, c
   }
   for (; i < count; ++i) o[i] = Half::store(Op::apply(Half::load(x[i]), Half::load(y[i])));
 }
-#endif
+#endif  // TBCOLL_REDUCE_X86
 
 using DivideKernel = void (*)(void* out, const void* in, size_t count, int divisor);
 
@@ -313,19 +323,22 @@ struct Variant;
 template <class Type, class Op>
 struct Variant<Isa::kBaseline, Type, Op> {
   static TBCOLL_VECTORIZE void binary(void* out, const void* a, const void* b, size_t count) {
-    binary_loop<Type, Op>(out, a, b, count);
+    portable_loop<Type, Op>(out, a, b, count);
   }
   static TBCOLL_VECTORIZE void divide(void* out, const void* in, size_t count, int divisor) {
     divide_loop<Type>(out, in, count, divisor);
   }
 };
+
+#if TBCOLL_REDUCE_X86
 template <class Type, class Op>
 struct Variant<Isa::kAvx2, Type, Op> {
   static TBCOLL_TARGET_AVX2 TBCOLL_VECTORIZE void binary(void* out, const void* a, const void* b, size_t count) {
-#if TBCOLL_REDUCE_X86
-    if constexpr (std::is_same_v<Type, Half>) return half_loop_avx2<Op>(out, a, b, count);  // bf16: bit tricks
-#endif
-    binary_loop<Type, Op>(out, a, b, count);
+    if constexpr (std::is_same_v<Type, Half>) {
+      half_loop_avx2<Op>(out, a, b, count);
+    } else {
+      portable_loop<Type, Op>(out, a, b, count);
+    }
   }
   static TBCOLL_TARGET_AVX2 TBCOLL_VECTORIZE void divide(void* out, const void* in, size_t count, int divisor) {
     divide_loop<Type>(out, in, count, divisor);
@@ -334,17 +347,22 @@ struct Variant<Isa::kAvx2, Type, Op> {
 template <class Type, class Op>
 struct Variant<Isa::kAvx512, Type, Op> {
   static TBCOLL_TARGET_AVX512 TBCOLL_VECTORIZE void binary(void* out, const void* a, const void* b, size_t count) {
-#if TBCOLL_REDUCE_X86
-    if constexpr (std::is_same_v<Type, Half> || std::is_same_v<Type, Bf16>) {
-      return small_float_loop_avx512<Type, Op>(out, a, b, count);
+    if constexpr (std::is_same_v<Type, Half>) {
+      half_loop_avx512<Op>(out, a, b, count);
+    } else {
+      portable_loop<Type, Op>(out, a, b, count);
     }
-#endif
-    binary_loop<Type, Op>(out, a, b, count);
   }
   static TBCOLL_TARGET_AVX512 TBCOLL_VECTORIZE void divide(void* out, const void* in, size_t count, int divisor) {
     divide_loop<Type>(out, in, count, divisor);
   }
 };
+#else  // other architectures: only the baseline table can run (cpu_supports), the others repeat it
+template <class Type, class Op>
+struct Variant<Isa::kAvx2, Type, Op> : Variant<Isa::kBaseline, Type, Op> {};
+template <class Type, class Op>
+struct Variant<Isa::kAvx512, Type, Op> : Variant<Isa::kBaseline, Type, Op> {};
+#endif
 
 // ---- the tables ---------------------------------------------------------------------------------------------
 
@@ -370,10 +388,11 @@ constexpr Row make_row() {
 // Rows in DataType order (checked below).
 template <Isa isa>
 constexpr Table make_table() {
-  return Table{make_row<isa, Plain<int8_t>>(),  make_row<isa, Plain<uint8_t>>(), make_row<isa, Plain<int32_t>>(),
-               make_row<isa, Plain<uint32_t>>(), make_row<isa, Plain<int64_t>>(), make_row<isa, Plain<uint64_t>>(),
-               make_row<isa, Half>(),            make_row<isa, Plain<float>>(),   make_row<isa, Plain<double>>(),
-               make_row<isa, Bf16>()};
+  return Table{make_row<isa, Plain<int8_t>>(),  make_row<isa, Plain<uint8_t>>(),
+               make_row<isa, Plain<int32_t>>(), make_row<isa, Plain<uint32_t>>(),
+               make_row<isa, Plain<int64_t>>(), make_row<isa, Plain<uint64_t>>(),
+               make_row<isa, Half>(),           make_row<isa, Plain<float>>(),
+               make_row<isa, Plain<double>>(),  make_row<isa, Bf16>()};
 }
 static_assert(static_cast<int>(DataType::kInt8) == 0 && static_cast<int>(DataType::kUint8) == 1 &&
               static_cast<int>(DataType::kInt32) == 2 && static_cast<int>(DataType::kUint32) == 3 &&
@@ -385,6 +404,13 @@ static_assert(static_cast<int>(DataType::kInt8) == 0 && static_cast<int>(DataTyp
 constexpr std::array<Table, kNumIsas> kTables = {make_table<Isa::kBaseline>(), make_table<Isa::kAvx2>(),
                                                  make_table<Isa::kAvx512>()};
 
+#if TBCOLL_REDUCE_X86
+bool cpu_has_f16c() {  // read CPUID directly: Clang's __builtin_cpu_supports does not know "f16c"
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool cpu_supports(Isa isa) {
 #if TBCOLL_REDUCE_X86
   // __builtin_cpu_supports also checks that the OS saves the wide registers (XGETBV), not only CPUID.
@@ -392,7 +418,7 @@ bool cpu_supports(Isa isa) {
     case Isa::kBaseline:
       return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && cpu_has_f16c();
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
@@ -435,15 +461,9 @@ Isa best_isa() {
 }
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::kBaseline:
-      return "baseline";
-    case Isa::kAvx2:
-      return "avx2";
-    case Isa::kAvx512:
-      return "avx512";
-  }
-  return "invalid";
+  static const char* const kNames[kNumIsas] = {"baseline", "avx2", "avx512"};
+  const int index = static_cast<int>(isa);
+  return index >= 0 && index < kNumIsas ? kNames[index] : "invalid";
 }
 
 Kernel kernel(DataType dtype, ReduceOp op) {
@@ -455,7 +475,8 @@ Kernel kernel_for_isa(DataType dtype, ReduceOp op, Isa isa) {
   const int dtype_index = checked_dtype(dtype);
   const int op_index = checked_op(op);
   const int isa_index = static_cast<int>(isa);
-  if (isa_index < 0 || isa_index >= kNumIsas) throw InvalidArgument("[reduce] unknown isa " + std::to_string(isa_index));
+  if (isa_index < 0 || isa_index >= kNumIsas)
+    throw InvalidArgument("[reduce] unknown isa " + std::to_string(isa_index));
   if (!cpu_supports(isa)) return nullptr;
   return kTables[isa_index][dtype_index].binary[op_index];
 }

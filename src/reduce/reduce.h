@@ -1,12 +1,14 @@
 // Reduction kernels: a dtype x op table of plain functions, the inner loop of every reducing collective.
 //
 // kernel(dtype, op) looks the function up once; the algorithms then call it on each received chunk. Each entry is
-// compiled three times (AVX-512, AVX2, baseline) and the table for the best instruction set this CPU supports is
-// chosen at first use, so a portable -O2 build still runs AVX-512 code where it exists. Every variant gives
-// bitwise identical results (same scalar semantics, no FMA contraction, no reassociation).
+// compiled three times (AVX-512, AVX2 + F16C, baseline) and the table for the best instruction set this CPU
+// supports is chosen at first use, so a portable -O2 build still runs AVX-512 code where it exists. Every variant
+// gives bitwise identical results (same scalar semantics, no FMA contraction, no reassociation), so ranks on
+// different CPUs agree; the one exception is which payload a NaN result carries when both inputs are NaN.
 //
-// f16/bf16 values are widened to f32, combined in f32 and rounded back to nearest even at every step. Because f32
-// has more than twice the 16-bit formats' precision plus two bits, this is the correctly rounded 16-bit result.
+// f16/bf16 values are widened to f32, combined in f32 and rounded back to nearest even at every step. f32's 24-bit
+// significand is at least 2p + 2 bits for both formats (p = 11, 8), so this double rounding is innocuous: the
+// result is the correctly rounded 16-bit sum / product / quotient.
 //
 // All functions are pure and thread-safe; none allocates. Buffers are owned by the caller.
 #pragma once
