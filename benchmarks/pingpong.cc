@@ -108,28 +108,34 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
     result.one_way_8b_us = latency(fd, lead, 8, result.round_trips, true);
     result.one_way_1k_us = latency(fd, lead, 1024, result.round_trips, true);
     result.one_way_8b_blocking_us = latency(fd, lead, 8, 2000, false);
-    // One stream: rank 0 writes stream_bytes in 1 MiB writes, rank 1 reads and acknowledges with a byte.
-    result.stream_bytes = size_t{512} << 20;
-    std::vector<char> chunk(1 << 20, 7);
-    std::vector<double> rates;
-    for (int run = 0; run < 3; ++run) {
-      auto start = Clock::now();
-      if (lead) {
-        for (size_t sent = 0; sent < result.stream_bytes; sent += chunk.size()) write_n(fd, chunk.data(), chunk.size());
-        char ack;
-        read_n(fd, &ack, 1, false);
-        rates.push_back(result.stream_bytes / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
-      } else {
-        for (size_t got = 0; got < result.stream_bytes;) {
-          ssize_t r = recv(fd, chunk.data(), chunk.size(), 0);
-          if (r <= 0) die("stream recv");
-          got += static_cast<size_t>(r);
+    // One stream, rank 0 -> rank 1, from and into buffers of the given size (cycled through), so the floor
+    // is shown both for cache-resident buffers and for DRAM-resident ones like a large collective's.
+    auto stream = [&](size_t buffer_bytes, size_t total) {
+      std::vector<char> buffer(buffer_bytes, 7);
+      std::vector<double> rates;
+      for (int run = 0; run < 3; ++run) {
+        auto start = Clock::now();
+        if (lead) {
+          for (size_t sent = 0; sent < total; sent += buffer_bytes) write_n(fd, buffer.data(), buffer_bytes);
+          char ack;
+          read_n(fd, &ack, 1, false);
+          rates.push_back(total / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
+        } else {
+          for (size_t got = 0; got < total;) {
+            size_t at = got % buffer_bytes;
+            ssize_t r = recv(fd, buffer.data() + at, std::min(buffer_bytes - at, total - got), 0);
+            if (r <= 0) die("stream recv");
+            got += static_cast<size_t>(r);
+          }
+          char ack = 1;
+          write_n(fd, &ack, 1);
         }
-        char ack = 1;
-        write_n(fd, &ack, 1);
       }
-    }
-    if (lead) result.stream_gbps = median(rates);
+      return lead ? median(rates) : 0.0;
+    };
+    result.stream_bytes = size_t{512} << 20;
+    result.stream_gbps = stream(size_t{1} << 20, result.stream_bytes);
+    result.stream_large_gbps = stream(size_t{64} << 20, result.stream_bytes);
     close(fd);
   }
   comm.barrier();

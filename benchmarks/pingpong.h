@@ -13,7 +13,8 @@ struct PingPongResult {
   double one_way_8b_us = 0;           ///< busy-polled, median round trip / 2
   double one_way_1k_us = 0;
   double one_way_8b_blocking_us = 0;  ///< receiver sleeps in poll()
-  double stream_gbps = 0;             ///< one stream, rank 0 -> rank 1, median of 3 runs
+  double stream_gbps = 0;             ///< one stream, rank 0 -> rank 1, 1 MiB buffers, median of 3 runs
+  double stream_large_gbps = 0;       ///< the same from and into 64 MiB buffers (DRAM-resident)
   size_t stream_bytes = 0;
 };
 

@@ -304,8 +304,8 @@ int main(int argc, char** argv) {
         std::printf("#   one-way latency, median of %d round trips: 8 B %.2f us, 1 KiB %.2f us\n", floor.round_trips,
                     floor.one_way_8b_us, floor.one_way_1k_us);
         std::printf("#   one-way latency, receiver blocking in poll(): 8 B %.2f us\n", floor.one_way_8b_blocking_us);
-        std::printf("#   single-stream bandwidth: %.2f GB/s (%zu MiB in 1 MiB writes)\n", floor.stream_gbps,
-                    floor.stream_bytes >> 20);
+        std::printf("#   single-stream bandwidth: %.2f GB/s with 1 MiB buffers, %.2f GB/s with 64 MiB buffers"
+                    " (%zu MiB each)\n", floor.stream_gbps, floor.stream_large_gbps, floor.stream_bytes >> 20);
       }
     }
     return total_wrong == 0 ? 0 : 1;

@@ -41,6 +41,19 @@ tbcollResult_t guarded(Body&& body) {
   }
 }
 
+// C enums from callers may hold any int (a bad dtype must be reported, not trusted). Reading such a value
+// through the C++ enum type is undefined, so the raw bits are copied out instead.
+template <typename CEnum>
+int raw(const CEnum& value) {
+  static_assert(sizeof(CEnum) == sizeof(int), "C enums are int-sized");
+  int out;
+  std::memcpy(&out, &value, sizeof(out));
+  return out;
+}
+
+tbcoll::DataType dtype_of(const tbcollDataType_t& datatype) { return static_cast<tbcoll::DataType>(raw(datatype)); }
+tbcoll::ReduceOp op_of(const tbcollRedOp_t& op) { return static_cast<tbcoll::ReduceOp>(raw(op)); }
+
 tbcoll::Communicator& get(tbcollComm_t comm) {
   if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
   return comm->communicator;
@@ -134,7 +147,7 @@ tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank) {
 }
 
 const char* tbcollGetErrorString(tbcollResult_t result) {
-  switch (result) {
+  switch (raw(result)) {
     case tbcollSuccess: return "no error";
     case tbcollUnhandledError: return "unhandled error";
     case tbcollSystemError: return "system or I/O error (peer gone, connection failed)";
@@ -153,21 +166,21 @@ const char* tbcollGetLastError(tbcollComm_t) { return last_error.c_str(); }
 tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                tbcollRedOp_t op, tbcollComm_t comm) {
   return guarded([&] {
-    get(comm).all_reduce(sendbuff, recvbuff, count, static_cast<tbcoll::DataType>(datatype),
-                         static_cast<tbcoll::ReduceOp>(op));
+    get(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype),
+                         op_of(op));
   });
 }
 
 tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                                tbcollComm_t comm) {
   return guarded(
-      [&] { get(comm).all_gather(sendbuff, recvbuff, sendcount, static_cast<tbcoll::DataType>(datatype)); });
+      [&] { get(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)); });
 }
 
 tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                int root, tbcollComm_t comm) {
   return guarded(
-      [&] { get(comm).broadcast(sendbuff, recvbuff, count, static_cast<tbcoll::DataType>(datatype), root); });
+      [&] { get(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root); });
 }
 
 tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm) {
@@ -180,11 +193,11 @@ tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
 
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm) {
-  return guarded([&] { get(comm).send(sendbuff, count, static_cast<tbcoll::DataType>(datatype), peer); });
+  return guarded([&] { get(comm).send(sendbuff, count, dtype_of(datatype), peer); });
 }
 
 tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm) {
-  return guarded([&] { get(comm).recv(recvbuff, count, static_cast<tbcoll::DataType>(datatype), peer); });
+  return guarded([&] { get(comm).recv(recvbuff, count, dtype_of(datatype), peer); });
 }
 
 }  // extern "C"
