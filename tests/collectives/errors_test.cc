@@ -103,7 +103,7 @@ TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("loopback", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("loopback", "shm", "tcp"));
 
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();

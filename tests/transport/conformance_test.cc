@@ -154,7 +154,7 @@ TEST_P(Conformance, CapabilitiesMatchBehaviour) {
   EXPECT_GT(caps.bandwidth_gbps, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values("loopback", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values("loopback", "shm", "tcp"));
 
 }  // namespace
 }  // namespace tbcoll::transport

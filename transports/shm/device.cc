@@ -1,0 +1,112 @@
+// shm device and context: ranks on the same host exchange messages through POSIX shared memory.
+//
+// Set-up: each rank creates its segment (named after its pid, the communicator and its rank) and publishes
+// the name; every peer maps it and counts itself in the segment's mapped_by; once all peers have, the owner
+// unlinks the name, so nothing is left in /dev/shm even if the job is killed later. Segments left by jobs
+// killed during set-up carry a dead pid in their name and are removed by the next context created.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "transports/registry.h"
+#include "transports/shm/endpoint.h"
+
+namespace tbcoll::shm {
+namespace {
+
+class Context final : public transport::Context {
+ public:
+  explicit Context(const transport::ContextArgs& args) : args_(args) {
+    remove_stale_segments();
+    name_ = segment_name(static_cast<int>(getpid()), args.comm_id, args.rank);
+    mapping_ = Mapping::create(name_, segment_bytes(args.world_size));
+    SegmentHeader* header = mapping_.header();
+    header->magic = kSegmentMagic;
+    header->version = kSegmentVersion;
+    header->comm_id = args.comm_id;
+    header->owner_rank = args.rank;
+    header->world_size = args.world_size;
+    header->owner_pid = static_cast<int32_t>(getpid());
+  }
+
+  ~Context() override {
+    if (mapping_.base() != nullptr) mapping_.header()->closed.store(1, std::memory_order_release);
+    if (!unlinked_) shm_unlink(name_.c_str());
+  }
+
+  std::string address() const override { return name_; }
+
+  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
+                                                            Deadline deadline) override {
+    const size_t bytes = segment_bytes(args_.world_size);
+    std::vector<std::unique_ptr<transport::Endpoint>> out;
+    for (const auto& peer : peers) {
+      Mapping mapping = Mapping::open(peer.address, bytes);
+      SegmentHeader* header = mapping.header();
+      if (header->magic != kSegmentMagic || header->version != kSegmentVersion || header->comm_id != args_.comm_id ||
+          header->owner_rank != peer.rank || header->world_size != args_.world_size) {
+        throw RemoteError(fmt::format("[shm] rank {}: segment {} of peer {} does not belong to this communicator",
+                                      args_.rank, peer.address, peer.rank));
+      }
+      header->mapped_by.fetch_add(1, std::memory_order_acq_rel);
+      peer_mappings_.push_back(std::move(mapping));
+    }
+    // Wait until every peer mapped our segment, then drop its name.
+    while (mapping_.header()->mapped_by.load(std::memory_order_acquire) < peers.size()) {
+      if (Clock::now() >= deadline) {
+        throw TimeoutError(fmt::format("[shm] rank {}: only {} of {} peers mapped segment {} before the deadline",
+                                       args_.rank, mapping_.header()->mapped_by.load(), peers.size(), name_));
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    shm_unlink(name_.c_str());
+    unlinked_ = true;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      int peer = peers[i].rank;
+      void* remote = peer_mappings_[i].base();
+      out.push_back(std::make_unique<Endpoint>(args_.rank, peer, queue_at(mapping_.base(), peer),
+                                               queue_at(remote, args_.rank), mapping_.header(),
+                                               peer_mappings_[i].header()));
+    }
+    return out;
+  }
+
+  void abort() override { mapping_.header()->closed.store(1, std::memory_order_release); }
+
+ private:
+  transport::ContextArgs args_;
+  std::string name_;
+  Mapping mapping_;
+  std::vector<Mapping> peer_mappings_;
+  bool unlinked_ = false;
+};
+
+class Device final : public transport::Device {
+ public:
+  std::string name() const override { return "shm"; }
+  transport::Capabilities capabilities() const override {
+    transport::Capabilities caps;
+    caps.latency_us = 0.3;
+    caps.bandwidth_gbps = 8;
+    caps.same_host_only = true;
+    return caps;
+  }
+  bool can_connect(const transport::PeerInfo& self, const transport::PeerInfo& peer) const override {
+    return self.host_id == peer.host_id;
+  }
+  std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
+    return std::make_unique<Context>(args);
+  }
+};
+
+}  // namespace
+}  // namespace tbcoll::shm
+
+namespace tbcoll::transport {
+std::shared_ptr<Device> make_shm_device() { return std::make_shared<shm::Device>(); }
+}  // namespace tbcoll::transport

@@ -1,0 +1,184 @@
+#include "transports/shm/endpoint.h"
+
+#include <errno.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+namespace tbcoll::shm {
+namespace {
+
+class Request final : public transport::Request {
+ public:
+  Request(Endpoint* endpoint, std::shared_ptr<Operation> op) : endpoint_(endpoint), op_(std::move(op)) {}
+  ~Request() override {
+    if (!op_->complete) endpoint_->abandon(op_);
+  }
+  bool test() override {
+    if (op_->complete) return true;
+    endpoint_->progress();
+    return op_->complete;
+  }
+  void block(std::chrono::microseconds max_wait) override {
+    if (!op_->complete) endpoint_->block(max_wait);
+  }
+
+ private:
+  Endpoint* endpoint_;
+  std::shared_ptr<Operation> op_;
+};
+
+}  // namespace
+
+Endpoint::Endpoint(int rank, int peer, Queue* out, Queue* in, SegmentHeader* own, SegmentHeader* remote)
+    : rank_(rank), peer_(peer), out_(out), in_(in), own_(own), remote_(remote) {
+  out_head_ = out_->head.load(std::memory_order_relaxed);
+  out_tail_cached_ = out_->tail.load(std::memory_order_acquire);
+  in_tail_ = in_->tail.load(std::memory_order_relaxed);
+}
+
+Endpoint::~Endpoint() = default;
+
+void Endpoint::fail(const std::string& message) {
+  if (broken_.empty()) broken_ = message;
+  throw IoError(message);
+}
+
+void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
+  if (broken_.empty()) {
+    broken_ = fmt::format("[shm] rank {}: queue to peer {} is out of sync (an operation was abandoned)", rank_, peer_);
+  }
+  op->buf = nullptr;
+}
+
+std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
+  auto op = std::make_shared<Operation>();
+  op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
+  op->bytes = bytes;
+  op->tag = tag;
+  sends_.push_back(op);
+  auto request = std::make_unique<Request>(this, op);
+  if (sends_.size() == 1 && broken_.empty()) progress_sends();
+  return request;
+}
+
+std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
+  auto op = std::make_shared<Operation>();
+  op->buf = static_cast<uint8_t*>(buf);
+  op->bytes = bytes;
+  op->tag = tag;
+  recvs_.push_back(op);
+  return std::make_unique<Request>(this, op);
+}
+
+void Endpoint::check_peer() {
+  if (remote_->closed.load(std::memory_order_acquire) != 0) {
+    fail(fmt::format("[shm] rank {}: peer {} closed its end (aborted or finished)", rank_, peer_));
+  }
+  if (own_->closed.load(std::memory_order_relaxed) != 0) {
+    fail(fmt::format("[shm] rank {}: connection to peer {} was aborted", rank_, peer_));
+  }
+  if (kill(remote_->owner_pid, 0) != 0 && errno == ESRCH) {
+    fail(fmt::format("[shm] rank {}: peer {} (pid {}) died", rank_, peer_, remote_->owner_pid));
+  }
+}
+
+void Endpoint::progress() {
+  if (!broken_.empty()) throw IoError(broken_);
+  bool moved = progress_sends();
+  moved |= progress_recvs();
+  // Nothing moved: look at the peer now and then (a dead peer never advances the counters).
+  if (!moved && (++idle_polls_ & 0x3fff) == 0) check_peer();
+}
+
+bool Endpoint::progress_sends() {
+  bool moved = false;
+  while (!sends_.empty()) {
+    Operation& op = *sends_.front();
+    while (!op.complete) {
+      if (out_head_ - out_tail_cached_ >= kFrames) {
+        out_tail_cached_ = out_->tail.load(std::memory_order_acquire);
+        if (out_head_ - out_tail_cached_ >= kFrames) return moved;  // queue full
+      }
+      Frame& frame = out_->frames[out_head_ % kFrames];
+      size_t take = std::min(kFrameBytes, op.bytes - op.done);
+      frame.header.tag = op.tag.tag;
+      frame.header.meta = op.tag.meta;
+      frame.header.message_bytes = op.bytes;
+      frame.header.frame_bytes = static_cast<uint32_t>(take);
+      frame.header.first = op.started ? 0 : 1;
+      if (take > 0) std::memcpy(frame.payload, op.buf + op.done, take);
+      op.started = true;
+      op.done += take;
+      out_->head.store(++out_head_, std::memory_order_release);
+      if (out_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&out_->head);
+      moved = true;
+      if (op.done == op.bytes) op.complete = true;
+    }
+    sends_.pop_front();
+  }
+  return moved;
+}
+
+bool Endpoint::progress_recvs() {
+  bool moved = false;
+  while (!recvs_.empty()) {
+    Operation& op = *recvs_.front();
+    while (!op.complete) {
+      uint64_t head = in_->head.load(std::memory_order_acquire);
+      if (head == in_tail_) return moved;
+      const Frame& frame = in_->frames[in_tail_ % kFrames];
+      if (!op.started) {
+        if (frame.header.first != 1) {
+          fail(fmt::format("[shm] rank {}: corrupt queue from peer {} (message continues where one should start)",
+                           rank_, peer_));
+        }
+        if (frame.header.tag != op.tag.tag || frame.header.meta != op.tag.meta ||
+            frame.header.message_bytes != op.bytes) {
+          std::string what = fmt::format(
+              "[shm] rank {}: message from peer {} does not match: expected tag {} meta {:#x} {} B, got tag {} "
+              "meta {:#x} {} B",
+              rank_, peer_, op.tag.tag, op.tag.meta, op.bytes, frame.header.tag, frame.header.meta,
+              frame.header.message_bytes);
+          broken_ = what;
+          throw MismatchError(what, peer_, op.tag.meta, frame.header.meta, op.bytes, frame.header.message_bytes);
+        }
+        op.started = true;
+      }
+      size_t take = frame.header.frame_bytes;
+      if (take > op.bytes - op.done) fail(fmt::format("[shm] rank {}: corrupt frame from peer {}", rank_, peer_));
+      if (take > 0 && op.buf != nullptr) std::memcpy(op.buf + op.done, frame.payload, take);
+      op.done += take;
+      in_->tail.store(++in_tail_, std::memory_order_release);
+      if (in_->producer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&in_->tail);
+      moved = true;
+      if (op.done == op.bytes) op.complete = true;
+    }
+    recvs_.pop_front();
+  }
+  return moved;
+}
+
+void Endpoint::block(std::chrono::microseconds max_wait) {
+  if (!recvs_.empty() && in_->head.load(std::memory_order_acquire) != in_tail_) return;  // data waiting
+  if (recvs_.empty() && !sends_.empty() && out_head_ - out_->tail.load(std::memory_order_acquire) < kFrames) return;
+  check_peer();
+  long timeout_us = std::max<long>(1, static_cast<long>(max_wait.count()));
+  if (!recvs_.empty()) {
+    // Announce the sleep, then re-check: the producer wakes us only if it sees the flag after publishing.
+    in_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+    uint64_t head = in_->head.load(std::memory_order_seq_cst);
+    if (head == in_tail_) futex_wait(&in_->head, head, timeout_us);
+    in_->consumer_sleeping.store(0, std::memory_order_relaxed);
+  } else if (!sends_.empty()) {
+    out_->producer_sleeping.store(1, std::memory_order_seq_cst);
+    uint64_t tail = out_->tail.load(std::memory_order_seq_cst);
+    if (out_head_ - tail >= kFrames) futex_wait(&out_->tail, tail, timeout_us);
+    out_->producer_sleeping.store(0, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace tbcoll::shm

@@ -1,0 +1,96 @@
+// Shared-memory layout of the shm transport. Each rank creates one segment holding its outgoing queues, one
+// per peer; peers map it read-write and consume from their queue. Names carry the owner's pid so segments
+// of dead jobs can be found and removed; a segment is unlinked as soon as every peer has mapped it.
+//
+//   Segment  = SegmentHeader | Queue[world_size]         (queue r: from the owner to rank r; own one unused)
+//   Queue    = head (producer) | tail (consumer) | waiting flags | Frame[kFrames]
+//   Frame    = FrameHeader (64 B) | payload (kFrameBytes)
+//
+// A message is one or more consecutive frames; the first carries tag, meta and the message size. The producer
+// writes a frame, then publishes it by advancing head (release); the consumer reads head (acquire), copies
+// out, then advances tail (release). One producer and one consumer per queue: no locks, no RMW on the path.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace tbcoll::shm {
+
+constexpr uint32_t kSegmentMagic = 0x5442534d;  // "TBSM"
+constexpr uint32_t kSegmentVersion = 1;
+constexpr size_t kFrames = 16;
+constexpr size_t kFrameBytes = 32 * 1024;
+
+struct alignas(64) FrameHeader {
+  uint64_t tag;
+  uint64_t meta;
+  uint64_t message_bytes;  ///< total size of the message this frame starts (first frame only)
+  uint32_t frame_bytes;    ///< payload bytes in this frame
+  uint32_t first;          ///< 1 on the first frame of a message
+};
+
+struct Frame {
+  FrameHeader header;
+  uint8_t payload[kFrameBytes];
+};
+
+struct Queue {
+  alignas(64) std::atomic<uint64_t> head;  ///< frames published by the producer
+  alignas(64) std::atomic<uint64_t> tail;  ///< frames consumed by the consumer
+  alignas(64) std::atomic<uint32_t> consumer_sleeping;  ///< consumer waits on head (futex)
+  std::atomic<uint32_t> producer_sleeping;               ///< producer waits on tail (futex)
+  alignas(64) Frame frames[kFrames];
+};
+
+struct alignas(64) SegmentHeader {
+  uint32_t magic;
+  uint32_t version;
+  uint64_t comm_id;
+  int32_t owner_rank;
+  int32_t world_size;
+  int32_t owner_pid;
+  std::atomic<uint32_t> mapped_by;  ///< peers that mapped this segment (the owner unlinks it at world_size-1)
+  std::atomic<uint32_t> closed;     ///< owner aborted or went away: peers fail their pending operations
+};
+
+inline size_t segment_bytes(int world_size) {
+  return sizeof(SegmentHeader) + static_cast<size_t>(world_size) * sizeof(Queue);
+}
+
+inline Queue* queue_at(void* base, int index) {
+  return reinterpret_cast<Queue*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader)) + index;
+}
+
+/// "/tbcoll-<pid>-<comm id>-<rank>"
+std::string segment_name(int pid, uint64_t comm_id, int rank);
+
+/// Removes segments in /dev/shm named by segment_name whose owner process no longer exists.
+void remove_stale_segments();
+
+/// A mapping of a segment; unmaps on destruction.
+class Mapping {
+ public:
+  /// Creates (owner) or opens (peer) the named segment and maps it. Throws IoError with the name.
+  static Mapping create(const std::string& name, size_t bytes);
+  static Mapping open(const std::string& name, size_t bytes);
+  Mapping() = default;
+  Mapping(Mapping&& other) noexcept;
+  Mapping& operator=(Mapping&& other) noexcept;
+  ~Mapping();
+  void* base() const { return base_; }
+  SegmentHeader* header() const { return static_cast<SegmentHeader*>(base_); }
+
+ private:
+  Mapping(void* base, size_t bytes) : base_(base), bytes_(bytes) {}
+  static Mapping map(int fd, size_t bytes, const std::string& name);
+  void* base_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+/// futex wait on the low 32 bits of a counter in shared memory (returns on change, wake or timeout); wake all.
+void futex_wait(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us);
+void futex_wake(const std::atomic<uint64_t>* counter);
+
+}  // namespace tbcoll::shm
