@@ -52,6 +52,7 @@ int free_port() {
 class Launch : public ::testing::TestWithParam<int> {};
 
 TEST_P(Launch, TbcollRunChecksCollectives) {
+  // Processes on one host: shared memory by default.
   int n = GetParam();
   Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " --timeout 120 -- " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
@@ -90,7 +91,23 @@ TEST(Processes, MismatchedCountsFailWithAClearError) {
 // Starts n ranks directly (not through tbcoll-run, which would kill the survivors itself), each writing its
 // output to a file; rank `victim` SIGKILLs itself mid-run; the others must exit with a clear error well
 // within the deadline.
-TEST(Processes, KilledRankMakesTheOthersFailWithinTheDeadline) {
+// Segments in /dev/shm that belong to one of pids.
+std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
+  std::vector<std::string> found;
+  Result listing = run("ls /dev/shm");
+  std::istringstream in(listing.output);
+  std::string name;
+  while (in >> name) {
+    for (pid_t pid : pids) {
+      if (name.rfind("tbcoll-" + std::to_string(pid) + "-", 0) == 0) found.push_back(name);
+    }
+  }
+  return found;
+}
+
+class KilledRank : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(KilledRank, MakesTheOthersFailWithinTheDeadlineAndLeavesNoSegments) {
   const int n = 3, victim = 2;
   std::string root = "127.0.0.1:" + std::to_string(free_port());
   std::string dir = ::testing::TempDir();
@@ -107,6 +124,7 @@ TEST(Processes, KilledRankMakesTheOthersFailWithinTheDeadline) {
       setenv("TBCOLL_WORLD_SIZE", std::to_string(n).c_str(), 1);
       setenv("TBCOLL_ROOT", root.c_str(), 1);
       setenv("TBCOLL_TIMEOUT", "15", 1);
+      setenv("TBCOLL_TRANSPORT", GetParam().c_str(), 1);
       execl(TBCOLL_TEST_PROG_PATH, TBCOLL_TEST_PROG_PATH, "die", std::to_string(victim).c_str(), nullptr);
       _exit(127);
     }
@@ -126,7 +144,11 @@ TEST(Processes, KilledRankMakesTheOthersFailWithinTheDeadline) {
       EXPECT_NE(text.str().find("peer"), std::string::npos) << text.str();
     }
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(15)) << "survivors waited too long";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "survivors waited for the deadline";
+  EXPECT_EQ(segments_of(pids), std::vector<std::string>{}) << "shared memory left behind";
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, KilledRank, ::testing::Values("shm", "tcp"));
+
 
 }  // namespace

@@ -38,6 +38,7 @@ class Endpoint final : public transport::Endpoint {
   bool progress_sends();
   bool progress_recvs();
   void check_peer();
+  bool peer_alive() const;
   [[noreturn]] void fail(const std::string& message);
 
   int rank_;
@@ -53,6 +54,7 @@ class Endpoint final : public transport::Endpoint {
   std::deque<std::shared_ptr<Operation>> recvs_;
   std::string broken_;
   unsigned idle_polls_ = 0;
+  int peer_pidfd_ = -1;
 };
 
 }  // namespace tbcoll::shm
