@@ -63,9 +63,9 @@ void check_rank(int rank, int size, const char* op, const char* which, int value
 }  // namespace
 
 template <typename Body>
-void Communicator::Impl::run(const std::string& what, transport::Tag tag, Body&& body) {
+void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, Body&& body) {
   algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, chunk_bytes, scratch,
-                  request_table, what);
+                  request_table, call);
   try {
     body(exec);
   } catch (const MismatchError& error) {
@@ -73,13 +73,13 @@ void Communicator::Impl::run(const std::string& what, transport::Tag tag, Body&&
                              ? fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()))
                              : fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)",
                                            error.peer(), error.got_bytes(), error.expected_bytes());
-    std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank, what, detail,
-                                      error.what());
+    std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank,
+                                      call.describe(), detail, error.what());
     mark_broken(message);
     throw InvalidUsage(message);
   } catch (const Error& error) {
     mark_broken(error.what());
-    rethrow_with_context(error, fmt::format("rank {}: {}", rank, what));
+    rethrow_with_context(error, fmt::format("rank {}: {}", rank, call.describe()));
   }
 }
 
@@ -90,7 +90,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   size_t bytes = checked_bytes(c.rank, "all_reduce", count, dtype, 1);
   check_buffer(c.rank, "all_reduce", "send", send, count);
   check_buffer(c.rank, "all_reduce", "recv", recv, count);
-  std::string what = fmt::format("all_reduce(count={}, {}, {})", count, to_string(dtype), to_string(op));
+  algo::CallInfo what{"all_reduce", count, dtype, op, true};
   c.check_usable(what);
   if (count == 0) return;
   Algorithm algorithm = choose_algorithm(OpKind::kAllReduce, bytes, c.size, c.tuner);
@@ -112,7 +112,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
   size_t total = checked_bytes(c.rank, "all_gather", count, dtype, static_cast<size_t>(c.size));
   check_buffer(c.rank, "all_gather", "send", send, count);
   check_buffer(c.rank, "all_gather", "recv", recv, count);
-  std::string what = fmt::format("all_gather(count={}, {})", count, to_string(dtype));
+  algo::CallInfo what{"all_gather", count, dtype};
   c.check_usable(what);
   if (count == 0) return;
   Algorithm algorithm = choose_algorithm(OpKind::kAllGather, total, c.size, c.tuner);
@@ -135,7 +135,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   size_t bytes = checked_bytes(c.rank, "broadcast", count, dtype, 1);
   if (c.rank == root) check_buffer(c.rank, "broadcast", "send", send, count);
   check_buffer(c.rank, "broadcast", "recv", recv, count);
-  std::string what = fmt::format("broadcast(count={}, {}, root={})", count, to_string(dtype), root);
+  algo::CallInfo what{"broadcast", count, dtype, ReduceOp::kSum, false, root};
   c.check_usable(what);
   if (count == 0) return;
   Algorithm algorithm = choose_algorithm(OpKind::kBroadcast, bytes, c.size, c.tuner);
@@ -153,10 +153,11 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 
 void Communicator::barrier() {
   Impl& c = *impl_;
-  c.check_usable("barrier()");
+  const algo::CallInfo what{"barrier"};
+  c.check_usable(what);
   if (c.size == 1) return;
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBarrier, DataType::kUint8, ReduceOp::kSum, 0, 0)};
-  c.run("barrier()", tag, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
+  c.run(what, tag, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
 }
 
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
@@ -166,7 +167,7 @@ void Communicator::send(const void* buf, size_t count, DataType dtype, int peer)
   if (peer == c.rank) throw InvalidArgument(fmt::format("rank {}: send: peer {} is this rank", c.rank, peer));
   size_t bytes = checked_bytes(c.rank, "send", count, dtype, 1);
   check_buffer(c.rank, "send", "send", buf, count);
-  std::string what = fmt::format("send(count={}, {}, peer={})", count, to_string(dtype), peer);
+  algo::CallInfo what{"send", count, dtype, ReduceOp::kSum, false, peer, "peer"};
   c.check_usable(what);
   transport::Tag tag{(uint64_t{1} << 63) | c.p2p_sent[peer]++,
                      make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
@@ -180,7 +181,7 @@ void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
   if (peer == c.rank) throw InvalidArgument(fmt::format("rank {}: recv: peer {} is this rank", c.rank, peer));
   size_t bytes = checked_bytes(c.rank, "recv", count, dtype, 1);
   check_buffer(c.rank, "recv", "recv", buf, count);
-  std::string what = fmt::format("recv(count={}, {}, peer={})", count, to_string(dtype), peer);
+  algo::CallInfo what{"recv", count, dtype, ReduceOp::kSum, false, peer, "peer"};
   c.check_usable(what);
   transport::Tag tag{(uint64_t{1} << 63) | c.p2p_received[peer]++,
                      make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};

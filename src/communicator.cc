@@ -77,11 +77,10 @@ void Communicator::Impl::mark_broken(const std::string& reason) {
   broken = true;
 }
 
-void Communicator::Impl::check_usable(const std::string& what) {
-  if (broken) {
-    std::lock_guard<std::mutex> lock(broken_mutex);
-    throw InvalidUsage(fmt::format("rank {}: {} on a broken communicator (rebuild it): {}", rank, what, broken_reason));
-  }
+void Communicator::Impl::throw_broken(const algo::CallInfo& call) {
+  std::lock_guard<std::mutex> lock(broken_mutex);
+  throw InvalidUsage(
+      fmt::format("rank {}: {} on a broken communicator (rebuild it): {}", rank, call.describe(), broken_reason));
 }
 
 Communicator Communicator::init(const Config& config) {

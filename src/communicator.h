@@ -39,10 +39,13 @@ struct Communicator::Impl {
   size_t chunk_bytes = 256 * 1024;
 
   void mark_broken(const std::string& reason);
-  void check_usable(const std::string& what);
+  void check_usable(const algo::CallInfo& call) {
+    if (broken) throw_broken(call);
+  }
+  [[noreturn]] void throw_broken(const algo::CallInfo& call);
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op.
   template <typename Body>
-  void run(const std::string& what, transport::Tag tag, Body&& body);
+  void run(const algo::CallInfo& call, transport::Tag tag, Body&& body);
 };
 
 }  // namespace tbcoll

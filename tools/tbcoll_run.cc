@@ -15,6 +15,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -54,6 +55,7 @@ struct Options {
   double timeout_s = 0;                // 0: no time limit
   std::vector<std::string> extra_env;  // NAME=VALUE from -x
   std::vector<char*> prog_argv;        // null-terminated
+  std::string bind_to = "auto";        // core | none | auto (core when ranks <= usable CPUs)
 };
 
 void print_usage(FILE* out) {
@@ -64,6 +66,8 @@ void print_usage(FILE* out) {
       "  --tag-output        prefix every output line with \"[RANK] \"\n"
       "  --timeout SECONDS   kill the job and exit 124 if it runs longer\n"
       "  -x NAME=VALUE       set an extra environment variable in every rank (repeatable)\n"
+      "  --bind-to core|none pin rank i to the i-th usable CPU, as mpirun does (default: core when\n"
+      "                      there are at least as many CPUs as ranks, else none)\n"
       "  -h, --help          show this help\n"
       "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
       "and TBCOLL_TOKEN (random unless already set). The first failing rank stops the job and its\n"
@@ -98,7 +102,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     if (arg.rfind("--timeout=", 0) == 0) {
       value = arg.substr(arg.find('=') + 1);
       arg = "--timeout";
-    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x") {
+    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to") {
       if (i + 1 >= argc) return usage_error("option " + arg + " needs a value");
       value = argv[++i];
     } else {
@@ -106,7 +110,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     }
     char* end = nullptr;
     errno = 0;
-    if (arg == "-x") {
+    if (arg == "--bind-to") {
+      if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
+      opts.bind_to = value;
+    } else if (arg == "-x") {
       if (value.find('=') == std::string::npos || value[0] == '=') {
         return usage_error("-x expects NAME=VALUE, got '" + value + "'");
       }
@@ -335,7 +342,10 @@ class Launcher {
     setenv("TBCOLL_RANK", rank_str.c_str(), 1);
     setenv("TBCOLL_LOCAL_RANK", rank_str.c_str(), 1);
     pid_t pid = fork();
-    if (pid == 0) exec_rank(stdin_fd, out_pipe[1], err_pipe[1], child_mask);  // never returns
+    if (pid == 0) {
+      bind_rank(r);
+      exec_rank(stdin_fd, out_pipe[1], err_pipe[1], child_mask);  // never returns
+    }
     int saved = errno;
     if (pid < 0) {
       close_pipe(out_pipe);
@@ -354,6 +364,24 @@ class Launcher {
     rank_of_pid_[pid] = r;
     ++running_;
     return true;
+  }
+
+  // In the child: pin rank r to one CPU of the launcher's affinity set. Spinning ranks that share a core hand
+  // off only when one yields, so two ranks left on one core by the scheduler run ~100x slower.
+  void bind_rank(int r) {
+    cpu_set_t usable;
+    if (opts_.bind_to == "none" || sched_getaffinity(0, sizeof(usable), &usable) != 0) return;
+    int cpus = CPU_COUNT(&usable);
+    if (opts_.bind_to == "auto" && opts_.world_size > cpus) return;
+    int wanted = r % cpus;
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+      if (!CPU_ISSET(cpu, &usable) || wanted-- != 0) continue;
+      cpu_set_t one;
+      CPU_ZERO(&one);
+      CPU_SET(cpu, &one);
+      sched_setaffinity(0, sizeof(one), &one);
+      return;
+    }
   }
 
   // In the child between fork() and exec: restore the signal state the launcher started with.

@@ -24,6 +24,14 @@ void* Scratch::get(size_t bytes) {
   return memory_.get();
 }
 
+std::string CallInfo::describe() const {
+  if (count == 0 && root < 0 && !has_op) return fmt::format("{}()", name);
+  std::string out = fmt::format("{}(count={}, {}", name, count, to_string(dtype));
+  if (has_op) out += ", " + to_string(op);
+  if (root >= 0) out += fmt::format(", {}={}", root_name, root);
+  return out + ")";
+}
+
 void RequestTable::reset(int world_size) {
   requests.clear();  // drops requests of an earlier call that failed midway
   done.clear();
@@ -38,7 +46,7 @@ void RequestTable::reset(int world_size) {
 
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
            std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
-           const std::string& op_name)
+           const CallInfo& call)
     : rank_(rank),
       size_(size),
       peers_(peers),
@@ -47,7 +55,7 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, t
       spin_(spin),
       chunk_bytes_(chunk_bytes),
       scratch_(scratch),
-      op_name_(op_name),
+      call_(call),
       table_(table),
       requests_(table.requests),
       done_(table.done),
@@ -127,7 +135,7 @@ void Exec::wait_all() {
 
 void Exec::timed_out(size_t id) {
   const RequestTable::Pending& pending = requests_[id];
-  throw TimeoutError(fmt::format("rank {}: {} timed out waiting for peer {} ({} of {} B)", rank_, op_name_,
+  throw TimeoutError(fmt::format("rank {}: {} timed out waiting for peer {} ({} of {} B)", rank_, call_.describe(),
                                  pending.peer, pending.is_send ? "send" : "receive", pending.bytes));
 }
 

@@ -29,6 +29,19 @@ class Scratch {
   size_t bytes_ = 0;
 };
 
+/// What a call is, for error messages; formatted only when an error needs it (the fast path never does).
+struct CallInfo {
+  const char* name = "";  ///< "all_reduce", "send", ...
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  bool has_op = false;
+  int root = -1;  ///< root (broadcast) or peer (send/recv); -1 when none
+  const char* root_name = "root";
+  /// "all_reduce(count=1024, f32, sum)", "broadcast(count=8, i8, root=3)", "barrier()".
+  std::string describe() const;
+};
+
 struct Args {
   const void* send = nullptr;
   void* recv = nullptr;
@@ -61,7 +74,7 @@ class Exec {
  public:
   Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
        std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
-       const std::string& op_name);
+       const CallInfo& call);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -88,7 +101,7 @@ class Exec {
   std::chrono::microseconds spin_;
   size_t chunk_bytes_;
   Scratch& scratch_;
-  const std::string& op_name_;
+  const CallInfo& call_;
   RequestTable& table_;
   std::vector<RequestTable::Pending>& requests_;
   std::vector<uint8_t>& done_;
