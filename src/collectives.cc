@@ -66,8 +66,13 @@ template <typename Body>
 void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, Body&& body) {
   algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, chunk_bytes, scratch,
                   request_table, call);
+  guard(call, [&] { body(exec); });
+}
+
+template <typename Body>
+void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
   try {
-    body(exec);
+    body();
   } catch (const MismatchError& error) {
     std::string detail = error.expected_meta() != error.got_meta()
                              ? fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()))
@@ -100,9 +105,18 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   }
   algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};
+  if (algorithm == Algorithm::kOneShot) {  // the transport's fast path: no requests, no Exec
+    c.guard(what, [&] {
+      c.fast_path->all_reduce(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
+    });
+    return;
+  }
   c.run(what, tag, [&](algo::Exec& exec) {
-    if (algorithm == Algorithm::kDirect) algo::all_reduce_direct(exec, args);
-    else algo::all_reduce_ring(exec, args);
+    if (algorithm == Algorithm::kDirect) {
+      algo::all_reduce_direct(exec, args);
+    } else {
+      algo::all_reduce_ring(exec, args);
+    }
   });
 }
 

@@ -179,6 +179,16 @@ Communicator Communicator::init(const Config& config) {
     }
     impl->contexts.push_back(std::move(contexts[name]));
   }
+  // A transport that reached every peer may offer a whole-collective fast path.
+  if (plan.size() == 1 && impl->contexts.size() == 1) {
+    impl->fast_path = impl->contexts[0]->fast_path();
+    if (impl->fast_path != nullptr) {
+      impl->tuner.one_shot_limit_bytes = impl->fast_path->max_all_reduce_bytes();
+      impl->tuner.one_shot_max_bytes = std::min<size_t>(
+          impl->tuner.one_shot_limit_bytes,
+          static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_ONESHOT_MAX_BYTES"))));
+    }
+  }
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
             fmt::join(impl->transport_names, ","));
   return Communicator(std::move(impl));

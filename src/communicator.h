@@ -34,6 +34,7 @@ struct Communicator::Impl {
   std::string broken_reason;
   algo::Scratch scratch;
   algo::RequestTable request_table;
+  transport::CollectiveFastPath* fast_path = nullptr;  // owned by one of contexts
   TunerConfig tuner;
   std::chrono::microseconds spin{50};
   size_t chunk_bytes = 256 * 1024;
@@ -46,6 +47,9 @@ struct Communicator::Impl {
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op.
   template <typename Body>
   void run(const algo::CallInfo& call, transport::Tag tag, Body&& body);
+  /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.
+  template <typename Body>
+  void guard(const algo::CallInfo& call, Body&& body);
 };
 
 }  // namespace tbcoll

@@ -14,6 +14,7 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kTree: return "tree";
     case Algorithm::kChain: return "chain";
     case Algorithm::kDissemination: return "dissemination";
+    case Algorithm::kOneShot: return "oneshot";
   }
   return "unknown";
 }
@@ -22,6 +23,12 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
   if (world_size == 1) return Algorithm::kSelf;
   if (kind == OpKind::kBarrier) return Algorithm::kDissemination;
   const std::string& forced = config.forced;
+  if (kind == OpKind::kAllReduce && forced.empty() && bytes <= config.one_shot_max_bytes) return Algorithm::kOneShot;
+  if (kind == OpKind::kAllReduce && forced == "oneshot") {
+    if (bytes <= config.one_shot_limit_bytes) return Algorithm::kOneShot;
+    throw InvalidArgument(fmt::format("algorithm \"oneshot\" needs every rank on shared memory and at most {} B "
+                                      "(this all_reduce has {} B)", config.one_shot_limit_bytes, bytes));
+  }
   if (kind == OpKind::kAllReduce || kind == OpKind::kAllGather) {
     if (forced == "ring") return Algorithm::kRing;
     if (forced == "direct") return Algorithm::kDirect;
@@ -29,7 +36,7 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
   } else if (kind == OpKind::kBroadcast) {
     if (forced == "tree") return Algorithm::kTree;
     if (forced == "chain") return Algorithm::kChain;
-    if (forced.empty() || forced == "ring" || forced == "direct") {
+    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot") {
       // A forced all_reduce algorithm leaves broadcast to the tuner.
       return bytes <= config.tree_max_bytes || world_size == 2 ? Algorithm::kTree : Algorithm::kChain;
     }
@@ -42,7 +49,8 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
   if (kind == OpKind::kAllReduce && (forced == "tree" || forced == "chain")) {
     return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
   }
-  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, tree, chain)", forced));
+  if (forced == "oneshot") return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, tree, chain)", forced));
 }
 
 }  // namespace tbcoll

@@ -9,11 +9,13 @@
 
 namespace tbcoll {
 
-enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination };
+enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination, kOneShot };
 
 struct TunerConfig {
   size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
+  size_t one_shot_max_bytes = 0;        ///< all_reduce up to this uses the transport's one-shot fast path (0: none)
+  size_t one_shot_limit_bytes = 0;      ///< largest all_reduce the fast path takes when forced (TBCOLL_ALGO=oneshot)
   std::string forced;                   ///< algorithm name, or empty
 };
 

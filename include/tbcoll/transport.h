@@ -23,6 +23,7 @@
 
 #include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
+#include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll::transport {
 
@@ -84,6 +85,23 @@ struct PeerAddress {
   std::string address;  ///< bytes the peer's Context::address() returned
 };
 
+/// A whole-collective fast path a transport may offer when it connects every rank of the communicator (all
+/// ranks on one host sharing memory, say). The tuner picks it like any algorithm; the conformance and
+/// collective suites test it like any algorithm.
+class CollectiveFastPath {
+ public:
+  virtual ~CollectiveFastPath() = default;
+  /// Largest all_reduce input, in bytes per rank, that all_reduce() takes.
+  virtual size_t max_all_reduce_bytes() const = 0;
+  /// Collective over every rank, called in the same order everywhere. recv = op over ranks of send, reduced
+  /// in rank order so every rank holds bitwise identical results; send == recv is in place. tag is the
+  /// call's tag and signature: a peer in a different call (fast path or not) gets MismatchError. Blocks:
+  /// spins for `spin`, then sleeps; throws TimeoutError past the deadline and IoError when a peer died or
+  /// aborted. Caller's thread only.
+  virtual void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
+                          Deadline deadline, std::chrono::microseconds spin) = 0;
+};
+
 class Context {
  public:
   virtual ~Context() = default;
@@ -96,6 +114,9 @@ class Context {
                                                          Deadline deadline) = 0;
   /// Breaks every endpoint: pending and later requests fail, peers see the connection close. Any thread.
   virtual void abort() = 0;
+  /// The fast path, if this transport offers one and connect() reached every other rank; else nullptr.
+  /// Owned by the context.
+  virtual CollectiveFastPath* fast_path() { return nullptr; }
 };
 
 class Device {

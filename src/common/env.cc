@@ -16,11 +16,12 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
       {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call"},
       {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, ibverbs, loopback (default: best per pair)"},
-      {"TBCOLL_ALGO", "", "force an algorithm: ring, direct (all_reduce, all_gather), tree, chain (broadcast)"},
+      {"TBCOLL_ALGO", "", "force an algorithm: ring, direct, oneshot (all_reduce, all_gather), tree, chain (broadcast)"},
       {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
       {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
       {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of ring and chain algorithms"},
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
+      {"TBCOLL_ONESHOT_MAX_BYTES", "2048", "all_reduce up to this size uses the shm one-shot fast path (all ranks on one host)"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
       {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets (0 = kernel default)"},
   };

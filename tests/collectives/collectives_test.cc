@@ -138,6 +138,42 @@ INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, Sweep, ::testing::ValuesIn(sweep_pa
                            return info.param.transport + "_" + std::to_string(info.param.world_size);
                          });
 
+// The shm one-shot fast path: the dtype x op table, every world size, interleaved with p2p collectives.
+TEST(Collectives, ShmOneShotFastPath) {
+  run_ranks(3, {"shm", "oneshot"}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.all_reduce_algorithm(8), "oneshot");
+    for (DataType dtype : all_dtypes()) {
+      for (ReduceOp op : all_ops()) {
+        for (size_t count : {size_t{1}, size_t{7}, size_t{1000 + 3}}) check_all_reduce(comm, dtype, op, count, 0);
+      }
+    }
+    std::vector<float> too_big(20000);
+    EXPECT_THROW(comm.all_reduce(too_big.data(), too_big.data(), too_big.size(), DataType::kFloat32, ReduceOp::kSum),
+                 InvalidArgument) << "a forced oneshot beyond the slot is refused, not silently replaced";
+  });
+  for (int n : {2, 4, 5, 8}) {
+    run_ranks(n, {"shm", "oneshot"}, [&](Communicator& comm) {
+      for (int round = 0; round < 5; ++round) {  // back-to-back calls reuse both slots
+        for (size_t count : {size_t{1}, size_t{8}, size_t{4099}, size_t{16384}}) {
+          check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, round);
+          check_all_reduce(comm, DataType::kBfloat16, ReduceOp::kMax, count, round + 1);
+        }
+        comm.barrier();
+      }
+    });
+    run_ranks(n, {"shm", ""}, [&](Communicator& comm) {
+      EXPECT_EQ(comm.all_reduce_algorithm(8), "oneshot");
+      EXPECT_EQ(comm.all_reduce_algorithm(2048), "oneshot");
+      EXPECT_EQ(comm.all_reduce_algorithm(4096), "direct");
+      for (int round = 0; round < 3; ++round) {  // tuner mixes oneshot and p2p schedules call by call
+        for (size_t count : {size_t{1}, size_t{300}, size_t{2000}, size_t{70000}}) {
+          check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, round);
+        }
+      }
+    });
+  }
+}
+
 TEST(Collectives, BroadcastTreeAndChainEveryRoot) {
   for (std::string algo : {"tree", "chain"}) {
     run_ranks(5, {"tcp", algo}, [&](Communicator& comm) {

@@ -105,6 +105,18 @@ TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("loopback", "shm", "tcp"));
 
+TEST(Errors, ShmOneShotMismatchIsReported) {
+  std::vector<std::string> messages(2);
+  run_ranks(2, {"shm", "", 10}, [&](Communicator& comm) {
+    std::vector<float> buf(100, 1.0f);
+    messages[comm.rank()] = error_of([&] {
+      comm.all_reduce(buf.data(), buf.data(), comm.rank() == 0 ? 100 : 99, DataType::kFloat32, ReduceOp::kSum);
+    });
+  });
+  EXPECT_NE(messages[0].find("peer 1 called all_reduce(count=99, f32, sum)"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
+}
+
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();
   run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "transports/registry.h"
 #include "transports/shm/endpoint.h"
+#include "transports/shm/fast_path.h"
 
 namespace tbcoll::shm {
 namespace {
@@ -66,6 +67,18 @@ class Context final : public transport::Context {
     }
     shm_unlink(name_.c_str());
     unlinked_ = true;
+    if (static_cast<int>(peers.size()) == args_.world_size - 1) {
+      // Every rank is reachable through shared memory: offer the one-shot collectives.
+      std::vector<CollectiveArea*> areas(args_.world_size);
+      std::vector<SegmentHeader*> headers(args_.world_size);
+      areas[args_.rank] = collective_area(mapping_.base(), args_.world_size);
+      headers[args_.rank] = mapping_.header();
+      for (size_t i = 0; i < peers.size(); ++i) {
+        areas[peers[i].rank] = collective_area(peer_mappings_[i].base(), args_.world_size);
+        headers[peers[i].rank] = peer_mappings_[i].header();
+      }
+      fast_path_ = std::make_unique<FastPath>(args_.rank, std::move(areas), std::move(headers));
+    }
     for (size_t i = 0; i < peers.size(); ++i) {
       int peer = peers[i].rank;
       void* remote = peer_mappings_[i].base();
@@ -77,12 +90,14 @@ class Context final : public transport::Context {
   }
 
   void abort() override { mapping_.header()->closed.store(1, std::memory_order_release); }
+  transport::CollectiveFastPath* fast_path() override { return fast_path_.get(); }
 
  private:
   transport::ContextArgs args_;
   std::string name_;
   Mapping mapping_;
   std::vector<Mapping> peer_mappings_;
+  std::unique_ptr<FastPath> fast_path_;  // declared after the mappings it points into: destroyed first
   bool unlinked_ = false;
 };
 

@@ -180,10 +180,25 @@ bool Endpoint::progress_recvs() {
   return moved;
 }
 
+void Endpoint::check_peer_call() {
+  // A peer that entered the one-shot fast path with the tag our receive expects is in another call.
+  if (recvs_.empty() || remote_->world_size <= 0) return;
+  const Operation& op = *recvs_.front();
+  CollectiveArea* area = collective_area(remote_, remote_->world_size);
+  for (const CollectiveSlot& slot : area->slots) {
+    if (slot.seq.load(std::memory_order_acquire) == 0 || slot.tag != op.tag.tag || slot.meta == op.tag.meta) continue;
+    std::string what = fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
+                                   "(signature {:#x}, ours {:#x})", rank_, peer_, slot.meta, op.tag.meta);
+    broken_ = what;
+    throw MismatchError(what, peer_, op.tag.meta, slot.meta, op.bytes, slot.bytes);
+  }
+}
+
 void Endpoint::block(std::chrono::microseconds max_wait) {
   if (!recvs_.empty() && in_->head.load(std::memory_order_acquire) != in_tail_) return;  // data waiting
   if (recvs_.empty() && !sends_.empty() && out_head_ - out_->tail.load(std::memory_order_acquire) < kFrames) return;
   check_peer();
+  check_peer_call();
   long timeout_us = std::max<long>(1, static_cast<long>(max_wait.count()));
   if (!recvs_.empty()) {
     // Announce the sleep, then re-check: the producer wakes us only if it sees the flag after publishing.

@@ -39,6 +39,7 @@ class Endpoint final : public transport::Endpoint {
   bool progress_recvs();
   void check_peer();
   bool peer_alive() const;
+  void check_peer_call();
   [[noreturn]] void fail(const std::string& message);
 
   int rank_;

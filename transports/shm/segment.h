@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <cstring>
 #include <cstdint>
 #include <string>
 
@@ -44,6 +45,24 @@ struct Queue {
   alignas(64) Frame frames[kFrames];
 };
 
+// One-shot collectives: each rank writes its input into its own slot and reads everyone else's. The first
+// 32 bytes of data share the cache line of seq, so a small all-reduce moves one line per peer.
+constexpr size_t kSlotBytes = 64 * 1024;
+
+struct alignas(64) CollectiveSlot {
+  std::atomic<uint64_t> seq;         ///< call number whose input is in data (written last, release)
+  uint64_t tag;                      ///< the communicator's tag of that call (to spot a peer in another call)
+  uint64_t meta;                     ///< the call's signature
+  uint32_t bytes;
+  std::atomic<uint32_t> sleepers;    ///< readers asleep on seq (the writer wakes them)
+  uint8_t data[kSlotBytes];
+};
+static_assert(offsetof(CollectiveSlot, data) == 32, "32 bytes of data share the first cache line");
+
+struct CollectiveArea {
+  CollectiveSlot slots[2];  ///< double buffer: call k uses slot k & 1
+};
+
 struct alignas(64) SegmentHeader {
   uint32_t magic;
   uint32_t version;
@@ -56,7 +75,12 @@ struct alignas(64) SegmentHeader {
 };
 
 inline size_t segment_bytes(int world_size) {
-  return sizeof(SegmentHeader) + static_cast<size_t>(world_size) * sizeof(Queue);
+  return sizeof(SegmentHeader) + static_cast<size_t>(world_size) * sizeof(Queue) + sizeof(CollectiveArea);
+}
+
+inline CollectiveArea* collective_area(void* base, int world_size) {
+  return reinterpret_cast<CollectiveArea*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader) +
+                                           static_cast<size_t>(world_size) * sizeof(Queue));
 }
 
 inline Queue* queue_at(void* base, int index) {
