@@ -105,9 +105,16 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
   }
   algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};
+  if (algorithm == Algorithm::kCma) {
+    c.guard(what, [&] {
+      c.fast_path->all_reduce_direct(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
+    });
+    return;
+  }
   if (algorithm == Algorithm::kOneShot) {  // the transport's fast path: no requests, no Exec
     c.guard(what, [&] {
-      c.fast_path->all_reduce(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
+      c.fast_path->all_reduce_one_shot(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s),
+                                       c.spin);
     });
     return;
   }
@@ -136,6 +143,13 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
     return;
   }
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
+  if (algorithm == Algorithm::kCma) {
+    c.guard(what, [&] {
+      c.fast_path->all_gather_direct(send, recv, count * dtype_size(dtype), tag, deadline_after(c.config.timeout_s),
+                                     c.spin);
+    });
+    return;
+  }
   c.run(what, tag, [&](algo::Exec& exec) {
     if (algorithm == Algorithm::kDirect) algo::all_gather_direct(exec, args);
     else algo::all_gather_ring(exec, args);

@@ -101,7 +101,7 @@ Communicator Communicator::init(const Config& config) {
   impl->chunk_bytes = static_cast<size_t>(std::max<long long>(4096, env::get_int("TBCOLL_CHUNK_BYTES")));
   impl->tuner.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_DIRECT_MAX_BYTES")));
   impl->tuner.forced = config.algo;
-  choose_algorithm(OpKind::kAllReduce, 0, 2, impl->tuner);  // validates a forced name early
+  check_algorithm_name(config.algo);
   const int rank = config.rank;
   const int size = config.world_size;
   if (size == 1) return Communicator(std::move(impl));
@@ -183,7 +183,9 @@ Communicator Communicator::init(const Config& config) {
   if (plan.size() == 1 && impl->contexts.size() == 1) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
-      impl->tuner.one_shot_limit_bytes = impl->fast_path->max_all_reduce_bytes();
+      impl->tuner.one_shot_limit_bytes = impl->fast_path->max_one_shot_bytes();
+      impl->tuner.cma = impl->fast_path->has_direct();
+      impl->tuner.cma_min_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_MIN_BYTES")));
       impl->tuner.one_shot_max_bytes = std::min<size_t>(
           impl->tuner.one_shot_limit_bytes,
           static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_ONESHOT_MAX_BYTES"))));

@@ -15,8 +15,16 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kChain: return "chain";
     case Algorithm::kDissemination: return "dissemination";
     case Algorithm::kOneShot: return "oneshot";
+    case Algorithm::kCma: return "cma";
   }
   return "unknown";
+}
+
+void check_algorithm_name(const std::string& name) {
+  for (const char* known : {"", "ring", "direct", "oneshot", "cma", "tree", "chain"}) {
+    if (name == known) return;
+  }
+  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, cma, tree, chain)", name));
 }
 
 Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config) {
@@ -30,13 +38,18 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
                                       "(this all_reduce has {} B)", config.one_shot_limit_bytes, bytes));
   }
   if (kind == OpKind::kAllReduce || kind == OpKind::kAllGather) {
+    if (forced == "cma") {
+      if (config.cma) return Algorithm::kCma;
+      throw InvalidArgument("algorithm \"cma\" needs every rank on one host with cross-memory attach permitted");
+    }
+    if (forced.empty() && config.cma && bytes >= config.cma_min_bytes) return Algorithm::kCma;
     if (forced == "ring") return Algorithm::kRing;
     if (forced == "direct") return Algorithm::kDirect;
     if (forced.empty()) return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
   } else if (kind == OpKind::kBroadcast) {
     if (forced == "tree") return Algorithm::kTree;
     if (forced == "chain") return Algorithm::kChain;
-    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot") {
+    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot" || forced == "cma") {
       // A forced all_reduce algorithm leaves broadcast to the tuner.
       return bytes <= config.tree_max_bytes || world_size == 2 ? Algorithm::kTree : Algorithm::kChain;
     }
@@ -50,7 +63,7 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
     return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
   }
   if (forced == "oneshot") return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
-  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, tree, chain)", forced));
+  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, cma, tree, chain)", forced));
 }
 
 }  // namespace tbcoll

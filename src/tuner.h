@@ -9,13 +9,15 @@
 
 namespace tbcoll {
 
-enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination, kOneShot };
+enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination, kOneShot, kCma };
 
 struct TunerConfig {
   size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
   size_t one_shot_max_bytes = 0;        ///< all_reduce up to this uses the transport's one-shot fast path (0: none)
   size_t one_shot_limit_bytes = 0;      ///< largest all_reduce the fast path takes when forced (TBCOLL_ALGO=oneshot)
+  bool cma = false;                     ///< the transport's direct (cross-memory attach) collectives are available
+  size_t cma_min_bytes = 256 * 1024;    ///< all_reduce / all_gather from this size read peers' buffers in place
   std::string forced;                   ///< algorithm name, or empty
 };
 
@@ -23,5 +25,7 @@ struct TunerConfig {
 /// all_gather) on world_size ranks. Throws InvalidArgument for a forced name that does not fit the op.
 Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config);
 const char* algorithm_name(Algorithm algorithm);
+/// Throws InvalidArgument unless name is empty or one of the algorithm names.
+void check_algorithm_name(const std::string& name);
 
 }  // namespace tbcoll

@@ -91,15 +91,25 @@ struct PeerAddress {
 class CollectiveFastPath {
  public:
   virtual ~CollectiveFastPath() = default;
-  /// Largest all_reduce input, in bytes per rank, that all_reduce() takes.
-  virtual size_t max_all_reduce_bytes() const = 0;
-  /// Collective over every rank, called in the same order everywhere. recv = op over ranks of send, reduced
-  /// in rank order so every rank holds bitwise identical results; send == recv is in place. tag is the
-  /// call's tag and signature: a peer in a different call (fast path or not) gets MismatchError. Blocks:
-  /// spins for `spin`, then sleeps; throws TimeoutError past the deadline and IoError when a peer died or
-  /// aborted. Caller's thread only.
-  virtual void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
-                          Deadline deadline, std::chrono::microseconds spin) = 0;
+  /// Largest all_reduce input, in bytes per rank, that all_reduce_one_shot() takes.
+  virtual size_t max_one_shot_bytes() const = 0;
+  /// Whether the direct collectives (peers read each other's buffers in place) are available.
+  virtual bool has_direct() const = 0;
+
+  // Every method is collective over every rank and called in the same order everywhere. tag is the call's
+  // tag and signature: a peer in a different call gets MismatchError. They block: spin for `spin`, then
+  // sleep; TimeoutError past the deadline, IoError when a peer died or aborted. Caller's thread only.
+  // Reductions run in rank order, so every rank holds bitwise identical results. send == recv is in place.
+
+  /// One-shot all_reduce for small inputs: inputs copied into shared slots, each rank reduces all of them.
+  virtual void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
+                                   Deadline deadline, std::chrono::microseconds spin) = 0;
+  /// Two-shot all_reduce reading peers' buffers in place: each rank reduces its slice, then gathers the rest.
+  virtual void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
+                                 Deadline deadline, std::chrono::microseconds spin) = 0;
+  /// all_gather reading every peer's block in place (recv as in Communicator::all_gather).
+  virtual void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, Tag tag, Deadline deadline,
+                                 std::chrono::microseconds spin) = 0;
 };
 
 class Context {

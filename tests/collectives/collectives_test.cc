@@ -174,6 +174,28 @@ TEST(Collectives, ShmOneShotFastPath) {
   }
 }
 
+// The shm direct path: peers read each other's buffers in place (cross-memory attach).
+TEST(Collectives, ShmCrossMemoryAttach) {
+  for (int n : {2, 3, 5, 8}) {
+    run_ranks(n, {"shm", "cma"}, [&](Communicator& comm) {
+      EXPECT_EQ(comm.all_reduce_algorithm(8), "cma");
+      for (size_t count : {size_t{1}, size_t{7}, size_t{4096}, size_t{(1u << 20) + 3}}) {
+        check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, 0);
+        check_all_gather(comm, DataType::kFloat32, count);
+        if (count <= 4096) {
+          check_all_reduce(comm, DataType::kBfloat16, ReduceOp::kAvg, count, 1);
+          check_all_reduce(comm, DataType::kInt64, ReduceOp::kMax, count, 2);
+          check_all_reduce(comm, DataType::kFloat16, ReduceOp::kProd, count, 3);
+        }
+      }
+    });
+  }
+  run_ranks(2, {"shm", ""}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.all_reduce_algorithm(1 << 20), "cma") << "the tuner picks it for large messages on one host";
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0);
+  });
+}
+
 TEST(Collectives, BroadcastTreeAndChainEveryRoot) {
   for (std::string algo : {"tree", "chain"}) {
     run_ranks(5, {"tcp", algo}, [&](Communicator& comm) {

@@ -33,6 +33,10 @@ class Context final : public transport::Context {
     header->owner_rank = args.rank;
     header->world_size = args.world_size;
     header->owner_pid = static_cast<int32_t>(getpid());
+    // A word peers try to read with process_vm_readv at set-up, to learn whether direct collectives work.
+    DirectControl& direct = collective_area(mapping_.base(), args.world_size)->direct;
+    direct.probe = kSegmentMagic;
+    direct.send_addr = reinterpret_cast<uint64_t>(&direct.probe);
   }
 
   ~Context() override {
@@ -57,6 +61,22 @@ class Context final : public transport::Context {
       header->mapped_by.fetch_add(1, std::memory_order_acq_rel);
       peer_mappings_.push_back(std::move(mapping));
     }
+    // Cross-memory attach: can we read every peer's memory? (ptrace rules decide; root or same-uid with a
+    // permissive yama scope can.) Each rank publishes its answer; the direct paths run only if all said yes.
+    bool can_read_all = true;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
+      uint64_t probe = 0;
+      try {
+        FastPath::read_peer(peer_mappings_[i].header()->owner_pid, theirs.send_addr, &probe, sizeof(probe), args_.rank,
+                            peers[i].rank);
+      } catch (const IoError& error) {
+        log::info("{} (direct shared-memory collectives disabled)", error.what());
+      }
+      can_read_all &= probe == kSegmentMagic;
+    }
+    DirectControl& mine = collective_area(mapping_.base(), args_.world_size)->direct;
+    mine.cma_ok.store(can_read_all ? 1 : 2, std::memory_order_release);
     // Wait until every peer mapped our segment, then drop its name.
     while (mapping_.header()->mapped_by.load(std::memory_order_acquire) < peers.size()) {
       if (Clock::now() >= deadline) {
@@ -67,6 +87,19 @@ class Context final : public transport::Context {
     }
     shm_unlink(name_.c_str());
     unlinked_ = true;
+    bool direct = can_read_all;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
+      uint32_t answer;
+      while ((answer = theirs.cma_ok.load(std::memory_order_acquire)) == 0) {
+        if (Clock::now() >= deadline) {
+          throw TimeoutError(fmt::format("[shm] rank {}: peer {} did not finish set-up before the deadline", args_.rank,
+                                         peers[i].rank));
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+      direct &= answer == 1;
+    }
     if (static_cast<int>(peers.size()) == args_.world_size - 1) {
       // Every rank is reachable through shared memory: offer the one-shot collectives.
       std::vector<CollectiveArea*> areas(args_.world_size);
@@ -77,7 +110,7 @@ class Context final : public transport::Context {
         areas[peers[i].rank] = collective_area(peer_mappings_[i].base(), args_.world_size);
         headers[peers[i].rank] = peer_mappings_[i].header();
       }
-      fast_path_ = std::make_unique<FastPath>(args_.rank, std::move(areas), std::move(headers));
+      fast_path_ = std::make_unique<FastPath>(args_.rank, std::move(areas), std::move(headers), direct);
     }
     for (size_t i = 0; i < peers.size(); ++i) {
       int peer = peers[i].rank;

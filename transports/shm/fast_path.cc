@@ -5,6 +5,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -15,9 +16,9 @@
 
 namespace tbcoll::shm {
 
-FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers)
+FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct)
     : rank_(rank), size_(static_cast<int>(areas.size())), areas_(std::move(areas)), headers_(std::move(headers)),
-      pidfds_(size_, -1) {
+      pidfds_(size_, -1), direct_(direct) {
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && headers_[p]->owner_pid != static_cast<int32_t>(getpid())) {
       pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, headers_[p]->owner_pid, 0));
@@ -61,8 +62,10 @@ void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
 }
 
 void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers,
-                        int peer, Deadline deadline, std::chrono::microseconds spin, const char* what,
-                        const transport::Tag* tag) {
+                        int peer, const Wait& wait, const char* what) {
+  const Deadline deadline = wait.deadline;
+  const auto spin = wait.spin;
+  const transport::Tag* tag = wait.tag;
   if (counter.load(std::memory_order_acquire) >= target) return;
   auto spin_until = Clock::now() + spin;
   for (unsigned i = 1;; ++i) {
@@ -91,8 +94,8 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
   }
 }
 
-void FastPath::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                          transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
+void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                   transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
   const uint64_t meta = tag.meta;
   const size_t bytes = count * dtype_size(dtype);
   if (bytes > kSlotBytes) throw InvalidArgument("[shm] one-shot all_reduce larger than the slot");
@@ -111,7 +114,7 @@ void FastPath::all_reduce(const void* send, void* recv, size_t count, DataType d
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     CollectiveSlot& theirs = areas_[p]->slots[b];
-    wait_for(theirs.seq, k, &theirs.sleepers, p, deadline, spin, "all_reduce input", &tag);
+    wait_for(theirs.seq, k, &theirs.sleepers, p, Wait{deadline, spin, &tag}, "all_reduce input");
     if (theirs.meta != meta || theirs.bytes != bytes) {
       std::string what = fmt::format("[shm] rank {}: fast-path all_reduce input of peer {} does not match: expected "
                                      "meta {:#x} {} B, got meta {:#x} {} B",
@@ -123,6 +126,131 @@ void FastPath::all_reduce(const void* send, void* recv, size_t count, DataType d
   kernel(recv, areas_[0]->slots[b].data, areas_[1]->slots[b].data, count);
   for (int p = 2; p < size_; ++p) kernel(recv, recv, areas_[p]->slots[b].data, count);
   if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, size_);
+}
+
+void FastPath::read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer) {
+  auto* at = static_cast<uint8_t*>(local);
+  while (bytes > 0) {
+    iovec local_iov{at, bytes};
+    iovec remote_iov{reinterpret_cast<void*>(remote), bytes};
+    ssize_t got = process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0);
+    if (got <= 0) {
+      throw IoError(fmt::format("[shm] rank {}: cross-memory read of {} B from peer {} (pid {}) failed: {}", rank,
+                                bytes, peer, pid, got < 0 ? strerror(errno) : "no progress"));
+    }
+    at += got;
+    remote += static_cast<uint64_t>(got);
+    bytes -= static_cast<size_t>(got);
+  }
+}
+
+void FastPath::publish(std::atomic<uint64_t>& counter, uint64_t value) {
+  counter.store(value, std::memory_order_seq_cst);
+  if (areas_[rank_]->direct.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&counter);
+}
+
+void FastPath::wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait,
+                        const char* what) {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    DirectControl& theirs = areas_[p]->direct;
+    wait_for(theirs.*counter, k, &theirs.sleepers, p, wait, what);
+  }
+}
+
+uint64_t FastPath::post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag,
+                                 const Wait& wait) {
+  const uint64_t k = ++direct_calls_;
+  DirectControl& mine = areas_[rank_]->direct;
+  mine.send_addr = reinterpret_cast<uint64_t>(send);
+  mine.recv_addr = reinterpret_cast<uint64_t>(recv);
+  mine.tag = tag.tag;
+  mine.meta = tag.meta;
+  mine.bytes = bytes;
+  publish(mine.posted, k);
+  wait_all(&DirectControl::posted, k, wait, "its buffer addresses");
+  for (int p = 0; p < size_; ++p) {
+    const DirectControl& theirs = areas_[p]->direct;
+    if (p != rank_ && (theirs.meta != tag.meta || theirs.bytes != bytes)) {
+      throw MismatchError(fmt::format("[shm] rank {}: direct call of peer {} does not match: expected meta {:#x} {} B, "
+                                      "got meta {:#x} {} B", rank_, p, tag.meta, bytes, theirs.meta, theirs.bytes),
+                          p, tag.meta, theirs.meta, bytes, theirs.bytes);
+    }
+  }
+  return k;
+}
+
+void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                 transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
+  const size_t es = dtype_size(dtype);
+  const Wait wait{deadline, spin, &tag};
+  const uint64_t k = post_and_wait(send, recv, count * es, tag, wait);
+  // My slice of the elements, reduced chunk by chunk in rank order.
+  const size_t base = count / size_, extra = count % size_;
+  auto slice = [&](int r) {
+    size_t index = static_cast<size_t>(r);
+    return std::pair<size_t, size_t>{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+  };
+  const size_t chunk_elems = std::max<size_t>(1, (256 * 1024) / es);
+  scratch_.resize(2 * chunk_elems * es);
+  uint8_t* incoming = scratch_.data();
+  uint8_t* own_copy = scratch_.data() + chunk_elems * es;
+  reduce::Kernel kernel = reduce::kernel(dtype, op);
+  auto [first, elems] = slice(rank_);
+  const auto* own = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  for (size_t done = 0; done < elems; done += chunk_elems) {
+    const size_t n = std::min(chunk_elems, elems - done);
+    const size_t offset = (first + done) * es;
+    // In place, out is our own input. Ranks 0 and 1 use it in the first reduction only (exact aliasing is
+    // fine); later ranks keep a copy, since the first reductions overwrite it.
+    const uint8_t* mine = own + offset;
+    if (send == recv && rank_ >= 2) {
+      std::memcpy(own_copy, own + offset, n * es);
+      mine = own_copy;
+    }
+    auto input = [&](int p) -> const uint8_t* {
+      if (p == rank_) return mine;
+      read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr + offset, incoming, n * es, rank_, p);
+      return incoming;
+    };
+    if (rank_ == 0) {
+      kernel(out + offset, mine, input(1), n);
+    } else if (rank_ == 1) {
+      kernel(out + offset, input(0), mine, n);
+    } else {
+      std::memcpy(out + offset, input(0), n * es);
+      kernel(out + offset, out + offset, input(1), n);
+    }
+    for (int p = 2; p < size_; ++p) kernel(out + offset, out + offset, input(p), n);
+    if (op == ReduceOp::kAvg) reduce::divide(out + offset, out + offset, n, dtype, size_);
+  }
+  publish(areas_[rank_]->direct.reduced, k);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    wait_for(areas_[p]->direct.reduced, k, &areas_[p]->direct.sleepers, p, wait, "its reduced slice");
+    auto [start, length] = slice(p);
+    read_peer(headers_[p]->owner_pid, areas_[p]->direct.recv_addr + start * es, out + start * es, length * es, rank_,
+              p);
+  }
+  publish(areas_[rank_]->direct.done, k);
+  wait_all(&DirectControl::done, k, wait, "the end of the call");  // peers may still read our buffers
+}
+
+void FastPath::all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag,
+                                 Deadline deadline, std::chrono::microseconds spin) {
+  const Wait wait{deadline, spin, &tag};
+  const uint64_t k = post_and_wait(send, recv, bytes_per_rank, tag, wait);
+  auto* out = static_cast<uint8_t*>(recv);
+  uint8_t* own = out + static_cast<size_t>(rank_) * bytes_per_rank;
+  if (send != own) std::memcpy(own, send, bytes_per_rank);
+  for (int step = 1; step < size_; ++step) {
+    int p = (rank_ + step) % size_;  // stagger the peers so all ranks don't read rank 0 first
+    read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr, out + static_cast<size_t>(p) * bytes_per_rank,
+              bytes_per_rank, rank_, p);
+  }
+  publish(areas_[rank_]->direct.done, k);
+  wait_all(&DirectControl::done, k, wait, "the end of the call");
 }
 
 }  // namespace tbcoll::shm

@@ -1,14 +1,21 @@
-// The shm transport's whole-collective fast path: a one-shot all-reduce through each rank's collective slot.
+// The shm transport's whole-collective fast paths, for communicators whose ranks all share one host.
 //
+// One-shot all-reduce (small inputs), through each rank's double-buffered collective slot:
 //   call k, slot b = k & 1:
 //     copy send into my slot b; publish seq = k (release; wake sleeping readers)
 //     for each peer: wait until its slot b holds call k (acquire); check its signature
 //     recv = slot_0 op slot_1 op ... op slot_(n-1)     (rank order: bitwise identical everywhere)
 //   Slot b is free again at call k+2 without any acknowledgement: a peer publishes its input for k+1 only
 //   after finishing call k, and we wait for every peer's k+1 input before starting k+2.
+//   Cost: one copy in, one cache-line hand-off per peer for inputs up to 32 bytes.
 //
-// Cost: one copy in, (n-1) reads of the peers' inputs, n-1 reductions; latency of one cache-line hand-off
-// per peer for inputs up to 32 bytes (they share the line with seq).
+// Direct collectives (large inputs), where cross-memory attach (process_vm_readv) is permitted: ranks post
+// their buffer addresses and read each other's buffers in place, with no copy through the segment.
+//   all_reduce: post -> each rank reduces its slice r of the n inputs in rank order, chunk by chunk (peer
+//               chunks read into a cache-resident scratch), into recv -> post "reduced" -> read every peer's
+//               final slice into recv -> post "done" -> wait until every peer is done with our buffers.
+//               Per rank: reads (n-1)/n of the input from peers twice (inputs, results), no other copy.
+//   all_gather: post -> read every peer's block into recv -> post "done" -> wait for every peer's "done".
 #pragma once
 
 #include <vector>
@@ -21,27 +28,47 @@ namespace tbcoll::shm {
 class FastPath final : public transport::CollectiveFastPath {
  public:
   /// areas[r] / headers[r]: rank r's collective area and segment header as mapped here (own included).
-  FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers);
+  /// direct: every rank can read every other rank's memory (decided jointly at set-up).
+  FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct);
   ~FastPath() override;
 
-  size_t max_all_reduce_bytes() const override { return kSlotBytes; }
-  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, transport::Tag tag,
-                  Deadline deadline, std::chrono::microseconds spin) override;
+  size_t max_one_shot_bytes() const override { return kSlotBytes; }
+  bool has_direct() const override { return direct_; }
+  void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
+  void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, transport::Tag tag,
+                         Deadline deadline, std::chrono::microseconds spin) override;
+  void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
+                         std::chrono::microseconds spin) override;
+
+  /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
+  static void read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer);
 
  private:
+  struct Wait {
+    Deadline deadline;
+    std::chrono::microseconds spin;
+    const transport::Tag* tag;  // to spot a peer stuck in another call; may be null
+  };
   // Waits until counter >= target: spin, then futex sleep (sleepers announces it to the writer).
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,
-                Deadline deadline, std::chrono::microseconds spin, const char* what, const transport::Tag* tag);
-  // A peer stuck in another call with our tag shows it by the first message it queued to us.
-  void check_peer_call(int peer, const transport::Tag& tag);
+                const Wait& wait, const char* what);
   void check_peer(int peer);
+  void check_peer_call(int peer, const transport::Tag& tag);
+  // Direct calls: post our addresses for call k and wait for every peer's, checking signatures.
+  uint64_t post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait);
+  void publish(std::atomic<uint64_t>& counter, uint64_t value);
+  void wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait, const char* what);
 
   int rank_;
   int size_;
   std::vector<CollectiveArea*> areas_;
   std::vector<SegmentHeader*> headers_;
   std::vector<int> pidfds_;
+  bool direct_;
   uint64_t calls_ = 0;
+  uint64_t direct_calls_ = 0;
+  std::vector<uint8_t> scratch_;
 };
 
 }  // namespace tbcoll::shm

@@ -59,8 +59,25 @@ struct alignas(64) CollectiveSlot {
 };
 static_assert(offsetof(CollectiveSlot, data) == 32, "32 bytes of data share the first cache line");
 
+// Direct (cross-memory attach) collectives: each rank posts the addresses of its buffers; peers read them
+// with process_vm_readv, without any copy through the segment.
+struct alignas(64) DirectControl {
+  std::atomic<uint64_t> posted;    ///< call k: the addresses below are valid
+  std::atomic<uint64_t> reduced;   ///< call k: this rank's slice of recv holds final values
+  std::atomic<uint64_t> done;      ///< call k: this rank finished reading everyone's buffers
+  std::atomic<uint32_t> sleepers;  ///< peers asleep on one of the counters above
+  std::atomic<uint32_t> cma_ok;    ///< set up: 1 = this rank can read every peer, 2 = it cannot
+  uint64_t send_addr;
+  uint64_t recv_addr;
+  uint64_t tag;
+  uint64_t meta;
+  uint64_t bytes;
+  uint64_t probe;  ///< kSegmentMagic, read by peers at set-up to test cross-memory access
+};
+
 struct CollectiveArea {
   CollectiveSlot slots[2];  ///< double buffer: call k uses slot k & 1
+  DirectControl direct;
 };
 
 struct alignas(64) SegmentHeader {
