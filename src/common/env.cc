@@ -23,6 +23,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
       {"TBCOLL_CMA_MIN_BYTES", "262144", "all_reduce/all_gather from this size read peers' buffers in place (shm, cross-memory attach)"},
       {"TBCOLL_ONESHOT_MAX_BYTES", "2048", "all_reduce up to this size uses the shm one-shot fast path (all ranks on one host)"},
+      {"TBCOLL_HOST_ID", "", "host identity for transport choice (default: hostname + boot id); ranks with equal ids use shm"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
       {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets (0 = kernel default)"},
   };

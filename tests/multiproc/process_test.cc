@@ -81,6 +81,15 @@ TEST_P(Launch, MpirunChecksCollectives) {
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
 
+// Two pretend hosts of two ranks each: shm inside a host, tcp across, in one communicator.
+TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 4 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 4) << result.output;
+  EXPECT_NE(result.output.find("rank 0 transports self,shm,tcp,tcp"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("rank 3 transports tcp,tcp,shm,self"), std::string::npos) << result.output;
+}
+
 TEST(Processes, MismatchedCountsFailWithAClearError) {
   Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
                       " mismatch");

@@ -3,6 +3,8 @@
 //   test_prog check [iterations]      all_reduce / all_gather / broadcast / barrier, checked
 //   test_prog die RANK                 ranks loop on all_reduce; RANK SIGKILLs itself after a few rounds
 //   test_prog mismatch                 rank 1 calls all_reduce with a different count
+//   test_prog mixed                    ranks split over two pretend hosts (TBCOLL_HOST_ID): shm inside a host,
+//                                      tcp across; prints each rank's transports, then runs check
 #include <signal.h>
 #include <unistd.h>
 
@@ -43,9 +45,20 @@ static int check(tbcoll::Communicator& comm, int iterations) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "mixed") {
+    int rank = std::atoi(std::getenv("TBCOLL_RANK") ? std::getenv("TBCOLL_RANK") : "0");
+    int size = std::atoi(std::getenv("TBCOLL_WORLD_SIZE") ? std::getenv("TBCOLL_WORLD_SIZE") : "1");
+    setenv("TBCOLL_HOST_ID", rank < size / 2 ? "hostA" : "hostB", 1);
+  }
   try {
     auto comm = tbcoll::Communicator::init(tbcoll::Config::from_env());
     if (mode == "check") return check(comm, argc > 2 ? std::atoi(argv[2]) : 2);
+    if (mode == "mixed") {
+      std::string names;
+      for (int p = 0; p < comm.size(); ++p) names += (p ? "," : "") + comm.transport_name(p);
+      std::printf("rank %d transports %s\n", comm.rank(), names.c_str());
+      return check(comm, 1);
+    }
     if (mode == "die") {
       int victim = argc > 2 ? std::atoi(argv[2]) : 1;
       std::vector<float> buf(1024, 1.0f);
