@@ -6,10 +6,13 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <string>
 #include <cstring>
 #include <chrono>
 #include <stdexcept>
@@ -140,6 +143,54 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
   }
   comm.barrier();
   return result;
+}
+
+double raw_shm_floor_us(Communicator& comm) {
+  const int rank = comm.rank();
+  int32_t pid = rank == 0 ? static_cast<int32_t>(getpid()) : 0;
+  comm.broadcast(&pid, &pid, 1, DataType::kInt32, 0);
+  std::string name = "/tbcoll-pingpong-" + std::to_string(pid);
+  struct alignas(64) Line {
+    std::atomic<uint64_t> value;
+  };
+  Line* lines = nullptr;
+  if (rank == 0) {
+    int fd = shm_open(name.c_str(), O_CREAT | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, 4096) != 0) die("shm_open");
+    lines = static_cast<Line*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  comm.barrier();
+  if (rank == 1) {
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) die("shm_open peer");
+    lines = static_cast<Line*>(mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+    close(fd);
+  }
+  comm.barrier();
+  if (rank == 0) shm_unlink(name.c_str());
+  double one_way_us = 0;
+  if (rank <= 1 && lines != MAP_FAILED && lines != nullptr) {
+    const uint64_t trips = 200000;
+    std::atomic<uint64_t>& ping = lines[0].value;
+    std::atomic<uint64_t>& pong = lines[1].value;
+    auto start = Clock::now();
+    for (uint64_t i = 1; i <= trips; ++i) {
+      if (rank == 0) {
+        ping.store(i, std::memory_order_release);
+        while (pong.load(std::memory_order_acquire) != i) {
+        }
+      } else {
+        while (ping.load(std::memory_order_acquire) != i) {
+        }
+        pong.store(i, std::memory_order_release);
+      }
+    }
+    one_way_us = std::chrono::duration<double, std::micro>(Clock::now() - start).count() / trips / 2;
+    munmap(lines, 4096);
+  }
+  comm.barrier();
+  return one_way_us;
 }
 
 }  // namespace tbcoll::bench

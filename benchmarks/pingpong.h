@@ -21,4 +21,9 @@ struct PingPongResult {
 /// Collective over comm (every rank calls it); only ranks 0 and 1 exchange data. Results valid on rank 0.
 PingPongResult raw_tcp_floor(Communicator& comm);
 
+/// One-way time of a cache-line flag hand-off between ranks 0 and 1 through a shared mapping (spinning both
+/// sides; mean over many round trips), in microseconds: the floor of any shared-memory collective.
+/// Collective over comm; valid on rank 0; 0 if the ranks are not on one host.
+double raw_shm_floor_us(Communicator& comm);
+
 }  // namespace tbcoll::bench

@@ -297,6 +297,13 @@ int main(int argc, char** argv) {
     }
     if (csv) std::fclose(csv);
     if (lead) std::printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "WRONG");
+    if (o.pingpong && n >= 2 && comm.transport_name(comm.rank() == 0 ? 1 : 0) == "shm") {
+      double floor_us = tbcoll::bench::raw_shm_floor_us(comm);
+      if (lead) {
+        std::printf("# raw shared-memory floor between ranks 0 and 1: cache-line hand-off one way %.3f us "
+                    "(spinning, mean of 200000 round trips)\n", floor_us);
+      }
+    }
     if (o.pingpong && n >= 2) {
       tbcoll::bench::PingPongResult floor = tbcoll::bench::raw_tcp_floor(comm);
       if (lead) {
