@@ -188,32 +188,27 @@ void Communicator::barrier() {
   c.run(what, tag, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
 }
 
-void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
-  Impl& c = *impl_;
-  check_dtype(c.rank, "send", dtype);
-  check_rank(c.rank, c.size, "send", "peer", peer);
-  if (peer == c.rank) throw InvalidArgument(fmt::format("rank {}: send: peer {} is this rank", c.rank, peer));
-  size_t bytes = checked_bytes(c.rank, "send", count, dtype, 1);
-  check_buffer(c.rank, "send", "send", buf, count);
-  algo::CallInfo what{"send", count, dtype, ReduceOp::kSum, false, peer, "peer"};
-  c.check_usable(what);
-  transport::Tag tag{(uint64_t{1} << 63) | c.p2p_sent[peer]++,
-                     make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
-  c.run(what, tag, [&](algo::Exec& exec) { exec.wait(exec.isend(peer, buf, bytes)); });
+// send and recv: point to point, matched in call order per peer pair (tags count the pair's messages).
+void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer) {
+  const char* name = is_send ? "send" : "recv";
+  check_dtype(rank, name, dtype);
+  check_rank(rank, size, name, "peer", peer);
+  if (peer == rank) throw InvalidArgument(fmt::format("rank {}: {}: peer {} is this rank", rank, name, peer));
+  size_t bytes = checked_bytes(rank, name, count, dtype, 1);
+  check_buffer(rank, name, name, buf, count);
+  algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
+  check_usable(what);
+  uint64_t& counter = is_send ? p2p_sent[peer] : p2p_received[peer];
+  transport::Tag tag{(uint64_t{1} << 63) | counter++, make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
+  run(what, tag, [&](algo::Exec& exec) {
+    exec.wait(is_send ? exec.isend(peer, buf, bytes) : exec.irecv(peer, buf, bytes));
+  });
 }
 
-void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) {
-  Impl& c = *impl_;
-  check_dtype(c.rank, "recv", dtype);
-  check_rank(c.rank, c.size, "recv", "peer", peer);
-  if (peer == c.rank) throw InvalidArgument(fmt::format("rank {}: recv: peer {} is this rank", c.rank, peer));
-  size_t bytes = checked_bytes(c.rank, "recv", count, dtype, 1);
-  check_buffer(c.rank, "recv", "recv", buf, count);
-  algo::CallInfo what{"recv", count, dtype, ReduceOp::kSum, false, peer, "peer"};
-  c.check_usable(what);
-  transport::Tag tag{(uint64_t{1} << 63) | c.p2p_received[peer]++,
-                     make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
-  c.run(what, tag, [&](algo::Exec& exec) { exec.wait(exec.irecv(peer, buf, bytes)); });
+void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
+  impl_->p2p(true, const_cast<void*>(buf), count, dtype, peer);  // only read
 }
+
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) { impl_->p2p(false, buf, count, dtype, peer); }
 
 }  // namespace tbcoll

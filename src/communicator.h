@@ -47,6 +47,8 @@ struct Communicator::Impl {
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op.
   template <typename Body>
   void run(const algo::CallInfo& call, transport::Tag tag, Body&& body);
+  /// send (is_send) or recv of count elements with peer; buf is only read for a send.
+  void p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer);
   /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.
   template <typename Body>
   void guard(const algo::CallInfo& call, Body&& body);

@@ -10,30 +10,10 @@
 
 #include <fmt/format.h>
 
+#include "transports/queued_request.h"
+
 namespace tbcoll::tcp {
-namespace {
-
-class Request final : public transport::Request {
- public:
-  Request(Endpoint* endpoint, std::shared_ptr<Operation> op) : endpoint_(endpoint), op_(std::move(op)) {}
-  ~Request() override {
-    if (!op_->complete) endpoint_->abandon(op_);
-  }
-  bool test() override {
-    if (op_->complete) return true;
-    endpoint_->progress();
-    return op_->complete;
-  }
-  void block(std::chrono::microseconds max_wait) override {
-    if (!op_->complete) endpoint_->block(max_wait);
-  }
-
- private:
-  Endpoint* endpoint_;
-  std::shared_ptr<Operation> op_;
-};
-
-}  // namespace
+using Request = transport::QueuedRequest<Endpoint, Operation>;
 
 Endpoint::Endpoint(int fd, int rank, int peer) : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes) {}
 
