@@ -42,7 +42,8 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
       if (config.cma) return Algorithm::kCma;
       throw InvalidArgument("algorithm \"cma\" needs every rank on one host with cross-memory attach permitted");
     }
-    if (forced.empty() && config.cma && bytes >= config.cma_min_bytes) return Algorithm::kCma;
+    size_t cma_from = kind == OpKind::kAllReduce ? config.cma_min_bytes : config.cma_gather_min_bytes;
+    if (forced.empty() && config.cma && bytes >= cma_from) return Algorithm::kCma;
     if (forced == "ring") return Algorithm::kRing;
     if (forced == "direct") return Algorithm::kDirect;
     if (forced.empty()) return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
