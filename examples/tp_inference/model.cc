@@ -1,0 +1,416 @@
+// Llama layers as in llama2.c run.c (same operation order, so greedy output matches it), with the weight
+// matrices of each layer cut to this rank's heads and FFN units at load time. The token loop allocates nothing.
+#include "model.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+namespace tp_inference {
+namespace {
+
+// Matrix-vector product, four rows at a time, each row with 8 partial sums: the fixed-width inner loops become
+// vector multiply-adds at -O2 on any SIMD width (no intrinsics, no -ffast-math), and four rows in flight hide the
+// add latency. Every row is summed in the same order whatever the rows around it, so results never depend on how
+// a matrix was sharded.
+inline float finish_row(const float* acc, const float* __restrict w, const float* __restrict x, int j, int n) {
+  float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+  for (; j < n; ++j) sum += w[j] * x[j];
+  return sum;
+}
+
+// out[rows] = W[rows x cols] · x
+void matvec(float* __restrict out, const float* __restrict w, const float* __restrict x, int rows, int cols) {
+  const size_t stride = static_cast<size_t>(cols);
+  const int body = cols / 8 * 8;
+  int i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    const float* w0 = w + static_cast<size_t>(i) * stride;
+    const float* w1 = w0 + stride;
+    const float* w2 = w1 + stride;
+    const float* w3 = w2 + stride;
+    float a0[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a1[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    float a2[8] = {0, 0, 0, 0, 0, 0, 0, 0}, a3[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < body; j += 8) {
+      for (int k = 0; k < 8; ++k) {
+        a0[k] += w0[j + k] * x[j + k];
+        a1[k] += w1[j + k] * x[j + k];
+        a2[k] += w2[j + k] * x[j + k];
+        a3[k] += w3[j + k] * x[j + k];
+      }
+    }
+    out[i] = finish_row(a0, w0, x, body, cols);
+    out[i + 1] = finish_row(a1, w1, x, body, cols);
+    out[i + 2] = finish_row(a2, w2, x, body, cols);
+    out[i + 3] = finish_row(a3, w3, x, body, cols);
+  }
+  for (; i < rows; ++i) {
+    const float* w0 = w + static_cast<size_t>(i) * stride;
+    float a0[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int j = 0; j < body; j += 8) {
+      for (int k = 0; k < 8; ++k) a0[k] += w0[j + k] * x[j + k];
+    }
+    out[i] = finish_row(a0, w0, x, body, cols);
+  }
+}
+
+void rmsnorm(float* out, const float* x, const float* weight, int n, float eps) {
+  float ss = 0.0f;
+  for (int j = 0; j < n; ++j) ss += x[j] * x[j];
+  ss /= static_cast<float>(n);
+  ss += eps;
+  ss = 1.0f / std::sqrt(ss);
+  for (int j = 0; j < n; ++j) out[j] = weight[j] * (ss * x[j]);
+}
+
+// Softmax as run.c computes it (same exp, same left-to-right sum); the max and the scaling, whose order does not
+// matter, run eight lanes wide.
+void softmax(float* x, int n) {
+  const int body = n / 8 * 8;
+  float lane_max[8];
+  for (int u = 0; u < 8; ++u) lane_max[u] = x[0];
+  for (int i = 0; i < body; i += 8) {
+    for (int u = 0; u < 8; ++u) lane_max[u] = x[i + u] > lane_max[u] ? x[i + u] : lane_max[u];
+  }
+  float max_val = x[0];
+  for (int u = 0; u < 8; ++u) max_val = lane_max[u] > max_val ? lane_max[u] : max_val;
+  for (int i = body; i < n; ++i) max_val = x[i] > max_val ? x[i] : max_val;
+  float sum = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max_val);
+    sum += x[i];
+  }
+  const float inv = sum;  // a division, not a reciprocal multiply: rounds exactly like run.c
+  for (int i = 0; i < body; i += 8) {
+    for (int u = 0; u < 8; ++u) x[i + u] /= inv;
+  }
+  for (int i = body; i < n; ++i) x[i] /= inv;
+}
+
+// Rows [row_begin, row_end) x columns [col_begin, col_end) of a 2-D tensor, as dense floats.
+std::vector<float> load_block(const GgufTensor& t, uint64_t row_begin, uint64_t row_end, uint64_t col_begin,
+                              uint64_t col_end) {
+  const uint64_t cols = col_end - col_begin;
+  std::vector<float> out(static_cast<size_t>((row_end - row_begin) * cols));
+  for (uint64_t r = row_begin; r < row_end; ++r) {
+    GgufFile::read_row(t, r, col_begin, col_end, out.data() + (r - row_begin) * cols);
+  }
+  return out;
+}
+
+std::vector<float> load_vector(const GgufFile& file, const std::string& name, int n) {
+  const GgufTensor& t = file.tensor(name, {static_cast<uint64_t>(n)});
+  return load_block(t, 0, 1, 0, static_cast<uint64_t>(n));
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
+  const std::string arch = file.get_string("general.architecture");
+  if (arch != "llama") {
+    throw GgufError("model: " + file.path() + ": architecture '" + arch + "' is not supported (need llama)");
+  }
+  LlamaConfig c;
+  c.dim = static_cast<int>(file.get_int("llama.embedding_length"));
+  c.hidden_dim = static_cast<int>(file.get_int("llama.feed_forward_length"));
+  c.n_layers = static_cast<int>(file.get_int("llama.block_count"));
+  c.n_heads = static_cast<int>(file.get_int("llama.attention.head_count"));
+  c.n_kv_heads = static_cast<int>(file.get_int("llama.attention.head_count_kv", c.n_heads));
+  c.context_length = static_cast<int>(file.get_int("llama.context_length", 2048));
+  c.rms_eps = static_cast<float>(file.get_number("llama.attention.layer_norm_rms_epsilon", 1e-5));
+  c.rope_theta = static_cast<float>(file.get_number("llama.rope.freq_base", 10000.0));
+  const int limit = 1 << 20;
+  auto bad = [&](const std::string& what) { return GgufError("model: " + file.path() + ": " + what); };
+  if (c.dim <= 0 || c.dim > limit || c.hidden_dim <= 0 || c.hidden_dim > limit || c.n_layers <= 0 ||
+      c.n_layers > 4096 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.context_length <= 0) {
+    throw bad("implausible hyper-parameters");
+  }
+  if (c.dim % c.n_heads != 0) throw bad("embedding_length is not a multiple of head_count");
+  if (c.n_heads % c.n_kv_heads != 0) throw bad("head_count is not a multiple of head_count_kv");
+  c.head_dim = c.dim / c.n_heads;
+  if (c.head_dim % 2 != 0) throw bad("head dimension must be even for rotary embeddings");
+  const int64_t rope_dims = file.get_int("llama.rope.dimension_count", c.head_dim);
+  if (rope_dims != c.head_dim) throw bad("partial rotary embeddings are not supported");
+  const GgufTensor* embedding = file.find_tensor("token_embd.weight");
+  if (embedding == nullptr) throw bad("missing tensor 'token_embd.weight'");
+  if (embedding->dims.size() != 2 || embedding->dims[0] != static_cast<uint64_t>(c.dim) ||
+      embedding->dims[1] > static_cast<uint64_t>(limit)) {
+    throw bad("token_embd.weight has the wrong shape");
+  }
+  c.vocab_size = static_cast<int>(embedding->dims[1]);
+  return c;
+}
+
+ShardSpec tensor_parallel_shard(const LlamaConfig& config, int rank, int size) {
+  auto check = [&](int n, const char* what) {
+    if (n % size != 0) {
+      throw GgufError("tensor parallel: " + std::string(what) + " (" + std::to_string(n) +
+                      ") does not divide by the world size " + std::to_string(size));
+    }
+  };
+  check(config.n_heads, "query heads");
+  check(config.n_kv_heads, "kv heads");
+  check(config.hidden_dim, "FFN hidden units");
+  ShardSpec s;
+  s.tp_rank = rank;
+  s.tp_size = size;
+  s.layer_begin = 0;
+  s.layer_end = config.n_layers;
+  return s;
+}
+
+ShardSpec pipeline_shard(const LlamaConfig& config, int rank, int size) {
+  if (size > config.n_layers) {
+    throw GgufError("pipeline: " + std::to_string(size) + " ranks but only " + std::to_string(config.n_layers) +
+                    " layers");
+  }
+  const int base = config.n_layers / size;
+  const int extra = config.n_layers % size;
+  ShardSpec s;
+  s.layer_begin = rank * base + (rank < extra ? rank : extra);
+  s.layer_end = s.layer_begin + base + (rank < extra ? 1 : 0);
+  s.has_embedding = rank == 0;
+  s.has_head = rank == size - 1;
+  return s;
+}
+
+void CommCounter::all_reduce_sum(float* data, size_t count) {
+  const double start = now_seconds();
+  comm_->all_reduce(data, data, count, tbcoll::DataType::kFloat32, tbcoll::ReduceOp::kSum);
+  seconds += now_seconds() - start;
+  ++all_reduce_calls;
+  all_reduce_bytes += count * sizeof(float);
+}
+
+void CommCounter::send(const float* data, size_t count, int peer) {
+  const double start = now_seconds();
+  comm_->send(data, count, tbcoll::DataType::kFloat32, peer);
+  seconds += now_seconds() - start;
+  p2p_bytes += count * sizeof(float);
+}
+
+void CommCounter::recv(float* data, size_t count, int peer) {
+  const double start = now_seconds();
+  comm_->recv(data, count, tbcoll::DataType::kFloat32, peer);
+  seconds += now_seconds() - start;
+  p2p_bytes += count * sizeof(float);
+}
+
+void CommCounter::broadcast(int32_t* value, int root) {
+  const double start = now_seconds();
+  comm_->broadcast(value, value, 1, tbcoll::DataType::kInt32, root);
+  seconds += now_seconds() - start;
+}
+
+LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const ShardSpec& shard, int max_positions)
+    : config_(config), shard_(shard), max_positions_(max_positions) {
+  const LlamaConfig& c = config_;
+  if (max_positions <= 0 || max_positions > c.context_length) {
+    throw GgufError("model: " + std::to_string(max_positions) + " positions requested but the context is " +
+                    std::to_string(c.context_length));
+  }
+  local_heads_ = c.n_heads / shard.tp_size;
+  local_kv_heads_ = c.n_kv_heads / shard.tp_size;
+  local_hidden_ = c.hidden_dim / shard.tp_size;
+  const uint64_t dim = static_cast<uint64_t>(c.dim);
+  const uint64_t hidden = static_cast<uint64_t>(c.hidden_dim);
+  const uint64_t hd = static_cast<uint64_t>(c.head_dim);
+  const uint64_t q_rows = static_cast<uint64_t>(local_heads_) * hd;
+  const uint64_t kv_rows = static_cast<uint64_t>(local_kv_heads_) * hd;
+  const uint64_t f_rows = static_cast<uint64_t>(local_hidden_);
+  const uint64_t r = static_cast<uint64_t>(shard.tp_rank);
+  const uint64_t kv_dim = static_cast<uint64_t>(c.n_kv_heads) * hd;
+
+  for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    Layer layer;
+    layer.attn_norm = load_vector(file, p + "attn_norm.weight", c.dim);
+    layer.ffn_norm = load_vector(file, p + "ffn_norm.weight", c.dim);
+    layer.wq = load_block(file.tensor(p + "attn_q.weight", {dim, dim}), r * q_rows, (r + 1) * q_rows, 0, dim);
+    layer.wk = load_block(file.tensor(p + "attn_k.weight", {dim, kv_dim}), r * kv_rows, (r + 1) * kv_rows, 0, dim);
+    layer.wv = load_block(file.tensor(p + "attn_v.weight", {dim, kv_dim}), r * kv_rows, (r + 1) * kv_rows, 0, dim);
+    layer.wo = load_block(file.tensor(p + "attn_output.weight", {dim, dim}), 0, dim, r * q_rows, (r + 1) * q_rows);
+    layer.w_gate = load_block(file.tensor(p + "ffn_gate.weight", {dim, hidden}), r * f_rows, (r + 1) * f_rows, 0, dim);
+    layer.w_up = load_block(file.tensor(p + "ffn_up.weight", {dim, hidden}), r * f_rows, (r + 1) * f_rows, 0, dim);
+    layer.w_down =
+        load_block(file.tensor(p + "ffn_down.weight", {hidden, dim}), 0, dim, r * f_rows, (r + 1) * f_rows);
+    layer.key_cache.assign(static_cast<size_t>(max_positions) * kv_rows, 0.0f);
+    layer.value_cache.assign(static_cast<size_t>(max_positions) * kv_rows, 0.0f);
+    layers_.push_back(std::move(layer));
+  }
+  const uint64_t vocab = static_cast<uint64_t>(c.vocab_size);
+  if (shard.has_embedding) embedding_ = load_block(file.tensor("token_embd.weight", {dim, vocab}), 0, vocab, 0, dim);
+  if (shard.has_head) {
+    output_norm_ = load_vector(file, "output_norm.weight", c.dim);
+    // The output head is tied to the embedding unless the file stores its own.
+    const GgufTensor* out = file.find_tensor("output.weight");
+    output_ = load_block(out != nullptr ? file.tensor("output.weight", {dim, vocab})
+                                        : file.tensor("token_embd.weight", {dim, vocab}),
+                        0, vocab, 0, dim);
+    logits_.assign(static_cast<size_t>(c.vocab_size), 0.0f);
+  }
+
+  xb_.assign(static_cast<size_t>(c.dim), 0.0f);
+  q_.assign(q_rows, 0.0f);
+  k_.assign(kv_rows, 0.0f);
+  v_.assign(kv_rows, 0.0f);
+  attn_out_.assign(q_rows, 0.0f);
+  partial_.assign(static_cast<size_t>(c.dim), 0.0f);
+  hb_.assign(f_rows, 0.0f);
+  hb2_.assign(f_rows, 0.0f);
+  scores_.assign(static_cast<size_t>(local_heads_) * static_cast<size_t>(max_positions), 0.0f);
+  rope_cos_.assign(hd / 2, 0.0f);
+  rope_sin_.assign(hd / 2, 0.0f);
+}
+
+void LlamaModel::embed(int token, float* x) const {
+  if (!shard_.has_embedding) throw GgufError("model: this rank holds no embedding");
+  if (token < 0 || token >= config_.vocab_size) throw GgufError("model: token id out of range");
+  std::memcpy(x, embedding_.data() + static_cast<size_t>(token) * static_cast<size_t>(config_.dim),
+              static_cast<size_t>(config_.dim) * sizeof(float));
+}
+
+template <int kHeads>
+void LlamaModel::weigh_values(const Layer& layer, int first, int n) {
+  const int hd = config_.head_dim;
+  const int group = config_.n_heads / config_.n_kv_heads;
+  const size_t mp = static_cast<size_t>(max_positions_);
+  const float* att[kHeads];
+  const float* values[kHeads];
+  for (int j = 0; j < kHeads; ++j) {
+    att[j] = scores_.data() + static_cast<size_t>(first + j) * mp;
+    values[j] = layer.value_cache.data() + static_cast<size_t>((first + j) / group) * mp * static_cast<size_t>(hd);
+  }
+  int i0 = 0;
+  for (; i0 + 8 <= hd; i0 += 8) {  // eight lanes per head, kept in registers across all positions
+    float acc[kHeads][8] = {};
+    for (int t = 0; t < n; ++t) {
+      for (int j = 0; j < kHeads; ++j) {
+        const float a = att[j][t];
+        const float* v = values[j] + static_cast<size_t>(t) * static_cast<size_t>(hd) + i0;
+        for (int u = 0; u < 8; ++u) acc[j][u] += a * v[u];
+      }
+    }
+    for (int j = 0; j < kHeads; ++j) {
+      for (int u = 0; u < 8; ++u) attn_out_[static_cast<size_t>((first + j) * hd + i0 + u)] = acc[j][u];
+    }
+  }
+  for (; i0 < hd; ++i0) {  // head dims that are not a multiple of 8
+    for (int j = 0; j < kHeads; ++j) {
+      float acc = 0.0f;
+      for (int t = 0; t < n; ++t) acc += att[j][t] * values[j][static_cast<size_t>(t) * static_cast<size_t>(hd) + i0];
+      attn_out_[static_cast<size_t>((first + j) * hd + i0)] = acc;
+    }
+  }
+}
+
+void LlamaModel::forward_layers(float* x, int pos, CommCounter* comm) {
+  const LlamaConfig& c = config_;
+  const int hd = c.head_dim;
+  const int q_dim = local_heads_ * hd;
+  const int kv_dim = local_kv_heads_ * hd;
+  const int group = c.n_heads / c.n_kv_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  if (pos < 0 || pos >= max_positions_) throw GgufError("model: position beyond the KV cache");
+
+  // Rotation angles for this position, computed exactly as run.c does (per pair index within a head).
+  for (int i = 0; i < hd / 2; ++i) {
+    const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+    const float val = static_cast<float>(pos) * freq;
+    rope_cos_[static_cast<size_t>(i)] = std::cos(val);
+    rope_sin_[static_cast<size_t>(i)] = std::sin(val);
+  }
+
+  auto rotate = [&](float* vec, int n) {
+    for (int i = 0; i < n; i += 2) {
+      const float fcr = rope_cos_[static_cast<size_t>((i % hd) / 2)];
+      const float fci = rope_sin_[static_cast<size_t>((i % hd) / 2)];
+      const float v0 = vec[i], v1 = vec[i + 1];
+      vec[i] = v0 * fcr - v1 * fci;
+      vec[i + 1] = v0 * fci + v1 * fcr;
+    }
+  };
+
+  for (Layer& layer : layers_) {
+    rmsnorm(xb_.data(), x, layer.attn_norm.data(), c.dim, c.rms_eps);
+    matvec(q_.data(), layer.wq.data(), xb_.data(), q_dim, c.dim);
+    matvec(k_.data(), layer.wk.data(), xb_.data(), kv_dim, c.dim);
+    matvec(v_.data(), layer.wv.data(), xb_.data(), kv_dim, c.dim);
+
+    // RoPE on adjacent pairs (i, i+1) of every head.
+    rotate(q_.data(), q_dim);
+    rotate(k_.data(), kv_dim);
+    // Keys are stored transposed per head ([kv head][i][position]) so the scores of all positions are one
+    // vectorisable axpy per i; values are [kv head][position][i]. Each sum still runs in run.c's order.
+    const size_t mp = static_cast<size_t>(max_positions_);
+    for (int h = 0; h < local_kv_heads_; ++h) {
+      float* keys_t = layer.key_cache.data() + static_cast<size_t>(h) * static_cast<size_t>(hd) * mp;
+      for (int i = 0; i < hd; ++i) keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(pos)] = k_[h * hd + i];
+      std::memcpy(layer.value_cache.data() + (static_cast<size_t>(h) * mp + static_cast<size_t>(pos)) * hd,
+                  v_.data() + h * hd, static_cast<size_t>(hd) * sizeof(float));
+    }
+
+    // Attention over this rank's heads; local query head h reads local kv head h / group.
+    const int n = pos + 1;
+    for (int h = 0; h < local_heads_; ++h) {
+      const float* q = q_.data() + h * hd;
+      const size_t head_base = static_cast<size_t>(h / group) * static_cast<size_t>(hd) * mp;
+      const float* keys_t = layer.key_cache.data() + head_base;
+      float* __restrict att = scores_.data() + static_cast<size_t>(h) * mp;
+      // Eight positions per block, one register of sums, each summed over i in run.c's order.
+      const int n_body = n / 8 * 8;
+      for (int t = 0; t < n_body; t += 8) {
+        float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int i = 0; i < hd; ++i) {
+          const float qi = q[i];
+          const float* key_row = keys_t + static_cast<size_t>(i) * mp + static_cast<size_t>(t);
+          for (int u = 0; u < 8; ++u) sums[u] += qi * key_row[u];
+        }
+        for (int u = 0; u < 8; ++u) att[t + u] = sums[u] * scale;
+      }
+      for (int t = n_body; t < n; ++t) {
+        float sum = 0.0f;
+        for (int i = 0; i < hd; ++i) sum += q[i] * keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(t)];
+        att[t] = sum * scale;
+      }
+      softmax(att, n);
+    }
+    // out_h = sum_t att_h[t] * v[t], several heads at once: each lane is one sequential chain over t (run.c's
+    // order), and independent heads keep several chains in flight.
+    int h = 0;
+    for (; h + 4 <= local_heads_; h += 4) weigh_values<4>(layer, h, n);
+    for (; h + 2 <= local_heads_; h += 2) weigh_values<2>(layer, h, n);
+    for (; h < local_heads_; ++h) weigh_values<1>(layer, h, n);
+
+    matvec(partial_.data(), layer.wo.data(), attn_out_.data(), c.dim, q_dim);
+    if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), partial_.size());
+    for (int i = 0; i < c.dim; ++i) x[i] += partial_[static_cast<size_t>(i)];
+
+    rmsnorm(xb_.data(), x, layer.ffn_norm.data(), c.dim, c.rms_eps);
+    matvec(hb_.data(), layer.w_gate.data(), xb_.data(), local_hidden_, c.dim);
+    matvec(hb2_.data(), layer.w_up.data(), xb_.data(), local_hidden_, c.dim);
+    for (int i = 0; i < local_hidden_; ++i) {
+      float val = hb_[static_cast<size_t>(i)];
+      val *= 1.0f / (1.0f + std::exp(-val));
+      hb_[static_cast<size_t>(i)] = val * hb2_[static_cast<size_t>(i)];
+    }
+    matvec(partial_.data(), layer.w_down.data(), hb_.data(), c.dim, local_hidden_);
+    if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), partial_.size());
+    for (int i = 0; i < c.dim; ++i) x[i] += partial_[static_cast<size_t>(i)];
+  }
+}
+
+float* LlamaModel::logits(const float* x) {
+  if (!shard_.has_head) throw GgufError("model: this rank holds no output head");
+  rmsnorm(xb_.data(), x, output_norm_.data(), config_.dim, config_.rms_eps);
+  matvec(logits_.data(), output_.data(), xb_.data(), config_.vocab_size, config_.dim);
+  return logits_.data();
+}
+
+}  // namespace tp_inference

@@ -1,0 +1,162 @@
+// BPE as in llama2.c run.c: merges are chosen by the score of the merged piece (SentencePiece "unigram-scored
+// BPE"), the first best pair wins ties. O(n^2) in the text length, which is fine for prompts.
+#include "tokenizer.h"
+
+#include <cctype>
+#include <cstdio>
+
+namespace tp_inference {
+namespace {
+
+constexpr int kTokenTypeUnknown = 2;
+constexpr int kTokenTypeControl = 3;
+constexpr int kTokenTypeByte = 6;
+
+// "▁" (U+2581, SentencePiece's space marker) -> " ".
+std::string normalise_piece(const std::string& s) {
+  static const std::string kMarker = "\xE2\x96\x81";
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    if (s.compare(i, kMarker.size(), kMarker) == 0) {
+      out += ' ';
+      i += kMarker.size();
+    } else {
+      out += s[i++];
+    }
+  }
+  return out;
+}
+
+// Parses "<0xAB>"; returns -1 when the piece is not a byte token.
+int parse_byte_piece(const std::string& s) {
+  if (s.size() != 6 || s[0] != '<' || s[1] != '0' || s[2] != 'x' || s[5] != '>') return -1;
+  int value = 0;
+  for (int i = 3; i < 5; ++i) {
+    const char c = s[static_cast<size_t>(i)];
+    int digit;
+    if (c >= '0' && c <= '9') digit = c - '0';
+    else if (c >= 'A' && c <= 'F') digit = c - 'A' + 10;
+    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
+    else return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(const GgufFile& file) {
+  const GgufValue& tokens = file.get_array("tokenizer.ggml.tokens");
+  if (tokens.array_type != GgufValueType::kString || tokens.strings.empty()) {
+    throw GgufError("tokenizer: " + file.path() + ": tokenizer.ggml.tokens must be a non-empty string array");
+  }
+  const size_t n = tokens.strings.size();
+  const GgufValue* scores = file.find("tokenizer.ggml.scores");
+  if (scores != nullptr && (scores->type != GgufValueType::kArray || scores->numbers.size() != n)) {
+    throw GgufError("tokenizer: " + file.path() + ": tokenizer.ggml.scores must be a numeric array of " +
+                    std::to_string(n) + " entries");
+  }
+  const GgufValue* types = file.find("tokenizer.ggml.token_type");
+  if (types != nullptr && (types->type != GgufValueType::kArray || types->numbers.size() != n)) {
+    throw GgufError("tokenizer: " + file.path() + ": tokenizer.ggml.token_type must be a numeric array of " +
+                    std::to_string(n) + " entries");
+  }
+  bos_ = static_cast<int>(file.get_int("tokenizer.ggml.bos_token_id", 1));
+  eos_ = static_cast<int>(file.get_int("tokenizer.ggml.eos_token_id", 2));
+  unk_ = static_cast<int>(file.get_int("tokenizer.ggml.unknown_token_id", 0));
+  for (int id : {bos_, eos_, unk_}) {
+    if (id < 0 || static_cast<size_t>(id) >= n) {
+      throw GgufError("tokenizer: " + file.path() + ": special token id " + std::to_string(id) +
+                      " outside the vocabulary of " + std::to_string(n));
+    }
+  }
+
+  pieces_.resize(n);
+  scores_.resize(n);
+  byte_value_.assign(n, -1);
+  byte_token_.assign(256, -1);
+  control_.assign(n, false);
+  for (size_t i = 0; i < n; ++i) {
+    pieces_[i] = normalise_piece(tokens.strings[i]);
+    scores_[i] = scores != nullptr ? static_cast<float>(scores->numbers[i]) : 0.0f;
+    const int type = types != nullptr ? static_cast<int>(types->numbers[i]) : 1;
+    control_[i] = type == kTokenTypeControl || type == kTokenTypeUnknown;
+    const int byte = parse_byte_piece(pieces_[i]);
+    if (byte >= 0 && (types == nullptr || type == kTokenTypeByte)) {
+      byte_value_[i] = byte;
+      if (byte_token_[static_cast<size_t>(byte)] < 0) byte_token_[static_cast<size_t>(byte)] = static_cast<int>(i);
+    }
+    index_.emplace(pieces_[i], static_cast<int>(i));  // first occurrence wins
+  }
+}
+
+int Tokenizer::lookup(const std::string& piece) const {
+  auto it = index_.find(piece);
+  return it == index_.end() ? -1 : it->second;
+}
+
+std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos, bool add_eos) const {
+  std::vector<int> tokens;
+  if (add_bos) tokens.push_back(bos_);
+  std::vector<int> work;
+  if (!text.empty()) {
+    const int space = lookup(" ");
+    if (space >= 0) work.push_back(space);
+  }
+  // One token per UTF-8 code point (a lead byte and up to 3 continuation bytes), else byte fallback.
+  for (size_t i = 0; i < text.size();) {
+    size_t len = 1;
+    while (len < 4 && i + len < text.size() && (static_cast<unsigned char>(text[i + len]) & 0xC0) == 0x80) ++len;
+    const int id = lookup(text.substr(i, len));
+    if (id >= 0) {
+      work.push_back(id);
+    } else {
+      for (size_t j = i; j < i + len; ++j) {
+        const int byte_id = byte_token_[static_cast<unsigned char>(text[j])];
+        work.push_back(byte_id >= 0 ? byte_id : unk_);
+      }
+    }
+    i += len;
+  }
+  // Merge the best-scoring adjacent pair until none merges.
+  std::string merged;
+  while (work.size() > 1) {
+    float best_score = -1e30f;
+    int best_id = -1;
+    size_t best_at = 0;
+    for (size_t i = 0; i + 1 < work.size(); ++i) {
+      merged = pieces_[static_cast<size_t>(work[i])];
+      merged += pieces_[static_cast<size_t>(work[i + 1])];
+      const int id = lookup(merged);
+      if (id >= 0 && scores_[static_cast<size_t>(id)] > best_score) {
+        best_score = scores_[static_cast<size_t>(id)];
+        best_id = id;
+        best_at = i;
+      }
+    }
+    if (best_id < 0) break;
+    work[best_at] = best_id;
+    work.erase(work.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
+  }
+  tokens.insert(tokens.end(), work.begin(), work.end());
+  if (add_eos) tokens.push_back(eos_);
+  return tokens;
+}
+
+std::string Tokenizer::decode(int prev, int token) const {
+  if (token < 0 || token >= vocab_size()) return std::string();
+  const size_t t = static_cast<size_t>(token);
+  if (control_[t]) return std::string();
+  if (byte_value_[t] >= 0) {
+    const unsigned char byte = static_cast<unsigned char>(byte_value_[t]);
+    // Like run.c's safe_printf: a lone byte that is neither printable nor whitespace is dropped.
+    if (byte < 0x80 && !std::isprint(byte) && !std::isspace(byte)) return std::string();
+    return std::string(1, static_cast<char>(byte));
+  }
+  const std::string& piece = pieces_[t];
+  if (prev == bos_ && !piece.empty() && piece[0] == ' ') return piece.substr(1);
+  return piece;
+}
+
+}  // namespace tp_inference

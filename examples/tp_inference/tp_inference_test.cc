@@ -1,0 +1,270 @@
+// End-to-end tests of the tp_inference example: the real binary on the real model, single rank and through
+// tbcoll-run. Needs TP_INFERENCE_PATH and TBCOLL_RUN_PATH (binaries) and TBCOLL_SHARED_DIR (holding
+// models/stories260K.gguf and models/stories260K.greedy.txt), as compile definitions or environment variables.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace {
+
+#ifndef TBCOLL_SHARED_DIR
+#define TBCOLL_SHARED_DIR "/work/main/../shared"
+#endif
+#ifndef TP_INFERENCE_PATH
+#define TP_INFERENCE_PATH "tp_inference"
+#endif
+#ifndef TBCOLL_RUN_PATH
+#define TBCOLL_RUN_PATH "tbcoll-run"
+#endif
+
+std::string setting(const char* env, const char* fallback) {
+  const char* v = std::getenv(env);
+  return v != nullptr && *v != '\0' ? v : fallback;
+}
+std::string binary() { return setting("TP_INFERENCE_PATH", TP_INFERENCE_PATH); }
+std::string launcher() { return setting("TBCOLL_RUN_PATH", TBCOLL_RUN_PATH); }
+std::string model_path() { return setting("TBCOLL_SHARED_DIR", TBCOLL_SHARED_DIR) + "/models/stories260K.gguf"; }
+std::string reference_path() {
+  return setting("TBCOLL_SHARED_DIR", TBCOLL_SHARED_DIR) + "/models/stories260K.greedy.txt";
+}
+
+bool exists(const std::string& path) { return ::access(path.c_str(), R_OK) == 0; }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+struct Result {
+  bool exited = false;  // false: killed by a signal
+  int code = -1;        // exit status, or the signal number
+  std::string out, err;
+};
+
+std::string describe(const Result& r) {
+  return (r.exited ? "exit " : "signal ") + std::to_string(r.code) + "\nstderr:\n" + r.err;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = setting("TMPDIR", "/tmp") + "/tp_inference_test.XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) != nullptr) path_ = buf.data();
+  }
+  ~TempDir() {
+    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Runs argv with stdout and stderr captured in files; a 120 s guard comes from tbcoll-run or the test timeout.
+Result run(const std::vector<std::string>& args) {
+  TempDir dir;
+  const std::string out_path = dir.path() + "/out", err_path = dir.path() + "/err";
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  Result r;
+  pid_t pid = 0;
+  const int rc = ::posix_spawnp(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) {
+    r.err = "cannot start " + args[0] + ": " + std::strerror(rc);
+    return r;
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.exited = WIFEXITED(status);
+  r.code = r.exited ? WEXITSTATUS(status) : WTERMSIG(status);
+  r.out = read_file(out_path);
+  r.err = read_file(err_path);
+  return r;
+}
+
+// tp_inference arguments; ranks == 1 runs the binary directly, else through tbcoll-run.
+Result generate(int ranks, const std::string& mode, const std::vector<std::string>& extra) {
+  std::vector<std::string> args;
+  if (ranks > 1) args = {launcher(), "-n", std::to_string(ranks), "--timeout", "120", "--"};
+  args.push_back(binary());
+  args.insert(args.end(), {"--model", model_path(), "--mode", mode});
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run(args);
+}
+
+class TpInference : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!exists(model_path())) GTEST_SKIP() << "model not found at " << model_path();
+  }
+};
+
+TEST_F(TpInference, GreedyFromBosReproducesLlama2cReference) {
+  const Result r = generate(1, "tensor", {"--tokens", "256"});
+  ASSERT_TRUE(r.exited && r.code == 0) << describe(r);
+  const std::string expected = read_file(reference_path());
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(r.out, expected);
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << "no stats line: " << r.err;
+}
+
+// The same text at every degree of parallelism: TP=1 (direct), TP=2, TP=4, PP=2, for several prompts, greedy and
+// seeded sampling.
+TEST_F(TpInference, ParallelRunsMatchSingleRank) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--tokens", "256"},
+      {"--prompt", "Once upon a time, a little dog", "--tokens", "120"},
+      {"--prompt", "Tom and Sue went to the shop.", "--tokens", "80"},
+      {"--prompt", "The cat", "--tokens", "100", "--temperature", "0.9", "--top-p", "0.9", "--seed", "1234"},
+  };
+  for (const auto& extra : cases) {
+    const Result single = generate(1, "tensor", extra);
+    ASSERT_TRUE(single.exited && single.code == 0) << describe(single);
+    ASSERT_GT(single.out.size(), 50u);
+    for (const auto& [ranks, mode] : std::vector<std::pair<int, std::string>>{
+             {2, "tensor"}, {4, "tensor"}, {2, "pipeline"}, {3, "pipeline"}}) {
+      const Result r = generate(ranks, mode, extra);
+      SCOPED_TRACE(mode + " x" + std::to_string(ranks) + " " + extra[1]);
+      ASSERT_TRUE(r.exited && r.code == 0) << describe(r);
+      EXPECT_EQ(r.out, single.out);
+    }
+  }
+}
+
+// The prompt is echoed through encode + decode, so an exact echo shows the tokenizer round-trips, including
+// characters only the byte fallback can express.
+TEST_F(TpInference, PromptRoundTripsThroughTokenizer) {
+  for (const std::string prompt : {"Once upon a time", "Caf\xC3\xA9 \xE2\x9C\x93 {x}~", "  two  spaces"}) {
+    const Result r = generate(1, "tensor", {"--prompt", prompt, "--tokens", "4"});
+    ASSERT_TRUE(r.exited && r.code == 0) << describe(r);
+    EXPECT_EQ(r.out.substr(0, prompt.size()), prompt);
+  }
+}
+
+TEST_F(TpInference, RejectsBadArgumentsAndShapes) {
+  Result r = run({binary(), "--model", model_path(), "--bogus", "1"});
+  EXPECT_TRUE(r.exited && r.code == 2) << describe(r);
+  r = run({binary(), "--tokens", "3"});
+  EXPECT_TRUE(r.exited && r.code == 2) << describe(r);
+  r = generate(1, "tensor", {"--tokens", "5000"});
+  EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+  EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
+  r = generate(3, "tensor", {"--tokens", "4"});  // 8 heads over 3 ranks
+  EXPECT_TRUE(r.exited && r.code != 0) << describe(r);
+  EXPECT_NE(r.err.find("does not divide"), std::string::npos) << r.err;
+}
+
+// ---- loader errors on damaged copies of the model --------------------------------------------------------------
+
+// Offset just past the name of tensor `name` in its tensor-info record (the name is stored as u64 length + bytes).
+size_t after_tensor_name(const std::string& bytes, const std::string& name) {
+  uint64_t len = name.size();
+  std::string key(reinterpret_cast<const char*>(&len), sizeof len);
+  key += name;
+  const size_t at = bytes.find(key);
+  return at == std::string::npos ? at : at + key.size();
+}
+
+template <typename T>
+void patch(std::string& bytes, size_t at, T value) {
+  std::memcpy(&bytes[at], &value, sizeof value);
+}
+
+class LoaderErrors : public TpInference {
+ protected:
+  void SetUp() override {
+    TpInference::SetUp();
+    if (IsSkipped()) return;
+    ASSERT_FALSE(dir_.path().empty());
+    bytes_ = read_file(model_path());
+    ASSERT_GT(bytes_.size(), 100000u);
+  }
+  // Writes the damaged copy and expects a clean failure (exit 1, no signal) whose message contains `needle`.
+  void expect_error(const std::string& damaged, const std::string& needle) {
+    const std::string path = dir_.path() + "/damaged.gguf";
+    write_file(path, damaged);
+    const Result r = run({binary(), "--model", path, "--tokens", "8"});
+    EXPECT_TRUE(r.exited) << "crashed: " << describe(r);
+    EXPECT_EQ(r.code, 1) << describe(r);
+    EXPECT_NE(r.err.find(needle), std::string::npos) << "stderr: " << r.err;
+    EXPECT_TRUE(r.out.empty()) << r.out;
+  }
+
+  TempDir dir_;
+  std::string bytes_;
+};
+
+TEST_F(LoaderErrors, TruncatedFiles) {
+  expect_error(bytes_.substr(0, bytes_.size() - 1000), "out of bounds");  // data cut short
+  expect_error(bytes_.substr(0, 5000), "truncated");                      // inside the vocabulary
+  expect_error(bytes_.substr(0, 30), "truncated");                        // inside the header
+  expect_error(bytes_.substr(0, 2), "truncated");
+  expect_error(std::string(), "truncated");
+}
+
+TEST_F(LoaderErrors, WrongMagic) {
+  std::string damaged = bytes_;
+  damaged.replace(0, 4, "GGML");
+  expect_error(damaged, "not a GGUF file");
+}
+
+TEST_F(LoaderErrors, TensorOffsetOutOfBounds) {
+  std::string damaged = bytes_;
+  const size_t at = after_tensor_name(damaged, "output_norm.weight");
+  ASSERT_NE(at, std::string::npos);
+  patch<uint64_t>(damaged, at + 4 + 8 + 4, uint64_t{1} << 40);  // n_dims=1 | dim | type | offset
+  expect_error(damaged, "out of bounds");
+}
+
+TEST_F(LoaderErrors, TensorShapeTooLargeForFile) {
+  std::string damaged = bytes_;
+  const size_t at = after_tensor_name(damaged, "blk.4.ffn_norm.weight");
+  ASSERT_NE(at, std::string::npos);
+  patch<uint64_t>(damaged, at + 4, 1u << 20);  // the dim: a megabyte of floats past the end
+  expect_error(damaged, "out of bounds");
+}
+
+TEST_F(LoaderErrors, UnsupportedTensorType) {
+  std::string damaged = bytes_;
+  const size_t at = after_tensor_name(damaged, "blk.0.attn_q.weight");
+  ASSERT_NE(at, std::string::npos);
+  patch<uint32_t>(damaged, at + 4 + 16, 12);  // n_dims=2 | dims | type := Q4_K
+  expect_error(damaged, "unsupported type Q4_K");
+}
+
+TEST_F(LoaderErrors, MissingFile) {
+  const Result r = run({binary(), "--model", dir_.path() + "/no-such.gguf", "--tokens", "8"});
+  EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+  EXPECT_NE(r.err.find("cannot open"), std::string::npos) << r.err;
+}
+
+}  // namespace
