@@ -1,8 +1,16 @@
 #!/usr/bin/env bash
-# Sets up, builds and runs the main job on this machine: the 2-rank all-reduce benchmark over TCP,
-# next to the raw TCP ping-pong floor measured in the same run.
+# Sets up, builds and runs the 2-rank tensor-parallel inference demo on this machine: stories260K (a real
+# pretrained Llama model) split over 2 ranks, one all-reduce after each attention and MLP block.
+# The model comes from ../shared/models, or from models/ after tools/get-model.sh downloaded it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
 tools/build.sh
-build/tbcoll-run -n 2 -- build/benchmarks/tbcoll-perf --transport tcp -b 8 -e 64M -f 2 --pingpong "$@"
+model=../shared/models/stories260K.gguf
+[ -f "$model" ] || model=models/stories260K.gguf
+if [ ! -f "$model" ]; then
+  echo "run-demo: no model; fetch it with: tools/get-model.sh models" >&2
+  exit 1
+fi
+build/tbcoll-run -n 2 -- build/examples/tp_inference/tp_inference --model "$model" \
+  --prompt "Once upon a time" --tokens 200 "$@"
