@@ -139,6 +139,38 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
     result.stream_bytes = size_t{512} << 20;
     result.stream_gbps = stream(size_t{1} << 20, result.stream_bytes);
     result.stream_large_gbps = stream(size_t{64} << 20, result.stream_bytes);
+    // Both directions at once, as a 2-rank all-reduce moves its data: one thread per rank, non-blocking
+    // sends and receives interleaved, until both ranks sent and received `total` bytes.
+    auto both_ways = [&](size_t buffer_bytes, size_t total) {
+      std::vector<char> out(buffer_bytes, 5), in(buffer_bytes);
+      int flags = fcntl(fd, F_GETFL, 0);
+      fcntl(fd, F_SETFL, flags | O_NONBLOCK);
+      std::vector<double> rates;
+      for (int run = 0; run < 3; ++run) {
+        size_t sent = 0, got = 0;
+        auto start = Clock::now();
+        while (sent < total || got < total) {
+          if (sent < total) {
+            size_t at = sent % buffer_bytes;
+            ssize_t w = send(fd, out.data() + at, std::min(buffer_bytes - at, total - sent), MSG_NOSIGNAL);
+            if (w > 0) sent += static_cast<size_t>(w);
+            else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("send");
+          }
+          if (got < total) {
+            size_t at = got % buffer_bytes;
+            ssize_t r = recv(fd, in.data() + at, std::min(buffer_bytes - at, total - got), 0);
+            if (r > 0) got += static_cast<size_t>(r);
+            else if (r == 0) die("peer closed");
+            else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("recv");
+          }
+        }
+        rates.push_back(total / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
+      }
+      fcntl(fd, F_SETFL, flags);
+      return lead ? median(rates) : 0.0;
+    };
+    result.bidir_gbps = both_ways(size_t{1} << 20, size_t{256} << 20);
+    result.bidir_large_gbps = both_ways(size_t{64} << 20, size_t{256} << 20);
     close(fd);
   }
   comm.barrier();

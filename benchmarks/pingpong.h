@@ -15,6 +15,8 @@ struct PingPongResult {
   double one_way_8b_blocking_us = 0;  ///< receiver sleeps in poll()
   double stream_gbps = 0;             ///< one stream, rank 0 -> rank 1, 1 MiB buffers, median of 3 runs
   double stream_large_gbps = 0;       ///< the same from and into 64 MiB buffers (DRAM-resident)
+  double bidir_gbps = 0;              ///< per direction, both ranks sending and receiving at once (1 MiB buffers)
+  double bidir_large_gbps = 0;        ///< the same with 64 MiB buffers: the traffic of a 2-rank all-reduce
   size_t stream_bytes = 0;
 };
 

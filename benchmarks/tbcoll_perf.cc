@@ -313,6 +313,8 @@ int main(int argc, char** argv) {
         std::printf("#   one-way latency, receiver blocking in poll(): 8 B %.2f us\n", floor.one_way_8b_blocking_us);
         std::printf("#   single-stream bandwidth: %.2f GB/s with 1 MiB buffers, %.2f GB/s with 64 MiB buffers"
                     " (%zu MiB each)\n", floor.stream_gbps, floor.stream_large_gbps, floor.stream_bytes >> 20);
+        std::printf("#   both directions at once (a 2-rank all-reduce's traffic), per direction: %.2f GB/s with 1 MiB"
+                    " buffers, %.2f GB/s with 64 MiB buffers\n", floor.bidir_gbps, floor.bidir_large_gbps);
       }
     }
     return total_wrong == 0 ? 0 : 1;
