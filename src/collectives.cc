@@ -173,6 +173,12 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
   }
   algo::Args args{send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)};
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
+  if (algorithm == Algorithm::kCma) {
+    c.guard(what, [&] {
+      c.fast_path->broadcast_direct(send, recv, bytes, root, tag, deadline_after(c.config.timeout_s), c.spin);
+    });
+    return;
+  }
   c.run(what, tag, [&](algo::Exec& exec) {
     if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
     else algo::broadcast_tree(exec, args);

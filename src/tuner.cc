@@ -48,9 +48,14 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
     if (forced == "direct") return Algorithm::kDirect;
     if (forced.empty()) return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
   } else if (kind == OpKind::kBroadcast) {
+    if (forced == "cma") {
+      if (config.cma) return Algorithm::kCma;
+      throw InvalidArgument("algorithm \"cma\" needs every rank on one host with cross-memory attach permitted");
+    }
+    if (forced.empty() && config.cma && bytes >= config.cma_gather_min_bytes) return Algorithm::kCma;
     if (forced == "tree") return Algorithm::kTree;
     if (forced == "chain") return Algorithm::kChain;
-    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot" || forced == "cma") {
+    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot") {
       // A forced all_reduce algorithm leaves broadcast to the tuner.
       return bytes <= config.tree_max_bytes || world_size == 2 ? Algorithm::kTree : Algorithm::kChain;
     }

@@ -18,7 +18,7 @@ struct TunerConfig {
   size_t one_shot_limit_bytes = 0;      ///< largest all_reduce the fast path takes when forced (TBCOLL_ALGO=oneshot)
   bool cma = false;                     ///< the transport's direct (cross-memory attach) collectives are available
   size_t cma_min_bytes = 256 * 1024;    ///< all_reduce from this size reads peers' buffers in place
-  size_t cma_gather_min_bytes = 16 * 1024;  ///< all_gather (total bytes) from this size does
+  size_t cma_gather_min_bytes = 16 * 1024;  ///< all_gather (total bytes) and broadcast from this size do
   std::string forced;                   ///< algorithm name, or empty
 };
 

@@ -110,6 +110,9 @@ class CollectiveFastPath {
   /// all_gather reading every peer's block in place (recv as in Communicator::all_gather).
   virtual void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, Tag tag, Deadline deadline,
                                  std::chrono::microseconds spin) = 0;
+  /// broadcast where every rank reads the root's buffer in place (root copies send to recv if they differ).
+  virtual void broadcast_direct(const void* send, void* recv, size_t bytes, int root, Tag tag, Deadline deadline,
+                                std::chrono::microseconds spin) = 0;
 };
 
 class Context {

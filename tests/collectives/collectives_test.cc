@@ -182,6 +182,7 @@ TEST(Collectives, ShmCrossMemoryAttach) {
       for (size_t count : {size_t{1}, size_t{7}, size_t{4096}, size_t{(1u << 20) + 3}}) {
         check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, 0);
         check_all_gather(comm, DataType::kFloat32, count);
+        check_broadcast(comm, DataType::kUint8, count, static_cast<int>(count % comm.size()));
         if (count <= 4096) {
           check_all_reduce(comm, DataType::kBfloat16, ReduceOp::kAvg, count, 1);
           check_all_reduce(comm, DataType::kInt64, ReduceOp::kMax, count, 2);

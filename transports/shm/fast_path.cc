@@ -253,4 +253,17 @@ void FastPath::all_gather_direct(const void* send, void* recv, size_t bytes_per_
   wait_all(&DirectControl::done, k, wait, "the end of the call");
 }
 
+void FastPath::broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag,
+                                Deadline deadline, std::chrono::microseconds spin) {
+  const Wait wait{deadline, spin, &tag};
+  const uint64_t k = post_and_wait(rank_ == root ? send : recv, recv, bytes, tag, wait);
+  if (rank_ == root) {
+    if (send != recv) std::memcpy(recv, send, bytes);
+  } else {
+    read_peer(headers_[root]->owner_pid, areas_[root]->direct.send_addr, recv, bytes, rank_, root);
+  }
+  publish(areas_[rank_]->direct.done, k);
+  wait_all(&DirectControl::done, k, wait, "the end of the call");
+}
+
 }  // namespace tbcoll::shm

@@ -16,6 +16,7 @@
 //               final slice into recv -> post "done" -> wait until every peer is done with our buffers.
 //               Per rank: reads (n-1)/n of the input from peers twice (inputs, results), no other copy.
 //   all_gather: post -> read every peer's block into recv -> post "done" -> wait for every peer's "done".
+//   broadcast:  post -> non-roots read the root's buffer into recv -> post "done" -> wait for every "done".
 #pragma once
 
 #include <vector>
@@ -40,6 +41,8 @@ class FastPath final : public transport::CollectiveFastPath {
                          Deadline deadline, std::chrono::microseconds spin) override;
   void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
                          std::chrono::microseconds spin) override;
+  void broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag, Deadline deadline,
+                        std::chrono::microseconds spin) override;
 
   /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
   static void read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer);
