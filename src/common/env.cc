@@ -23,6 +23,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
       {"TBCOLL_CMA_MIN_BYTES", "262144", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach)"},
       {"TBCOLL_CMA_GATHER_MIN_BYTES", "16384", "all_gather (gathered bytes) and broadcast from this size read peers' buffers in place"},
+      {"TBCOLL_SHM_CMA", "1", "0 disables cross-memory attach (process_vm_readv) in the shm transport"},
       {"TBCOLL_ONESHOT_MAX_BYTES", "2048", "all_reduce up to this size uses the shm one-shot fast path (all ranks on one host)"},
       {"TBCOLL_HOST_ID", "", "host identity for transport choice (default: hostname + boot id); ranks with equal ids use shm"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},

@@ -60,6 +60,15 @@ TEST_P(Launch, TbcollRunChecksCollectives) {
   EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
+TEST_P(Launch, TbcollRunOverShmWithoutCrossMemoryAttach) {
+  // Where ptrace rules forbid process_vm_readv, shm falls back to copies through the segment.
+  int n = GetParam();
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
+                      " -x TBCOLL_TRANSPORT=shm -x TBCOLL_SHM_CMA=0 -- " + TBCOLL_TEST_PROG_PATH + " check 1");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+}
+
 TEST_P(Launch, TbcollRunOverTcpChecksCollectives) {
   int n = GetParam();
   Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " -x TBCOLL_TRANSPORT=tcp -- " +

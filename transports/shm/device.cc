@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "common/env.h"
 #include "common/log.h"
 #include "transports/registry.h"
 #include "transports/shm/endpoint.h"
@@ -63,8 +64,8 @@ class Context final : public transport::Context {
     }
     // Cross-memory attach: can we read every peer's memory? (ptrace rules decide; root or same-uid with a
     // permissive yama scope can.) Each rank publishes its answer; the direct paths run only if all said yes.
-    bool can_read_all = true;
-    for (size_t i = 0; i < peers.size(); ++i) {
+    bool can_read_all = env::get("TBCOLL_SHM_CMA") != "0";
+    for (size_t i = 0; can_read_all && i < peers.size(); ++i) {
       const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
       uint64_t probe = 0;
       try {
