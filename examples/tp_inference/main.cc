@@ -5,6 +5,8 @@
 // Rank 0 prints the text as it is generated (like llama2.c run.c: prompt pieces echoed, a leading space after BOS
 // dropped, a newline at the end) and one statistics line on stderr. --tokens counts generated tokens, so an empty
 // prompt with --tokens 256 is run.c's "-n 256" from BOS alone. Generation stops early on BOS or EOS.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -30,17 +32,22 @@ struct Options {
   float top_p = 0.9f;
   uint64_t seed = 0;
   bool pipeline = false;
+  bool ignore_eos = false;
+  int prefill_batch = LlamaModel::kMaxBatch;
 };
 
 const char kUsage[] =
     "usage: tp_inference --model PATH [--prompt TEXT] [--tokens N] [--temperature T] [--top-p P] [--seed S]\n"
-    "                    [--mode tensor|pipeline]\n"
+    "                    [--mode tensor|pipeline] [--ignore-eos]\n"
+    "                    [--prefill-batch N]\n"
     "  --tokens N       tokens to generate after the prompt (default 256)\n"
     "  --temperature T  0 = greedy (default 0)\n"
     "  --top-p P        nucleus sampling threshold when T > 0 (default 0.9; 1 = off)\n"
     "  --seed S         sampler seed (default: time)\n"
     "  --mode M         tensor (default): heads and FFN units split across ranks;\n"
     "                   pipeline: layers split across ranks\n"
+    "  --prefill-batch N  prompt tokens per batched forward pass (default 128; 1 = token by token)\n"
+    "  --ignore-eos     keep generating through BOS/EOS (fixed-length runs for benchmarks)\n"
     "Run on several ranks with: tbcoll-run -n N -- tp_inference ...\n";
 
 class UsageError : public std::runtime_error {
@@ -64,6 +71,10 @@ Options parse_options(int argc, char** argv) {
       std::fputs(kUsage, stdout);
       std::exit(0);
     }
+    if (flag == "--ignore-eos") {
+      o.ignore_eos = true;
+      continue;
+    }
     if (i + 1 >= argc) throw UsageError(flag + " needs a value (or unknown flag)");
     const char* value = argv[++i];
     if (flag == "--model") {
@@ -82,6 +93,10 @@ Options parse_options(int argc, char** argv) {
     } else if (flag == "--seed" || flag == "-s") {
       o.seed = static_cast<uint64_t>(parse_number(flag, value));
       have_seed = true;
+    } else if (flag == "--prefill-batch") {
+      const double n = parse_number(flag, value);
+      if (n < 1 || n > 1e6 || n != static_cast<int>(n)) throw UsageError("--prefill-batch must be a positive integer");
+      o.prefill_batch = static_cast<int>(n);
     } else if (flag == "--mode") {
       const std::string mode = value;
       if (mode != "tensor" && mode != "pipeline") throw UsageError("--mode must be tensor or pipeline");
@@ -122,68 +137,122 @@ int run(const Options& options, tbcoll::Communicator& comm) {
                     std::to_string(options.tokens) + " exceeds the context of " +
                     std::to_string(config.context_length));
   }
-  LlamaModel model(file, config, shard, positions > 0 ? positions : 1);
+  // Random-weight models from tp_make_synthetic say so in general.name; label them wherever numbers are printed.
+  const GgufValue* name_value = file.find("general.name");
+  const std::string model_name =
+      name_value != nullptr && name_value->type == GgufValueType::kString ? name_value->str : "unnamed";
+  const bool synthetic = model_name.find("synthetic") != std::string::npos;
+  if (rank == 0 && synthetic) {
+    std::fprintf(stderr, "tp_inference: SYNTHETIC model '%s': random weights, the text is meaningless (speed tests "
+                         "only)\n", model_name.c_str());
+  }
+  LlamaModel model(file, config, shard, positions > 0 ? positions : 1, rank == 0);
   Sampler sampler(config.vocab_size, options.temperature, options.top_p, options.seed);
   CommCounter counter(&comm);
-  std::vector<float> x(static_cast<size_t>(config.dim));
+  const int n_prefill = n_prompt < positions ? n_prompt : positions;  // prompt tokens that go through the model
+  const size_t dim = static_cast<size_t>(config.dim);
+  const int batch = n_prefill < options.prefill_batch ? n_prefill : options.prefill_batch;
+  std::vector<float> x(dim * static_cast<size_t>(batch > 1 ? batch : 1));
   const int last = world - 1;
+  const bool greedy = options.temperature <= 0.0f;
+
+  // Runs tokens[0..n) at positions pos0.. on this rank's part of the model; when `sample`, returns the next token
+  // (on every rank) picked from the last position's logits, else -1.
+  auto forward = [&](const int* tokens, int pos0, int n, bool sample) -> int {
+    float* last_row = x.data() + static_cast<size_t>(n - 1) * dim;
+    if (!options.pipeline) {
+      for (int t = 0; t < n; ++t) model.embed(tokens[t], x.data() + static_cast<size_t>(t) * dim);
+      model.forward_batch(x.data(), pos0, n, &counter);
+      if (!sample) return -1;
+      // Vocabulary-parallel head: every rank ends with the same token (argmax over gathered shard maxima, or the
+      // same seeded sampler over bitwise-equal gathered logits).
+      return greedy ? model.greedy_token(last_row, &counter) : sampler.sample(model.logits(last_row, &counter));
+    }
+    const size_t count = static_cast<size_t>(n) * dim;
+    if (rank == 0) {
+      for (int t = 0; t < n; ++t) model.embed(tokens[t], x.data() + static_cast<size_t>(t) * dim);
+    } else {
+      counter.recv(x.data(), count, rank - 1);
+    }
+    model.forward_batch(x.data(), pos0, n, nullptr);
+    if (rank != last) counter.send(x.data(), count, rank + 1);
+    if (!sample) return -1;
+    int32_t chosen = -1;
+    if (rank == last) chosen = greedy ? model.greedy_token(last_row, nullptr) : sampler.sample(model.logits(last_row, nullptr));
+    if (world > 1) counter.broadcast(&chosen, last);
+    return chosen;
+  };
+  auto is_stop = [&](int t) { return !options.ignore_eos && (t == tokenizer.bos() || t == tokenizer.eos()); };
+  const bool stdout_is_terminal = ::isatty(STDOUT_FILENO) != 0;
+  auto emit = [&](int prev, int next) {
+    if (rank != 0) return;
+    const std::string piece = tokenizer.decode(prev, next);
+    std::fwrite(piece.data(), 1, piece.size(), stdout);
+    // Stream to a terminal token by token; into a file or pipe, let stdio buffer (a write system call per token
+    // on rank 0 would hold every other rank up in the next all-reduce).
+    if (stdout_is_terminal) std::fflush(stdout);
+  };
 
   comm.barrier();
   const double start = now_seconds();
-  double prefill_end = start;
-  int forwards = 0;
-  int token = prompt[0];
-  for (int pos = 0; pos < positions; ++pos) {
-    const bool sampled = pos >= n_prompt - 1;
-    int next = sampled ? -1 : prompt[static_cast<size_t>(pos) + 1];
-    if (!options.pipeline) {
-      model.embed(token, x.data());
-      model.forward_layers(x.data(), pos, &counter);
-      if (sampled) next = sampler.sample(model.logits(x.data()));  // logits are bitwise equal on every rank
+  // Prefill: the whole prompt in one batched pass, then the first generated token from its last position.
+  const bool sample_after_prompt = n_prefill == n_prompt && n_prefill > 0;
+  int next = -1;
+  for (int done = 0; done < n_prefill;) {
+    const int n = n_prefill - done < options.prefill_batch ? n_prefill - done : options.prefill_batch;
+    next = forward(prompt.data() + done, done, n, sample_after_prompt && done + n == n_prefill);
+    done += n;
+  }
+  const double prefill_end = now_seconds();
+  const double prefill_comm = counter.seconds;
+  int forwards = n_prefill;
+  bool stopped = false;
+  const int n_echo = n_prompt - 1 < positions ? n_prompt - 1 : positions;
+  for (int i = 1; i <= n_echo && !stopped; ++i) {  // echo the prompt as run.c does
+    if (is_stop(prompt[static_cast<size_t>(i)])) {
+      stopped = true;
     } else {
-      if (rank == 0) {
-        model.embed(token, x.data());
-      } else {
-        counter.recv(x.data(), x.size(), rank - 1);
-      }
-      model.forward_layers(x.data(), pos, nullptr);
-      if (rank != last) counter.send(x.data(), x.size(), rank + 1);
-      if (sampled) {
-        int32_t chosen = rank == last ? sampler.sample(model.logits(x.data())) : -1;
-        if (world > 1) counter.broadcast(&chosen, last);
-        next = chosen;
-      }
+      emit(prompt[static_cast<size_t>(i) - 1], prompt[static_cast<size_t>(i)]);
     }
-    ++forwards;
-    if (pos == n_prompt - 1) prefill_end = now_seconds();
-    if (next == tokenizer.bos() || next == tokenizer.eos()) break;
-    if (rank == 0) {
-      const std::string piece = tokenizer.decode(token, next);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+  }
+  int token = prompt[static_cast<size_t>(n_prompt) - 1];
+  if (sample_after_prompt && !stopped) {
+    for (int pos = n_prompt;; ++pos) {
+      if (is_stop(next)) break;
+      emit(token, next);
+      token = next;
+      if (pos >= positions) break;
+      next = forward(&token, pos, 1, true);
+      ++forwards;
     }
-    token = next;
   }
   const double end = now_seconds();
   if (rank == 0) {
     std::fputs("\n", stdout);
     std::fflush(stdout);
-    const int prefill_tokens = forwards < n_prompt ? forwards : n_prompt;
+    const int prefill_tokens = n_prefill;
     const int decode_tokens = forwards - prefill_tokens;
     const double prefill_s = prefill_end - start;
     const double decode_s = end - prefill_end;
     const double total_s = end - start;
+    const double decode_comm = counter.seconds - prefill_comm;
     const double per_token = forwards > 0 ? 1.0 / forwards : 0.0;
     std::fprintf(stderr,
-                 "tp_inference: mode=%s ranks=%d | prefill %d tok %.0f tok/s | decode %d tok %.0f tok/s %.4f ms/tok"
-                 " | comm %.1f%% of time | all_reduce %.1f calls %.0f B per token | p2p %.0f B per token\n",
+                 "tp_inference: model=%s%s mode=%s ranks=%d | prefill %d tok %.0f tok/s | decode %d tok %.0f tok/s "
+                 "%.4f ms/tok | comm %.1f%% of time, %.1f%% of decode (%.1f us/tok) | all_reduce %.1f calls %.0f B "
+                 "all_gather %.1f calls %.0f B per token | p2p %.0f B per token\n",
+                 model_name.c_str(), synthetic ? " [SYNTHETIC random weights]" : "",
                  options.pipeline ? "pipeline" : "tensor", world, prefill_tokens,
                  prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_tokens,
                  decode_s > 0 ? decode_tokens / decode_s : 0.0,
                  decode_tokens > 0 ? decode_s * 1e3 / decode_tokens : 0.0,
                  total_s > 0 ? 100.0 * counter.seconds / total_s : 0.0,
+                 decode_s > 0 ? 100.0 * decode_comm / decode_s : 0.0,
+                 decode_tokens > 0 ? decode_comm * 1e6 / decode_tokens : 0.0,
                  static_cast<double>(counter.all_reduce_calls) * per_token,
                  static_cast<double>(counter.all_reduce_bytes) * per_token,
+                 static_cast<double>(counter.all_gather_calls) * per_token,
+                 static_cast<double>(counter.all_gather_bytes) * per_token,
                  static_cast<double>(counter.p2p_bytes) * per_token);
   }
   return 0;

@@ -6,7 +6,11 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <algorithm>
+#include <cstdio>
 #include <string>
+
+#include "sampler.h"
 
 namespace tp_inference {
 namespace {
@@ -19,6 +23,66 @@ inline float finish_row(const float* acc, const float* __restrict w, const float
   float sum = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
   for (; j < n; ++j) sum += w[j] * x[j];
   return sum;
+}
+
+// out[t][rows] = W[rows x cols] · x[t] for n_tokens rows of x. Four weight rows at a time, each against every
+// token before the next four: the block (4 x cols floats) stays in L1 while the tokens stream past, so a batched
+// prefill reads each weight once per batch instead of once per token. Token pairs share the weight loads. With
+// n_tokens = 1 it is the plain matrix-vector product; either way each (row, token) sum is the same sequence of
+// operations, so batching never changes a result bit.
+template <int kRows, int kTokens>
+inline void dot_block(float* __restrict out, size_t out_stride, const float* __restrict w, size_t w_stride,
+                      const float* __restrict x, size_t x_stride, int body, int cols) {
+  float acc[kTokens][kRows][8] = {};
+  for (int j = 0; j < body; j += 8) {
+    for (int t = 0; t < kTokens; ++t) {
+      const float* xt = x + static_cast<size_t>(t) * x_stride + j;
+      for (int r = 0; r < kRows; ++r) {
+        const float* wr = w + static_cast<size_t>(r) * w_stride + j;
+        for (int k = 0; k < 8; ++k) acc[t][r][k] += wr[k] * xt[k];
+      }
+    }
+  }
+  for (int t = 0; t < kTokens; ++t) {
+    for (int r = 0; r < kRows; ++r) {
+      out[static_cast<size_t>(t) * out_stride + static_cast<size_t>(r)] =
+          finish_row(acc[t][r], w + static_cast<size_t>(r) * w_stride, x + static_cast<size_t>(t) * x_stride, body,
+                     cols);
+    }
+  }
+}
+
+void matvec(float* __restrict out, const float* __restrict w, const float* __restrict x, int rows, int cols);
+
+void matmul(float* __restrict out, const float* __restrict w, const float* __restrict x, int rows, int cols,
+            int n_tokens) {
+  if (n_tokens == 1) {  // decode: the plain matrix-vector loop (same sums, tuned for one vector)
+    matvec(out, w, x, rows, cols);
+    return;
+  }
+  const size_t stride = static_cast<size_t>(cols);
+  const size_t out_stride = static_cast<size_t>(rows);
+  const int body = cols / 8 * 8;
+  int i = 0;
+  for (; i + 4 <= rows; i += 4) {
+    const float* wi = w + static_cast<size_t>(i) * stride;
+    int t = 0;
+    for (; t + 2 <= n_tokens; t += 2) {
+      dot_block<4, 2>(out + static_cast<size_t>(t) * out_stride + i, out_stride, wi, stride,
+                      x + static_cast<size_t>(t) * stride, stride, body, cols);
+    }
+    for (; t < n_tokens; ++t) {
+      dot_block<4, 1>(out + static_cast<size_t>(t) * out_stride + i, out_stride, wi, stride,
+                      x + static_cast<size_t>(t) * stride, stride, body, cols);
+    }
+  }
+  for (; i < rows; ++i) {
+    const float* wi = w + static_cast<size_t>(i) * stride;
+    for (int t = 0; t < n_tokens; ++t) {
+      dot_block<1, 1>(out + static_cast<size_t>(t) * out_stride + i, out_stride, wi, stride,
+                      x + static_cast<size_t>(t) * stride, stride, body, cols);
+    }
+  }
 }
 
 // out[rows] = W[rows x cols] · x
@@ -79,7 +143,10 @@ void softmax(float* x, int n) {
   for (int i = body; i < n; ++i) max_val = x[i] > max_val ? x[i] : max_val;
   float sum = 0.0f;
   for (int i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - max_val);
+    // expf underflows to exactly 0 far above -110 (its smallest subnormal result is near -103.3), so skipping the
+    // call there changes no bit and avoids libm's slow underflow path (errno handling) for far-off positions.
+    const float d = x[i] - max_val;
+    x[i] = d < -110.0f ? 0.0f : std::exp(d);
     sum += x[i];
   }
   const float inv = sum;  // a division, not a reciprocal multiply: rounds exactly like run.c
@@ -188,6 +255,14 @@ void CommCounter::all_reduce_sum(float* data, size_t count) {
   all_reduce_bytes += count * sizeof(float);
 }
 
+void CommCounter::all_gather(const float* send, float* recv, size_t count) {
+  const double start = now_seconds();
+  comm_->all_gather(send, recv, count, tbcoll::DataType::kFloat32);
+  seconds += now_seconds() - start;
+  ++all_gather_calls;
+  all_gather_bytes += count * sizeof(float) * static_cast<size_t>(comm_->size());
+}
+
 void CommCounter::send(const float* data, size_t count, int peer) {
   const double start = now_seconds();
   comm_->send(data, count, tbcoll::DataType::kFloat32, peer);
@@ -208,7 +283,8 @@ void CommCounter::broadcast(int32_t* value, int root) {
   seconds += now_seconds() - start;
 }
 
-LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const ShardSpec& shard, int max_positions)
+LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const ShardSpec& shard, int max_positions,
+                       bool show_progress)
     : config_(config), shard_(shard), max_positions_(max_positions) {
   const LlamaConfig& c = config_;
   if (max_positions <= 0 || max_positions > c.context_length) {
@@ -218,6 +294,7 @@ LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const Sh
   local_heads_ = c.n_heads / shard.tp_size;
   local_kv_heads_ = c.n_kv_heads / shard.tp_size;
   local_hidden_ = c.hidden_dim / shard.tp_size;
+  max_batch_ = max_positions < kMaxBatch ? max_positions : kMaxBatch;
   const uint64_t dim = static_cast<uint64_t>(c.dim);
   const uint64_t hidden = static_cast<uint64_t>(c.hidden_dim);
   const uint64_t hd = static_cast<uint64_t>(c.head_dim);
@@ -226,6 +303,21 @@ LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const Sh
   const uint64_t f_rows = static_cast<uint64_t>(local_hidden_);
   const uint64_t r = static_cast<uint64_t>(shard.tp_rank);
   const uint64_t kv_dim = static_cast<uint64_t>(c.n_kv_heads) * hd;
+
+  // Progress for big models (only where asked, i.e. rank 0): a percentage per layer copied out of the mapping.
+  const bool progress = show_progress && file.file_size() > (uint64_t{64} << 20);
+  const int steps = shard.layer_end - shard.layer_begin + 1;
+  int last_percent = -1;
+  auto report = [&](int done) {
+    if (!progress) return;
+    const int percent = 100 * done / steps;
+    if (percent == last_percent) return;
+    last_percent = percent;
+    std::fprintf(stderr, "\rtp_inference: loading %s %3d%%%s", file.path().c_str(), percent,
+                 done == steps ? "\n" : "");
+    std::fflush(stderr);
+  };
+  report(0);
 
   for (int l = shard.layer_begin; l < shard.layer_end; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
@@ -243,30 +335,58 @@ LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const Sh
     layer.key_cache.assign(static_cast<size_t>(max_positions) * kv_rows, 0.0f);
     layer.value_cache.assign(static_cast<size_t>(max_positions) * kv_rows, 0.0f);
     layers_.push_back(std::move(layer));
+    report(l - shard.layer_begin + 1);
   }
   const uint64_t vocab = static_cast<uint64_t>(c.vocab_size);
   if (shard.has_embedding) embedding_ = load_block(file.tensor("token_embd.weight", {dim, vocab}), 0, vocab, 0, dim);
   if (shard.has_head) {
     output_norm_ = load_vector(file, "output_norm.weight", c.dim);
-    // The output head is tied to the embedding unless the file stores its own.
+    // Vocabulary-parallel head under TP: rank r scores rows [r * shard, (r + 1) * shard) of the vocabulary.
+    const int tp = shard.tp_size;
+    vocab_shard_ = (c.vocab_size + tp - 1) / tp;
+    vocab_begin_ = std::min(c.vocab_size, shard.tp_rank * vocab_shard_);
+    vocab_end_ = std::min(c.vocab_size, vocab_begin_ + vocab_shard_);
+    // The output head is tied to the embedding unless the file stores its own; a tied head reads the embedding
+    // rows this rank already holds instead of a second copy.
     const GgufTensor* out = file.find_tensor("output.weight");
-    output_ = load_block(out != nullptr ? file.tensor("output.weight", {dim, vocab})
-                                        : file.tensor("token_embd.weight", {dim, vocab}),
-                        0, vocab, 0, dim);
-    logits_.assign(static_cast<size_t>(c.vocab_size), 0.0f);
+    if (out == nullptr && shard.has_embedding) {
+      head_ = embedding_.data() + static_cast<size_t>(vocab_begin_) * static_cast<size_t>(dim);
+    } else {
+      output_ = load_block(out != nullptr ? file.tensor("output.weight", {dim, vocab})
+                                          : file.tensor("token_embd.weight", {dim, vocab}),
+                           static_cast<uint64_t>(vocab_begin_), static_cast<uint64_t>(vocab_end_), 0, dim);
+      head_ = output_.data();
+    }
+    logits_.assign(static_cast<size_t>(vocab_parallel() ? vocab_shard_ : c.vocab_size), 0.0f);
+    if (vocab_parallel()) {
+      all_logits_.assign(static_cast<size_t>(vocab_shard_) * static_cast<size_t>(tp), 0.0f);
+      candidates_.assign(static_cast<size_t>(2 * tp), 0.0f);
+    }
   }
+  report(steps);
 
-  xb_.assign(static_cast<size_t>(c.dim), 0.0f);
-  q_.assign(q_rows, 0.0f);
-  k_.assign(kv_rows, 0.0f);
-  v_.assign(kv_rows, 0.0f);
-  attn_out_.assign(q_rows, 0.0f);
-  partial_.assign(static_cast<size_t>(c.dim), 0.0f);
-  hb_.assign(f_rows, 0.0f);
-  hb2_.assign(f_rows, 0.0f);
+  const size_t batch = static_cast<size_t>(max_batch_);
+  xb_.assign(batch * dim, 0.0f);
+  q_.assign(batch * q_rows, 0.0f);
+  k_.assign(batch * kv_rows, 0.0f);
+  v_.assign(batch * kv_rows, 0.0f);
+  attn_out_.assign(batch * q_rows, 0.0f);
+  partial_.assign(batch * dim, 0.0f);
+  hb_.assign(batch * f_rows, 0.0f);
+  hb2_.assign(batch * f_rows, 0.0f);
   scores_.assign(static_cast<size_t>(local_heads_) * static_cast<size_t>(max_positions), 0.0f);
-  rope_cos_.assign(hd / 2, 0.0f);
-  rope_sin_.assign(hd / 2, 0.0f);
+  // Rotation angles of every position, computed exactly as run.c does (per pair index within a head).
+  rope_cos_.assign(static_cast<size_t>(max_positions) * (hd / 2), 0.0f);
+  rope_sin_.assign(static_cast<size_t>(max_positions) * (hd / 2), 0.0f);
+  for (int pos = 0; pos < max_positions; ++pos) {
+    for (int i = 0; i < c.head_dim / 2; ++i) {
+      const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+      const float val = static_cast<float>(pos) * freq;
+      const size_t at = static_cast<size_t>(pos) * (hd / 2) + static_cast<size_t>(i);
+      rope_cos_[at] = std::cos(val);
+      rope_sin_[at] = std::sin(val);
+    }
+  }
 }
 
 void LlamaModel::embed(int token, float* x) const {
@@ -277,7 +397,7 @@ void LlamaModel::embed(int token, float* x) const {
 }
 
 template <int kHeads>
-void LlamaModel::weigh_values(const Layer& layer, int first, int n) {
+void LlamaModel::weigh_values(const Layer& layer, int first, int n, float* out) {
   const int hd = config_.head_dim;
   const int group = config_.n_heads / config_.n_kv_heads;
   const size_t mp = static_cast<size_t>(max_positions_);
@@ -298,39 +418,48 @@ void LlamaModel::weigh_values(const Layer& layer, int first, int n) {
       }
     }
     for (int j = 0; j < kHeads; ++j) {
-      for (int u = 0; u < 8; ++u) attn_out_[static_cast<size_t>((first + j) * hd + i0 + u)] = acc[j][u];
+      for (int u = 0; u < 8; ++u) out[(first + j) * hd + i0 + u] = acc[j][u];
     }
   }
   for (; i0 < hd; ++i0) {  // head dims that are not a multiple of 8
     for (int j = 0; j < kHeads; ++j) {
       float acc = 0.0f;
       for (int t = 0; t < n; ++t) acc += att[j][t] * values[j][static_cast<size_t>(t) * static_cast<size_t>(hd) + i0];
-      attn_out_[static_cast<size_t>((first + j) * hd + i0)] = acc;
+      out[(first + j) * hd + i0] = acc;
     }
   }
 }
 
-void LlamaModel::forward_layers(float* x, int pos, CommCounter* comm) {
+void LlamaModel::forward_layers(float* x, int pos, CommCounter* comm) { forward_batch(x, pos, 1, comm); }
+
+void LlamaModel::forward_batch(float* x, int pos0, int n_tokens, CommCounter* comm) {
+  if (n_tokens <= 0) return;
+  if (pos0 < 0 || n_tokens > max_positions_ - pos0) throw GgufError("model: position beyond the KV cache");
+  // Prompts longer than the scratch space go through in chunks: the same sums, one all-reduce per chunk and layer.
+  for (int done = 0; done < n_tokens;) {
+    const int n = n_tokens - done < max_batch_ ? n_tokens - done : max_batch_;
+    forward_chunk(x + static_cast<size_t>(done) * static_cast<size_t>(config_.dim), pos0 + done, n, comm);
+    done += n;
+  }
+}
+
+void LlamaModel::forward_chunk(float* x, int pos0, int n_tokens, CommCounter* comm) {
   const LlamaConfig& c = config_;
   const int hd = c.head_dim;
   const int q_dim = local_heads_ * hd;
   const int kv_dim = local_kv_heads_ * hd;
   const int group = c.n_heads / c.n_kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  if (pos < 0 || pos >= max_positions_) throw GgufError("model: position beyond the KV cache");
+  const size_t dim = static_cast<size_t>(c.dim);
+  const size_t mp = static_cast<size_t>(max_positions_);
 
-  // Rotation angles for this position, computed exactly as run.c does (per pair index within a head).
-  for (int i = 0; i < hd / 2; ++i) {
-    const float freq = 1.0f / std::pow(c.rope_theta, static_cast<float>(2 * i) / static_cast<float>(hd));
-    const float val = static_cast<float>(pos) * freq;
-    rope_cos_[static_cast<size_t>(i)] = std::cos(val);
-    rope_sin_[static_cast<size_t>(i)] = std::sin(val);
-  }
-
-  auto rotate = [&](float* vec, int n) {
+  // RoPE on adjacent pairs (i, i+1) of every head, with the angles of position pos (table built as run.c does).
+  auto rotate = [&](float* vec, int n, int pos) {
+    const float* cos_pos = rope_cos_.data() + static_cast<size_t>(pos) * static_cast<size_t>(hd / 2);
+    const float* sin_pos = rope_sin_.data() + static_cast<size_t>(pos) * static_cast<size_t>(hd / 2);
     for (int i = 0; i < n; i += 2) {
-      const float fcr = rope_cos_[static_cast<size_t>((i % hd) / 2)];
-      const float fci = rope_sin_[static_cast<size_t>((i % hd) / 2)];
+      const float fcr = cos_pos[(i % hd) / 2];
+      const float fci = sin_pos[(i % hd) / 2];
       const float v0 = vec[i], v1 = vec[i + 1];
       vec[i] = v0 * fcr - v1 * fci;
       vec[i + 1] = v0 * fci + v1 * fcr;
@@ -338,79 +467,118 @@ void LlamaModel::forward_layers(float* x, int pos, CommCounter* comm) {
   };
 
   for (Layer& layer : layers_) {
-    rmsnorm(xb_.data(), x, layer.attn_norm.data(), c.dim, c.rms_eps);
-    matvec(q_.data(), layer.wq.data(), xb_.data(), q_dim, c.dim);
-    matvec(k_.data(), layer.wk.data(), xb_.data(), kv_dim, c.dim);
-    matvec(v_.data(), layer.wv.data(), xb_.data(), kv_dim, c.dim);
+    for (int t = 0; t < n_tokens; ++t) {
+      rmsnorm(xb_.data() + t * dim, x + t * dim, layer.attn_norm.data(), c.dim, c.rms_eps);
+    }
+    matmul(q_.data(), layer.wq.data(), xb_.data(), q_dim, c.dim, n_tokens);
+    matmul(k_.data(), layer.wk.data(), xb_.data(), kv_dim, c.dim, n_tokens);
+    matmul(v_.data(), layer.wv.data(), xb_.data(), kv_dim, c.dim, n_tokens);
 
-    // RoPE on adjacent pairs (i, i+1) of every head.
-    rotate(q_.data(), q_dim);
-    rotate(k_.data(), kv_dim);
     // Keys are stored transposed per head ([kv head][i][position]) so the scores of all positions are one
-    // vectorisable axpy per i; values are [kv head][position][i]. Each sum still runs in run.c's order.
-    const size_t mp = static_cast<size_t>(max_positions_);
-    for (int h = 0; h < local_kv_heads_; ++h) {
-      float* keys_t = layer.key_cache.data() + static_cast<size_t>(h) * static_cast<size_t>(hd) * mp;
-      for (int i = 0; i < hd; ++i) keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(pos)] = k_[h * hd + i];
-      std::memcpy(layer.value_cache.data() + (static_cast<size_t>(h) * mp + static_cast<size_t>(pos)) * hd,
-                  v_.data() + h * hd, static_cast<size_t>(hd) * sizeof(float));
+    // vectorisable axpy per i; values are [kv head][position][i]. Each sum still runs in run.c's order. The whole
+    // chunk's keys and values go in first; token t then attends to positions 0..pos0+t only (causal).
+    for (int t = 0; t < n_tokens; ++t) {
+      const size_t pos = static_cast<size_t>(pos0 + t);
+      float* q = q_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
+      float* k = k_.data() + static_cast<size_t>(t) * static_cast<size_t>(kv_dim);
+      const float* v = v_.data() + static_cast<size_t>(t) * static_cast<size_t>(kv_dim);
+      rotate(q, q_dim, pos0 + t);
+      rotate(k, kv_dim, pos0 + t);
+      for (int h = 0; h < local_kv_heads_; ++h) {
+        float* keys_t = layer.key_cache.data() + static_cast<size_t>(h) * static_cast<size_t>(hd) * mp;
+        for (int i = 0; i < hd; ++i) keys_t[static_cast<size_t>(i) * mp + pos] = k[h * hd + i];
+        std::memcpy(layer.value_cache.data() + (static_cast<size_t>(h) * mp + pos) * static_cast<size_t>(hd),
+                    v + h * hd, static_cast<size_t>(hd) * sizeof(float));
+      }
     }
 
     // Attention over this rank's heads; local query head h reads local kv head h / group.
-    const int n = pos + 1;
-    for (int h = 0; h < local_heads_; ++h) {
-      const float* q = q_.data() + h * hd;
-      const size_t head_base = static_cast<size_t>(h / group) * static_cast<size_t>(hd) * mp;
-      const float* keys_t = layer.key_cache.data() + head_base;
-      float* __restrict att = scores_.data() + static_cast<size_t>(h) * mp;
-      // Eight positions per block, one register of sums, each summed over i in run.c's order.
-      const int n_body = n / 8 * 8;
-      for (int t = 0; t < n_body; t += 8) {
-        float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-        for (int i = 0; i < hd; ++i) {
-          const float qi = q[i];
-          const float* key_row = keys_t + static_cast<size_t>(i) * mp + static_cast<size_t>(t);
-          for (int u = 0; u < 8; ++u) sums[u] += qi * key_row[u];
+    for (int t = 0; t < n_tokens; ++t) {
+      const int n = pos0 + t + 1;
+      const float* q_t = q_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
+      for (int h = 0; h < local_heads_; ++h) {
+        const float* q = q_t + h * hd;
+        const size_t head_base = static_cast<size_t>(h / group) * static_cast<size_t>(hd) * mp;
+        const float* keys_t = layer.key_cache.data() + head_base;
+        float* __restrict att = scores_.data() + static_cast<size_t>(h) * mp;
+        // Eight positions per block, one register of sums, each summed over i in run.c's order.
+        const int n_body = n / 8 * 8;
+        for (int p = 0; p < n_body; p += 8) {
+          float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+          for (int i = 0; i < hd; ++i) {
+            const float qi = q[i];
+            const float* key_row = keys_t + static_cast<size_t>(i) * mp + static_cast<size_t>(p);
+            for (int u = 0; u < 8; ++u) sums[u] += qi * key_row[u];
+          }
+          for (int u = 0; u < 8; ++u) att[p + u] = sums[u] * scale;
         }
-        for (int u = 0; u < 8; ++u) att[t + u] = sums[u] * scale;
+        for (int p = n_body; p < n; ++p) {
+          float sum = 0.0f;
+          for (int i = 0; i < hd; ++i) sum += q[i] * keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(p)];
+          att[p] = sum * scale;
+        }
+        softmax(att, n);
       }
-      for (int t = n_body; t < n; ++t) {
-        float sum = 0.0f;
-        for (int i = 0; i < hd; ++i) sum += q[i] * keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(t)];
-        att[t] = sum * scale;
-      }
-      softmax(att, n);
+      // out_h = sum_p att_h[p] * v[p], several heads at once: each lane is one sequential chain over p (run.c's
+      // order), and independent heads keep several chains in flight.
+      float* out = attn_out_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
+      int h = 0;
+      for (; h + 4 <= local_heads_; h += 4) weigh_values<4>(layer, h, n, out);
+      for (; h + 2 <= local_heads_; h += 2) weigh_values<2>(layer, h, n, out);
+      for (; h < local_heads_; ++h) weigh_values<1>(layer, h, n, out);
     }
-    // out_h = sum_t att_h[t] * v[t], several heads at once: each lane is one sequential chain over t (run.c's
-    // order), and independent heads keep several chains in flight.
-    int h = 0;
-    for (; h + 4 <= local_heads_; h += 4) weigh_values<4>(layer, h, n);
-    for (; h + 2 <= local_heads_; h += 2) weigh_values<2>(layer, h, n);
-    for (; h < local_heads_; ++h) weigh_values<1>(layer, h, n);
 
-    matvec(partial_.data(), layer.wo.data(), attn_out_.data(), c.dim, q_dim);
-    if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), partial_.size());
-    for (int i = 0; i < c.dim; ++i) x[i] += partial_[static_cast<size_t>(i)];
+    const size_t rows = static_cast<size_t>(n_tokens) * dim;
+    matmul(partial_.data(), layer.wo.data(), attn_out_.data(), c.dim, q_dim, n_tokens);
+    if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), rows);
+    for (size_t i = 0; i < rows; ++i) x[i] += partial_[i];
 
-    rmsnorm(xb_.data(), x, layer.ffn_norm.data(), c.dim, c.rms_eps);
-    matvec(hb_.data(), layer.w_gate.data(), xb_.data(), local_hidden_, c.dim);
-    matvec(hb2_.data(), layer.w_up.data(), xb_.data(), local_hidden_, c.dim);
-    for (int i = 0; i < local_hidden_; ++i) {
-      float val = hb_[static_cast<size_t>(i)];
+    for (int t = 0; t < n_tokens; ++t) {
+      rmsnorm(xb_.data() + t * dim, x + t * dim, layer.ffn_norm.data(), c.dim, c.rms_eps);
+    }
+    matmul(hb_.data(), layer.w_gate.data(), xb_.data(), local_hidden_, c.dim, n_tokens);
+    matmul(hb2_.data(), layer.w_up.data(), xb_.data(), local_hidden_, c.dim, n_tokens);
+    const size_t hidden = static_cast<size_t>(n_tokens) * static_cast<size_t>(local_hidden_);
+    for (size_t i = 0; i < hidden; ++i) {
+      float val = hb_[i];
       val *= 1.0f / (1.0f + std::exp(-val));
-      hb_[static_cast<size_t>(i)] = val * hb2_[static_cast<size_t>(i)];
+      hb_[i] = val * hb2_[i];
     }
-    matvec(partial_.data(), layer.w_down.data(), hb_.data(), c.dim, local_hidden_);
-    if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), partial_.size());
-    for (int i = 0; i < c.dim; ++i) x[i] += partial_[static_cast<size_t>(i)];
+    matmul(partial_.data(), layer.w_down.data(), hb_.data(), c.dim, local_hidden_, n_tokens);
+    if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), rows);
+    for (size_t i = 0; i < rows; ++i) x[i] += partial_[i];
   }
 }
 
-float* LlamaModel::logits(const float* x) {
+const float* LlamaModel::head_logits(const float* x) {
   if (!shard_.has_head) throw GgufError("model: this rank holds no output head");
   rmsnorm(xb_.data(), x, output_norm_.data(), config_.dim, config_.rms_eps);
-  matvec(logits_.data(), output_.data(), xb_.data(), config_.vocab_size, config_.dim);
+  matvec(logits_.data(), head_, xb_.data(), vocab_end_ - vocab_begin_, config_.dim);
   return logits_.data();
+}
+
+int LlamaModel::greedy_token(const float* x, CommCounter* comm) {
+  const float* local = head_logits(x);
+  const int n = vocab_end_ - vocab_begin_;
+  const int best = n > 0 ? Sampler::argmax(local, n) : 0;
+  if (!vocab_parallel()) return best;
+  // (value, global index) of every rank's best, in vocabulary order: the first strictly larger value wins, which
+  // is exactly the whole-vocabulary argmax's first-on-ties rule. Indices are exact as floats (vocab < 2^24).
+  const float mine[2] = {n > 0 ? local[best] : -INFINITY, static_cast<float>(vocab_begin_ + best)};
+  comm->all_gather(mine, candidates_.data(), 2);
+  int winner = 0;
+  for (int r = 1; r < shard_.tp_size; ++r) {
+    if (candidates_[static_cast<size_t>(2 * r)] > candidates_[static_cast<size_t>(2 * winner)]) winner = r;
+  }
+  return static_cast<int>(candidates_[static_cast<size_t>(2 * winner + 1)]);
+}
+
+float* LlamaModel::logits(const float* x, CommCounter* comm) {
+  head_logits(x);
+  if (!vocab_parallel()) return logits_.data();
+  // Shards are vocab_shard_ rows each (the last padded), so the gathered blocks line up as the full vocabulary.
+  comm->all_gather(logits_.data(), all_logits_.data(), static_cast<size_t>(vocab_shard_));
+  return all_logits_.data();
 }
 
 }  // namespace tp_inference

@@ -10,7 +10,9 @@
 //                  partial = W2[:, my units] · (silu(gate) * up)
 //                  all_reduce(partial, sum)  ─────────► x += partial          (1 all_reduce of dim floats)
 //
-// so a token costs 2 * n_layers all-reduces of dim floats; embedding, norms and the output head are replicated.
+// so a token costs 2 * n_layers all-reduces of dim floats (a batched prompt: of n_tokens * dim floats); embedding
+// and norms are replicated. The output head is vocabulary parallel: rank r scores vocab rows [r*V/P, (r+1)*V/P),
+// then greedy decoding all-gathers one (max logit, index) pair per rank, sampling all-gathers the logit shards.
 // Pipeline parallel: each rank holds a contiguous range of whole layers; the first holds the embedding, the last
 // the output head, and the caller moves activations between them.
 #pragma once
@@ -62,12 +64,16 @@ class CommCounter {
   explicit CommCounter(tbcoll::Communicator* comm) : comm_(comm) {}
 
   void all_reduce_sum(float* data, size_t count);
+  /// recv gets every rank's `count` floats, in rank order.
+  void all_gather(const float* send, float* recv, size_t count);
   void send(const float* data, size_t count, int peer);
   void recv(float* data, size_t count, int peer);
   void broadcast(int32_t* value, int root);
 
   uint64_t all_reduce_calls = 0;
   uint64_t all_reduce_bytes = 0;
+  uint64_t all_gather_calls = 0;
+  uint64_t all_gather_bytes = 0;  // gathered (received) bytes
   uint64_t p2p_bytes = 0;
   double seconds = 0.0;
 
@@ -77,9 +83,13 @@ class CommCounter {
 
 class LlamaModel {
  public:
+  /// Prompt tokens processed together by forward_batch (longer prompts go in chunks of this many).
+  static constexpr int kMaxBatch = 128;
+
   /// Loads this rank's shard (copying only its rows/columns out of the mapping, converted to float) and allocates
-  /// a KV cache for `max_positions` positions.
-  LlamaModel(const GgufFile& file, const LlamaConfig& config, const ShardSpec& shard, int max_positions);
+  /// a KV cache for `max_positions` positions. show_progress: print a loading percentage on stderr for big files.
+  LlamaModel(const GgufFile& file, const LlamaConfig& config, const ShardSpec& shard, int max_positions,
+             bool show_progress = false);
 
   const LlamaConfig& config() const { return config_; }
   const ShardSpec& shard() const { return shard_; }
@@ -90,8 +100,17 @@ class LlamaModel {
   /// Runs this rank's layers on x (dim floats) in place at position pos. With tp_size > 1 every rank must call it
   /// together: it all-reduces through comm twice per layer. No allocation.
   void forward_layers(float* x, int pos, CommCounter* comm);
-  /// Final norm and output head (needs has_head); returns vocab_size logits owned by the model.
-  float* logits(const float* x);
+  /// The same for n_tokens consecutive positions pos0.. (x is n_tokens rows of dim floats): every weight matrix is
+  /// applied to the whole batch at once, attention is causal, and each all-reduce carries n_tokens * dim floats
+  /// (one per row-parallel layer per kMaxBatch tokens). Bitwise the same results as n_tokens forward_layers calls.
+  void forward_batch(float* x, int pos0, int n_tokens, CommCounter* comm);
+
+  /// Final norm and output head (needs has_head) on the last hidden state x: the token with the largest logit
+  /// (first on ties). Under TP each rank scores its vocabulary shard, then one all_gather of (max, index) pairs.
+  int greedy_token(const float* x, CommCounter* comm);
+  /// All vocab_size logits (owned by the model; the caller may overwrite them). Under TP each rank scores its
+  /// shard and one all_gather assembles the rest.
+  float* logits(const float* x, CommCounter* comm);
 
  private:
   struct Layer {
@@ -102,20 +121,30 @@ class LlamaModel {
     std::vector<float> value_cache;  // [local kv heads][max_positions][head_dim]
   };
 
-  /// attn_out_ for local query heads [first, first + kHeads) from their softmaxed scores over n positions.
+  void forward_chunk(float* x, int pos0, int n_tokens, CommCounter* comm);
+  /// This rank's vocabulary shard of logits in logits_.
+  const float* head_logits(const float* x);
+  bool vocab_parallel() const { return shard_.tp_size > 1; }
+  /// out (one token's q_dim floats) for local query heads [first, first + kHeads) from their softmaxed scores
+  /// over n positions.
   template <int kHeads>
-  void weigh_values(const Layer& layer, int first, int n);
+  void weigh_values(const Layer& layer, int first, int n, float* out);
 
   LlamaConfig config_;
   ShardSpec shard_;
   int max_positions_;
+  int max_batch_ = 1;
   int local_heads_;
   int local_kv_heads_;
   int local_hidden_;
+  int vocab_begin_ = 0, vocab_end_ = 0, vocab_shard_ = 0;  // this rank's output rows; shard = rows per rank
   std::vector<Layer> layers_;
   std::vector<float> embedding_, output_norm_, output_;
-  // Scratch, sized once.
-  std::vector<float> xb_, q_, k_, v_, attn_out_, partial_, hb_, hb2_, scores_ /* [local heads][max_positions] */, rope_cos_, rope_sin_, logits_;
+  const float* head_ = nullptr;  // output head rows [vocab_begin_, vocab_end_): output_ or tied into embedding_
+  // Scratch, sized once (activations for max_batch_ tokens).
+  std::vector<float> xb_, q_, k_, v_, attn_out_, partial_, hb_, hb2_, scores_ /* [local heads][max_positions] */;
+  std::vector<float> rope_cos_, rope_sin_;  // [max_positions][head_dim / 2]
+  std::vector<float> logits_, all_logits_, candidates_;
 };
 
 }  // namespace tp_inference

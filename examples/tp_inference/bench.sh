@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Prefill and decode speed of tp_inference at TP=1, TP=2 (tcp and shm) and PP=2, as one markdown table.
+#
+#   examples/tp_inference/bench.sh BUILD_DIR [MODEL_DIR]
+#
+# Builds nothing: BUILD_DIR must hold tbcoll-run and examples/tp_inference/{tp_inference,tp_make_synthetic}. The
+# synthetic models (random weights, see make_synthetic.cc) are written to MODEL_DIR (default
+# ${TMPDIR:-/tmp}/tp_inference_bench) when missing. stories260K.gguf is taken from $TP_BENCH_STORIES or
+# ../shared/models next to the repository (tools/get-model.sh downloads it).
+#
+# Every cell is the median of $TP_BENCH_RUNS (default 3) runs of a fixed ~100-token prompt (the "prompt" column
+# gives its length in each model's tokens) followed by $TP_BENCH_TOKENS (default 128) generated tokens with
+# --ignore-eos, greedy. Prefill tok/s = prompt tokens / time to the first generated token; decode tok/s covers the
+# remaining tokens. "comm" is the TP=2 shm rank 0's time inside collectives per decode token (waiting for the
+# other rank included) and its share of decode time. Never run more ranks than cores when measuring.
+set -euo pipefail
+
+if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+build="$(cd "$1" && pwd)"
+script_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+model_dir="${2:-${TMPDIR:-/tmp}/tp_inference_bench}"
+runs="${TP_BENCH_RUNS:-3}"
+tokens="${TP_BENCH_TOKENS:-128}"
+stories="${TP_BENCH_STORIES:-$script_dir/../../../shared/models/stories260K.gguf}"
+
+engine="$build/examples/tp_inference/tp_inference"
+maker="$build/examples/tp_inference/tp_make_synthetic"
+launcher="$build/tbcoll-run"
+for f in "$engine" "$maker" "$launcher"; do
+  [[ -x "$f" ]] || { echo "bench.sh: $f not found: build tp_inference, tp_make_synthetic and tbcoll-run first" >&2; exit 1; }
+done
+[[ -r "$stories" ]] || { echo "bench.sh: $stories not found (run tools/get-model.sh or set TP_BENCH_STORIES)" >&2; exit 1; }
+
+mkdir -p "$model_dir"
+for shape in cache 110m; do
+  if [[ ! -s "$model_dir/synthetic-$shape.gguf" ]]; then
+    "$maker" --shape "$shape" --out "$model_dir/synthetic-$shape.gguf" >&2
+  fi
+done
+
+prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her \
+friends. One day, she saw a big red ball under a tree. She ran to get it, but a small dog took the ball and ran away."
+
+# Runs one configuration $runs times; prints "prompt_tokens prefill_median decode_median comm_us_median comm_pct".
+measure() {
+  local model="$1" ranks="$2" mode="$3" transport="$4"
+  local -a prefill=() decode=() comm_us=() comm_pct=()
+  local n_prompt=0 line i
+  for ((i = 0; i < runs; ++i)); do
+    local -a cmd=("$engine" --model "$model" --prompt "$prompt" --tokens "$tokens" --ignore-eos --mode "$mode")
+    if [[ "$ranks" -gt 1 ]]; then
+      cmd=("$launcher" -n "$ranks" --timeout 600 -x "TBCOLL_TRANSPORT=$transport" -- "${cmd[@]}")
+    fi
+    line="$("${cmd[@]}" 2>&1 >/dev/null | grep 'tp_inference: model=' | tail -1)" || true
+    if [[ -z "$line" ]]; then
+      echo "bench.sh: run failed: ${cmd[*]}" >&2
+      echo "0 - - - -"
+      return
+    fi
+    n_prompt="$(sed -E 's/.*prefill ([0-9]+) tok.*/\1/' <<<"$line")"
+    prefill+=("$(sed -E 's/.*prefill [0-9]+ tok ([0-9.]+) tok\/s.*/\1/' <<<"$line")")
+    decode+=("$(sed -E 's/.*decode [0-9]+ tok ([0-9.]+) tok\/s.*/\1/' <<<"$line")")
+    comm_pct+=("$(sed -E 's/.*, ([0-9.]+)% of decode.*/\1/' <<<"$line")")
+    comm_us+=("$(sed -E 's/.*of decode \(([0-9.]+) us\/tok\).*/\1/' <<<"$line")")
+  done
+  median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+  echo "$n_prompt $(median "${prefill[@]}") $(median "${decode[@]}") $(median "${comm_us[@]}") $(median "${comm_pct[@]}")"
+}
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "-") printf "%.2fx", a / b; else printf "-" }'; }
+
+echo "| model | prompt tok | TP=1 prefill / decode | TP=2 tcp prefill / decode | TP=2 shm prefill / decode | PP=2 prefill / decode | TP=2 shm comm per decode token | TP=2 shm vs TP=1 prefill / decode |"
+echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+for entry in "stories260K|$stories" "synthetic cache-resident (dim 256, 4 layers, 13 MB F32)|$model_dir/synthetic-cache.gguf" \
+             "synthetic 110M (dim 768, 12 layers, 440 MB F32)|$model_dir/synthetic-110m.gguf"; do
+  name="${entry%%|*}"
+  model="${entry#*|}"
+  read -r n1 p1 d1 _ _ < <(measure "$model" 1 tensor shm)
+  read -r _ pt dt _ _ < <(measure "$model" 2 tensor tcp)
+  read -r _ ps ds cus cpct < <(measure "$model" 2 tensor shm)
+  read -r _ pp dp _ _ < <(measure "$model" 2 pipeline shm)
+  echo "| $name | $n1 | $p1 / $d1 | $pt / $dt | $ps / $ds | $pp / $dp | $cus us ($cpct%) | $(ratio "$ps" "$p1") / $(ratio "$ds" "$d1") |"
+done
+echo
+echo "tok/s, median of $runs runs; $tokens generated tokens; $(nproc) cores; synthetic models have random weights."
