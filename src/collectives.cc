@@ -143,6 +143,13 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
     return;
   }
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
+  if (algorithm == Algorithm::kOneShot) {
+    c.guard(what, [&] {
+      c.fast_path->all_gather_one_shot(send, recv, count * dtype_size(dtype), tag,
+                                       deadline_after(c.config.timeout_s), c.spin);
+    });
+    return;
+  }
   if (algorithm == Algorithm::kCma) {
     c.guard(what, [&] {
       c.fast_path->all_gather_direct(send, recv, count * dtype_size(dtype), tag, deadline_after(c.config.timeout_s),

@@ -31,7 +31,15 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
   if (world_size == 1) return Algorithm::kSelf;
   if (kind == OpKind::kBarrier) return Algorithm::kDissemination;
   const std::string& forced = config.forced;
-  if (kind == OpKind::kAllReduce && forced.empty() && bytes <= config.one_shot_max_bytes) return Algorithm::kOneShot;
+  if ((kind == OpKind::kAllReduce || kind == OpKind::kAllGather) && forced.empty() &&
+      bytes <= config.one_shot_max_bytes) {
+    return Algorithm::kOneShot;
+  }
+  if (kind == OpKind::kAllGather && forced == "oneshot") {
+    if (bytes / world_size <= config.one_shot_limit_bytes && config.one_shot_limit_bytes > 0) return Algorithm::kOneShot;
+    throw InvalidArgument(fmt::format("algorithm \"oneshot\" needs every rank on shared memory and blocks of at most "
+                                      "{} B", config.one_shot_limit_bytes));
+  }
   if (kind == OpKind::kAllReduce && forced == "oneshot") {
     if (bytes <= config.one_shot_limit_bytes) return Algorithm::kOneShot;
     throw InvalidArgument(fmt::format("algorithm \"oneshot\" needs every rank on shared memory and at most {} B "

@@ -142,6 +142,10 @@ INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, Sweep, ::testing::ValuesIn(sweep_pa
 TEST(Collectives, ShmOneShotFastPath) {
   run_ranks(3, {"shm", "oneshot"}, [&](Communicator& comm) {
     EXPECT_EQ(comm.all_reduce_algorithm(8), "oneshot");
+    for (size_t count : {size_t{1}, size_t{7}, size_t{1000}}) {
+      check_all_gather(comm, DataType::kFloat64, count);  // one-shot all_gather through the same slots
+      check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, 4);
+    }
     for (DataType dtype : all_dtypes()) {
       for (ReduceOp op : all_ops()) {
         for (size_t count : {size_t{1}, size_t{7}, size_t{1000 + 3}}) check_all_reduce(comm, dtype, op, count, 0);

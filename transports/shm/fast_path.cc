@@ -94,11 +94,9 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
   }
 }
 
-void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                                   transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
-  const uint64_t meta = tag.meta;
-  const size_t bytes = count * dtype_size(dtype);
-  if (bytes > kSlotBytes) throw InvalidArgument("[shm] one-shot all_reduce larger than the slot");
+int FastPath::exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
+                             std::chrono::microseconds spin) {
+  if (bytes > kSlotBytes) throw InvalidArgument("[shm] one-shot input larger than the slot");
   const uint64_t k = ++calls_;
   const int b = static_cast<int>(k & 1);
   // Slot b last carried call k-2. No peer can still be reading it: during call k-1 we saw every peer's
@@ -106,7 +104,7 @@ void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, D
   CollectiveSlot& mine = areas_[rank_]->slots[b];
   std::memcpy(mine.data, send, bytes);
   mine.tag = tag.tag;
-  mine.meta = meta;
+  mine.meta = tag.meta;
   mine.bytes = static_cast<uint32_t>(bytes);
   mine.seq.store(k, std::memory_order_seq_cst);
   if (mine.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&mine.seq);
@@ -114,18 +112,33 @@ void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, D
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     CollectiveSlot& theirs = areas_[p]->slots[b];
-    wait_for(theirs.seq, k, &theirs.sleepers, p, Wait{deadline, spin, &tag}, "all_reduce input");
-    if (theirs.meta != meta || theirs.bytes != bytes) {
-      std::string what = fmt::format("[shm] rank {}: fast-path all_reduce input of peer {} does not match: expected "
+    wait_for(theirs.seq, k, &theirs.sleepers, p, Wait{deadline, spin, &tag}, "its one-shot input");
+    if (theirs.meta != tag.meta || theirs.bytes != bytes) {
+      std::string what = fmt::format("[shm] rank {}: fast-path input of peer {} does not match: expected "
                                      "meta {:#x} {} B, got meta {:#x} {} B",
-                                     rank_, p, meta, bytes, theirs.meta, theirs.bytes);
-      throw MismatchError(what, p, meta, theirs.meta, bytes, theirs.bytes);
+                                     rank_, p, tag.meta, bytes, theirs.meta, theirs.bytes);
+      throw MismatchError(what, p, tag.meta, theirs.meta, bytes, theirs.bytes);
     }
   }
+  return b;
+}
+
+void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                   transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
+  const int b = exchange_slots(send, count * dtype_size(dtype), tag, deadline, spin);
   reduce::Kernel kernel = reduce::kernel(dtype, op);
   kernel(recv, areas_[0]->slots[b].data, areas_[1]->slots[b].data, count);
   for (int p = 2; p < size_; ++p) kernel(recv, recv, areas_[p]->slots[b].data, count);
   if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, size_);
+}
+
+void FastPath::all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag,
+                                   Deadline deadline, std::chrono::microseconds spin) {
+  const int b = exchange_slots(send, bytes_per_rank, tag, deadline, spin);
+  auto* out = static_cast<uint8_t*>(recv);
+  for (int p = 0; p < size_; ++p) {
+    std::memcpy(out + static_cast<size_t>(p) * bytes_per_rank, areas_[p]->slots[b].data, bytes_per_rank);
+  }
 }
 
 void FastPath::read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer) {

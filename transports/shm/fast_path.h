@@ -37,6 +37,8 @@ class FastPath final : public transport::CollectiveFastPath {
   bool has_direct() const override { return direct_; }
   void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                            transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
+  void all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
+                           std::chrono::microseconds spin) override;
   void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, transport::Tag tag,
                          Deadline deadline, std::chrono::microseconds spin) override;
   void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
@@ -57,6 +59,9 @@ class FastPath final : public transport::CollectiveFastPath {
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,
                 const Wait& wait, const char* what);
   void check_peer(int peer);
+  // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
+  int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
+                     std::chrono::microseconds spin);
   void check_peer_call(int peer, const transport::Tag& tag);
   // Direct calls: post our addresses for call k and wait for every peer's, checking signatures.
   uint64_t post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait);
