@@ -59,6 +59,7 @@ class FastPath final : public transport::CollectiveFastPath {
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,
                 const Wait& wait, const char* what);
   void check_peer(int peer);
+  void prepare_next_slot(size_t bytes);
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
                      std::chrono::microseconds spin);
