@@ -170,3 +170,22 @@ INSTANTIATE_TEST_SUITE_P(Transports, KilledRank, ::testing::Values("shm", "tcp")
 
 
 }  // namespace
+
+namespace {
+
+// tbcoll-info prints every knob of the table, with its default, and the transports of this build.
+TEST(Tools, InfoListsEveryKnobAndTransport) {
+  Result result = run(TBCOLL_INFO_PATH);
+  EXPECT_EQ(result.status, 0) << result.output;
+  for (const char* knob : {"TBCOLL_RANK", "TBCOLL_ROOT", "TBCOLL_TIMEOUT", "TBCOLL_TRANSPORT", "TBCOLL_ALGO",
+                           "TBCOLL_DEBUG", "TBCOLL_SPIN_US", "TBCOLL_ONESHOT_MAX_BYTES", "TBCOLL_SHM_CMA"}) {
+    EXPECT_NE(result.output.find(knob), std::string::npos) << knob << " missing:\n" << result.output;
+  }
+  for (const char* transport : {"loopback", "shm", "tcp"}) {
+    EXPECT_NE(result.output.find(transport), std::string::npos) << transport;
+  }
+  Result with_value = run(std::string("TBCOLL_TIMEOUT=7 ") + TBCOLL_INFO_PATH);
+  EXPECT_NE(with_value.output.find("now 7"), std::string::npos) << "current values are shown:\n" << with_value.output;
+}
+
+}  // namespace
