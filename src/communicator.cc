@@ -144,7 +144,15 @@ Communicator Communicator::init(const Config& config) {
   for (const auto& device : transport::available_devices()) {
     if (!config.transport.empty() && device->name() != config.transport) continue;
     transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s};
-    contexts[device->name()] = device->create_context(args);
+    try {
+      contexts[device->name()] = device->create_context(args);
+    } catch (const Error& error) {
+      // A transport that cannot start here (say, /dev/shm too small) is simply not offered: peers then pick
+      // the next transport for this rank. Forced, it is an error.
+      if (!config.transport.empty()) throw;
+      log::warn("rank {}: transport {} unavailable, using the next one: {}", rank, device->name(), error.what());
+      continue;
+    }
     devices[device->name()] = device;
     self.addresses[device->name()] = contexts[device->name()]->address();
     order.push_back(device->name());

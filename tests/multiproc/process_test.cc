@@ -189,3 +189,19 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
 }
 
 }  // namespace
+
+namespace {
+
+// A /dev/shm too small for the segments: shm is not offered, the job runs over tcp and says why (in a private
+// mount namespace, so needs root; skipped otherwise).
+TEST(Processes, TinyDevShmFallsBackToTcp) {
+  if (run("unshare -m true").status != 0) GTEST_SKIP() << "cannot create a mount namespace (not root?)";
+  Result result = run(std::string("unshare -m sh -c 'mount -t tmpfs -o size=512k tmpfs /dev/shm && ") +
+                      TBCOLL_RUN_PATH + " -n 2 -- " + TBCOLL_TEST_PROG_PATH + " check 1'");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 2) << result.output;
+  EXPECT_NE(result.output.find("transport shm unavailable"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("is /dev/shm big enough"), std::string::npos) << result.output;
+}
+
+}  // namespace

@@ -47,12 +47,14 @@ Mapping Mapping::map(int fd, size_t bytes, const std::string& name) {
 Mapping Mapping::create(const std::string& name, size_t bytes) {
   int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
   if (fd < 0) throw IoError(fmt::format("[shm] cannot create {}: {}", name, strerror(errno)));
-  if (ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    int saved = errno;
+  // posix_fallocate, not just ftruncate: a tmpfs that is too small must fail here with a clear error, not
+  // raise SIGBUS later when a page of the mapping is first touched.
+  int rc = ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (rc != 0) {
     close(fd);
     shm_unlink(name.c_str());
-    throw IoError(fmt::format("[shm] cannot size {} to {} B: {} (is /dev/shm big enough?)", name, bytes,
-                              strerror(saved)));
+    throw IoError(fmt::format("[shm] cannot allocate {} B for {}: {} (is /dev/shm big enough? see df /dev/shm)",
+                              bytes, name, strerror(rc)));
   }
   try {
     return map(fd, bytes, name);
