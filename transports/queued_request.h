@@ -3,11 +3,23 @@
 // endpoint its stream is out of sync.
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "tbcoll/transport.h"
 
 namespace tbcoll::transport {
+
+/// What such endpoints queue: one send or receive of bytes at buf, matched by tag. Transports extend it.
+struct QueuedOperation {
+  uint8_t* buf = nullptr;
+  size_t bytes = 0;
+  Tag tag;
+  size_t done = 0;  ///< progress, in the transport's own unit
+  bool complete = false;
+};
+
 
 template <typename EndpointT, typename OperationT>
 class QueuedRequest final : public Request {
@@ -29,5 +41,18 @@ class QueuedRequest final : public Request {
   EndpointT* endpoint_;
   std::shared_ptr<OperationT> op_;
 };
+
+/// Queues a new operation on queue and returns it with its request (the buffer is only read for sends).
+template <typename EndpointT, typename OperationT, typename Queue>
+std::pair<std::unique_ptr<Request>, OperationT*> enqueue(EndpointT* endpoint, Queue& queue, const void* buf,
+                                                         size_t bytes, Tag tag) {
+  auto op = std::make_shared<OperationT>();
+  op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
+  op->bytes = bytes;
+  op->tag = tag;
+  queue.push_back(op);
+  OperationT* raw = op.get();
+  return {std::make_unique<QueuedRequest<EndpointT, OperationT>>(endpoint, std::move(op)), raw};
+}
 
 }  // namespace tbcoll::transport

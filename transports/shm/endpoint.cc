@@ -14,7 +14,6 @@
 #include "transports/queued_request.h"
 
 namespace tbcoll::shm {
-using Request = transport::QueuedRequest<Endpoint, Operation>;
 
 Endpoint::Endpoint(int rank, int peer, Queue* out, Queue* in, SegmentHeader* own, SegmentHeader* remote)
     : rank_(rank), peer_(peer), out_(out), in_(in), own_(own), remote_(remote) {
@@ -53,23 +52,13 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
 }
 
 std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
-  auto op = std::make_shared<Operation>();
-  op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
-  op->bytes = bytes;
-  op->tag = tag;
-  sends_.push_back(op);
-  auto request = std::make_unique<Request>(this, op);
+  auto request = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag).first;
   if (sends_.size() == 1 && broken_.empty()) progress_sends();
   return request;
 }
 
 std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
-  auto op = std::make_shared<Operation>();
-  op->buf = static_cast<uint8_t*>(buf);
-  op->bytes = bytes;
-  op->tag = tag;
-  recvs_.push_back(op);
-  return std::make_unique<Request>(this, op);
+  return transport::enqueue<Endpoint, Operation>(this, recvs_, buf, bytes, tag).first;
 }
 
 void Endpoint::check_peer() {

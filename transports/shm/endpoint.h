@@ -8,17 +8,14 @@
 #include <memory>
 
 #include "tbcoll/transport.h"
+#include "transports/queued_request.h"
 #include "transports/shm/segment.h"
 
 namespace tbcoll::shm {
 
-struct Operation {
-  uint8_t* buf = nullptr;
-  size_t bytes = 0;
-  transport::Tag tag;
-  size_t done = 0;
+// done counts payload bytes copied.
+struct Operation : transport::QueuedOperation {
   bool started = false;  ///< first frame written (sends) or matched (receives)
-  bool complete = false;
 };
 
 class Endpoint final : public transport::Endpoint {

@@ -13,7 +13,6 @@
 #include "transports/queued_request.h"
 
 namespace tbcoll::tcp {
-using Request = transport::QueuedRequest<Endpoint, Operation>;
 
 Endpoint::Endpoint(int fd, int rank, int peer) : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes) {}
 
@@ -42,26 +41,15 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
 }
 
 std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
-  auto op = std::make_shared<Operation>();
-  op->is_send = true;
-  op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
-  op->bytes = bytes;
-  op->tag = tag;
+  auto [request, op] = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag);
   op->header = MessageHeader{kMessageMagic, 0, tag.tag, tag.meta, bytes};
-  sends_.push_back(op);
-  auto request = std::make_unique<Request>(this, op);
   // Start right away: small messages leave in this call and the caller's first test() finds them done.
   if (sends_.size() == 1 && broken_.empty()) progress_sends();
-  return request;
+  return std::move(request);
 }
 
 std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
-  auto op = std::make_shared<Operation>();
-  op->buf = static_cast<uint8_t*>(buf);
-  op->bytes = bytes;
-  op->tag = tag;
-  recvs_.push_back(op);
-  return std::make_unique<Request>(this, op);
+  return transport::enqueue<Endpoint, Operation>(this, recvs_, buf, bytes, tag).first;
 }
 
 void Endpoint::progress() {

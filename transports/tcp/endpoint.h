@@ -10,19 +10,15 @@
 #include <vector>
 
 #include "tbcoll/transport.h"
+#include "transports/queued_request.h"
 #include "transports/tcp/wire.h"
 
 namespace tbcoll::tcp {
 
-struct Operation {
-  bool is_send = false;
-  uint8_t* buf = nullptr;
-  size_t bytes = 0;
-  transport::Tag tag;
+// done counts bytes written including the header (sends) or payload bytes received (receives).
+struct Operation : transport::QueuedOperation {
   MessageHeader header{};  ///< sends: the header to write
-  size_t done = 0;         ///< sends: bytes written incl. header; receives: payload bytes received
   bool header_done = false;
-  bool complete = false;
 };
 
 class Endpoint final : public transport::Endpoint {
