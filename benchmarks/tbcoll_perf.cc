@@ -57,7 +57,8 @@ size_t parse_size(const std::string& text) {
 void usage() {
   std::printf(
       "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP]\n"
-      "                   [-c all_reduce|all_gather|broadcast] [-r ROOT] [--transport T] [--algo A]\n"
+      "                   [-c all_reduce|all_gather|reduce_scatter|reduce|broadcast] [-r ROOT] [--transport T]\n"
+      "                   [--algo A]\n"
       "                   [--csv FILE] [--pingpong]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
       "  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
@@ -95,7 +96,8 @@ Options parse(int argc, char** argv) {
   if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes > o.max_bytes) {
     throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, -b <= -e");
   }
-  if (o.collective != "all_reduce" && o.collective != "all_gather" && o.collective != "broadcast") {
+  if (o.collective != "all_reduce" && o.collective != "all_gather" && o.collective != "broadcast" &&
+      o.collective != "reduce_scatter" && o.collective != "reduce") {
     throw tbcoll::InvalidArgument("unknown collective " + o.collective);
   }
   return o;
@@ -164,27 +166,41 @@ void call(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count
   } else if (o.collective == "all_gather") {
     const void* send = in_place ? b.recv.data() + comm.rank() * count * es : b.send.data();
     comm.all_gather(send, b.recv.data(), count, o.dtype);
+  } else if (o.collective == "reduce_scatter") {
+    // send holds size * count elements; in place, the result lands in this rank's block of send.
+    void* recv = in_place ? b.send.data() + comm.rank() * count * es : b.recv.data();
+    comm.reduce_scatter(b.send.data(), recv, count, o.dtype, o.op);
+  } else if (o.collective == "reduce") {
+    comm.reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op, o.root);
   } else {
     comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
   }
 }
 
-void fill(const Options& o, int rank, int n, Buffers& b, size_t count, bool in_place) {
-  for (size_t i = 0; i < count; ++i) store(o.dtype, b.send.data(), i, input_value(rank, i));
+void fill(const Options& o, int rank, Buffers& b, bool in_place) {
+  const size_t es = tbcoll::dtype_size(o.dtype);
+  for (size_t i = 0; i < b.send.size() / es; ++i) store(o.dtype, b.send.data(), i, input_value(rank, i));
   std::memset(b.recv.data(), 0, b.recv.size());
-  if (in_place) {
-    size_t es = tbcoll::dtype_size(o.dtype);
-    size_t offset = o.collective == "all_gather" ? rank * count * es : 0;
-    std::memcpy(b.recv.data() + offset, b.send.data(), count * es);
+  if (in_place && o.collective != "reduce_scatter") {  // reduce_scatter works in place inside send
+    size_t offset = o.collective == "all_gather" ? rank * b.send.size() : 0;
+    std::memcpy(b.recv.data() + offset, b.send.data(), b.send.size());
   }
-  (void)n;
 }
 
-long long count_wrong(const Options& o, int n, const Buffers& b, size_t count) {
+bool is_reduction(const std::string& collective) {
+  return collective == "all_reduce" || collective == "reduce_scatter" || collective == "reduce";
+}
+
+long long count_wrong(const Options& o, int rank, int n, const Buffers& b, size_t count, bool in_place) {
   long long wrong = 0;
-  if (o.collective == "all_reduce") {
+  if (is_reduction(o.collective)) {
+    if (o.collective == "reduce" && rank != o.root) return 0;
+    // reduce_scatter: this rank's block of the full reduction, in recv or (in place) in its block of send.
+    size_t first = o.collective == "reduce_scatter" ? static_cast<size_t>(rank) * count : 0;
+    const uint8_t* out = b.recv.data();
+    if (o.collective == "reduce_scatter" && in_place) out = b.send.data() + first * tbcoll::dtype_size(o.dtype);
     for (size_t i = 0; i < count; ++i) {
-      double want = expected_reduction(o.op, o.dtype, n, i), got = load(o.dtype, b.recv.data(), i);
+      double want = expected_reduction(o.op, o.dtype, n, first + i), got = load(o.dtype, out, i);
       wrong += !(std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)));
     }
   } else if (o.collective == "all_gather") {
@@ -205,9 +221,9 @@ struct Measured {
 
 Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
   Measured m;
-  fill(o, comm.rank(), comm.size(), b, count, in_place);
+  fill(o, comm.rank(), b, in_place);
   call(comm, o, b, count, in_place);
-  long long wrong = count_wrong(o, comm.size(), b, count);
+  long long wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place);
   comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
   for (int i = 0; i < o.warmup; ++i) call(comm, o, b, count, in_place);
   std::vector<double> times(o.iterations);
@@ -229,7 +245,7 @@ Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_
 
 double bus_factor(const std::string& collective, int n) {
   if (collective == "all_reduce") return 2.0 * (n - 1) / n;
-  if (collective == "all_gather") return static_cast<double>(n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter") return static_cast<double>(n - 1) / n;
   return 1.0;
 }
 
@@ -266,11 +282,13 @@ int main(int argc, char** argv) {
     for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
          size *= o.factor) {
       size_t total = static_cast<size_t>(size);
-      size_t count = o.collective == "all_gather" ? total / es / n : total / es;
+      // nccl-tests sizes: the gathered total (all_gather), the scattered input (reduce_scatter), else the buffer.
+      const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter";
+      size_t count = per_block ? total / es / n : total / es;
       if (count == 0) continue;
-      size_t bytes = o.collective == "all_gather" ? count * es * n : count * es;
+      size_t bytes = per_block ? count * es * n : count * es;
       Buffers b;
-      b.send.resize(count * es);
+      b.send.resize(o.collective == "reduce_scatter" ? count * es * n : count * es);
       b.recv.resize(o.collective == "all_gather" ? count * es * n : count * es);
       Measured out = measure(comm, o, b, count, false);
       Measured in = measure(comm, o, b, count, true);
@@ -280,7 +298,7 @@ int main(int argc, char** argv) {
       double algbw_out = bytes / out.median_us / 1e3, algbw_in = bytes / in.median_us / 1e3;
       double factor = bus_factor(o.collective, n);
       std::printf("%12zu %12zu %6s %6s %7s %9.2f %8.3f %8.3f %6lld %9.2f %8.3f %8.3f %6lld\n", bytes, count,
-                  tbcoll::to_string(o.dtype).c_str(), o.collective == "all_reduce" ? tbcoll::to_string(o.op).c_str() : "none",
+                  tbcoll::to_string(o.dtype).c_str(), is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none",
                   algo.c_str(), out.median_us, algbw_out, algbw_out * factor, out.wrong, in.median_us, algbw_in,
                   algbw_in * factor, in.wrong);
       std::fflush(stdout);

@@ -177,6 +177,16 @@ tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t send
       [&] { get(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)); });
 }
 
+tbcollResult_t tbcollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+                                   tbcollRedOp_t op, tbcollComm_t comm) {
+  return guarded([&] { get(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)); });
+}
+
+tbcollResult_t tbcollReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                            tbcollRedOp_t op, int root, tbcollComm_t comm) {
+  return guarded([&] { get(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root); });
+}
+
 tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                int root, tbcollComm_t comm) {
   return guarded(

@@ -163,6 +163,45 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
   });
 }
 
+void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "reduce_scatter", dtype);
+  check_op(c.rank, "reduce_scatter", op);
+  size_t total = checked_bytes(c.rank, "reduce_scatter", count, dtype, static_cast<size_t>(c.size));
+  check_buffer(c.rank, "reduce_scatter", "send", send, count);
+  check_buffer(c.rank, "reduce_scatter", "recv", recv, count);
+  algo::CallInfo what{"reduce_scatter", count, dtype, op, true};
+  c.check_usable(what);
+  if (count == 0) return;
+  if (c.size == 1) {
+    if (send != recv) std::memcpy(recv, send, total);
+    return;
+  }
+  algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
+  c.run(what, tag, [&](algo::Exec& exec) { algo::reduce_scatter_direct(exec, args); });
+}
+
+void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
+  Impl& c = *impl_;
+  check_dtype(c.rank, "reduce", dtype);
+  check_op(c.rank, "reduce", op);
+  check_rank(c.rank, c.size, "reduce", "root", root);
+  size_t bytes = checked_bytes(c.rank, "reduce", count, dtype, 1);
+  check_buffer(c.rank, "reduce", "send", send, count);
+  if (c.rank == root) check_buffer(c.rank, "reduce", "recv", recv, count);
+  algo::CallInfo what{"reduce", count, dtype, op, true, root};
+  c.check_usable(what);
+  if (count == 0) return;
+  if (c.size == 1) {
+    if (send != recv) std::memcpy(recv, send, bytes);
+    return;
+  }
+  algo::Args args{send, recv, count, dtype, op, root, dtype_size(dtype)};
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
+  c.run(what, tag, [&](algo::Exec& exec) { algo::reduce_direct(exec, args); });
+}
+
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl& c = *impl_;
   check_dtype(c.rank, "broadcast", dtype);

@@ -12,7 +12,15 @@
 
 namespace tbcoll {
 
-enum class OpKind : uint8_t { kAllReduce = 1, kAllGather = 2, kBroadcast = 3, kBarrier = 4, kSendRecv = 5 };
+enum class OpKind : uint8_t {
+  kAllReduce = 1,
+  kAllGather = 2,
+  kBroadcast = 3,
+  kBarrier = 4,
+  kSendRecv = 5,
+  kReduceScatter = 6,
+  kReduce = 7
+};
 
 inline const char* op_kind_name(unsigned kind) {
   switch (kind) {
@@ -21,6 +29,8 @@ inline const char* op_kind_name(unsigned kind) {
     case 3: return "broadcast";
     case 4: return "barrier";
     case 5: return "send/recv";
+    case 6: return "reduce_scatter";
+    case 7: return "reduce";
   }
   return "unknown";
 }
@@ -39,7 +49,11 @@ inline std::string describe_meta(uint64_t meta) {
   unsigned root = static_cast<unsigned>((meta >> 32) & 0xff);
   unsigned long long count = meta & 0xffffffffu;
   switch (static_cast<OpKind>(kind)) {
-    case OpKind::kAllReduce: return fmt::format("all_reduce(count={}, {}, {})", count, to_string(dtype), to_string(op));
+    case OpKind::kAllReduce:
+    case OpKind::kReduceScatter:
+      return fmt::format("{}(count={}, {}, {})", op_kind_name(kind), count, to_string(dtype), to_string(op));
+    case OpKind::kReduce:
+      return fmt::format("reduce(count={}, {}, {}, root={})", count, to_string(dtype), to_string(op), root);
     case OpKind::kBroadcast: return fmt::format("broadcast(count={}, {}, root={})", count, to_string(dtype), root);
     case OpKind::kBarrier: return "barrier()";
     case OpKind::kAllGather:

@@ -30,6 +30,7 @@ void check_algorithm_name(const std::string& name) {
 Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config) {
   if (world_size == 1) return Algorithm::kSelf;
   if (kind == OpKind::kBarrier) return Algorithm::kDissemination;
+  if (kind == OpKind::kReduceScatter || kind == OpKind::kReduce) return Algorithm::kDirect;
   const std::string& forced = config.forced;
   if ((kind == OpKind::kAllReduce || kind == OpKind::kAllGather) && forced.empty() &&
       bytes <= config.one_shot_max_bytes) {

@@ -53,6 +53,12 @@ tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t coun
 /** recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
 tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                                tbcollComm_t comm);
+/** recvbuff (recvcount elements) = op over ranks of block `rank` of sendbuff (nranks * recvcount elements). */
+tbcollResult_t tbcollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+                                   tbcollRedOp_t op, tbcollComm_t comm);
+/** recvbuff at root = op over ranks of sendbuff; recvbuff is ignored (may be NULL) on other ranks. */
+tbcollResult_t tbcollReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                            tbcollRedOp_t op, int root, tbcollComm_t comm);
 tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                int root, tbcollComm_t comm);
 /** In-place broadcast, as ncclBcast. */

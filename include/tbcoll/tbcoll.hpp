@@ -99,6 +99,11 @@ class Communicator {
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   /// recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count*size.
   void all_gather(const void* send, void* recv, size_t count, DataType dtype);
+  /// recv (count elements) = op over ranks of block `rank` of send (size * count elements): block r of every
+  /// rank's send reduced onto rank r. In place when send + rank*count*size == recv, as in NCCL.
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  /// recv at root = op over ranks of send (reduced in rank order); recv is not touched (may be null) elsewhere.
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
   /// recv = send of root on every rank (root copies send to recv when they differ).
   void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
   /// Returns once every rank has entered the barrier.

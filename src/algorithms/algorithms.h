@@ -13,5 +13,7 @@ void all_gather_direct(Exec& exec, const Args& args);
 void broadcast_tree(Exec& exec, const Args& args);
 void broadcast_chain(Exec& exec, const Args& args);
 void barrier_dissemination(Exec& exec);
+void reduce_scatter_direct(Exec& exec, const Args& args);
+void reduce_direct(Exec& exec, const Args& args);
 
 }  // namespace tbcoll::algo

@@ -42,6 +42,18 @@ TEST(CApi, UniqueIdRendezvousAndCollectives) {
       int64_t value = rank == 2 ? 77 : 0;
       if ((rc = tbcollBcast(&value, 1, tbcollInt64, 2, comm)) != tbcollSuccess) return fail("bcast", rc);
       if (value != 77) failures[rank] = "bcast result";
+      float blocks[n * 2], mine_rs[2] = {0, 0};
+      for (int i = 0; i < n * 2; ++i) blocks[i] = static_cast<float>(i + rank);
+      if ((rc = tbcollReduceScatter(blocks, mine_rs, 2, tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
+        return fail("reduce_scatter", rc);
+      }
+      if (mine_rs[1] != static_cast<float>(3 * (2 * rank + 1) + 3)) failures[rank] = "reduce_scatter result";
+      int32_t one = rank + 1, total = 0;
+      if ((rc = tbcollReduce(&one, rank == 1 ? &total : nullptr, 1, tbcollInt32, tbcollProd, 1, comm)) !=
+          tbcollSuccess) {
+        return fail("reduce", rc);
+      }
+      if (rank == 1 && total != 6) failures[rank] = "reduce result " + std::to_string(total);
       if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier", rc);
       if (rank == 0) rc = tbcollSend(&value, 1, tbcollInt64, 1, comm);
       if (rank == 1) rc = tbcollRecv(&value, 1, tbcollInt64, 0, comm);

@@ -67,6 +67,40 @@ void check_broadcast(Communicator& comm, DataType dtype, size_t count, int root)
   EXPECT_EQ(mine, want) << "in place";
 }
 
+// reduce_scatter: rank r's input is make_input of n*count elements; rank r gets block r of the full reduction.
+void check_reduce_scatter(Communicator& comm, DataType dtype, ReduceOp op, size_t count, int salt) {
+  SCOPED_TRACE(fmt::format("reduce_scatter count={} {} {} n={}", count, to_string(dtype), to_string(op), comm.size()));
+  const int n = comm.size(), r = comm.rank();
+  const size_t es = dtype_size(dtype), block = count * es;
+  std::vector<uint8_t> input = make_input(dtype, r, count * n, salt);
+  std::vector<uint8_t> full = reference_all_reduce(dtype, op, n, count * n, salt);
+  std::vector<uint8_t> want(full.begin() + r * block, full.begin() + (r + 1) * block);
+  std::vector<uint8_t> out(block + 1, 0xEE);
+  comm.reduce_scatter(input.data(), out.data(), count, dtype, op);
+  EXPECT_EQ(out[block], 0xEE) << "wrote past the end";
+  out.resize(block);
+  EXPECT_EQ(count_wrong(dtype, out, want), 0u) << "out of place";
+  comm.reduce_scatter(input.data(), input.data() + r * block, count, dtype, op);  // in place, as in NCCL
+  std::vector<uint8_t> in_place(input.begin() + r * block, input.begin() + (r + 1) * block);
+  EXPECT_EQ(count_wrong(dtype, in_place, want), 0u) << "in place";
+}
+
+void check_reduce(Communicator& comm, DataType dtype, ReduceOp op, size_t count, int root) {
+  SCOPED_TRACE(fmt::format("reduce count={} {} {} root={} n={}", count, to_string(dtype), to_string(op), root,
+                           comm.size()));
+  std::vector<uint8_t> input = make_input(dtype, comm.rank(), count, root);
+  std::vector<uint8_t> want = reference_all_reduce(dtype, op, comm.size(), count, root);
+  std::vector<uint8_t> out(want.size(), 0);
+  comm.reduce(input.data(), comm.rank() == root ? out.data() : nullptr, count, dtype, op, root);
+  if (comm.rank() == root) {
+    EXPECT_EQ(count_wrong(dtype, out, want), 0u) << "out of place";
+  }
+  comm.reduce(input.data(), input.data(), count, dtype, op, root);
+  if (comm.rank() == root) {
+    EXPECT_EQ(count_wrong(dtype, input, want), 0u) << "in place";
+  }
+}
+
 void check_send_recv(Communicator& comm, size_t count) {
   // Shift around the ring: even ranks send first, odd ranks receive first (no deadlock for any n).
   const int n = comm.size(), r = comm.rank();
@@ -90,6 +124,8 @@ TEST(Collectives, DtypeOpTableOnLoopback) {
       for (DataType dtype : all_dtypes()) {
         for (ReduceOp op : all_ops()) {
           for (size_t count : {size_t{1}, size_t{7}, size_t{1000 + 3}}) check_all_reduce(comm, dtype, op, count, 0);
+          check_reduce_scatter(comm, dtype, op, 33, 1);
+          check_reduce(comm, dtype, op, 17, 2);
         }
       }
     });
@@ -119,6 +155,9 @@ TEST_P(Sweep, AllCollectives) {
         check_broadcast(comm, DataType::kFloat64, count / 2 + 1, comm.size() - 1);
         check_broadcast(comm, DataType::kInt8, count, 0);
         check_send_recv(comm, count);
+        check_reduce_scatter(comm, DataType::kFloat32, ReduceOp::kSum, count / 2 + (count % 3), 5);
+        check_reduce(comm, count > 4096 ? DataType::kFloat32 : DataType::kInt8, ReduceOp::kProd, count,
+                     static_cast<int>(count % comm.size()));
         comm.barrier();
       }
     });

@@ -39,6 +39,11 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyCommunication) {
               std::string::npos);
     EXPECT_THROW(comm.send(buf.data(), 4, DataType::kFloat32, comm.rank()), InvalidArgument);
     EXPECT_THROW(comm.all_gather(buf.data(), buf.data(), SIZE_MAX / 4, DataType::kFloat32), InvalidArgument);
+    EXPECT_NE(error_of([&] { comm.reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum, -3); })
+                  .find("root -3 out of range"), std::string::npos);
+    EXPECT_THROW(comm.reduce_scatter(buf.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kMax), InvalidArgument);
+    EXPECT_THROW(comm.reduce_scatter(buf.data(), buf.data(), SIZE_MAX / 4, DataType::kFloat32, ReduceOp::kMax),
+                 InvalidArgument);
     // Argument errors don't break the communicator: a correct call still works.
     EXPECT_FALSE(comm.broken());
     std::vector<float> ones(16, 1.0f);

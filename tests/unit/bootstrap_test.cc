@@ -101,6 +101,10 @@ TEST(Signature, DescribesCalls) {
             "all_reduce(count=1024, bf16, max)");
   EXPECT_EQ(describe_meta(make_meta(OpKind::kBroadcast, DataType::kInt8, ReduceOp::kSum, 3, 5)),
             "broadcast(count=5, i8, root=3)");
+  EXPECT_EQ(describe_meta(make_meta(OpKind::kReduce, DataType::kFloat64, ReduceOp::kAvg, 1, 9)),
+            "reduce(count=9, f64, avg, root=1)");
+  EXPECT_EQ(describe_meta(make_meta(OpKind::kReduceScatter, DataType::kUint8, ReduceOp::kMin, 0, 2)),
+            "reduce_scatter(count=2, u8, min)");
   EXPECT_NE(make_meta(OpKind::kAllReduce, DataType::kFloat32, ReduceOp::kSum, 0, 1),
             make_meta(OpKind::kAllReduce, DataType::kInt32, ReduceOp::kSum, 0, 1));
 }
