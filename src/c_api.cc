@@ -121,6 +121,15 @@ tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm) {
   });
 }
 
+tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm) {
+  return guarded([&] {
+    if (newcomm == nullptr) throw tbcoll::InvalidArgument("newcomm pointer is NULL");
+    *newcomm = nullptr;
+    std::optional<tbcoll::Communicator> part = get(comm).split(color, key);
+    if (part) *newcomm = new tbcollComm{std::move(*part)};
+  });
+}
+
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
   return guarded([&] { delete comm; });
 }

@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
 #include <random>
@@ -226,6 +227,29 @@ std::string Communicator::transport_name(int peer) const {
 
 std::string Communicator::all_reduce_algorithm(size_t bytes) const {
   return algorithm_name(choose_algorithm(OpKind::kAllReduce, bytes, impl_->size, impl_->tuner));
+}
+
+std::optional<Communicator> Communicator::split(int color, int key) {
+  Impl& c = *impl_;
+  // Everyone's (color, key) through this communicator; then each color's members ordered by (key, rank).
+  int32_t mine[2] = {color < 0 ? -1 : color, key};
+  std::vector<int32_t> all(2 * static_cast<size_t>(c.size));
+  all_gather(mine, all.data(), 2, DataType::kInt32);
+  const uint64_t split_index = ++c.splits;
+  if (color < 0) return std::nullopt;
+  std::vector<std::pair<int32_t, int>> members;  // (key, old rank)
+  for (int r = 0; r < c.size; ++r) {
+    if (all[2 * r] == color) members.push_back({all[2 * r + 1], r});
+  }
+  std::sort(members.begin(), members.end());
+  Config config = c.config;
+  config.world_size = static_cast<int>(members.size());
+  config.rank = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, c.rank)) -
+                                 members.begin());
+  config.store = c.store;  // null only for a single-rank parent, whose only child has size 1 too
+  config.root.clear();
+  config.prefix = fmt::format("{}/split{}/color{}", c.config.prefix, split_index, color);
+  return Communicator::init(config);
 }
 
 void Communicator::abort() {

@@ -28,6 +28,7 @@ struct Communicator::Impl {
   std::vector<transport::Endpoint*> peers;  // by rank; nullptr for self
   std::vector<std::string> transport_names;
   uint64_t collective_seq = 0;
+  uint64_t splits = 0;  ///< split() calls so far (collective, so equal on every rank)
   std::vector<uint64_t> p2p_sent, p2p_received;
   std::atomic<bool> broken{false};
   std::mutex broken_mutex;

@@ -36,6 +36,9 @@ tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
 tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);
 /** Builds a communicator from TBCOLL_* / OpenMPI / PMI / Slurm environment variables. */
 tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
+#define TBCOLL_SPLIT_NOCOLOR (-1)
+/** Collective: a communicator per color, ranks ordered by key; color TBCOLL_SPLIT_NOCOLOR gives *newcomm = NULL. */
+tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm);
 /** Frees the communicator (after the last call on it). */
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm);
 /** Breaks the communicator (peers see the failure) and frees it. */

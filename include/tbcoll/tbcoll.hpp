@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "tbcoll/error.hpp"
@@ -112,6 +113,12 @@ class Communicator {
   void send(const void* buf, size_t count, DataType dtype, int peer);
   /// Receives count elements from peer (see send).
   void recv(void* buf, size_t count, DataType dtype, int peer);
+
+  /// Collective: splits this communicator into one communicator per color (ranks ordered by key, then by rank).
+  /// A negative color (kSplitNoColor) takes no part and gets std::nullopt. The new communicators rendezvous
+  /// through this one's store and choose their transports afresh.
+  std::optional<Communicator> split(int color, int key);
+  static constexpr int kSplitNoColor = -1;
 
   /// Marks the communicator broken and closes its connections; peers see the failure. Safe from any thread.
   void abort();

@@ -1,0 +1,72 @@
+// Communicator::split: groups by color, order by key, collectives inside each group, nested splits.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "collectives/harness.h"
+#include "tbcoll/tbcoll.h"
+
+namespace tbcoll::test {
+namespace {
+
+class Split : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Split, GroupsByColorOrdersByKeyAndWorks) {
+  const int n = 5;
+  run_ranks(n, {GetParam(), ""}, [&](Communicator& comm) {
+    const int r = comm.rank();
+    // Colors: even ranks / odd ranks; keys reverse the order; rank 4 opts out.
+    std::optional<Communicator> part = comm.split(r == 4 ? Communicator::kSplitNoColor : r % 2, -r);
+    if (r == 4) {
+      EXPECT_FALSE(part.has_value());
+    } else {
+      ASSERT_TRUE(part.has_value());
+      EXPECT_EQ(part->size(), 2);
+      // Even group {0, 2} ordered by key -r: rank 2 first. Odd group {1, 3}: rank 3 first.
+      EXPECT_EQ(part->rank(), (r == 2 || r == 3) ? 0 : 1);
+      float value = static_cast<float>(r), sum = 0;
+      part->all_reduce(&value, &sum, 1, DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(sum, r % 2 == 0 ? 2.0f : 4.0f);
+      std::optional<Communicator> single = part->split(part->rank(), 0);  // nested: one rank each
+      ASSERT_TRUE(single.has_value());
+      EXPECT_EQ(single->size(), 1);
+      single->all_reduce(&value, &sum, 1, DataType::kFloat32, ReduceOp::kMax);
+      EXPECT_EQ(sum, value);
+    }
+    // The parent still works after splitting, and a second split gets fresh rendezvous keys.
+    std::vector<int64_t> ones(3, 1), total(3);
+    comm.all_reduce(ones.data(), total.data(), 3, DataType::kInt64, ReduceOp::kSum);
+    EXPECT_EQ(total[2], n);
+    std::optional<Communicator> everyone = comm.split(7, r);
+    ASSERT_TRUE(everyone.has_value());
+    EXPECT_EQ(everyone->size(), n);
+    EXPECT_EQ(everyone->rank(), r);
+    everyone->barrier();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Transports, Split, ::testing::Values("loopback", "shm", "tcp"));
+
+TEST(SplitCApi, NoColorGivesNullAndOthersAPair) {
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  std::vector<std::thread> threads;
+  std::vector<int> sizes(4, -1);
+  for (int rank = 0; rank < 4; ++rank) {
+    threads.emplace_back([&, rank] {
+      tbcollComm_t comm = nullptr, half = nullptr;
+      if (tbcollCommInitRank(&comm, 4, id, rank) != tbcollSuccess) return;
+      if (tbcollCommSplit(comm, rank < 2 ? 0 : TBCOLL_SPLIT_NOCOLOR, rank, &half) == tbcollSuccess) {
+        if (half != nullptr) tbcollCommCount(half, &sizes[rank]);
+        else sizes[rank] = 0;
+      }
+      tbcollCommDestroy(half);
+      tbcollCommDestroy(comm);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(sizes, (std::vector<int>{2, 2, 0, 0}));
+}
+
+}  // namespace
+}  // namespace tbcoll::test
