@@ -210,13 +210,46 @@ tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
   return guarded([&] { get(comm).barrier(); });
 }
 
+// Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
+thread_local int c_group_depth = 0;
+thread_local std::vector<tbcollComm_t> c_group_comms;
+
+static void join_group(tbcollComm_t comm) {
+  if (c_group_depth == 0 || comm == nullptr) return;
+  for (tbcollComm_t seen : c_group_comms) {
+    if (seen == comm) return;
+  }
+  comm->communicator.group_start();
+  c_group_comms.push_back(comm);
+}
+
+tbcollResult_t tbcollGroupStart(void) {
+  return guarded([&] { ++c_group_depth; });
+}
+
+tbcollResult_t tbcollGroupEnd(void) {
+  return guarded([&] {
+    if (c_group_depth == 0) throw tbcoll::InvalidUsage("tbcollGroupEnd without tbcollGroupStart");
+    if (--c_group_depth > 0) return;
+    std::vector<tbcollComm_t> comms = std::move(c_group_comms);
+    c_group_comms.clear();
+    for (tbcollComm_t comm : comms) comm->communicator.group_end();
+  });
+}
+
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm) {
-  return guarded([&] { get(comm).send(sendbuff, count, dtype_of(datatype), peer); });
+  return guarded([&] {
+    join_group(comm);
+    get(comm).send(sendbuff, count, dtype_of(datatype), peer);
+  });
 }
 
 tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm) {
-  return guarded([&] { get(comm).recv(recvbuff, count, dtype_of(datatype), peer); });
+  return guarded([&] {
+    join_group(comm);
+    get(comm).recv(recvbuff, count, dtype_of(datatype), peer);
+  });
 }
 
 }  // extern "C"

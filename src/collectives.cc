@@ -245,15 +245,59 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
   const char* name = is_send ? "send" : "recv";
   check_dtype(rank, name, dtype);
   check_rank(rank, size, name, "peer", peer);
-  if (peer == rank) throw InvalidArgument(fmt::format("rank {}: {}: peer {} is this rank", rank, name, peer));
+  if (peer == rank && group_depth == 0) {
+    throw InvalidArgument(fmt::format("rank {}: {}: peer {} is this rank (allowed inside a group only)", rank, name,
+                                      peer));
+  }
   size_t bytes = checked_bytes(rank, name, count, dtype, 1);
   check_buffer(rank, name, name, buf, count);
   algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
   check_usable(what);
   uint64_t& counter = is_send ? p2p_sent[peer] : p2p_received[peer];
   transport::Tag tag{(uint64_t{1} << 63) | counter++, make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
+  if (group_depth > 0) {
+    group_ops.push_back({is_send, buf, bytes, peer, tag});
+    return;
+  }
   run(what, tag, [&](algo::Exec& exec) {
     exec.wait(is_send ? exec.isend(peer, buf, bytes) : exec.irecv(peer, buf, bytes));
+  });
+}
+
+void Communicator::group_start() { impl_->group_depth++; }
+
+void Communicator::group_end() {
+  Impl& c = *impl_;
+  if (c.group_depth == 0) throw InvalidUsage(fmt::format("rank {}: group_end without group_start", c.rank));
+  if (--c.group_depth > 0) return;
+  std::vector<Impl::GroupedP2p> ops = std::move(c.group_ops);
+  c.group_ops.clear();
+  // Sends to self pair with receives from self, in call order.
+  std::vector<const Impl::GroupedP2p*> self_sends, self_recvs;
+  for (const auto& op : ops) {
+    if (op.peer == c.rank) (op.is_send ? self_sends : self_recvs).push_back(&op);
+  }
+  if (self_sends.size() != self_recvs.size()) {
+    throw InvalidUsage(fmt::format("rank {}: group has {} sends to self but {} receives from self", c.rank,
+                                   self_sends.size(), self_recvs.size()));
+  }
+  for (size_t i = 0; i < self_sends.size(); ++i) {
+    if (self_sends[i]->bytes != self_recvs[i]->bytes) {
+      throw InvalidUsage(fmt::format("rank {}: send to self of {} B meets a receive from self of {} B", c.rank,
+                                     self_sends[i]->bytes, self_recvs[i]->bytes));
+    }
+    if (self_sends[i]->bytes > 0) std::memmove(self_recvs[i]->buf, self_sends[i]->buf, self_sends[i]->bytes);
+  }
+  const algo::CallInfo what{"group(send/recv)"};
+  c.check_usable(what);
+  c.run(what, transport::Tag{}, [&](algo::Exec& exec) {
+    for (const auto& op : ops) {  // receives first, so the peers' sends find them posted
+      if (!op.is_send && op.peer != c.rank) exec.irecv(op.peer, op.buf, op.bytes, op.tag);
+    }
+    for (const auto& op : ops) {
+      if (op.is_send && op.peer != c.rank) exec.isend(op.peer, op.buf, op.bytes, op.tag);
+    }
+    exec.wait_all();
   });
 }
 

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <atomic>
+#include <string>
+
+#include <fmt/format.h>
 #include <mutex>
 #include <vector>
 
@@ -29,6 +32,15 @@ struct Communicator::Impl {
   std::vector<std::string> transport_names;
   uint64_t collective_seq = 0;
   uint64_t splits = 0;  ///< split() calls so far (collective, so equal on every rank)
+  struct GroupedP2p {
+    bool is_send;
+    void* buf;
+    size_t bytes;
+    int peer;
+    transport::Tag tag;
+  };
+  int group_depth = 0;
+  std::vector<GroupedP2p> group_ops;
   std::vector<uint64_t> p2p_sent, p2p_received;
   std::atomic<bool> broken{false};
   std::mutex broken_mutex;
@@ -43,6 +55,10 @@ struct Communicator::Impl {
   void mark_broken(const std::string& reason);
   void check_usable(const algo::CallInfo& call) {
     if (broken) throw_broken(call);
+    if (group_depth > 0 && std::string(call.name) != "send" && std::string(call.name) != "recv") {
+      throw InvalidUsage(fmt::format("rank {}: {} inside a group: groups take send and recv only", rank,
+                                     call.describe()));
+    }
   }
   [[noreturn]] void throw_broken(const algo::CallInfo& call);
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op.

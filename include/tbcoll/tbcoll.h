@@ -70,6 +70,10 @@ tbcollResult_t tbcollBarrier(tbcollComm_t comm);
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm);
 tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm);
+/** As ncclGroupStart/End, for send/recv: calls between them (on any communicator, this thread) are recorded and
+ *  run together at the outermost tbcollGroupEnd, which blocks until they all completed. */
+tbcollResult_t tbcollGroupStart(void);
+tbcollResult_t tbcollGroupEnd(void);
 
 #ifdef __cplusplus
 }  // extern "C"

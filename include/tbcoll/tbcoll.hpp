@@ -113,6 +113,12 @@ class Communicator {
   void send(const void* buf, size_t count, DataType dtype, int peer);
   /// Receives count elements from peer (see send).
   void recv(void* buf, size_t count, DataType dtype, int peer);
+  /// Between group_start() and group_end(), send and recv only record the operation (buffers must stay valid);
+  /// group_end() runs them all at once, so a rank can send to and receive from peers without ordering them
+  /// (no deadlock), and may send to itself. Groups nest; the outermost group_end() runs them. Collectives
+  /// inside a group are refused.
+  void group_start();
+  void group_end();
 
   /// Collective: splits this communicator into one communicator per color (ranks ordered by key, then by rank).
   /// A negative color (kSplitNoColor) takes no part and gets std::nullopt. The new communicators rendezvous

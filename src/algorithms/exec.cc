@@ -65,20 +65,20 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, t
   table_.reset(size);
 }
 
-size_t Exec::isend(int peer, const void* buf, size_t bytes) {
+size_t Exec::isend(int peer, const void* buf, size_t bytes, transport::Tag tag) {
   TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
   size_t id = requests_.size();
-  requests_.push_back({peers_[peer]->isend(buf, bytes, tag_), peer, true, bytes});
+  requests_.push_back({peers_[peer]->isend(buf, bytes, tag), peer, true, bytes});
   done_.push_back(0);
   if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
   pending_sends_[peer].push_back(id);
   return id;
 }
 
-size_t Exec::irecv(int peer, void* buf, size_t bytes) {
+size_t Exec::irecv(int peer, void* buf, size_t bytes, transport::Tag tag) {
   TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
   size_t id = requests_.size();
-  requests_.push_back({peers_[peer]->irecv(buf, bytes, tag_), peer, false, bytes});
+  requests_.push_back({peers_[peer]->irecv(buf, bytes, tag), peer, false, bytes});
   done_.push_back(0);
   if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
   pending_recvs_[peer].push_back(id);

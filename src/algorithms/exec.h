@@ -81,9 +81,12 @@ class Exec {
   size_t chunk_bytes() const { return chunk_bytes_; }
   Scratch& scratch() { return scratch_; }
 
-  /// Posts a send / receive to peer; returns an id for wait().
-  size_t isend(int peer, const void* buf, size_t bytes);
-  size_t irecv(int peer, void* buf, size_t bytes);
+  /// Posts a send / receive to peer with the call's tag; returns an id for wait().
+  size_t isend(int peer, const void* buf, size_t bytes) { return isend(peer, buf, bytes, tag_); }
+  size_t irecv(int peer, void* buf, size_t bytes) { return irecv(peer, buf, bytes, tag_); }
+  /// The same with an explicit tag (grouped point-to-point calls carry one tag each).
+  size_t isend(int peer, const void* buf, size_t bytes, transport::Tag tag);
+  size_t irecv(int peer, void* buf, size_t bytes, transport::Tag tag);
   /// Waits until request id completed, progressing every pending request meanwhile.
   void wait(size_t id);
   /// Waits for every request posted so far.
