@@ -89,7 +89,12 @@ void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  Impl& c = *impl_;
+  impl_->async.drain();
+  impl_->all_reduce(send, recv, count, dtype, op);
+}
+
+void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  Impl& c = *this;
   check_dtype(c.rank, "all_reduce", dtype);
   check_op(c.rank, "all_reduce", op);
   size_t bytes = checked_bytes(c.rank, "all_reduce", count, dtype, 1);
@@ -129,6 +134,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
   Impl& c = *impl_;
+  c.async.drain();
   check_dtype(c.rank, "all_gather", dtype);
   size_t total = checked_bytes(c.rank, "all_gather", count, dtype, static_cast<size_t>(c.size));
   check_buffer(c.rank, "all_gather", "send", send, count);
@@ -165,6 +171,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl& c = *impl_;
+  c.async.drain();
   check_dtype(c.rank, "reduce_scatter", dtype);
   check_op(c.rank, "reduce_scatter", op);
   size_t total = checked_bytes(c.rank, "reduce_scatter", count, dtype, static_cast<size_t>(c.size));
@@ -184,6 +191,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, Da
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
   Impl& c = *impl_;
+  c.async.drain();
   check_dtype(c.rank, "reduce", dtype);
   check_op(c.rank, "reduce", op);
   check_rank(c.rank, c.size, "reduce", "root", root);
@@ -204,6 +212,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl& c = *impl_;
+  c.async.drain();
   check_dtype(c.rank, "broadcast", dtype);
   check_rank(c.rank, c.size, "broadcast", "root", root);
   size_t bytes = checked_bytes(c.rank, "broadcast", count, dtype, 1);
@@ -233,6 +242,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 
 void Communicator::barrier() {
   Impl& c = *impl_;
+  c.async.drain();
   const algo::CallInfo what{"barrier"};
   c.check_usable(what);
   if (c.size == 1) return;
@@ -242,6 +252,7 @@ void Communicator::barrier() {
 
 // send and recv: point to point, matched in call order per peer pair (tags count the pair's messages).
 void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer) {
+  async.drain();
   const char* name = is_send ? "send" : "recv";
   check_dtype(rank, name, dtype);
   check_rank(rank, size, name, "peer", peer);
@@ -268,6 +279,7 @@ void Communicator::group_start() { impl_->group_depth++; }
 
 void Communicator::group_end() {
   Impl& c = *impl_;
+  c.async.drain();
   if (c.group_depth == 0) throw InvalidUsage(fmt::format("rank {}: group_end without group_start", c.rank));
   if (--c.group_depth > 0) return;
   std::vector<Impl::GroupedP2p> ops = std::move(c.group_ops);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "algorithms/exec.h"
+#include "async.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tbcoll/transport.h"
@@ -41,6 +42,7 @@ struct Communicator::Impl {
   };
   int group_depth = 0;
   std::vector<GroupedP2p> group_ops;
+  AsyncQueue async;  // declared last: destroyed first, so queued calls finish while everything else exists
   std::vector<uint64_t> p2p_sent, p2p_received;
   std::atomic<bool> broken{false};
   std::mutex broken_mutex;
@@ -64,6 +66,8 @@ struct Communicator::Impl {
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op.
   template <typename Body>
   void run(const algo::CallInfo& call, transport::Tag tag, Body&& body);
+  /// The calls themselves; the public methods drain queued asynchronous calls first.
+  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   /// send (is_send) or recv of count elements with peer; buf is only read for a send.
   void p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer);
   /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.

@@ -79,6 +79,22 @@ struct Config {
   static Config from_env();
 };
 
+/// Handle of an asynchronous call (like c10d's Work). Copyable; every copy refers to the same call.
+class Work {
+ public:
+  Work() = default;
+  /// True once the call finished; never blocks. Throws the call's error, if it failed.
+  bool test() const;
+  /// Blocks until the call finished (each call has the communicator's deadline); throws the call's error.
+  void wait() const;
+
+  struct State;
+  explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
 class Communicator {
  public:
   /// Builds a communicator: rendezvous through the store, transport choice per peer, connections.
@@ -113,6 +129,11 @@ class Communicator {
   void send(const void* buf, size_t count, DataType dtype, int peer);
   /// Receives count elements from peer (see send).
   void recv(void* buf, size_t count, DataType dtype, int peer);
+  /// Asynchronous all_reduce: returns at once; a progress thread of this communicator runs the call, in order
+  /// with the other calls. Buffers must stay valid until the Work completed. A blocking call made meanwhile
+  /// first waits for the queued ones (calls keep their order on every rank). The thread spins like any wait,
+  /// so overlap pays off when a core is free for it.
+  Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   /// Between group_start() and group_end(), send and recv only record the operation (buffers must stay valid);
   /// group_end() runs them all at once, so a rank can send to and receive from peers without ordering them
   /// (no deadlock), and may send to itself. Groups nest; the outermost group_end() runs them. Collectives

@@ -1,0 +1,108 @@
+// Asynchronous calls: a per-communicator progress thread runs queued calls in order.
+//
+// The thread starts with the first asynchronous call. Blocking calls drain the queue first, so the order of
+// calls, which every rank must agree on, is the order the user made them in. Only one thread ever drives the
+// communicator at a time: the progress thread while the queue is not empty, the caller's thread otherwise.
+#include "async.h"
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "communicator.h"
+
+namespace tbcoll {
+
+struct Work::State {
+  std::mutex mutex;
+  std::condition_variable finished;
+  bool done = false;
+  std::exception_ptr error;
+};
+
+bool Work::test() const {
+  if (!state_) return true;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  if (state_->done && state_->error) std::rethrow_exception(state_->error);
+  return state_->done;
+}
+
+void Work::wait() const {
+  if (!state_) return;
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  state_->finished.wait(lock, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+struct AsyncQueue::Impl {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<std::pair<std::function<void()>, std::shared_ptr<Work::State>>> queue;
+  bool stop = false;
+  std::thread thread;
+  std::atomic<int>* pending = nullptr;
+
+  void loop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (true) {
+      changed.wait(lock, [&] { return stop || !queue.empty(); });
+      if (queue.empty()) return;  // stop requested and nothing left
+      auto [call, state] = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        call();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> state_lock(state->mutex);
+        state->done = true;
+        state->error = error;
+      }
+      state->finished.notify_all();
+      lock.lock();
+      pending->fetch_sub(1, std::memory_order_acq_rel);
+      changed.notify_all();
+    }
+  }
+};
+
+AsyncQueue::AsyncQueue() : impl_(std::make_unique<Impl>()) { impl_->pending = &pending_; }
+
+AsyncQueue::~AsyncQueue() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    impl_->stop = true;
+  }
+  impl_->changed.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();  // queued calls finish first (each has a deadline)
+}
+
+Work AsyncQueue::submit(std::function<void()> call) {
+  auto state = std::make_shared<Work::State>();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (!impl_->thread.joinable()) impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
+    impl_->queue.emplace_back(std::move(call), state);
+    pending_.fetch_add(1, std::memory_order_acq_rel);
+  }
+  impl_->changed.notify_all();
+  return Work(state);
+}
+
+void AsyncQueue::wait_empty() {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  impl_->changed.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+}
+
+Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  // Arguments are checked by the call itself; its errors reach the caller through the Work.
+  Impl* impl = impl_.get();  // stable across moves of the Communicator
+  return impl->async.submit([impl, send, recv, count, dtype, op] { impl->all_reduce(send, recv, count, dtype, op); });
+}
+
+}  // namespace tbcoll
