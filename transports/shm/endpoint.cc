@@ -100,7 +100,9 @@ bool Endpoint::progress_sends() {
       if (take > 0) std::memcpy(frame.payload, op.buf + op.done, take);
       op.started = true;
       op.done += take;
-      out_->head.store(++out_head_, std::memory_order_release);
+      // seq_cst, not release: the store must not pass the load of the sleeping flag below (StoreLoad), or a
+      // consumer that just announced its sleep would miss the wake and sleep to its timeout.
+      out_->head.store(++out_head_, std::memory_order_seq_cst);
       if (out_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&out_->head);
       moved = true;
       if (op.done == op.bytes) op.complete = true;
@@ -139,7 +141,7 @@ bool Endpoint::progress_recvs() {
       if (take > op.bytes - op.done) fail(fmt::format("[shm] rank {}: corrupt frame from peer {}", rank_, peer_));
       if (take > 0 && op.buf != nullptr) std::memcpy(op.buf + op.done, frame.payload, take);
       op.done += take;
-      in_->tail.store(++in_tail_, std::memory_order_release);
+      in_->tail.store(++in_tail_, std::memory_order_seq_cst);  // seq_cst: see progress_sends
       if (in_->producer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&in_->tail);
       moved = true;
       if (op.done == op.bytes) op.complete = true;
