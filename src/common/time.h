@@ -1,14 +1,27 @@
 // Deadlines: every blocking wait in tbcoll takes one.
 #pragma once
 
+#include <time.h>
+
 #include <chrono>
 
 #include "tbcoll/store.hpp"
 
 namespace tbcoll {
 
+/// Now on the steady clock at scheduler-tick resolution (CLOCK_MONOTONIC_COARSE: the same clock as
+/// steady_clock, up to one tick behind, read without a time-stamp counter). A deadline is set on every
+/// collective call, where a precise read costs a noticeable share of a 0.2 us all-reduce; a deadline a few
+/// milliseconds early does not matter.
+inline Clock::time_point coarse_now() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
+                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
+}
+
 inline Deadline deadline_after(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return coarse_now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
 /// Milliseconds left until deadline (0 when passed), for poll() timeouts.
