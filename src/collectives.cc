@@ -116,6 +116,12 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
     });
     return;
   }
+  if (algorithm == Algorithm::kTwoShot) {
+    c.guard(what, [&] {
+      c.fast_path->all_reduce_two_shot(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
+    });
+    return;
+  }
   if (algorithm == Algorithm::kOneShot) {  // the transport's fast path: no requests, no Exec
     c.guard(what, [&] {
       c.fast_path->all_reduce_one_shot(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s),

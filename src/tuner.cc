@@ -16,15 +16,16 @@ const char* algorithm_name(Algorithm algorithm) {
     case Algorithm::kDissemination: return "dissemination";
     case Algorithm::kOneShot: return "oneshot";
     case Algorithm::kCma: return "cma";
+    case Algorithm::kTwoShot: return "twoshot";
   }
   return "unknown";
 }
 
 void check_algorithm_name(const std::string& name) {
-  for (const char* known : {"", "ring", "direct", "oneshot", "cma", "tree", "chain"}) {
+  for (const char* known : {"", "ring", "direct", "oneshot", "twoshot", "cma", "tree", "chain"}) {
     if (name == known) return;
   }
-  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, cma, tree, chain)", name));
+  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, twoshot, cma, tree, chain)", name));
 }
 
 Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config) {
@@ -45,6 +46,14 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
     if (bytes <= config.one_shot_limit_bytes) return Algorithm::kOneShot;
     throw InvalidArgument(fmt::format("algorithm \"oneshot\" needs every rank on shared memory and at most {} B "
                                       "(this all_reduce has {} B)", config.one_shot_limit_bytes, bytes));
+  }
+  if (kind == OpKind::kAllReduce && forced == "twoshot") {
+    if (config.two_shot) return Algorithm::kTwoShot;
+    throw InvalidArgument("algorithm \"twoshot\" needs every rank on shared memory");
+  }
+  if (kind == OpKind::kAllReduce && forced.empty() && config.two_shot && bytes > config.direct_max_bytes &&
+      !(config.cma && bytes >= config.cma_min_bytes)) {
+    return Algorithm::kTwoShot;
   }
   if (kind == OpKind::kAllReduce || kind == OpKind::kAllGather) {
     if (forced == "cma") {
@@ -77,8 +86,10 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
   if (kind == OpKind::kAllReduce && (forced == "tree" || forced == "chain")) {
     return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
   }
-  if (forced == "oneshot") return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
-  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, cma, tree, chain)", forced));
+  if (forced == "oneshot" || forced == "twoshot") {
+    return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  }
+  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, twoshot, cma, tree, chain)", forced));
 }
 
 }  // namespace tbcoll

@@ -9,15 +9,16 @@
 
 namespace tbcoll {
 
-enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination, kOneShot, kCma };
+enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination, kOneShot, kCma, kTwoShot };
 
 struct TunerConfig {
   size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
   size_t one_shot_max_bytes = 0;        ///< all_reduce up to this uses the transport's one-shot fast path (0: none)
   size_t one_shot_limit_bytes = 0;      ///< largest all_reduce the fast path takes when forced (TBCOLL_ALGO=oneshot)
+  bool two_shot = false;  ///< the transport's two-shot all_reduce through shared memory (above direct_max_bytes)
   bool cma = false;                     ///< the transport's direct (cross-memory attach) collectives are available
-  size_t cma_min_bytes = 256 * 1024;    ///< all_reduce from this size reads peers' buffers in place
+  size_t cma_min_bytes = 4 << 20;      ///< all_reduce from this size reads peers' buffers in place
   size_t cma_gather_min_bytes = 16 * 1024;  ///< all_gather (total bytes) and broadcast from this size do
   std::string forced;                   ///< algorithm name, or empty
 };

@@ -107,6 +107,10 @@ class CollectiveFastPath {
   /// One-shot all_gather for small blocks (bytes_per_rank <= max_one_shot_bytes()), through the same slots.
   virtual void all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, Tag tag, Deadline deadline,
                                    std::chrono::microseconds spin) = 0;
+  /// Two-shot all_reduce through shared staging buffers, pipelined in rounds: each rank stages the slices its
+  /// peers reduce, reduces its own slice of every rank's input, and copies the peers' reduced slices out.
+  virtual void all_reduce_two_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
+                                   Deadline deadline, std::chrono::microseconds spin) = 0;
   /// Two-shot all_reduce reading peers' buffers in place: each rank reduces its slice, then gathers the rest.
   virtual void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
                                  Deadline deadline, std::chrono::microseconds spin) = 0;

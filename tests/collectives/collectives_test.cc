@@ -208,6 +208,7 @@ TEST(Collectives, ShmOneShotFastPath) {
       EXPECT_EQ(comm.all_reduce_algorithm(8), "oneshot");
       EXPECT_EQ(comm.all_reduce_algorithm(2048), "oneshot");
       EXPECT_EQ(comm.all_reduce_algorithm(4096), "direct");
+      EXPECT_EQ(comm.all_reduce_algorithm(1 << 20), "twoshot");
       for (int round = 0; round < 3; ++round) {  // tuner mixes oneshot and p2p schedules call by call
         for (size_t count : {size_t{1}, size_t{300}, size_t{2000}, size_t{70000}}) {
           check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, round);
@@ -235,8 +236,34 @@ TEST(Collectives, ShmCrossMemoryAttach) {
     });
   }
   run_ranks(2, {"shm", ""}, [&](Communicator& comm) {
-    EXPECT_EQ(comm.all_reduce_algorithm(1 << 20), "cma") << "the tuner picks it for large messages on one host";
+    EXPECT_EQ(comm.all_reduce_algorithm(4 << 20), "cma") << "the tuner picks it for large messages on one host";
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0);
+  });
+}
+
+// The shm two-shot through the segment: round and slice boundaries (a round is world_size slices of up to
+// 128 KiB), several rounds, back-to-back calls of different sizes (buffer parity crosses calls), every world
+// size, in place and out of place, and the non-temporal output path (16 MiB and more, out of place).
+TEST(Collectives, ShmTwoShot) {
+  for (int n : {2, 3, 5, 8}) {
+    run_ranks(n, {"shm", "twoshot"}, [&](Communicator& comm) {
+      EXPECT_EQ(comm.all_reduce_algorithm(8), "twoshot");
+      const size_t round = size_t{128 * 1024 / 4} * static_cast<size_t>(std::min(n, 4));  // f32 elements
+      for (size_t count : {size_t{1}, size_t{7}, size_t{17}, size_t{4099}, round - 1, round, round + 1,
+                           3 * round + 5, size_t{(1u << 20) + 3}}) {
+        check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, static_cast<int>(count % 3));
+      }
+      for (size_t count : {size_t{5}, size_t{100003}}) {
+        check_all_reduce(comm, DataType::kBfloat16, ReduceOp::kAvg, count, 1);
+        check_all_reduce(comm, DataType::kInt64, ReduceOp::kMax, count, 2);
+        check_all_reduce(comm, DataType::kFloat16, ReduceOp::kProd, count, 3);
+        check_all_reduce(comm, DataType::kUint8, ReduceOp::kMin, count, 4);
+        check_all_reduce(comm, DataType::kFloat64, ReduceOp::kSum, count, 5);
+      }
+    });
+  }
+  run_ranks(2, {"shm", "twoshot"}, [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (size_t{4} << 20) + 5, 0);  // 16 MiB: streaming
   });
 }
 

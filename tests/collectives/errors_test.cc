@@ -122,6 +122,22 @@ TEST(Errors, ShmOneShotMismatchIsReported) {
   EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
 }
 
+// Counts so different that the ranks run different shm algorithms (two-shot and one-shot): each names the
+// other's call instead of waiting for the deadline.
+TEST(Errors, ShmMismatchAcrossAlgorithmsIsReported) {
+  std::vector<std::string> messages(2);
+  auto start = std::chrono::steady_clock::now();
+  run_ranks(2, {"shm", "", 30}, [&](Communicator& comm) {
+    std::vector<float> buf(100000, 1.0f);
+    messages[comm.rank()] = error_of([&] {
+      comm.all_reduce(buf.data(), buf.data(), comm.rank() == 0 ? 100000 : 10, DataType::kFloat32, ReduceOp::kSum);
+    });
+  });
+  EXPECT_NE(messages[0].find("peer 1 called all_reduce(count=10, f32, sum)"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100000, f32, sum)"), std::string::npos) << messages[1];
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+}
+
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();
   run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {

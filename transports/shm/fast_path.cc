@@ -51,6 +51,14 @@ void FastPath::check_peer(int peer) {
 }
 
 void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
+  const CallAnnounce& call = areas_[peer]->call;
+  const uint64_t first = call.tag.load(std::memory_order_acquire);
+  const uint64_t meta = call.meta.load(std::memory_order_acquire);
+  if (first == tag.tag && meta != tag.meta && call.tag.load(std::memory_order_acquire) == first) {
+    throw MismatchError(fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
+                                    "(signature {:#x}, ours {:#x})", rank_, peer, meta, tag.meta),
+                        peer, tag.meta, meta, 0, 0);
+  }
   Queue* queue = queue_at(headers_[peer], rank_);
   uint64_t tail = queue->tail.load(std::memory_order_acquire);
   if (queue->head.load(std::memory_order_acquire) == tail) return;
@@ -68,11 +76,13 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
   const auto spin = wait.spin;
   const transport::Tag* tag = wait.tag;
   if (counter.load(std::memory_order_acquire) >= target) return;
-  auto spin_until = Clock::now() + spin;
+  // The spin phase starts at the first clock read, 128 polls in: a wait that ends sooner reads no clock.
+  Clock::time_point spin_until{};
   for (unsigned i = 1;; ++i) {
     if (counter.load(std::memory_order_acquire) >= target) return;
     if (i % 128 != 0) continue;
     auto now = Clock::now();
+    if (i == 128) spin_until = now + spin;
     if (now >= deadline) {
       throw TimeoutError(fmt::format("[shm] rank {}: timed out waiting for peer {} ({})", rank_, peer, what));
     }
@@ -80,8 +90,9 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       if (i % 4096 == 0) sched_yield();  // oversubscribed: let the peer we wait for run
       continue;
     }
-    check_peer(peer);
+    // The call check first: a peer that spotted the mismatch may already have closed its end.
     if (tag != nullptr) check_peer_call(peer, *tag);
+    check_peer(peer);
     uint64_t seen = counter.load(std::memory_order_seq_cst);
     if (seen >= target) return;
     if (sleepers != nullptr) {
@@ -98,6 +109,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
 int FastPath::exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
                              std::chrono::microseconds spin) {
   if (bytes > kSlotBytes) throw InvalidArgument("[shm] one-shot input larger than the slot");
+  announce(tag);
   const uint64_t k = ++calls_;
   const int b = static_cast<int>(k & 1);
   // Slot b last carried call k-2. No peer can still be reading it: during call k-1 we saw every peer's
@@ -193,6 +205,7 @@ void FastPath::wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t 
 
 uint64_t FastPath::post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag,
                                  const Wait& wait) {
+  announce(tag);
   const uint64_t k = ++direct_calls_;
   DirectControl& mine = areas_[rank_]->direct;
   mine.send_addr = reinterpret_cast<uint64_t>(send);

@@ -9,6 +9,19 @@
 //   after finishing call k, and we wait for every peer's k+1 input before starting k+2.
 //   Cost: one copy in, one cache-line hand-off per peer for inputs up to 32 bytes.
 //
+// Two-shot all-reduce (medium and large inputs), through staging buffers in the segment, in rounds g of
+// world_size slices (slice p of a round is reduced by rank p):
+//   A(g) copy the peers' slices of my input into stage[g & 1]; publish input = g
+//   B    wait for every peer's reduced >= g-1; copy their slices of round g-1 from result[(g-1) & 1] into recv
+//   C(g) wait for every peer's input >= g; recv slice = input_0 op ... op input_(n-1) (mine read in place);
+//        copy it to result[g & 1]; publish reduced = g
+//   and after the last round, B once more. B overlaps the wait for the peers' reductions with my next copy.
+//   Buffers g & 1 are free again at round g+2 without acknowledgements: before A(g+2) I waited in B for every
+//   peer's reduced(g+1), which it publishes after reading stage(g); before writing result(g+2) in C, I waited
+//   for every peer's input(g+2), which it publishes after copying result(g) out in B.
+//   Per rank and byte: one copy in, one reduction, one copy of the result to the segment and one copy out,
+//   all on cache-resident slices; no system calls.
+//
 // Direct collectives (large inputs), where cross-memory attach (process_vm_readv) is permitted: ranks post
 // their buffer addresses and read each other's buffers in place, with no copy through the segment.
 //   all_reduce: post -> each rank reduces its slice r of the n inputs in rank order, chunk by chunk (peer
@@ -39,6 +52,8 @@ class FastPath final : public transport::CollectiveFastPath {
                            transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
   void all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
                            std::chrono::microseconds spin) override;
+  void all_reduce_two_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
   void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, transport::Tag tag,
                          Deadline deadline, std::chrono::microseconds spin) override;
   void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
@@ -59,6 +74,14 @@ class FastPath final : public transport::CollectiveFastPath {
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,
                 const Wait& wait, const char* what);
   void check_peer(int peer);
+  // Tells peers which call this rank is in (see CallAnnounce).
+  void announce(const transport::Tag& tag) {
+    CallAnnounce& call = areas_[rank_]->call;
+    call.tag.store(0, std::memory_order_relaxed);
+    call.meta.store(tag.meta, std::memory_order_release);
+    call.tag.store(tag.tag, std::memory_order_release);
+  }
+  size_t two_shot_slice_bytes() const;
   void prepare_next_slot(size_t bytes);
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
@@ -67,6 +90,9 @@ class FastPath final : public transport::CollectiveFastPath {
   // Direct calls: post our addresses for call k and wait for every peer's, checking signatures.
   uint64_t post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait);
   void publish(std::atomic<uint64_t>& counter, uint64_t value);
+  void publish_two_shot(std::atomic<uint64_t>& counter, uint64_t value);
+  // Two-shot: waits for every peer's input of round g and checks that it belongs to the same call.
+  void wait_two_shot_inputs(uint64_t g, const transport::Tag& tag, size_t bytes, const Wait& wait);
   void wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait, const char* what);
 
   int rank_;
@@ -77,6 +103,7 @@ class FastPath final : public transport::CollectiveFastPath {
   bool direct_;
   uint64_t calls_ = 0;
   uint64_t direct_calls_ = 0;
+  uint64_t two_shot_rounds_ = 0;
   std::vector<uint8_t> scratch_;
 };
 

@@ -75,9 +75,34 @@ struct alignas(64) DirectControl {
   uint64_t probe;  ///< kSegmentMagic, read by peers at set-up to test cross-memory access
 };
 
+// Two-shot all-reduce through the segment (see fast_path.h): the vector is cut into rounds of world_size
+// slices; in round g a rank stages the slices its peers reduce into stage[g & 1], reduces its own slice from
+// everyone's stage into result[g & 1], and peers copy that result out.
+constexpr size_t kStageBytes = 512 * 1024;    ///< one round's staged input (world_size slices)
+constexpr size_t kMaxSliceBytes = 128 * 1024;  ///< largest slice one rank reduces per round
+
+struct alignas(64) TwoShotControl {
+  std::atomic<uint64_t> input;                 ///< round g: stage[g & 1] holds this rank's input (release)
+  alignas(64) std::atomic<uint64_t> reduced;   ///< round g: result[g & 1] holds this rank's reduced slice
+  alignas(64) std::atomic<uint32_t> sleepers;  ///< peers asleep on input or reduced
+  uint64_t meta[2];                            ///< signature of the call round g belongs to, in meta[g & 1]
+  uint64_t bytes[2];                           ///< that call's size in bytes
+};
+
+// The fast-path call a rank is in, so a peer stuck waiting in another algorithm can name the mismatch. Written
+// as a seqlock: tag = 0, meta, tag (release); read tag, meta, tag, valid when both tag reads agree.
+struct alignas(64) CallAnnounce {
+  std::atomic<uint64_t> tag;
+  std::atomic<uint64_t> meta;
+};
+
 struct CollectiveArea {
+  CallAnnounce call;
   CollectiveSlot slots[2];  ///< double buffer: call k uses slot k & 1
   DirectControl direct;
+  TwoShotControl two_shot;
+  alignas(64) uint8_t stage[2][kStageBytes];
+  alignas(64) uint8_t result[2][kMaxSliceBytes];
 };
 
 struct alignas(64) SegmentHeader {
