@@ -152,17 +152,17 @@ bool Endpoint::progress_recvs() {
 }
 
 void Endpoint::check_peer_call() {
-  // A peer that entered the one-shot fast path with the tag our receive expects is in another call.
+  // A peer that entered a fast-path call with the tag our receive expects is in another call.
   if (recvs_.empty() || remote_->world_size <= 0) return;
   const Operation& op = *recvs_.front();
-  CollectiveArea* area = collective_area(remote_, remote_->world_size);
-  for (const CollectiveSlot& slot : area->slots) {
-    if (slot.seq.load(std::memory_order_acquire) == 0 || slot.tag != op.tag.tag || slot.meta == op.tag.meta) continue;
-    std::string what = fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
-                                   "(signature {:#x}, ours {:#x})", rank_, peer_, slot.meta, op.tag.meta);
-    broken_ = what;
-    throw MismatchError(what, peer_, op.tag.meta, slot.meta, op.bytes, slot.bytes);
-  }
+  const CallAnnounce& call = collective_area(remote_, remote_->world_size)->call;
+  const uint64_t tag = call.tag.load(std::memory_order_acquire);
+  const uint64_t meta = call.meta.load(std::memory_order_acquire);
+  if (tag != op.tag.tag || meta == op.tag.meta || call.tag.load(std::memory_order_acquire) != tag) return;
+  std::string what = fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
+                                 "(signature {:#x}, ours {:#x})", rank_, peer_, meta, op.tag.meta);
+  broken_ = what;
+  throw MismatchError(what, peer_, op.tag.meta, meta, op.bytes, 0);
 }
 
 void Endpoint::block(std::chrono::microseconds max_wait) {

@@ -13,13 +13,12 @@
 
 #include <fmt/format.h>
 
-#include "reduce/reduce.h"
 
 namespace tbcoll::shm {
 
 FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct)
     : rank_(rank), size_(static_cast<int>(areas.size())), areas_(std::move(areas)), headers_(std::move(headers)),
-      pidfds_(size_, -1), direct_(direct) {
+      pidfds_(size_, -1), direct_(direct), inputs_(size_) {
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && headers_[p]->owner_pid != static_cast<int32_t>(getpid())) {
       pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, headers_[p]->owner_pid, 0));
@@ -155,6 +154,10 @@ void FastPath::prepare_next_slot(size_t bytes) {
 void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                    transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
   const size_t bytes = count * dtype_size(dtype);
+  if (bytes <= kFlaggedMaxBytes) {
+    all_reduce_flagged(send, recv, count, dtype, op, tag, Wait{deadline, spin, &tag});
+    return;
+  }
   const int b = exchange_slots(send, bytes, tag, deadline, spin);
   reduce::Kernel kernel = reduce::kernel(dtype, op);
   kernel(recv, areas_[0]->slots[b].data, areas_[1]->slots[b].data, count);
@@ -165,6 +168,10 @@ void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, D
 
 void FastPath::all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag,
                                    Deadline deadline, std::chrono::microseconds spin) {
+  if (bytes_per_rank <= kFlaggedMaxBytes) {
+    all_gather_flagged(send, recv, bytes_per_rank, tag, Wait{deadline, spin, &tag});
+    return;
+  }
   const int b = exchange_slots(send, bytes_per_rank, tag, deadline, spin);
   auto* out = static_cast<uint8_t*>(recv);
   for (int p = 0; p < size_; ++p) {

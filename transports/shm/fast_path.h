@@ -34,6 +34,7 @@
 
 #include <vector>
 
+#include "reduce/reduce.h"
 #include "tbcoll/transport.h"
 #include "transports/shm/segment.h"
 
@@ -87,6 +88,14 @@ class FastPath final : public transport::CollectiveFastPath {
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
                      std::chrono::microseconds spin);
   void check_peer_call(int peer, const transport::Tag& tag);
+  // Flagged-line one-shot calls (flagged.cc): publish my input for call k and wait for every peer's.
+  uint64_t exchange_flagged(const void* send, size_t bytes, const transport::Tag& tag, const Wait& wait);
+  void check_flagged_meta(int peer, const FlaggedSlot& theirs, const transport::Tag& tag);
+  void read_flagged(int peer, uint64_t k, void* out, size_t bytes);
+  void all_reduce_flagged(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                          const transport::Tag& tag, const Wait& wait);
+  void all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
+                          const Wait& wait);
   // Direct calls: post our addresses for call k and wait for every peer's, checking signatures.
   uint64_t post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait);
   void publish(std::atomic<uint64_t>& counter, uint64_t value);
@@ -105,6 +114,7 @@ class FastPath final : public transport::CollectiveFastPath {
   uint64_t direct_calls_ = 0;
   uint64_t two_shot_rounds_ = 0;
   std::vector<uint8_t> scratch_;
+  std::vector<const uint8_t*> inputs_;  // per rank, for the flagged all_reduce
 };
 
 }  // namespace tbcoll::shm

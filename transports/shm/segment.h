@@ -59,6 +59,24 @@ struct alignas(64) CollectiveSlot {
 };
 static_assert(offsetof(CollectiveSlot, data) == 32, "32 bytes of data share the first cache line");
 
+// Flagged lines for the smallest one-shot calls (as NCCL's LL protocols): every cache line carries 56 bytes
+// of the message and the call number, stored after the payload (release), so a reader that polls all lines
+// of a message at once fetches them in parallel and needs no second round trip for the data. The stream is
+// the call's signature (8 bytes) followed by the input.
+constexpr size_t kLineBytes = 56;
+constexpr size_t kFlaggedLines = 64;
+constexpr size_t kFlaggedMaxBytes = kFlaggedLines * kLineBytes - 8;  ///< largest input (3576 B)
+
+struct alignas(64) FlaggedLine {
+  uint8_t payload[kLineBytes];
+  std::atomic<uint64_t> flag;  ///< call number whose bytes the payload holds
+};
+static_assert(sizeof(FlaggedLine) == 64, "one cache line");
+
+struct alignas(64) FlaggedSlot {
+  FlaggedLine lines[kFlaggedLines];
+};
+
 // Direct (cross-memory attach) collectives: each rank posts the addresses of its buffers; peers read them
 // with process_vm_readv, without any copy through the segment.
 struct alignas(64) DirectControl {
@@ -98,6 +116,8 @@ struct alignas(64) CallAnnounce {
 
 struct CollectiveArea {
   CallAnnounce call;
+  FlaggedSlot flagged[2];   ///< double buffer like slots, for inputs up to kFlaggedMaxBytes
+  alignas(64) std::atomic<uint32_t> flagged_sleepers;  ///< readers asleep on a flagged slot's last line
   CollectiveSlot slots[2];  ///< double buffer: call k uses slot k & 1
   DirectControl direct;
   TwoShotControl two_shot;

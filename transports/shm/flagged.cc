@@ -1,0 +1,118 @@
+// The shm one-shot calls for the smallest inputs, through flagged lines (layout in segment.h).
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "transports/shm/fast_path.h"
+
+namespace tbcoll::shm {
+namespace {
+
+size_t flagged_lines(size_t bytes) { return (bytes + 8 + kLineBytes - 1) / kLineBytes; }
+
+}  // namespace
+
+uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transport::Tag& tag, const Wait& wait) {
+  announce(tag);
+  const uint64_t k = ++calls_;  // shared with the slots: the reuse argument of exchange_slots holds for both
+  const int b = static_cast<int>(k & 1);
+  const size_t lines = flagged_lines(bytes);
+  FlaggedSlot& mine = areas_[rank_]->flagged[b];
+  const auto* in = static_cast<const uint8_t*>(send);
+  size_t left = bytes;
+  for (size_t i = 0; i < lines; ++i) {
+    FlaggedLine& line = mine.lines[i];
+    const size_t skip = i == 0 ? 8 : 0;
+    if (i == 0) std::memcpy(line.payload, &tag.meta, 8);
+    const size_t n = std::min(left, kLineBytes - skip);
+    std::memcpy(line.payload + skip, in, n);
+    in += n;
+    left -= n;
+    // Release orders the payload before the flag. The last flag is sequentially consistent so the check of
+    // sleepers below cannot pass it (a reader announces itself in sleepers, then re-reads this flag).
+    line.flag.store(k, i + 1 < lines ? std::memory_order_release : std::memory_order_seq_cst);
+  }
+  if (areas_[rank_]->flagged_sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&mine.lines[lines - 1].flag);
+
+  for (int step = 1; step < size_; ++step) {
+    const int p = (rank_ + step) % size_;
+    const FlaggedSlot& theirs = areas_[p]->flagged[b];
+    // Poll every line at once (the loads overlap); a peer in another call is spotted by the signature in
+    // line 0. After a short spin, fall back to the general wait on the last line, whose flag is stored last.
+    bool ready = false;
+    for (int spin = 0; spin < 4096 && !ready; ++spin) {
+      bool all = true;
+      for (size_t i = 0; i < lines; ++i) all &= theirs.lines[i].flag.load(std::memory_order_acquire) >= k;
+      ready = all;
+      if (!ready && theirs.lines[0].flag.load(std::memory_order_acquire) >= k) check_flagged_meta(p, theirs, tag);
+    }
+    if (!ready) {
+      wait_for(theirs.lines[lines - 1].flag, k, &areas_[p]->flagged_sleepers, p, wait, "its one-shot input");
+    }
+    check_flagged_meta(p, theirs, tag);
+  }
+  return k;
+}
+
+void FastPath::check_flagged_meta(int peer, const FlaggedSlot& theirs, const transport::Tag& tag) {
+  uint64_t meta;
+  std::memcpy(&meta, theirs.lines[0].payload, 8);
+  if (meta != tag.meta) {
+    throw MismatchError(fmt::format("[shm] rank {}: one-shot input of peer {} does not match: expected meta {:#x}, "
+                                    "got meta {:#x}", rank_, peer, tag.meta, meta),
+                        peer, tag.meta, meta, 0, 0);
+  }
+}
+
+void FastPath::read_flagged(int peer, uint64_t k, void* out, size_t bytes) {
+  const FlaggedSlot& theirs = areas_[peer]->flagged[k & 1];
+  auto* at = static_cast<uint8_t*>(out);
+  size_t left = bytes;
+  for (size_t i = 0; left > 0; ++i) {
+    const size_t skip = i == 0 ? 8 : 0;
+    const size_t n = std::min(left, kLineBytes - skip);
+    std::memcpy(at, theirs.lines[i].payload + skip, n);
+    at += n;
+    left -= n;
+  }
+}
+
+void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                  const transport::Tag& tag, const Wait& wait) {
+  const size_t bytes = count * dtype_size(dtype);
+  const uint64_t k = exchange_flagged(send, bytes, tag, wait);
+  // Inputs in rank order: the peers' unpacked into scratch; mine straight from send, except in place on
+  // ranks >= 2, whose recv is overwritten by the first reduction before their own input is used.
+  scratch_.resize(static_cast<size_t>(size_) * kFlaggedMaxBytes);
+  std::vector<const uint8_t*>& inputs = inputs_;
+  for (int p = 0; p < size_; ++p) {
+    uint8_t* unpacked = scratch_.data() + static_cast<size_t>(p) * kFlaggedMaxBytes;
+    if (p != rank_) {
+      read_flagged(p, k, unpacked, bytes);
+      inputs[p] = unpacked;
+    } else if (send == recv && rank_ >= 2) {
+      std::memcpy(unpacked, send, bytes);
+      inputs[p] = unpacked;
+    } else {
+      inputs[p] = static_cast<const uint8_t*>(send);
+    }
+  }
+  const reduce::Kernel kernel = reduce::kernel(dtype, op);
+  kernel(recv, inputs[0], inputs[1], count);
+  for (int p = 2; p < size_; ++p) kernel(recv, recv, inputs[p], count);
+  if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, size_);
+}
+
+void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
+                                  const Wait& wait) {
+  const uint64_t k = exchange_flagged(send, bytes_per_rank, tag, wait);
+  auto* out = static_cast<uint8_t*>(recv);
+  uint8_t* own = out + static_cast<size_t>(rank_) * bytes_per_rank;
+  if (own != send) std::memcpy(own, send, bytes_per_rank);
+  for (int p = 0; p < size_; ++p) {
+    if (p != rank_) read_flagged(p, k, out + static_cast<size_t>(p) * bytes_per_rank, bytes_per_rank);
+  }
+}
+
+}  // namespace tbcoll::shm
