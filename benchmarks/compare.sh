@@ -1,46 +1,73 @@
 #!/usr/bin/env bash
 # Side-by-side, interleaved comparison of tbcoll and OpenMPI on this machine, 2 ranks, f32 sum all-reduce
-# (or all-gather). Medians of ROUNDS rounds; each round runs tbcoll then OpenMPI at every size.
-#   benchmarks/compare.sh [tcp|shm] [all_reduce|all_gather] [ROUNDS] [MAX_BYTES]
-# tcp: tbcoll over TCP vs OpenMPI ob1 + tcp BTL (loopback). shm: tbcoll shm vs OpenMPI vader (shm + CMA).
+# (or all-gather). Medians of ROUNDS rounds; each round runs tbcoll then each OpenMPI flavour at every size.
+#   benchmarks/compare.sh [tcp|shm] [all_reduce|all_gather] [ROUNDS] [MAX_BYTES] [ITERATIONS]
+# tcp: tbcoll over TCP vs OpenMPI ob1 + tcp BTL (loopback).
+# shm: tbcoll shm vs OpenMPI ob1 + vader BTL (shm + CMA) and vs OpenMPI's UCX PML (shared memory).
+# Every process is pinned to its own core (tbcoll-run and mpirun --bind-to core); time = median over
+# ITERATIONS of the slowest rank, as in tbcoll-perf.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 transport=${1:-tcp}
 collective=${2:-all_reduce}
 rounds=${3:-3}
 max_bytes=${4:-67108864}
+iterations=${5:-100}
 build=${BUILD_DIR:-build}
 [ -x "$build/benchmarks/mpi_allreduce_bench" ] || { echo "build first (tools/build.sh) with OpenMPI installed"; exit 1; }
-btl="self,tcp"
-[ "$transport" = shm ] && btl="self,vader"
 gather=""
 [ "$collective" = all_gather ] && gather=gather
+# name:mpirun-arguments of each OpenMPI flavour compared against
+declare -a peers
+if [ "$transport" = shm ]; then
+  peers=("vader:--mca pml ob1 --mca btl self,vader"
+         "ucx:--mca pml ucx --mca pml_ucx_tls any --mca pml_ucx_devices any")
+else
+  peers=("tcp:--mca pml ob1 --mca btl self,tcp")
+fi
 out=$(mktemp -d)
+trap 'rm -rf "$out"' EXIT
 for round in $(seq "$rounds"); do
   "$build/tbcoll-run" -n 2 -- "$build/benchmarks/tbcoll-perf" --transport "$transport" -c "$collective" \
-    -b 8 -e "$max_bytes" -f 2 -n 20 --csv "$out/tbcoll.$round.csv" > /dev/null
-  mpirun --allow-run-as-root -np 2 --bind-to none --mca pml ob1 --mca btl "$btl" \
-    "$build/benchmarks/mpi_allreduce_bench" 8 "$max_bytes" 20 $gather > "$out/ompi.$round.txt"
+    -b 8 -e "$max_bytes" -f 2 -n "$iterations" --csv "$out/tbcoll.$round.csv" > /dev/null
+  for peer in "${peers[@]}"; do
+    name=${peer%%:*}
+    # shellcheck disable=SC2086  # the flavour's arguments are split on purpose
+    mpirun --allow-run-as-root -np 2 --bind-to core ${peer#*:} \
+      "$build/benchmarks/mpi_allreduce_bench" 8 "$max_bytes" "$iterations" $gather > "$out/$name.$round.txt" 2>&1 ||
+      { echo "OpenMPI $name failed:"; cat "$out/$name.$round.txt"; exit 1; }
+  done
 done
-python3 - "$out" "$rounds" "$transport" "$collective" <<'PY'
+names=""
+for peer in "${peers[@]}"; do names="$names ${peer%%:*}"; done
+python3 - "$out" "$rounds" "$transport" "$collective" $names <<'PY'
 import csv, statistics, sys
-out, rounds, transport, collective = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-ours, theirs = {}, {}
+out, rounds, transport, collective, names = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+ours, theirs = {}, {name: {} for name in names}
 for r in range(1, rounds + 1):
     for row in csv.DictReader(open(f"{out}/tbcoll.{r}.csv")):
         if row["inplace"] == "0":
             ours.setdefault(int(row["size"]), []).append((float(row["median_us"]), float(row["busbw"]), int(row["wrong"])))
-    for line in open(f"{out}/ompi.{r}.txt"):
-        size, us, bw, wrong = line.split()
-        theirs.setdefault(int(size), []).append((float(us), float(bw), int(wrong)))
-peer = "OpenMPI vader" if transport == "shm" else "OpenMPI tcp"
-print(f"# {collective}, 2 ranks, f32 sum, tbcoll {transport} vs {peer}; medians of {rounds} interleaved rounds")
-print(f"# {'size':>10} {'tbcoll us':>10} {'ompi us':>10} {'time ratio':>10} {'tbcoll busbw':>12} {'ompi busbw':>11} {'bw ratio':>8} {'#wrong':>6}")
-for size in sorted(set(ours) & set(theirs)):
-    a, b = ours[size], theirs[size]
-    t1, t2 = statistics.median(x[0] for x in a), statistics.median(x[0] for x in b)
-    w1, w2 = statistics.median(x[1] for x in a), statistics.median(x[1] for x in b)
-    wrong = sum(x[2] for x in a) + sum(x[2] for x in b)
-    print(f"  {size:>10} {t1:>10.2f} {t2:>10.2f} {t1 / t2:>10.2f} {w1:>12.3f} {w2:>11.3f} {w1 / w2:>8.2f} {wrong:>6}")
+    for name in names:
+        for line in open(f"{out}/{name}.{r}.txt"):
+            size, us, bw, wrong = line.split()
+            theirs[name].setdefault(int(size), []).append((float(us), float(bw), int(wrong)))
+med = lambda rows, i: statistics.median(x[i] for x in rows)
+print(f"# {collective}, 2 ranks, f32 sum, out of place, tbcoll {transport} vs OpenMPI {', '.join(names)}; "
+      f"medians of {rounds} interleaved rounds")
+print("# time ratio = tbcoll time / OpenMPI time (lower is better); bw ratio = tbcoll busbw / OpenMPI busbw")
+head = f"# {'size':>10} {'tbcoll us':>10} {'busbw':>7}"
+for name in names:
+    head += f" | {name + ' us':>10} {'busbw':>7} {'t ratio':>7} {'bw ratio':>8}"
+print(head + f" {'#wrong':>6}")
+for size in sorted(set(ours).intersection(*(theirs[n] for n in names))):
+    t, w = med(ours[size], 0), med(ours[size], 1)
+    wrong = sum(x[2] for x in ours[size])
+    line = f"  {size:>10} {t:>10.2f} {w:>7.3f}"
+    for name in names:
+        rows = theirs[name][size]
+        t2, w2 = med(rows, 0), med(rows, 1)
+        wrong += sum(x[2] for x in rows)
+        line += f" | {t2:>10.2f} {w2:>7.3f} {t / t2:>7.2f} {w / w2:>8.2f}"
+    print(line + f" {wrong:>6}")
 PY
-rm -rf "$out"
