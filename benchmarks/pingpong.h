@@ -28,4 +28,10 @@ PingPongResult raw_tcp_floor(Communicator& comm);
 /// Collective over comm; valid on rank 0; 0 if the ranks are not on one host.
 double raw_shm_floor_us(Communicator& comm);
 
+/// The data movement of a 2-rank two-shot all-reduce of `bytes` through shared memory, without the
+/// reduction or any protocol: ranks 0 and 1 at once, twice (the reduce-scatter half, then the all-gather
+/// half): memcpy bytes/2 of private memory into a double-buffered shared buffer, flag, memcpy the peer's
+/// bytes/2 out. Returns bytes / median time, comparable to a 2-rank all-reduce's busbw (valid on rank 0).
+double raw_shm_exchange_gbps(Communicator& comm, size_t bytes);
+
 }  // namespace tbcoll::bench

@@ -321,6 +321,13 @@ int main(int argc, char** argv) {
         std::printf("# raw shared-memory floor between ranks 0 and 1: cache-line hand-off one way %.3f us "
                     "(spinning, mean of 200000 round trips)\n", floor_us);
       }
+      for (size_t bytes : {size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
+        double exchange = tbcoll::bench::raw_shm_exchange_gbps(comm, bytes);
+        if (lead) {
+          std::printf("# raw shared-memory copy exchange, the data movement of a 2-rank two-shot all-reduce of %zu "
+                      "KiB without reducing: %.2f GB/s busbw-equivalent\n", bytes >> 10, exchange);
+        }
+      }
     }
     if (o.pingpong && n >= 2) {
       tbcoll::bench::PingPongResult floor = tbcoll::bench::raw_tcp_floor(comm);
