@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "transports/delay/delay.h"
 
 namespace tbcoll {
 namespace {
@@ -136,6 +137,9 @@ Communicator Communicator::init(const Config& config) {
     comm_id = std::stoull(text_of(store.get(prefix + "/comm_id", deadline)));
   }
 
+  const std::chrono::microseconds link_delay(std::max<long long>(0, env::get_int("TBCOLL_LINK_DELAY_US")));
+  if (link_delay.count() > 0) log::info("rank {}: emulating a link with {} us extra latency", rank, link_delay.count());
+
   // A context per usable device; publish identity and addresses.
   Published self;
   self.info = {rank, host_id(), process_id()};
@@ -186,13 +190,14 @@ Communicator Communicator::init(const Config& config) {
   for (auto& [name, peers] : plan) {
     auto endpoints = contexts[name]->connect(peers, deadline);
     for (auto& endpoint : endpoints) {
+      endpoint = transport::with_delay(std::move(endpoint), link_delay);
       impl->peers[endpoint->peer()] = endpoint.get();
       impl->owned_endpoints.push_back(std::move(endpoint));
     }
     impl->contexts.push_back(std::move(contexts[name]));
   }
   // A transport that reached every peer may offer a whole-collective fast path.
-  if (plan.size() == 1 && impl->contexts.size() == 1) {
+  if (plan.size() == 1 && impl->contexts.size() == 1 && link_delay.count() == 0) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
       impl->tuner.one_shot_limit_bytes = impl->fast_path->max_one_shot_bytes();

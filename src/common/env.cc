@@ -25,6 +25,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_CMA_GATHER_MIN_BYTES", "16384", "all_gather (gathered bytes) and broadcast from this size read peers' buffers in place"},
       {"TBCOLL_SHM_CMA", "1", "0 disables cross-memory attach (process_vm_readv) in the shm transport"},
       {"TBCOLL_ONESHOT_MAX_BYTES", "2048", "all_reduce up to this size uses the shm one-shot fast path (all ranks on one host)"},
+      {"TBCOLL_LINK_DELAY_US", "0", "emulate a slower link: every receive completes this many microseconds after it arrived (turns the shm fast paths off)"},
       {"TBCOLL_HOST_ID", "", "host identity for transport choice (default: hostname + boot id); ranks with equal ids use shm"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
       {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets (0 = kernel default)"},

@@ -2,6 +2,9 @@
 // algorithm x world size x count with a few dtypes, in place and out of place.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdlib>
+
 #include <fmt/format.h>
 
 #include "collectives/harness.h"
@@ -265,6 +268,25 @@ TEST(Collectives, ShmTwoShot) {
   run_ranks(2, {"shm", "twoshot"}, [&](Communicator& comm) {
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (size_t{4} << 20) + 5, 0);  // 16 MiB: streaming
   });
+}
+
+// Link emulation (TBCOLL_LINK_DELAY_US): every receive is held back by the delay, results stay right, and on
+// one host the shm fast paths are off (they would bypass the emulated link).
+TEST(Collectives, EmulatedLinkDelaysEveryMessage) {
+  setenv("TBCOLL_LINK_DELAY_US", "3000", 1);
+  for (const char* transport : {"tcp", "shm"}) {
+    run_ranks(3, {transport, ""}, [&](Communicator& comm) {
+      EXPECT_EQ(comm.all_reduce_algorithm(8), "direct") << transport;
+      comm.barrier();
+      auto start = std::chrono::steady_clock::now();
+      check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 7, 0);  // 3 dependent exchanges at least
+      EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::microseconds(3 * 3000)) << transport;
+      check_all_reduce(comm, DataType::kInt32, ReduceOp::kMax, 100003, 1);
+      check_all_gather(comm, DataType::kUint8, 4099);
+      check_broadcast(comm, DataType::kFloat64, 77, 2);
+    });
+  }
+  unsetenv("TBCOLL_LINK_DELAY_US");
 }
 
 TEST(Collectives, BroadcastTreeAndChainEveryRoot) {
