@@ -13,10 +13,13 @@
 # --ignore-eos, greedy. Prefill tok/s = prompt tokens / time to the first generated token; decode tok/s covers the
 # remaining tokens. "comm" is the TP=2 shm rank 0's time inside collectives per decode token (waiting for the
 # other rank included) and its share of decode time. Never run more ranks than cores when measuring.
+#
+# A second table runs TP=2 and PP=2 over emulated links (TBCOLL_LINK_DELAY_US on tcp): $TP_BENCH_SLOW_US
+# (default 300) and $TP_BENCH_FAST_US (default 8) microseconds of extra one-way latency. TP_BENCH_LINKS=0 skips it.
 set -euo pipefail
 
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 build="$(cd "$1" && pwd)"
@@ -46,13 +49,14 @@ friends. One day, she saw a big red ball under a tree. She ran to get it, but a 
 
 # Runs one configuration $runs times; prints "prompt_tokens prefill_median decode_median comm_us_median comm_pct".
 measure() {
-  local model="$1" ranks="$2" mode="$3" transport="$4"
+  local model="$1" ranks="$2" mode="$3" transport="$4" delay="${5:-0}"
   local -a prefill=() decode=() comm_us=() comm_pct=()
   local n_prompt=0 line i
   for ((i = 0; i < runs; ++i)); do
     local -a cmd=("$engine" --model "$model" --prompt "$prompt" --tokens "$tokens" --ignore-eos --mode "$mode")
     if [[ "$ranks" -gt 1 ]]; then
-      cmd=("$launcher" -n "$ranks" --timeout 600 -x "TBCOLL_TRANSPORT=$transport" -- "${cmd[@]}")
+      cmd=("$launcher" -n "$ranks" --timeout 600 -x "TBCOLL_TRANSPORT=$transport" -x "TBCOLL_LINK_DELAY_US=$delay" \
+           -- "${cmd[@]}")
     fi
     line="$("${cmd[@]}" 2>&1 >/dev/null | grep 'tp_inference: model=' | tail -1)" || true
     if [[ -z "$line" ]]; then
@@ -72,10 +76,11 @@ measure() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "-") printf "%.2fx", a / b; else printf "-" }'; }
 
+models=("stories260K|$stories" "synthetic cache-resident (dim 256, 4 layers, 13 MB F32)|$model_dir/synthetic-cache.gguf"
+        "synthetic 110M (dim 768, 12 layers, 440 MB F32)|$model_dir/synthetic-110m.gguf")
 echo "| model | prompt tok | TP=1 prefill / decode | TP=2 tcp prefill / decode | TP=2 shm prefill / decode | PP=2 prefill / decode | TP=2 shm comm per decode token | TP=2 shm vs TP=1 prefill / decode |"
 echo "|---|---:|---:|---:|---:|---:|---:|---:|"
-for entry in "stories260K|$stories" "synthetic cache-resident (dim 256, 4 layers, 13 MB F32)|$model_dir/synthetic-cache.gguf" \
-             "synthetic 110M (dim 768, 12 layers, 440 MB F32)|$model_dir/synthetic-110m.gguf"; do
+for entry in "${models[@]}"; do
   name="${entry%%|*}"
   model="${entry#*|}"
   read -r n1 p1 d1 _ _ < <(measure "$model" 1 tensor shm)
@@ -86,3 +91,19 @@ for entry in "stories260K|$stories" "synthetic cache-resident (dim 256, 4 layers
 done
 echo
 echo "tok/s, median of $runs runs; $tokens generated tokens; $(nproc) cores; synthetic models have random weights."
+[[ "${TP_BENCH_LINKS:-1}" == 0 ]] && exit 0
+echo
+echo "Emulated links (tcp plus TBCOLL_LINK_DELAY_US extra one-way latency on every message): ~${TP_BENCH_SLOW_US:-300} us as"
+echo "all-reduces reportedly take over Thunderbolt TCP, ~${TP_BENCH_FAST_US:-8} us as over Thunderbolt RDMA."
+echo
+echo "| model | TP=2 prefill / decode, +${TP_BENCH_SLOW_US:-300} us | PP=2 prefill / decode, +${TP_BENCH_SLOW_US:-300} us | TP=2 prefill / decode, +${TP_BENCH_FAST_US:-8} us | PP=2 prefill / decode, +${TP_BENCH_FAST_US:-8} us | TP=2 decode, fast vs slow link |"
+echo "|---|---:|---:|---:|---:|---:|"
+for entry in "${models[@]}"; do
+  name="${entry%%|*}"
+  model="${entry#*|}"
+  read -r _ pts dts _ _ < <(measure "$model" 2 tensor tcp "${TP_BENCH_SLOW_US:-300}")
+  read -r _ pps dps _ _ < <(measure "$model" 2 pipeline tcp "${TP_BENCH_SLOW_US:-300}")
+  read -r _ ptf dtf _ _ < <(measure "$model" 2 tensor tcp "${TP_BENCH_FAST_US:-8}")
+  read -r _ ppf dpf _ _ < <(measure "$model" 2 pipeline tcp "${TP_BENCH_FAST_US:-8}")
+  echo "| $name | $pts / $dts | $pps / $dps | $ptf / $dtf | $ppf / $dpf | $(ratio "$dtf" "$dts") |"
+done
