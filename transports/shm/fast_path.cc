@@ -97,7 +97,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
     if (sleepers != nullptr) {
       sleepers->fetch_add(1, std::memory_order_seq_cst);
       seen = counter.load(std::memory_order_seq_cst);
-      if (seen < target) futex_wait(&counter, seen, 1000);
+      if (seen < target) futex_wait(&counter, seen, wait.sleep_us);
       sleepers->fetch_sub(1, std::memory_order_seq_cst);
     } else {
       futex_wait(&counter, seen, 200);  // no waker for this counter: a short timed sleep

@@ -70,6 +70,7 @@ class FastPath final : public transport::CollectiveFastPath {
     Deadline deadline;
     std::chrono::microseconds spin;
     const transport::Tag* tag;  // to spot a peer stuck in another call; may be null
+    long sleep_us = 1000;       // longest futex sleep: what a missed wake may cost
   };
   // Waits until counter >= target: spin, then futex sleep (sleepers announces it to the writer).
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,

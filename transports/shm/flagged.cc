@@ -21,6 +21,8 @@ inline void copy_small(void* dst, const void* src, size_t n) {
   }
 }
 
+constexpr long kSingleLineSleepUs = 100;
+
 size_t flagged_lines(size_t bytes) { return (bytes + 8 + kLineBytes - 1) / kLineBytes; }
 
 }  // namespace
@@ -41,11 +43,20 @@ uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transp
     copy_small(line.payload + skip, in, n);
     in += n;
     left -= n;
-    // Release orders the payload before the flag. The last flag is sequentially consistent so the check of
-    // sleepers below cannot pass it (a reader announces itself in sleepers, then re-reads this flag).
-    line.flag.store(k, i + 1 < lines ? std::memory_order_release : std::memory_order_seq_cst);
+    // Release orders the payload before the flag. With several lines, the last flag is sequentially
+    // consistent, so the check of sleepers below cannot pass it (a reader announces itself in sleepers, then
+    // re-reads this flag), and waiting for its ownership drains our stores before we poll the peer's lines.
+    // A single line skips that fence (~40 ns, a sixth of the call): then a reader may, in theory, read the
+    // old flag after announcing itself while we read no sleepers, if our store is still in the store buffer
+    // when its futex_wait compares the word (a window of a few hundred nanoseconds that an x86 store buffer
+    // drains in). Readers of single lines therefore sleep at most kSingleLineSleepUs per futex_wait: a
+    // missed wake costs that much, never a hang.
+    const bool single = lines == 1;
+    line.flag.store(k, i + 1 < lines || single ? std::memory_order_release : std::memory_order_seq_cst);
   }
-  if (areas_[rank_]->flagged_sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&mine.lines[lines - 1].flag);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  const auto order = lines == 1 ? std::memory_order_relaxed : std::memory_order_seq_cst;
+  if (areas_[rank_]->flagged_sleepers.load(order) != 0) futex_wake(&mine.lines[lines - 1].flag);
 
   for (int step = 1; step < size_; ++step) {
     const int p = (rank_ + step) % size_;
@@ -60,7 +71,9 @@ uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transp
       if (!ready && theirs.lines[0].flag.load(std::memory_order_acquire) >= k) check_flagged_meta(p, theirs, tag);
     }
     if (!ready) {
-      wait_for(theirs.lines[lines - 1].flag, k, &areas_[p]->flagged_sleepers, p, wait, "its one-shot input");
+      Wait bounded = wait;
+      if (lines == 1) bounded.sleep_us = kSingleLineSleepUs;
+      wait_for(theirs.lines[lines - 1].flag, k, &areas_[p]->flagged_sleepers, p, bounded, "its one-shot input");
     }
     check_flagged_meta(p, theirs, tag);
   }
