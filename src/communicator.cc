@@ -204,6 +204,7 @@ Communicator Communicator::init(const Config& config) {
       impl->tuner.cma = impl->fast_path->has_direct();
       impl->tuner.two_shot = true;
       impl->tuner.cma_min_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_MIN_BYTES")));
+      impl->tuner.cma_max_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_MAX_BYTES")));
       impl->tuner.cma_gather_min_bytes =
           static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_GATHER_MIN_BYTES")));
       impl->tuner.one_shot_max_bytes = std::min<size_t>(

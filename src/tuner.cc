@@ -52,7 +52,7 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
     throw InvalidArgument("algorithm \"twoshot\" needs every rank on shared memory");
   }
   if (kind == OpKind::kAllReduce && forced.empty() && config.two_shot && bytes > config.direct_max_bytes &&
-      !(config.cma && bytes >= config.cma_min_bytes)) {
+      !(config.cma && bytes >= config.cma_min_bytes && bytes < config.cma_max_bytes)) {
     return Algorithm::kTwoShot;
   }
   if (kind == OpKind::kAllReduce || kind == OpKind::kAllGather) {

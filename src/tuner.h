@@ -19,6 +19,7 @@ struct TunerConfig {
   bool two_shot = false;  ///< the transport's two-shot all_reduce through shared memory (above direct_max_bytes)
   bool cma = false;                     ///< the transport's direct (cross-memory attach) collectives are available
   size_t cma_min_bytes = 4 << 20;      ///< all_reduce from this size reads peers' buffers in place
+  size_t cma_max_bytes = 32 << 20;     ///< ... below this size (beyond, the two-shot with streaming stores)
   size_t cma_gather_min_bytes = 16 * 1024;  ///< all_gather (total bytes) and broadcast from this size do
   std::string forced;                   ///< algorithm name, or empty
 };

@@ -22,6 +22,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of ring and chain algorithms"},
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
       {"TBCOLL_CMA_MIN_BYTES", "4194304", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach); below it, above the direct size, the two-shot through the segment"},
+      {"TBCOLL_CMA_MAX_BYTES", "33554432", "all_reduce from this size goes back to the shm two-shot (streaming stores beat cross-memory attach on DRAM-sized buffers)"},
       {"TBCOLL_CMA_GATHER_MIN_BYTES", "16384", "all_gather (gathered bytes) and broadcast from this size read peers' buffers in place"},
       {"TBCOLL_SHM_CMA", "1", "0 disables cross-memory attach (process_vm_readv) in the shm transport"},
       {"TBCOLL_ONESHOT_MAX_BYTES", "2048", "all_reduce up to this size uses the shm one-shot fast path (all ranks on one host)"},

@@ -240,6 +240,7 @@ TEST(Collectives, ShmCrossMemoryAttach) {
   }
   run_ranks(2, {"shm", ""}, [&](Communicator& comm) {
     EXPECT_EQ(comm.all_reduce_algorithm(4 << 20), "cma") << "the tuner picks it for large messages on one host";
+    EXPECT_EQ(comm.all_reduce_algorithm(64 << 20), "twoshot") << "DRAM-sized: the two-shot with streaming stores";
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0);
   });
 }
