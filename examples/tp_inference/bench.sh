@@ -14,12 +14,13 @@
 # remaining tokens. "comm" is the TP=2 shm rank 0's time inside collectives per decode token (waiting for the
 # other rank included) and its share of decode time. Never run more ranks than cores when measuring.
 #
+# Then one rank against a plain C reference (reference/reference.c, -Ofast -march=native) on stories260K.
 # A second table runs TP=2 and PP=2 over emulated links (TBCOLL_LINK_DELAY_US on tcp): $TP_BENCH_SLOW_US
 # (default 300) and $TP_BENCH_FAST_US (default 8) microseconds of extra one-way latency. TP_BENCH_LINKS=0 skips it.
 set -euo pipefail
 
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 build="$(cd "$1" && pwd)"
@@ -91,6 +92,23 @@ for entry in "${models[@]}"; do
 done
 echo
 echo "tok/s, median of $runs runs; $tokens generated tokens; $(nproc) cores; synthetic models have random weights."
+
+# Single rank against the plain C reference (reference/reference.c, -Ofast -march=native), same workload: greedy
+# from BOS, 256 tokens, tokens/s over all steps after the first; alternating runs, medians.
+exporter="$build/examples/tp_inference/tp_export_llama2c"
+reference="$build/examples/tp_inference/tp_reference"
+if [[ -x "$exporter" && -x "$reference" ]]; then
+  "$exporter" "$stories" "$model_dir/stories260K.llama2c.bin"
+  ours=() theirs=()
+  for ((i = 0; i < runs; ++i)); do
+    theirs+=("$("$reference" "$model_dir/stories260K.llama2c.bin" 256 2>&1 >/dev/null | sed -E 's/.* ([0-9.]+) tok\/s/\1/')")
+    ours+=("$("$engine" --model "$stories" --tokens 256 2>&1 >/dev/null | sed -nE 's/.*decode [0-9]+ tok ([0-9.]+) tok\/s.*/\1/p')")
+  done
+  median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+  echo
+  echo "stories260K, one rank, greedy from BOS, 256 tokens: tp_inference $(median "${ours[@]}") tok/s, plain C reference" \
+       "(-Ofast -march=native) $(median "${theirs[@]}") tok/s: $(ratio "$(median "${ours[@]}")" "$(median "${theirs[@]}")")"
+fi
 [[ "${TP_BENCH_LINKS:-1}" == 0 ]] && exit 0
 echo
 echo "Emulated links (tcp plus TBCOLL_LINK_DELAY_US extra one-way latency on every message): ~${TP_BENCH_SLOW_US:-300} us as"
