@@ -34,6 +34,7 @@ struct Options {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::string collective = "all_reduce";
+  enum class Kind { kAllReduce, kAllGather, kReduceScatter, kReduce, kBroadcast } kind = Kind::kAllReduce;
   std::string transport;
   std::string algo;
   std::string csv;
@@ -96,8 +97,17 @@ Options parse(int argc, char** argv) {
   if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes > o.max_bytes) {
     throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, -b <= -e");
   }
-  if (o.collective != "all_reduce" && o.collective != "all_gather" && o.collective != "broadcast" &&
-      o.collective != "reduce_scatter" && o.collective != "reduce") {
+  if (o.collective == "all_reduce") {
+    o.kind = Options::Kind::kAllReduce;
+  } else if (o.collective == "all_gather") {
+    o.kind = Options::Kind::kAllGather;
+  } else if (o.collective == "reduce_scatter") {
+    o.kind = Options::Kind::kReduceScatter;
+  } else if (o.collective == "reduce") {
+    o.kind = Options::Kind::kReduce;
+  } else if (o.collective == "broadcast") {
+    o.kind = Options::Kind::kBroadcast;
+  } else {
     throw tbcoll::InvalidArgument("unknown collective " + o.collective);
   }
   return o;
@@ -160,20 +170,26 @@ struct Buffers {
 
 // One call of the benchmarked collective; in place uses recv for both sides.
 void call(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
-  size_t es = tbcoll::dtype_size(o.dtype);
-  if (o.collective == "all_reduce") {
-    comm.all_reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op);
-  } else if (o.collective == "all_gather") {
-    const void* send = in_place ? b.recv.data() + comm.rank() * count * es : b.send.data();
-    comm.all_gather(send, b.recv.data(), count, o.dtype);
-  } else if (o.collective == "reduce_scatter") {
-    // send holds size * count elements; in place, the result lands in this rank's block of send.
-    void* recv = in_place ? b.send.data() + comm.rank() * count * es : b.recv.data();
-    comm.reduce_scatter(b.send.data(), recv, count, o.dtype, o.op);
-  } else if (o.collective == "reduce") {
-    comm.reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op, o.root);
-  } else {
-    comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
+  const size_t es = tbcoll::dtype_size(o.dtype);
+  switch (o.kind) {  // an enum, not the name: string compares would be timed with the call
+    case Options::Kind::kAllReduce:
+      comm.all_reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op);
+      break;
+    case Options::Kind::kAllGather:
+      comm.all_gather(in_place ? b.recv.data() + comm.rank() * count * es : b.send.data(), b.recv.data(), count,
+                      o.dtype);
+      break;
+    case Options::Kind::kReduceScatter:
+      // send holds size * count elements; in place, the result lands in this rank's block of send.
+      comm.reduce_scatter(b.send.data(), in_place ? b.send.data() + comm.rank() * count * es : b.recv.data(), count,
+                          o.dtype, o.op);
+      break;
+    case Options::Kind::kReduce:
+      comm.reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op, o.root);
+      break;
+    case Options::Kind::kBroadcast:
+      comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
+      break;
   }
 }
 

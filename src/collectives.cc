@@ -40,12 +40,14 @@ void check_op(int rank, const char* name, ReduceOp op) {
 
 // count * elem_size * factor in bytes, or InvalidArgument when it overflows.
 size_t checked_bytes(int rank, const char* op, size_t count, DataType dtype, size_t factor) {
-  size_t es = dtype_size(dtype);
-  if (count > static_cast<size_t>(PTRDIFF_MAX) / es / factor) {
+  // Overflow-checked multiplications: no 64-bit divisions on the path of every call.
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, dtype_size(dtype), &bytes) || __builtin_mul_overflow(bytes, factor, &bytes) ||
+      bytes > static_cast<size_t>(PTRDIFF_MAX)) {
     throw InvalidArgument(fmt::format("rank {}: {}: count {} of {} overflows the address space", rank, op, count,
                                       to_string(dtype)));
   }
-  return count * es * factor;
+  return bytes;
 }
 
 void check_buffer(int rank, const char* op, const char* which, const void* buf, size_t count) {
