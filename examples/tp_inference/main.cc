@@ -204,7 +204,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
     done += n;
   }
   const double prefill_end = now_seconds();
-  const double prefill_comm = counter.seconds;
+  const double prefill_comm = counter.seconds();
   int forwards = n_prefill;
   bool stopped = false;
   const int n_echo = n_prompt - 1 < positions ? n_prompt - 1 : positions;
@@ -235,7 +235,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
     const double prefill_s = prefill_end - start;
     const double decode_s = end - prefill_end;
     const double total_s = end - start;
-    const double decode_comm = counter.seconds - prefill_comm;
+    const double decode_comm = counter.seconds() - prefill_comm;
     const double per_token = forwards > 0 ? 1.0 / forwards : 0.0;
     std::fprintf(stderr,
                  "tp_inference: model=%s%s mode=%s ranks=%d | prefill %d tok %.0f tok/s | decode %d tok %.0f tok/s "
@@ -246,7 +246,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
                  prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_tokens,
                  decode_s > 0 ? decode_tokens / decode_s : 0.0,
                  decode_tokens > 0 ? decode_s * 1e3 / decode_tokens : 0.0,
-                 total_s > 0 ? 100.0 * counter.seconds / total_s : 0.0,
+                 total_s > 0 ? 100.0 * counter.seconds() / total_s : 0.0,
                  decode_s > 0 ? 100.0 * decode_comm / decode_s : 0.0,
                  decode_tokens > 0 ? decode_comm * 1e6 / decode_tokens : 0.0,
                  static_cast<double>(counter.all_reduce_calls) * per_token,

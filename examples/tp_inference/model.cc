@@ -13,6 +13,9 @@
 #if defined(TP_HAVE_LIBMVEC)
 #include <immintrin.h>
 #endif
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
 
 #include "sampler.h"
 
@@ -301,40 +304,57 @@ ShardSpec pipeline_shard(const LlamaConfig& config, int rank, int size) {
   return s;
 }
 
+CommCounter::CommCounter(tbcoll::Communicator* comm)
+    : start_ticks_(ticks_now()), start_seconds_(now_seconds()), comm_(comm) {}
+
+uint64_t CommCounter::ticks_now() {
+#if defined(__x86_64__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
+double CommCounter::seconds() const {
+  const double elapsed = now_seconds() - start_seconds_;
+  const double ticks = static_cast<double>(ticks_now() - start_ticks_);
+  return ticks > 0 && elapsed > 0 ? static_cast<double>(ticks_) * elapsed / ticks : 0.0;
+}
+
 void CommCounter::all_reduce_sum(float* data, size_t count) {
-  const double start = now_seconds();
+  const uint64_t start = ticks_now();
   comm_->all_reduce(data, data, count, tbcoll::DataType::kFloat32, tbcoll::ReduceOp::kSum);
-  seconds += now_seconds() - start;
+  ticks_ += ticks_now() - start;
   ++all_reduce_calls;
   all_reduce_bytes += count * sizeof(float);
 }
 
 void CommCounter::all_gather(const float* send, float* recv, size_t count) {
-  const double start = now_seconds();
+  const uint64_t start = ticks_now();
   comm_->all_gather(send, recv, count, tbcoll::DataType::kFloat32);
-  seconds += now_seconds() - start;
+  ticks_ += ticks_now() - start;
   ++all_gather_calls;
   all_gather_bytes += count * sizeof(float) * static_cast<size_t>(comm_->size());
 }
 
 void CommCounter::send(const float* data, size_t count, int peer) {
-  const double start = now_seconds();
+  const uint64_t start = ticks_now();
   comm_->send(data, count, tbcoll::DataType::kFloat32, peer);
-  seconds += now_seconds() - start;
+  ticks_ += ticks_now() - start;
   p2p_bytes += count * sizeof(float);
 }
 
 void CommCounter::recv(float* data, size_t count, int peer) {
-  const double start = now_seconds();
+  const uint64_t start = ticks_now();
   comm_->recv(data, count, tbcoll::DataType::kFloat32, peer);
-  seconds += now_seconds() - start;
+  ticks_ += ticks_now() - start;
   p2p_bytes += count * sizeof(float);
 }
 
 void CommCounter::broadcast(int32_t* value, int root) {
-  const double start = now_seconds();
+  const uint64_t start = ticks_now();
   comm_->broadcast(value, value, 1, tbcoll::DataType::kInt32, root);
-  seconds += now_seconds() - start;
+  ticks_ += ticks_now() - start;
 }
 
 LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const ShardSpec& shard, int max_positions,
