@@ -3,8 +3,9 @@
 // link does to them on one machine (tc netem is not available here).
 //
 // Every receive completes `delay` after the underlying transport delivered it, measured from the first test()
-// that saw it delivered (the algorithms test every pending request in each wait loop, so that is when the
-// bytes arrived, give or take a loop). Sends are not delayed. Messages stay in order. With TBCOLL_LINK_DELAY_US
+// of any receive of that endpoint that saw it delivered (each test looks at all pending receives of the
+// endpoint, so delays of messages in flight together overlap as on a real link). Sends are not delayed.
+// Messages stay in order. With TBCOLL_LINK_DELAY_US
 // set, the communicator wraps every endpoint and turns the whole-collective fast paths off (they bypass
 // endpoints).
 #pragma once
