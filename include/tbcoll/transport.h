@@ -91,6 +91,11 @@ struct PeerAddress {
 class CollectiveFastPath {
  public:
   virtual ~CollectiveFastPath() = default;
+  /// Tells the peers which collective this rank is in (tag and signature), so one waiting in a fast-path call
+  /// for a rank that is in another call can report the mismatch instead of waiting for the deadline. The
+  /// communicator calls it for collectives that do not go through the fast path; fast-path calls announce
+  /// themselves. Cheap (a few stores to memory only this rank writes).
+  virtual void announce(const Tag& tag) = 0;
   /// Largest all_reduce input, in bytes per rank, that all_reduce_one_shot() takes.
   virtual size_t max_one_shot_bytes() const = 0;
   /// Whether the direct collectives (peers read each other's buffers in place) are available.

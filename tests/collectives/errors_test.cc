@@ -138,6 +138,25 @@ TEST(Errors, ShmMismatchAcrossAlgorithmsIsReported) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
 }
 
+// A rank outside the fast path (here: broadcast over the shm queues) while the others wait in the one-shot:
+// everyone learns of the mismatch from the call announcement, well before the deadline.
+TEST(Errors, ShmMismatchWithANonFastPathCallIsReported) {
+  std::vector<std::string> messages(3);
+  auto start = std::chrono::steady_clock::now();
+  run_ranks(3, {"shm", "", 30}, [&](Communicator& comm) {
+    std::vector<float> buf(10, 1.0f);
+    messages[comm.rank()] = error_of([&] {
+      if (comm.rank() < 2) comm.all_reduce(buf.data(), buf.data(), 10, DataType::kFloat32, ReduceOp::kSum);
+      else comm.broadcast(buf.data(), buf.data(), 10, DataType::kFloat32, 1);
+    });
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(messages[r].find("peer 2 called broadcast(count=10, f32, root=1)"), std::string::npos) << messages[r];
+  }
+  EXPECT_NE(messages[2].find("called all_reduce(count=10, f32, sum)"), std::string::npos) << messages[2];
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+}
+
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();
   run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {

@@ -168,8 +168,8 @@ void Endpoint::check_peer_call() {
 void Endpoint::block(std::chrono::microseconds max_wait) {
   if (!recvs_.empty() && in_->head.load(std::memory_order_acquire) != in_tail_) return;  // data waiting
   if (recvs_.empty() && !sends_.empty() && out_head_ - out_->tail.load(std::memory_order_acquire) < kFrames) return;
+  check_peer_call();  // first: a peer that spotted the mismatch may already have closed its end
   check_peer();
-  check_peer_call();
   long timeout_us = std::max<long>(1, static_cast<long>(max_wait.count()));
   if (!recvs_.empty()) {
     // Announce the sleep, then re-check: the producer wakes us only if it sees the flag after publishing.

@@ -7,7 +7,9 @@
 //     recv = slot_0 op slot_1 op ... op slot_(n-1)     (rank order: bitwise identical everywhere)
 //   Slot b is free again at call k+2 without any acknowledgement: a peer publishes its input for k+1 only
 //   after finishing call k, and we wait for every peer's k+1 input before starting k+2.
-//   Cost: one copy in, one cache-line hand-off per peer for inputs up to 32 bytes.
+//   Cost: one copy in, one cache-line hand-off per peer for inputs up to 32 bytes. Inputs up to 3.5 KiB go
+//   through flagged lines instead (flagged.cc, layout in segment.h): one hand-off per peer for up to 48 bytes,
+//   and the lines of longer inputs are fetched in parallel.
 //
 // Two-shot all-reduce (medium and large inputs), through staging buffers in the segment, in rounds g of
 // world_size slices (slice p of a round is reduced by rank p):
@@ -16,9 +18,10 @@
 //   C(g) wait for every peer's input >= g; recv slice = input_0 op ... op input_(n-1) (mine read in place);
 //        copy it to result[g & 1]; publish reduced = g
 //   and after the last round, B once more. B overlaps the wait for the peers' reductions with my next copy.
-//   Buffers g & 1 are free again at round g+2 without acknowledgements: before A(g+2) I waited in B for every
-//   peer's reduced(g+1), which it publishes after reading stage(g); before writing result(g+2) in C, I waited
-//   for every peer's input(g+2), which it publishes after copying result(g) out in B.
+//   Buffers g & 1 are free again at round g+2 without acknowledgements: before A(g+2), in round g+1, I waited
+//   in B for every peer's reduced(g), which it publishes after reading stage(g) in C(g); before writing
+//   result(g+2) in C, I waited for every peer's input(g+2), which it publishes after copying result(g) out in
+//   B (during round g+1, or at the end of the call that round g belonged to).
 //   Per rank and byte: one copy in, one reduction, one copy of the result to the segment and one copy out,
 //   all on cache-resident slices; no system calls.
 //
@@ -62,6 +65,14 @@ class FastPath final : public transport::CollectiveFastPath {
   void broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag, Deadline deadline,
                         std::chrono::microseconds spin) override;
 
+  // Tells peers which call this rank is in (see CallAnnounce).
+  void announce(const transport::Tag& tag) override {
+    CallAnnounce& call = areas_[rank_]->call;
+    call.tag.store(0, std::memory_order_relaxed);
+    call.meta.store(tag.meta, std::memory_order_release);
+    call.tag.store(tag.tag, std::memory_order_release);
+  }
+
   /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
   static void read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer);
 
@@ -76,13 +87,7 @@ class FastPath final : public transport::CollectiveFastPath {
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,
                 const Wait& wait, const char* what);
   void check_peer(int peer);
-  // Tells peers which call this rank is in (see CallAnnounce).
-  void announce(const transport::Tag& tag) {
-    CallAnnounce& call = areas_[rank_]->call;
-    call.tag.store(0, std::memory_order_relaxed);
-    call.meta.store(tag.meta, std::memory_order_release);
-    call.tag.store(tag.tag, std::memory_order_release);
-  }
+
   size_t two_shot_slice_bytes() const;
   void prepare_next_slot(size_t bytes);
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
