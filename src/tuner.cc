@@ -73,7 +73,7 @@ Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const Tune
     if (forced.empty() && config.cma && bytes >= config.cma_gather_min_bytes) return Algorithm::kCma;
     if (forced == "tree") return Algorithm::kTree;
     if (forced == "chain") return Algorithm::kChain;
-    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot") {
+    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot" || forced == "twoshot") {
       // A forced all_reduce algorithm leaves broadcast to the tuner.
       return bytes <= config.tree_max_bytes || world_size == 2 ? Algorithm::kTree : Algorithm::kChain;
     }

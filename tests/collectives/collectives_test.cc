@@ -252,7 +252,9 @@ TEST(Collectives, ShmTwoShot) {
   for (int n : {2, 3, 5, 8}) {
     run_ranks(n, {"shm", "twoshot"}, [&](Communicator& comm) {
       EXPECT_EQ(comm.all_reduce_algorithm(8), "twoshot");
-      const size_t round = size_t{128 * 1024 / 4} * static_cast<size_t>(std::min(n, 4));  // f32 elements
+      // f32 elements per round: n slices of min(128 KiB, 512 KiB / n rounded down to a cache line)
+      const size_t slice_bytes = std::min<size_t>(128 * 1024, 512 * 1024 / static_cast<size_t>(n) / 64 * 64);
+      const size_t round = slice_bytes / 4 * static_cast<size_t>(n);
       for (size_t count : {size_t{1}, size_t{7}, size_t{17}, size_t{4099}, round - 1, round, round + 1,
                            3 * round + 5, size_t{(1u << 20) + 3}}) {
         check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, static_cast<int>(count % 3));

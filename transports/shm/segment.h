@@ -20,7 +20,7 @@
 namespace tbcoll::shm {
 
 constexpr uint32_t kSegmentMagic = 0x5442534d;  // "TBSM"
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;  // 2: call announcement, flagged slots, two-shot buffers
 constexpr size_t kFrames = 16;
 constexpr size_t kFrameBytes = 32 * 1024;
 
