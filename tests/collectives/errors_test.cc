@@ -157,6 +157,33 @@ TEST(Errors, ShmMismatchWithANonFastPathCallIsReported) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
 }
 
+// Ranks tuned differently run the same call with different algorithms: both say so, well before the deadline.
+TEST(Errors, ShmRanksTunedDifferentlyAreTold) {
+  const std::vector<std::vector<std::string>> pairs = {{"oneshot", "twoshot"}, {"oneshot", "ring"}, {"cma", "twoshot"}};
+  for (const auto& algos : pairs) {
+    std::vector<std::string> messages(2);
+    auto start = std::chrono::steady_clock::now();
+    RankOptions options{"shm", "", 30};
+    options.algo_per_rank = algos;
+    run_ranks(2, options, [&](Communicator& comm) {
+      std::vector<float> buf(100, 1.0f);
+      messages[comm.rank()] = error_of([&] {
+        comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+      });
+    });
+    for (int r = 0; r < 2; ++r) {
+      // Each rank either spots the difference itself or sees the other give up first.
+      EXPECT_TRUE(messages[r].find("tuned differently") != std::string::npos ||
+                  messages[r].find("closed its end") != std::string::npos)
+          << algos[0] << "/" << algos[1] << ": " << messages[r];
+    }
+    EXPECT_TRUE(messages[0].find("tuned differently") != std::string::npos ||
+                messages[1].find("tuned differently") != std::string::npos)
+        << messages[0] << " | " << messages[1];
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+  }
+}
+
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();
   run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {

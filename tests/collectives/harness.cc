@@ -28,7 +28,7 @@ void run_ranks(int n, const RankOptions& options, const std::function<void(Commu
         config.store = store;
         config.prefix = prefix;
         config.transport = options.transport;
-        config.algo = options.algo;
+        config.algo = options.algo_per_rank.empty() ? options.algo : options.algo_per_rank[rank];
         config.timeout_s = options.timeout_s;
         Communicator comm = Communicator::init(config);
         body(comm);

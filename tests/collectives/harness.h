@@ -15,6 +15,7 @@ struct RankOptions {
   std::string transport = "loopback";
   std::string algo;
   double timeout_s = 60;
+  std::vector<std::string> algo_per_rank;  ///< when not empty, rank r uses algo_per_rank[r] instead of algo
 };
 
 /// Builds n communicators (one per thread) sharing an in-memory store and runs body on each. Failures in

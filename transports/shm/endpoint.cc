@@ -152,17 +152,27 @@ bool Endpoint::progress_recvs() {
 }
 
 void Endpoint::check_peer_call() {
-  // A peer that entered a fast-path call with the tag our receive expects is in another call.
+  // A peer that announced the collective our receive belongs to, with another signature or in a fast path,
+  // is not going to send it.
   if (recvs_.empty() || remote_->world_size <= 0) return;
   const Operation& op = *recvs_.front();
-  const CallAnnounce& call = collective_area(remote_, remote_->world_size)->call;
-  const uint64_t tag = call.tag.load(std::memory_order_acquire);
-  const uint64_t meta = call.meta.load(std::memory_order_acquire);
-  if (tag != op.tag.tag || meta == op.tag.meta || call.tag.load(std::memory_order_acquire) != tag) return;
-  std::string what = fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
-                                 "(signature {:#x}, ours {:#x})", rank_, peer_, meta, op.tag.meta);
-  broken_ = what;
-  throw MismatchError(what, peer_, op.tag.meta, meta, op.bytes, 0);
+  const AnnouncedCall call = read_announcement(collective_area(remote_, remote_->world_size)->call);
+  if (!call.valid || call.tag != op.tag.tag) return;
+  if (call.meta != op.tag.meta) {
+    std::string what = fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
+                                   "(signature {:#x}, ours {:#x})", rank_, peer_, call.meta, op.tag.meta);
+    broken_ = what;
+    throw MismatchError(what, peer_, op.tag.meta, call.meta, op.bytes, 0);
+  }
+  if (call.algorithm != kPointToPoint) {
+    std::string what = fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
+                                   "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
+                                   "TBCOLL_LINK_DELAY_US must be the same on every rank)",
+                                   rank_, peer_, call_algorithm_name(call.algorithm),
+                                   call_algorithm_name(kPointToPoint));
+    broken_ = what;
+    throw InvalidUsage(what);
+  }
 }
 
 void Endpoint::block(std::chrono::microseconds max_wait) {

@@ -50,13 +50,18 @@ void FastPath::check_peer(int peer) {
 }
 
 void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
-  const CallAnnounce& call = areas_[peer]->call;
-  const uint64_t first = call.tag.load(std::memory_order_acquire);
-  const uint64_t meta = call.meta.load(std::memory_order_acquire);
-  if (first == tag.tag && meta != tag.meta && call.tag.load(std::memory_order_acquire) == first) {
+  const AnnouncedCall call = read_announcement(areas_[peer]->call);
+  if (call.valid && call.tag == tag.tag && call.meta != tag.meta) {
     throw MismatchError(fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
-                                    "(signature {:#x}, ours {:#x})", rank_, peer, meta, tag.meta),
-                        peer, tag.meta, meta, 0, 0);
+                                    "(signature {:#x}, ours {:#x})", rank_, peer, call.meta, tag.meta),
+                        peer, tag.meta, call.meta, 0, 0);
+  }
+  if (call.valid && call.tag == tag.tag && call.algorithm != current_algorithm_) {
+    throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks "
+                                   "are tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
+                                   "TBCOLL_LINK_DELAY_US must be the same on every rank)",
+                                   rank_, peer, call_algorithm_name(call.algorithm),
+                                   call_algorithm_name(current_algorithm_)));
   }
   Queue* queue = queue_at(headers_[peer], rank_);
   uint64_t tail = queue->tail.load(std::memory_order_acquire);
@@ -108,7 +113,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
 int FastPath::exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
                              std::chrono::microseconds spin) {
   if (bytes > kSlotBytes) throw InvalidArgument("[shm] one-shot input larger than the slot");
-  announce(tag);
+  announce(tag, kOneShot);
   const uint64_t k = ++calls_;
   const int b = static_cast<int>(k & 1);
   // Slot b last carried call k-2. No peer can still be reading it: during call k-1 we saw every peer's
@@ -212,7 +217,7 @@ void FastPath::wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t 
 
 uint64_t FastPath::post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag,
                                  const Wait& wait) {
-  announce(tag);
+  announce(tag, kCrossMemory);
   const uint64_t k = ++direct_calls_;
   DirectControl& mine = areas_[rank_]->direct;
   mine.send_addr = reinterpret_cast<uint64_t>(send);

@@ -65,12 +65,15 @@ class FastPath final : public transport::CollectiveFastPath {
   void broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag, Deadline deadline,
                         std::chrono::microseconds spin) override;
 
-  // Tells peers which call this rank is in (see CallAnnounce).
-  void announce(const transport::Tag& tag) override {
+  // Tells peers which call this rank is in and how it runs it (see CallAnnounce).
+  void announce(const transport::Tag& tag) override { announce(tag, kPointToPoint); }
+  void announce(const transport::Tag& tag, uint64_t algorithm) {
     CallAnnounce& call = areas_[rank_]->call;
     call.tag.store(0, std::memory_order_relaxed);
     call.meta.store(tag.meta, std::memory_order_release);
+    call.algorithm.store(algorithm, std::memory_order_release);
     call.tag.store(tag.tag, std::memory_order_release);
+    current_algorithm_ = algorithm;
   }
 
   /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
@@ -117,6 +120,7 @@ class FastPath final : public transport::CollectiveFastPath {
   std::vector<int> pidfds_;
   bool direct_;
   uint64_t calls_ = 0;
+  uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;
   uint64_t two_shot_rounds_ = 0;
   std::vector<uint8_t> scratch_;

@@ -28,7 +28,7 @@ size_t flagged_lines(size_t bytes) { return (bytes + 8 + kLineBytes - 1) / kLine
 }  // namespace
 
 uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transport::Tag& tag, const Wait& wait) {
-  announce(tag);
+  announce(tag, kOneShot);
   const uint64_t k = ++calls_;  // shared with the slots: the reuse argument of exchange_slots holds for both
   const int b = static_cast<int>(k & 1);
   const size_t lines = flagged_lines(bytes);

@@ -63,7 +63,7 @@ void FastPath::all_reduce_two_shot(const void* send, void* recv, size_t count, D
   }
   const size_t round_elems = slice_bytes / es * static_cast<size_t>(size_);
   const Wait wait{deadline, spin, &tag};
-  announce(tag);
+  announce(tag, kTwoShot);
   const reduce::Kernel kernel = reduce::kernel(dtype, op);
   const auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
