@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "transports/queued_request.h"
+#include "transports/shm/announce.h"
 
 namespace tbcoll::shm {
 
@@ -156,22 +157,12 @@ void Endpoint::check_peer_call() {
   // is not going to send it.
   if (recvs_.empty() || remote_->world_size <= 0) return;
   const Operation& op = *recvs_.front();
-  const AnnouncedCall call = read_announcement(collective_area(remote_, remote_->world_size)->call);
-  if (!call.valid || call.tag != op.tag.tag) return;
-  if (call.meta != op.tag.meta) {
-    std::string what = fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
-                                   "(signature {:#x}, ours {:#x})", rank_, peer_, call.meta, op.tag.meta);
-    broken_ = what;
-    throw MismatchError(what, peer_, op.tag.meta, call.meta, op.bytes, 0);
-  }
-  if (call.algorithm != kPointToPoint) {
-    std::string what = fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
-                                   "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
-                                   "TBCOLL_LINK_DELAY_US must be the same on every rank)",
-                                   rank_, peer_, call_algorithm_name(call.algorithm),
-                                   call_algorithm_name(kPointToPoint));
-    broken_ = what;
-    throw InvalidUsage(what);
+  try {
+    check_announcement(collective_area(remote_, remote_->world_size)->call, rank_, peer_, op.tag, kPointToPoint,
+                       op.bytes);
+  } catch (const Error& error) {
+    broken_ = error.what();
+    throw;
   }
 }
 

@@ -50,27 +50,14 @@ void FastPath::check_peer(int peer) {
 }
 
 void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
-  const AnnouncedCall call = read_announcement(areas_[peer]->call);
-  if (call.valid && call.tag == tag.tag && call.meta != tag.meta) {
-    throw MismatchError(fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
-                                    "(signature {:#x}, ours {:#x})", rank_, peer, call.meta, tag.meta),
-                        peer, tag.meta, call.meta, 0, 0);
-  }
-  if (call.valid && call.tag == tag.tag && call.algorithm != current_algorithm_) {
-    throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks "
-                                   "are tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
-                                   "TBCOLL_LINK_DELAY_US must be the same on every rank)",
-                                   rank_, peer, call_algorithm_name(call.algorithm),
-                                   call_algorithm_name(current_algorithm_)));
-  }
+  check_announcement(areas_[peer]->call, rank_, peer, tag, current_algorithm_, 0);
   Queue* queue = queue_at(headers_[peer], rank_);
   uint64_t tail = queue->tail.load(std::memory_order_acquire);
   if (queue->head.load(std::memory_order_acquire) == tail) return;
   const FrameHeader& frame = queue->frames[tail % kFrames].header;
   if (frame.first == 1 && frame.tag == tag.tag && frame.meta != tag.meta) {
-    throw MismatchError(fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number "
-                                    "(signature {:#x}, ours {:#x})", rank_, peer, frame.meta, tag.meta),
-                        peer, tag.meta, frame.meta, 0, frame.message_bytes);
+    throw MismatchError(another_call_message(rank_, peer, frame.meta, tag.meta), peer, tag.meta, frame.meta, 0,
+                        frame.message_bytes);
   }
 }
 
@@ -201,9 +188,9 @@ void FastPath::read_peer(int pid, uint64_t remote, void* local, size_t bytes, in
   }
 }
 
-void FastPath::publish(std::atomic<uint64_t>& counter, uint64_t value) {
+void FastPath::publish(std::atomic<uint64_t>& counter, uint64_t value, const std::atomic<uint32_t>& sleepers) {
   counter.store(value, std::memory_order_seq_cst);
-  if (areas_[rank_]->direct.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&counter);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&counter);
 }
 
 void FastPath::wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait,
@@ -225,7 +212,7 @@ uint64_t FastPath::post_and_wait(const void* send, void* recv, size_t bytes, con
   mine.tag = tag.tag;
   mine.meta = tag.meta;
   mine.bytes = bytes;
-  publish(mine.posted, k);
+  publish(mine.posted, k, areas_[rank_]->direct.sleepers);
   wait_all(&DirectControl::posted, k, wait, "its buffer addresses");
   for (int p = 0; p < size_; ++p) {
     const DirectControl& theirs = areas_[p]->direct;
@@ -283,7 +270,7 @@ void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, Dat
     for (int p = 2; p < size_; ++p) kernel(out + offset, out + offset, input(p), n);
     if (op == ReduceOp::kAvg) reduce::divide(out + offset, out + offset, n, dtype, size_);
   }
-  publish(areas_[rank_]->direct.reduced, k);
+  publish(areas_[rank_]->direct.reduced, k, areas_[rank_]->direct.sleepers);
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
     wait_for(areas_[p]->direct.reduced, k, &areas_[p]->direct.sleepers, p, wait, "its reduced slice");
@@ -291,7 +278,7 @@ void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, Dat
     read_peer(headers_[p]->owner_pid, areas_[p]->direct.recv_addr + start * es, out + start * es, length * es, rank_,
               p);
   }
-  publish(areas_[rank_]->direct.done, k);
+  publish(areas_[rank_]->direct.done, k, areas_[rank_]->direct.sleepers);
   wait_all(&DirectControl::done, k, wait, "the end of the call");  // peers may still read our buffers
 }
 
@@ -307,7 +294,7 @@ void FastPath::all_gather_direct(const void* send, void* recv, size_t bytes_per_
     read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr, out + static_cast<size_t>(p) * bytes_per_rank,
               bytes_per_rank, rank_, p);
   }
-  publish(areas_[rank_]->direct.done, k);
+  publish(areas_[rank_]->direct.done, k, areas_[rank_]->direct.sleepers);
   wait_all(&DirectControl::done, k, wait, "the end of the call");
 }
 
@@ -320,7 +307,7 @@ void FastPath::broadcast_direct(const void* send, void* recv, size_t bytes, int 
   } else {
     read_peer(headers_[root]->owner_pid, areas_[root]->direct.send_addr, recv, bytes, rank_, root);
   }
-  publish(areas_[rank_]->direct.done, k);
+  publish(areas_[rank_]->direct.done, k, areas_[rank_]->direct.sleepers);
   wait_all(&DirectControl::done, k, wait, "the end of the call");
 }
 

@@ -39,6 +39,7 @@
 
 #include "reduce/reduce.h"
 #include "tbcoll/transport.h"
+#include "transports/shm/announce.h"
 #include "transports/shm/segment.h"
 
 namespace tbcoll::shm {
@@ -68,11 +69,7 @@ class FastPath final : public transport::CollectiveFastPath {
   // Tells peers which call this rank is in and how it runs it (see CallAnnounce).
   void announce(const transport::Tag& tag) override { announce(tag, kPointToPoint); }
   void announce(const transport::Tag& tag, uint64_t algorithm) {
-    CallAnnounce& call = areas_[rank_]->call;
-    call.tag.store(0, std::memory_order_relaxed);
-    call.meta.store(tag.meta, std::memory_order_release);
-    call.algorithm.store(algorithm, std::memory_order_release);
-    call.tag.store(tag.tag, std::memory_order_release);
+    announce_call(areas_[rank_]->call, tag, algorithm);
     current_algorithm_ = algorithm;
   }
 
@@ -107,8 +104,8 @@ class FastPath final : public transport::CollectiveFastPath {
                           const Wait& wait);
   // Direct calls: post our addresses for call k and wait for every peer's, checking signatures.
   uint64_t post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait);
-  void publish(std::atomic<uint64_t>& counter, uint64_t value);
-  void publish_two_shot(std::atomic<uint64_t>& counter, uint64_t value);
+  // Stores counter = value (seq_cst, so it cannot pass the load of sleepers) and wakes the readers asleep on it.
+  void publish(std::atomic<uint64_t>& counter, uint64_t value, const std::atomic<uint32_t>& sleepers);
   // Two-shot: waits for every peer's input of round g and checks that it belongs to the same call.
   void wait_two_shot_inputs(uint64_t g, const transport::Tag& tag, size_t bytes, const Wait& wait);
   void wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait, const char* what);

@@ -107,42 +107,13 @@ struct alignas(64) TwoShotControl {
   uint64_t bytes[2];                           ///< that call's size in bytes
 };
 
-// The collective a rank is in and how it runs it, so a peer stuck waiting in another call or another algorithm
-// can name the mismatch. Written as a seqlock: tag = 0, meta, algorithm, tag (release); read tag, meta,
-// algorithm, tag, valid when both tag reads agree.
-enum CallAlgorithm : uint64_t { kPointToPoint = 0, kOneShot = 1, kTwoShot = 2, kCrossMemory = 3 };
-
-inline const char* call_algorithm_name(uint64_t algorithm) {
-  switch (algorithm) {
-    case kPointToPoint: return "a point-to-point schedule (ring, direct, tree)";
-    case kOneShot: return "the shm one-shot";
-    case kTwoShot: return "the shm two-shot";
-    case kCrossMemory: return "cross-memory attach";
-  }
-  return "an unknown algorithm";
-}
-
+// The collective a rank is in and how it runs it (announce.h), so a peer stuck waiting in another call or another
+// algorithm can name the mismatch. Written as a seqlock: tag = 0, meta, algorithm, tag (release).
 struct alignas(64) CallAnnounce {
   std::atomic<uint64_t> tag;
   std::atomic<uint64_t> meta;
-  std::atomic<uint64_t> algorithm;  ///< a CallAlgorithm
+  std::atomic<uint64_t> algorithm;  ///< a CallAlgorithm (announce.h)
 };
-
-struct AnnouncedCall {
-  bool valid = false;
-  uint64_t tag = 0;
-  uint64_t meta = 0;
-  uint64_t algorithm = 0;
-};
-
-inline AnnouncedCall read_announcement(const CallAnnounce& call) {
-  AnnouncedCall out;
-  out.tag = call.tag.load(std::memory_order_acquire);
-  out.meta = call.meta.load(std::memory_order_acquire);
-  out.algorithm = call.algorithm.load(std::memory_order_acquire);
-  out.valid = out.tag != 0 && call.tag.load(std::memory_order_acquire) == out.tag;
-  return out;
-}
 
 struct CollectiveArea {
   CallAnnounce call;

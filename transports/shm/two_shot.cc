@@ -34,11 +34,6 @@ size_t FastPath::two_shot_slice_bytes() const {
   return std::min(kMaxSliceBytes, kStageBytes / static_cast<size_t>(size_) / 64 * 64);
 }
 
-void FastPath::publish_two_shot(std::atomic<uint64_t>& counter, uint64_t value) {
-  counter.store(value, std::memory_order_seq_cst);
-  if (areas_[rank_]->two_shot.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&counter);
-}
-
 void FastPath::wait_two_shot_inputs(uint64_t g, const transport::Tag& tag, size_t bytes, const Wait& wait) {
   for (int step = 1; step < size_; ++step) {
     const int p = (rank_ + step) % size_;
@@ -102,7 +97,7 @@ void FastPath::all_reduce_two_shot(const void* send, void* recv, size_t count, D
     }
     mine.meta[b] = tag.meta;
     mine.bytes[b] = bytes;
-    publish_two_shot(mine.input, g);
+    publish(mine.input, g, mine.sleepers);
     if (previous != 0) gather(previous, previous_base, previous_elems);
     // C: reduce my slice of every rank's input, in rank order, into result[b]; then into recv.
     wait_two_shot_inputs(g, tag, bytes, wait);
@@ -118,7 +113,7 @@ void FastPath::all_reduce_two_shot(const void* send, void* recv, size_t count, D
       if (op == ReduceOp::kAvg) reduce::divide(result, result, n, dtype, size_);
       copy_out(out + (base + s.lo) * es, result, n * es);
     }
-    publish_two_shot(mine.reduced, g);
+    publish(mine.reduced, g, mine.sleepers);
     previous = g;
     previous_base = base;
     previous_elems = elems;

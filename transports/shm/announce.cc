@@ -1,0 +1,42 @@
+#include "transports/shm/announce.h"
+
+#include <fmt/format.h>
+
+namespace tbcoll::shm {
+namespace {
+
+const char* algorithm_name(uint64_t algorithm) {
+  switch (algorithm) {
+    case kPointToPoint: return "a point-to-point schedule (ring, direct, tree)";
+    case kOneShot: return "the shm one-shot";
+    case kTwoShot: return "the shm two-shot";
+    case kCrossMemory: return "cross-memory attach";
+  }
+  return "an unknown algorithm";
+}
+
+}  // namespace
+
+std::string another_call_message(int rank, int peer, uint64_t theirs, uint64_t ours) {
+  return fmt::format("[shm] rank {}: peer {} is in another call with the same sequence number (signature {:#x}, "
+                     "ours {:#x})", rank, peer, theirs, ours);
+}
+
+void check_announcement(const CallAnnounce& announced, int rank, int peer, const transport::Tag& tag,
+                        uint64_t algorithm, size_t bytes) {
+  const uint64_t first = announced.tag.load(std::memory_order_acquire);
+  const uint64_t meta = announced.meta.load(std::memory_order_acquire);
+  const uint64_t theirs = announced.algorithm.load(std::memory_order_acquire);
+  if (first == 0 || first != tag.tag || announced.tag.load(std::memory_order_acquire) != first) return;
+  if (meta != tag.meta) {
+    throw MismatchError(another_call_message(rank, peer, meta, tag.meta), peer, tag.meta, meta, bytes, 0);
+  }
+  if (theirs != algorithm) {
+    throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
+                                   "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
+                                   "TBCOLL_LINK_DELAY_US must be the same on every rank)",
+                                   rank, peer, algorithm_name(theirs), algorithm_name(algorithm)));
+  }
+}
+
+}  // namespace tbcoll::shm
