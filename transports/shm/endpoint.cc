@@ -64,6 +64,8 @@ std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, tra
 
 void Endpoint::check_peer() {
   if (remote_->closed.load(std::memory_order_acquire) != 0) {
+    // Frames the peer published before it closed (release; acquired above) are still ours to read.
+    if (!recvs_.empty() && in_->head.load(std::memory_order_acquire) != in_tail_) return;
     fail(fmt::format("[shm] rank {}: peer {} closed its end (aborted or finished)", rank_, peer_));
   }
   if (own_->closed.load(std::memory_order_relaxed) != 0) {

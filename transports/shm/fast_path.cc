@@ -81,9 +81,16 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       if (i % 4096 == 0) sched_yield();  // oversubscribed: let the peer we wait for run
       continue;
     }
-    // The call check first: a peer that spotted the mismatch may already have closed its end.
-    if (tag != nullptr) check_peer_call(peer, *tag);
-    check_peer(peer);
+    // The call check first: a peer that spotted the mismatch may already have closed its end. A peer that
+    // published what we wait for and then finished (closed, release) is not an error: after seeing its close
+    // (acquire), the counter shows everything it published, so look once more before failing.
+    try {
+      if (tag != nullptr) check_peer_call(peer, *tag);
+      check_peer(peer);
+    } catch (const Error&) {
+      if (counter.load(std::memory_order_acquire) >= target) return;
+      throw;
+    }
     uint64_t seen = counter.load(std::memory_order_seq_cst);
     if (seen >= target) return;
     if (sleepers != nullptr) {
