@@ -67,7 +67,7 @@ void check_rank(int rank, int size, const char* op, const char* which, int value
 template <typename Body>
 void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, Body&& body) {
   if (fast_path != nullptr) fast_path->announce(tag);  // for peers waiting in a fast-path call
-  algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, chunk_bytes, scratch,
+  algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, spin_yields, chunk_bytes, scratch,
                   request_table, call);
   guard(call, [&] { body(exec); });
 }

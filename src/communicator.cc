@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/cpu.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -170,9 +171,11 @@ Communicator Communicator::init(const Config& config) {
 
   // The first device (best first) that both ranks have and that can connect them; symmetric by construction.
   std::map<std::string, std::vector<transport::PeerAddress>> plan;
+  int local_ranks = 1;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Published other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
+    if (other.info.host_id == self.info.host_id) ++local_ranks;
     std::string chosen;
     for (const std::string& name : order) {
       if (other.addresses.count(name) != 0 && devices[name]->can_connect(self.info, other.info)) {
@@ -187,6 +190,7 @@ Communicator Communicator::init(const Config& config) {
     }
     impl->transport_names[peer] = chosen;
   }
+  impl->spin_yields = spin_should_yield(local_ranks);
   for (auto& [name, peers] : plan) {
     auto endpoints = contexts[name]->connect(peers, deadline);
     for (auto& endpoint : endpoints) {

@@ -52,6 +52,7 @@ struct Communicator::Impl {
   transport::CollectiveFastPath* fast_path = nullptr;  // owned by one of contexts
   TunerConfig tuner;
   std::chrono::microseconds spin{50};
+  bool spin_yields = true;  // spin_should_yield() for this communicator's ranks on this host
   size_t chunk_bytes = 256 * 1024;
 
   void mark_broken(const std::string& reason);

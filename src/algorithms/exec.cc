@@ -45,7 +45,7 @@ void RequestTable::reset(int world_size) {
 }
 
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
-           std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
+           std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
            const CallInfo& call)
     : rank_(rank),
       size_(size),
@@ -53,6 +53,7 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, t
       tag_(tag),
       deadline_(deadline),
       spin_(spin),
+      spin_yields_(spin_yields),
       chunk_bytes_(chunk_bytes),
       scratch_(scratch),
       call_(call),
@@ -123,8 +124,8 @@ void Exec::wait(size_t id) {
       // endpoints of this call still get progressed and the deadline is honoured).
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (++iterations % 256 == 0) {
-      sched_yield();  // oversubscribed ranks: let the peer we wait for run
+    } else if (spin_yields_ && ++iterations % 256 == 0) {
+      sched_yield();  // ranks that may share a CPU: let the peer we wait for run
     }
   }
 }

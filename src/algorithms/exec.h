@@ -73,7 +73,7 @@ struct RequestTable {
 class Exec {
  public:
   Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
-       std::chrono::microseconds spin, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
+       std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
        const CallInfo& call);
 
   int rank() const { return rank_; }
@@ -102,6 +102,7 @@ class Exec {
   transport::Tag tag_;
   Deadline deadline_;
   std::chrono::microseconds spin_;
+  bool spin_yields_;
   size_t chunk_bytes_;
   Scratch& scratch_;
   const CallInfo& call_;

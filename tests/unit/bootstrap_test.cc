@@ -1,9 +1,13 @@
 // Stores, schedules' partition maths, tuner and signatures.
 #include <gtest/gtest.h>
 
+#include <sched.h>
+#include <sys/sysinfo.h>
+
 #include <thread>
 
 #include "algorithms/chunking.h"
+#include "common/cpu.h"
 #include "common/env.h"
 #include "common/net.h"
 #include "common/time.h"
@@ -149,6 +153,33 @@ TEST(Config, FromEnvFallsBackToLauncherVariables) {
   setenv("TBCOLL_RANK", "x", 1);
   EXPECT_THROW(Config::from_env(), InvalidArgument);
   for (const char* name : {"TBCOLL_RANK", "SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(name);
+}
+
+TEST(Config, SpinningYieldsUnlessPinnedOnePerCpu) {
+  unsetenv("TBCOLL_SPIN_YIELD");
+  // In a thread of its own, so the pinning below leaves the other tests alone.
+  std::thread([] {
+    const int cpus = get_nprocs();
+    cpu_set_t allowed, one;
+    ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
+    CPU_ZERO(&one);
+    CPU_SET(sched_getcpu(), &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
+    EXPECT_FALSE(spin_should_yield(1)) << "pinned, ranks fit one per CPU";
+    EXPECT_FALSE(spin_should_yield(cpus));
+    EXPECT_TRUE(spin_should_yield(cpus + 1)) << "more ranks on this host than CPUs";
+    ASSERT_EQ(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
+    if (CPU_COUNT(&allowed) > 1) {
+      EXPECT_TRUE(spin_should_yield(1)) << "not pinned: a peer may share this CPU";
+    }
+    setenv("TBCOLL_SPIN_YIELD", "1", 1);
+    EXPECT_TRUE(spin_should_yield(1));
+    setenv("TBCOLL_SPIN_YIELD", "0", 1);
+    EXPECT_FALSE(spin_should_yield(cpus + 1));
+    setenv("TBCOLL_SPIN_YIELD", "2", 1);
+    EXPECT_THROW(spin_should_yield(1), InvalidArgument);
+    unsetenv("TBCOLL_SPIN_YIELD");
+  }).join();
 }
 
 }  // namespace

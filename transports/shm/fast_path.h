@@ -116,6 +116,7 @@ class FastPath final : public transport::CollectiveFastPath {
   std::vector<SegmentHeader*> headers_;
   std::vector<int> pidfds_;
   bool direct_;
+  bool spin_yields_;  // spin_should_yield(): sched_yield now and then while spinning
   uint64_t calls_ = 0;
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;
