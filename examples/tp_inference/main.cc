@@ -152,7 +152,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
   const int n_prefill = n_prompt < positions ? n_prompt : positions;  // prompt tokens that go through the model
   const size_t dim = static_cast<size_t>(config.dim);
   const int batch = n_prefill < options.prefill_batch ? n_prefill : options.prefill_batch;
-  std::vector<float> x(dim * static_cast<size_t>(batch > 1 ? batch : 1));
+  Floats x(dim * static_cast<size_t>(batch > 1 ? batch : 1));
   const int last = world - 1;
   const bool greedy = options.temperature <= 0.0f;
 

@@ -149,34 +149,41 @@ TP_MULTIVERSION void rmsnorm(float* out, const float* x, const float* weight, in
   for (int j = 0; j < n; ++j) out[j] = weight[j] * (ss * x[j]);
 }
 
-// x[i] = exp(x[i] - max_val). expf underflows to exactly 0 far above -110 (its smallest subnormal result is near
-// -103.3), so inputs below that give 0 without a call (libm's underflow path, with errno, is slow). With glibc's
-// vector math library, 16 or 8 at a time (_ZGVeN16v_expf / _ZGVdN8v_expf, the functions -Ofast code calls; at
-// most 1 ulp from expf, so results may differ from the scalar path in the last bit, never between ranks).
-inline float exp_or_zero(float d) { return d < -110.0f ? 0.0f : std::exp(d); }
+// x[i] = exp(x[i] - max_val), with results below the smallest normal float (inputs under kExpCutoff) flushed to
+// 0, as the -Ofast reference's flush-to-zero mode does. Those inputs are why: glibc's vector expf sends every
+// lane beyond +-87.3 to a scalar fallback with libm's underflow path (errno), and a few heads with sharp
+// attention have them at many positions; that made the ranks that hold those heads up to 0.5 us slower per
+// layer, a wait the other rank paid at the next all-reduce. A flushed weight (< 1.2e-38 against a sum >= 1)
+// changes no sum. With glibc's vector math library, 16 or 8 at a time (_ZGVeN16v_expf / _ZGVdN8v_expf, the
+// functions -Ofast code calls; at most 1 ulp from expf, so results may differ from the scalar path in the last
+// bit, never between ranks).
+constexpr float kExpCutoff = -87.0f;
+inline float exp_or_zero(float d) { return d < kExpCutoff ? 0.0f : std::exp(d); }
 
 #if defined(TP_HAVE_LIBMVEC)
 extern "C" __m512 _ZGVeN16v_expf(__m512);
 extern "C" __m256 _ZGVdN8v_expf(__m256);
 
+// Lanes under the cutoff are clamped to it before the call (so none takes the fallback) and zeroed after.
 __attribute__((target("avx512f"))) void exp_shifted_avx512(float* x, int n, float max_val) {
-  const __m512 shift = _mm512_set1_ps(max_val), cutoff = _mm512_set1_ps(-110.0f);
+  const __m512 shift = _mm512_set1_ps(max_val), cutoff = _mm512_set1_ps(kExpCutoff);
   int i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 d = _mm512_sub_ps(_mm512_loadu_ps(x + i), shift);
-    const __mmask16 under = _mm512_cmp_ps_mask(d, cutoff, _CMP_LT_OQ);
-    _mm512_storeu_ps(x + i, _mm512_maskz_mov_ps(static_cast<__mmask16>(~under), _ZGVeN16v_expf(d)));
+    const __mmask16 keep = _mm512_cmp_ps_mask(d, cutoff, _CMP_GE_OQ);
+    // (maskz_max: GCC 12 warns about the undefined source operand of _mm512_max_ps.)
+    _mm512_storeu_ps(x + i, _mm512_maskz_mov_ps(keep, _ZGVeN16v_expf(_mm512_maskz_max_ps(static_cast<__mmask16>(0xFFFF), d, cutoff))));
   }
   for (; i < n; ++i) x[i] = exp_or_zero(x[i] - max_val);
 }
 
 __attribute__((target("avx2"))) void exp_shifted_avx2(float* x, int n, float max_val) {
-  const __m256 shift = _mm256_set1_ps(max_val), cutoff = _mm256_set1_ps(-110.0f);
+  const __m256 shift = _mm256_set1_ps(max_val), cutoff = _mm256_set1_ps(kExpCutoff);
   int i = 0;
   for (; i + 8 <= n; i += 8) {
     const __m256 d = _mm256_sub_ps(_mm256_loadu_ps(x + i), shift);
     const __m256 keep = _mm256_cmp_ps(d, cutoff, _CMP_GE_OQ);
-    _mm256_storeu_ps(x + i, _mm256_and_ps(keep, _ZGVdN8v_expf(d)));
+    _mm256_storeu_ps(x + i, _mm256_and_ps(keep, _ZGVdN8v_expf(_mm256_max_ps(d, cutoff))));
   }
   for (; i < n; ++i) x[i] = exp_or_zero(x[i] - max_val);
 }
@@ -214,17 +221,17 @@ TP_MULTIVERSION void softmax(float* x, int n) {
 }
 
 // Rows [row_begin, row_end) x columns [col_begin, col_end) of a 2-D tensor, as dense floats.
-std::vector<float> load_block(const GgufTensor& t, uint64_t row_begin, uint64_t row_end, uint64_t col_begin,
+Floats load_block(const GgufTensor& t, uint64_t row_begin, uint64_t row_end, uint64_t col_begin,
                               uint64_t col_end) {
   const uint64_t cols = col_end - col_begin;
-  std::vector<float> out(static_cast<size_t>((row_end - row_begin) * cols));
+  Floats out(static_cast<size_t>((row_end - row_begin) * cols));
   for (uint64_t r = row_begin; r < row_end; ++r) {
     GgufFile::read_row(t, r, col_begin, col_end, out.data() + (r - row_begin) * cols);
   }
   return out;
 }
 
-std::vector<float> load_vector(const GgufFile& file, const std::string& name, int n) {
+Floats load_vector(const GgufFile& file, const std::string& name, int n) {
   const GgufTensor& t = file.tensor(name, {static_cast<uint64_t>(n)});
   return load_block(t, 0, 1, 0, static_cast<uint64_t>(n));
 }
