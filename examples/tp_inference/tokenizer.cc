@@ -75,6 +75,8 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   pieces_.resize(n);
   scores_.resize(n);
   byte_value_.assign(n, -1);
+  all_bytes_.resize(256);
+  for (int b = 0; b < 256; ++b) all_bytes_[static_cast<size_t>(b)] = static_cast<char>(b);
   byte_token_.assign(256, -1);
   control_.assign(n, false);
   for (size_t i = 0; i < n; ++i) {
@@ -144,18 +146,18 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos, bool a
   return tokens;
 }
 
-std::string Tokenizer::decode(int prev, int token) const {
-  if (token < 0 || token >= vocab_size()) return std::string();
+std::string_view Tokenizer::decode(int prev, int token) const {
+  if (token < 0 || token >= vocab_size()) return {};
   const size_t t = static_cast<size_t>(token);
-  if (control_[t]) return std::string();
+  if (control_[t]) return {};
   if (byte_value_[t] >= 0) {
     const unsigned char byte = static_cast<unsigned char>(byte_value_[t]);
     // Like run.c's safe_printf: a lone byte that is neither printable nor whitespace is dropped.
-    if (byte < 0x80 && !std::isprint(byte) && !std::isspace(byte)) return std::string();
-    return std::string(1, static_cast<char>(byte));
+    if (byte < 0x80 && !std::isprint(byte) && !std::isspace(byte)) return {};
+    return std::string_view(all_bytes_).substr(byte, 1);
   }
-  const std::string& piece = pieces_[t];
-  if (prev == bos_ && !piece.empty() && piece[0] == ' ') return piece.substr(1);
+  std::string_view piece = pieces_[t];
+  if (prev == bos_ && !piece.empty() && piece[0] == ' ') piece.remove_prefix(1);
   return piece;
 }
 

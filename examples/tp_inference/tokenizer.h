@@ -8,6 +8,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -22,8 +23,9 @@ class Tokenizer {
 
   /// Token ids for text, with BOS first and/or EOS last when asked.
   std::vector<int> encode(const std::string& text, bool add_bos, bool add_eos) const;
-  /// Text to print for `token` when it follows `prev` (see the header comment); empty for control tokens.
-  std::string decode(int prev, int token) const;
+  /// Text to print for `token` when it follows `prev` (see the header comment); empty for control tokens. A
+  /// view into the tokenizer (no allocation per generated token), valid while it lives.
+  std::string_view decode(int prev, int token) const;
   /// The stored piece (U+2581 turned into spaces), for tests and debugging.
   const std::string& piece(int token) const { return pieces_.at(static_cast<size_t>(token)); }
   /// -1 when the string is not a token.
@@ -39,6 +41,7 @@ class Tokenizer {
   std::vector<int> byte_token_;  // byte value -> token id, -1 when the vocabulary lacks it
   std::vector<int> byte_value_;  // token id -> byte value for <0xXX> tokens, else -1
   std::vector<bool> control_;    // control / unknown tokens print nothing
+  std::string all_bytes_;        // byte b at index b: what a <0xXX> token prints
   std::unordered_map<std::string, int> index_;
   int bos_ = 1;
   int eos_ = 2;
