@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/cpu.h"
 #include "communicator.h"
 
 namespace tbcoll {
@@ -86,7 +87,12 @@ Work AsyncQueue::submit(std::function<void()> call) {
   auto state = std::make_shared<Work::State>();
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);
-    if (!impl_->thread.joinable()) impl_->thread = std::thread([impl = impl_.get()] { impl->loop(); });
+    if (!impl_->thread.joinable()) {
+      impl_->thread = std::thread([impl = impl_.get()] {
+        mark_thread_sharing_cpu();  // it runs beside the caller's thread, on the caller's CPUs
+        impl->loop();
+      });
+    }
     impl_->queue.emplace_back(std::move(call), state);
     pending_.fetch_add(1, std::memory_order_acq_rel);
   }
@@ -99,10 +105,38 @@ void AsyncQueue::wait_empty() {
   impl_->changed.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
+// Arguments are checked by the call itself; its errors reach the caller through the Work. The queued call holds
+// the Impl, which is stable across moves of the Communicator.
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  // Arguments are checked by the call itself; its errors reach the caller through the Work.
-  Impl* impl = impl_.get();  // stable across moves of the Communicator
+  Impl* impl = impl_.get();
   return impl->async.submit([impl, send, recv, count, dtype, op] { impl->all_reduce(send, recv, count, dtype, op); });
+}
+
+Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
+  Impl* impl = impl_.get();
+  return impl->async.submit([impl, send, recv, count, dtype] { impl->all_gather(send, recv, count, dtype); });
+}
+
+Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  Impl* impl = impl_.get();
+  return impl->async.submit(
+      [impl, send, recv, count, dtype, op] { impl->reduce_scatter(send, recv, count, dtype, op); });
+}
+
+Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
+  Impl* impl = impl_.get();
+  return impl->async.submit(
+      [impl, send, recv, count, dtype, op, root] { impl->reduce(send, recv, count, dtype, op, root); });
+}
+
+Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  Impl* impl = impl_.get();
+  return impl->async.submit([impl, send, recv, count, dtype, root] { impl->broadcast(send, recv, count, dtype, root); });
+}
+
+Work Communicator::barrier_async() {
+  Impl* impl = impl_.get();
+  return impl->async.submit([impl] { impl->barrier(); });
 }
 
 }  // namespace tbcoll

@@ -210,6 +210,86 @@ tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
   return guarded([&] { get(comm).barrier(); });
 }
 
+// Asynchronous calls: a request owns the Work of one queued call.
+}  // extern "C"
+
+struct tbcollRequest {
+  tbcoll::Work work;
+};
+
+namespace {
+
+template <typename Start>
+tbcollResult_t start_async(tbcollRequest_t* request, Start&& start) {
+  return guarded([&] {
+    if (request == nullptr) throw tbcoll::InvalidArgument("request pointer is NULL");
+    *request = nullptr;
+    auto handle = std::make_unique<tbcollRequest>();
+    handle->work = start();
+    *request = handle.release();
+  });
+}
+
+tbcoll::Work& work_of(tbcollRequest_t request) {
+  if (request == nullptr) throw tbcoll::InvalidArgument("request is NULL");
+  return request->work;
+}
+
+}  // namespace
+
+extern "C" {
+
+tbcollResult_t tbcollAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                    tbcollRedOp_t op, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, [&] {
+    return get(comm).all_reduce_async(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op));
+  });
+}
+
+tbcollResult_t tbcollAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request,
+                     [&] { return get(comm).all_gather_async(sendbuff, recvbuff, sendcount, dtype_of(datatype)); });
+}
+
+tbcollResult_t tbcollReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        tbcollDataType_t datatype, tbcollRedOp_t op, tbcollComm_t comm,
+                                        tbcollRequest_t* request) {
+  return start_async(request, [&] {
+    return get(comm).reduce_scatter_async(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op));
+  });
+}
+
+tbcollResult_t tbcollReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                 tbcollRedOp_t op, int root, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, [&] {
+    return get(comm).reduce_async(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root);
+  });
+}
+
+tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                    int root, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, [&] {
+    return get(comm).broadcast_async(sendbuff, recvbuff, count, dtype_of(datatype), root);
+  });
+}
+
+tbcollResult_t tbcollTest(tbcollRequest_t request, int* done) {
+  return guarded([&] {
+    if (done == nullptr) throw tbcoll::InvalidArgument("done pointer is NULL");
+    *done = 0;
+    *done = work_of(request).test() ? 1 : 0;
+  });
+}
+
+tbcollResult_t tbcollWait(tbcollRequest_t request) {
+  return guarded([&] { work_of(request).wait(); });
+}
+
+tbcollResult_t tbcollRequestFree(tbcollRequest_t request) {
+  return guarded([&] { delete request; });
+}
+
 // Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
 thread_local int c_group_depth = 0;
 thread_local std::vector<tbcollComm_t> c_group_comms;

@@ -142,8 +142,12 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-  Impl& c = *impl_;
-  c.async.drain();
+  impl_->async.drain();
+  impl_->all_gather(send, recv, count, dtype);
+}
+
+void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
+  Impl& c = *this;
   check_dtype(c.rank, "all_gather", dtype);
   size_t total = checked_bytes(c.rank, "all_gather", count, dtype, static_cast<size_t>(c.size));
   check_buffer(c.rank, "all_gather", "send", send, count);
@@ -179,8 +183,12 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  Impl& c = *impl_;
-  c.async.drain();
+  impl_->async.drain();
+  impl_->reduce_scatter(send, recv, count, dtype, op);
+}
+
+void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  Impl& c = *this;
   check_dtype(c.rank, "reduce_scatter", dtype);
   check_op(c.rank, "reduce_scatter", op);
   size_t total = checked_bytes(c.rank, "reduce_scatter", count, dtype, static_cast<size_t>(c.size));
@@ -199,8 +207,12 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, Da
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  Impl& c = *impl_;
-  c.async.drain();
+  impl_->async.drain();
+  impl_->reduce(send, recv, count, dtype, op, root);
+}
+
+void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
+  Impl& c = *this;
   check_dtype(c.rank, "reduce", dtype);
   check_op(c.rank, "reduce", op);
   check_rank(c.rank, c.size, "reduce", "root", root);
@@ -220,8 +232,12 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  Impl& c = *impl_;
-  c.async.drain();
+  impl_->async.drain();
+  impl_->broadcast(send, recv, count, dtype, root);
+}
+
+void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  Impl& c = *this;
   check_dtype(c.rank, "broadcast", dtype);
   check_rank(c.rank, c.size, "broadcast", "root", root);
   size_t bytes = checked_bytes(c.rank, "broadcast", count, dtype, 1);
@@ -250,8 +266,12 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 }
 
 void Communicator::barrier() {
-  Impl& c = *impl_;
-  c.async.drain();
+  impl_->async.drain();
+  impl_->barrier();
+}
+
+void Communicator::Impl::barrier() {
+  Impl& c = *this;
   const algo::CallInfo what{"barrier"};
   c.check_usable(what);
   if (c.size == 1) return;

@@ -27,16 +27,22 @@ uint64_t random_u64() {
   return (uint64_t{device()} << 32) ^ device();
 }
 
+// The running kernel's identity: processes that see the same one share the machine's CPUs, whatever their
+// host names (containers) or TBCOLL_HOST_ID say.
+std::string kernel_id() {
+  std::string boot_id;
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::getline(in, boot_id);
+  return boot_id;
+}
+
 std::string host_id() {
   // Tests (and unusual set-ups, e.g. containers sharing nothing but a name) can set the identity.
   std::string forced = env::get("TBCOLL_HOST_ID");
   if (!forced.empty()) return forced;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  std::string boot_id;
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::getline(in, boot_id);
-  return std::string(name) + "/" + boot_id;
+  return std::string(name) + "/" + kernel_id();
 }
 
 uint64_t process_id() {
@@ -47,14 +53,17 @@ uint64_t process_id() {
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
 
-// What a rank publishes: "host=...\npid=...\n<device>=<address>\n..."
+// What a rank publishes: "host=...\npid=...\nkernel=...\ncpus=...\ndev.<device>=<address>\n..."
 struct Published {
   transport::PeerInfo info;
+  std::string kernel;     // kernel_id()
+  std::vector<int> cpus;  // CPUs the initialising thread may run on (empty: unknown)
   std::map<std::string, std::string> addresses;
 };
 
 std::string encode(const Published& p) {
-  std::string out = fmt::format("host={}\npid={}\n", p.info.host_id, p.info.process_id);
+  std::string out = fmt::format("host={}\npid={}\nkernel={}\ncpus={}\n", p.info.host_id, p.info.process_id,
+                                p.kernel, format_cpus(p.cpus));
   for (const auto& [device, address] : p.addresses) out += fmt::format("dev.{}={}\n", device, address);
   return out;
 }
@@ -70,6 +79,14 @@ Published decode(int rank, const std::string& text) {
     std::string key = line.substr(0, eq), value = line.substr(eq + 1);
     if (key == "host") p.info.host_id = value;
     else if (key == "pid") p.info.process_id = std::stoull(value);
+    else if (key == "kernel") p.kernel = value;
+    else if (key == "cpus") {
+      try {
+        p.cpus = parse_cpus(value);
+      } catch (const InvalidArgument&) {
+        p.cpus.clear();  // unknown: treated as sharing every CPU
+      }
+    }
     else if (key.rfind("dev.", 0) == 0) p.addresses[key.substr(4)] = value;
   }
   return p;
@@ -144,6 +161,8 @@ Communicator Communicator::init(const Config& config) {
   // A context per usable device; publish identity and addresses.
   Published self;
   self.info = {rank, host_id(), process_id()};
+  self.kernel = kernel_id();
+  self.cpus = allowed_cpus();
   std::map<std::string, std::shared_ptr<transport::Device>> devices;
   std::map<std::string, std::unique_ptr<transport::Context>> contexts;
   std::vector<std::string> order;
@@ -171,11 +190,11 @@ Communicator Communicator::init(const Config& config) {
 
   // The first device (best first) that both ranks have and that can connect them; symmetric by construction.
   std::map<std::string, std::vector<transport::PeerAddress>> plan;
-  int local_ranks = 1;
+  std::vector<std::vector<int>> same_machine_cpus;  // of the peers that run on this kernel
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Published other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
-    if (other.info.host_id == self.info.host_id) ++local_ranks;
+    if (other.kernel == self.kernel) same_machine_cpus.push_back(other.cpus);
     std::string chosen;
     for (const std::string& name : order) {
       if (other.addresses.count(name) != 0 && devices[name]->can_connect(self.info, other.info)) {
@@ -190,7 +209,9 @@ Communicator Communicator::init(const Config& config) {
     }
     impl->transport_names[peer] = chosen;
   }
-  impl->spin_yields = spin_should_yield(local_ranks);
+  impl->spin_yields = spin_should_yield(self.cpus, same_machine_cpus);
+  log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine; spinning waits {}", rank,
+            format_cpus(self.cpus), same_machine_cpus.size(), impl->spin_yields ? "yield now and then" : "never yield");
   for (auto& [name, peers] : plan) {
     auto endpoints = contexts[name]->connect(peers, deadline);
     for (auto& endpoint : endpoints) {
@@ -204,6 +225,7 @@ Communicator Communicator::init(const Config& config) {
   if (plan.size() == 1 && impl->contexts.size() == 1 && link_delay.count() == 0) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
+      impl->fast_path->set_spin_yields(impl->spin_yields);
       impl->tuner.one_shot_limit_bytes = impl->fast_path->max_one_shot_bytes();
       impl->tuner.cma = impl->fast_path->has_direct();
       impl->tuner.two_shot = true;

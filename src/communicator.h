@@ -69,6 +69,11 @@ struct Communicator::Impl {
   void run(const algo::CallInfo& call, transport::Tag tag, Body&& body);
   /// The calls themselves; the public methods drain queued asynchronous calls first.
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  void all_gather(const void* send, void* recv, size_t count, DataType dtype);
+  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
+  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
+  void barrier();
   /// send (is_send) or recv of count elements with peer; buf is only read for a send.
   void p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer);
   /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.

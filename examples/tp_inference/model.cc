@@ -158,7 +158,7 @@ TP_MULTIVERSION void rmsnorm(float* out, const float* x, const float* weight, in
 // functions -Ofast code calls; at most 1 ulp from expf, so results may differ from the scalar path in the last
 // bit, never between ranks).
 constexpr float kExpCutoff = -87.0f;
-inline float exp_or_zero(float d) { return d < kExpCutoff ? 0.0f : std::exp(d); }
+inline float exp_or_zero(float d) { return !(d >= kExpCutoff) ? 0.0f : std::exp(d); }  // NaN: 0, as the vector paths
 
 #if defined(TP_HAVE_LIBMVEC)
 extern "C" __m512 _ZGVeN16v_expf(__m512);

@@ -5,7 +5,8 @@
  *   tbcollAllReduce(send, recv, count, tbcollFloat32, tbcollSum, comm);
  *   tbcollCommDestroy(comm);
  *
- * Or, under tbcoll-run / mpirun / srun: tbcollCommInitFromEnv(&comm). Calls block (there are no streams);
+ * Or, under tbcoll-run / mpirun / srun: tbcollCommInitFromEnv(&comm). Calls block (there are no streams),
+ * except the *Async ones, which queue the call and return a request;
  * every call has a deadline (TBCOLL_TIMEOUT). Errors never abort: they return a tbcollResult_t and
  * tbcollGetLastError(comm) says what happened. */
 #ifndef TBCOLL_H_
@@ -70,6 +71,27 @@ tbcollResult_t tbcollBarrier(tbcollComm_t comm);
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm);
 tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm);
+/** Asynchronous collectives: the call is queued and runs on the communicator's progress thread, in order with
+ *  the communicator's other calls (a blocking call waits for the queued ones first); buffers must stay valid until
+ *  it finished. *request receives a handle: tbcollTest sets *done to 1 once the call finished, tbcollWait blocks
+ *  until then (both return the call's error if it failed, with tbcollGetLastError on the calling thread), and
+ *  tbcollRequestFree releases the handle (the call still runs if it had not finished). */
+typedef struct tbcollRequest* tbcollRequest_t;
+tbcollResult_t tbcollAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                    tbcollRedOp_t op, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
+                                    tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
+                                        tbcollDataType_t datatype, tbcollRedOp_t op, tbcollComm_t comm,
+                                        tbcollRequest_t* request);
+tbcollResult_t tbcollReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                 tbcollRedOp_t op, int root, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                    int root, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollTest(tbcollRequest_t request, int* done);
+tbcollResult_t tbcollWait(tbcollRequest_t request);
+tbcollResult_t tbcollRequestFree(tbcollRequest_t request);
+
 /** As ncclGroupStart/End, for send/recv: calls between them (on any communicator, this thread) are recorded and
  *  run together at the outermost tbcollGroupEnd, which blocks until they all completed. */
 tbcollResult_t tbcollGroupStart(void);

@@ -134,6 +134,12 @@ class Communicator {
   /// first waits for the queued ones (calls keep their order on every rank). The thread spins like any wait,
   /// so overlap pays off when a core is free for it.
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  /// The other collectives, asynchronous in the same way (same queue, same order rules).
+  Work all_gather_async(const void* send, void* recv, size_t count, DataType dtype);
+  Work reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
+  Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
+  Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root);
+  Work barrier_async();
   /// Between group_start() and group_end(), send and recv only record the operation (buffers must stay valid);
   /// group_end() runs them all at once, so a rank can send to and receive from peers without ordering them
   /// (no deadlock), and may send to itself. Groups nest; the outermost group_end() runs them. Collectives

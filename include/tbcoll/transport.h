@@ -100,6 +100,9 @@ class CollectiveFastPath {
   virtual size_t max_one_shot_bytes() const = 0;
   /// Whether the direct collectives (peers read each other's buffers in place) are available.
   virtual bool has_direct() const = 0;
+  /// Whether spinning waits hand the CPU over (sched_yield) now and then: the communicator's decision, from
+  /// where all ranks run (src/common/cpu.h). Until called: yes.
+  virtual void set_spin_yields(bool yields) = 0;
 
   // Every method is collective over every rank and called in the same order everywhere. tag is the call's
   // tag and signature: a peer in a different call gets MismatchError. They block: spin for `spin`, then

@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "common/cpu.h"
 #include "common/enforce.h"
 
 namespace tbcoll::algo {
@@ -124,7 +125,7 @@ void Exec::wait(size_t id) {
       // endpoints of this call still get progressed and the deadline is honoured).
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (spin_yields_ && ++iterations % 256 == 0) {
+    } else if (++iterations % 256 == 0 && (spin_yields_ || thread_shares_cpu())) {
       sched_yield();  // ranks that may share a CPU: let the peer we wait for run
     }
   }

@@ -1,7 +1,9 @@
 #include "common/cpu.h"
 
 #include <sched.h>
-#include <sys/sysinfo.h>
+
+#include <algorithm>
+#include <cstdlib>
 
 #include <fmt/format.h>
 
@@ -10,15 +12,72 @@
 
 namespace tbcoll {
 
-bool spin_should_yield(int local_ranks) {
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;  // unknown: shares with everyone (see below)
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
+  }
+  return cpus;
+}
+
+std::string format_cpus(const std::vector<int>& cpus) {
+  std::string out;
+  for (size_t i = 0; i < cpus.size();) {
+    size_t j = i;
+    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j == i ? fmt::format("{}", cpus[i]) : fmt::format("{}-{}", cpus[i], cpus[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
+std::vector<int> parse_cpus(const std::string& text) {
+  std::vector<int> cpus;
+  size_t at = 0;
+  auto number = [&]() {
+    size_t start = at;
+    while (at < text.size() && text[at] >= '0' && text[at] <= '9' && at - start < 6) ++at;
+    if (at == start) throw InvalidArgument(fmt::format("CPU list {:?}: expected a number at {}", text, start));
+    return std::atoi(text.substr(start, at - start).c_str());
+  };
+  while (at < text.size()) {
+    int first = number(), last = first;
+    if (at < text.size() && text[at] == '-') {
+      ++at;
+      last = number();
+    }
+    if (last < first || last >= CPU_SETSIZE) throw InvalidArgument(fmt::format("CPU list {:?}: bad range", text));
+    for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
+    if (at < text.size() && text[at++] != ',') throw InvalidArgument(fmt::format("CPU list {:?}: expected ','", text));
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+bool spin_should_yield(const std::vector<int>& mine, const std::vector<std::vector<int>>& same_machine_peers) {
   const long long forced = env::get_int("TBCOLL_SPIN_YIELD");
   if (forced == 0 || forced == 1) return forced == 1;
   if (forced != -1) throw InvalidArgument(fmt::format("[env] TBCOLL_SPIN_YIELD={} must be -1, 0 or 1", forced));
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof(allowed), &allowed) != 0) return true;
-  const bool pinned = CPU_COUNT(&allowed) == 1;
-  return !pinned || local_ranks > get_nprocs();
+  if (mine.empty()) return !same_machine_peers.empty();
+  for (const std::vector<int>& theirs : same_machine_peers) {
+    if (theirs.empty()) return true;  // a peer that could not tell: assume it may share
+    std::vector<int> common;
+    std::set_intersection(mine.begin(), mine.end(), theirs.begin(), theirs.end(), std::back_inserter(common));
+    if (!common.empty()) return true;
+  }
+  return false;
 }
+
+namespace {
+thread_local bool sharing_cpu = false;
+}  // namespace
+
+void mark_thread_sharing_cpu() { sharing_cpu = true; }
+bool thread_shares_cpu() { return sharing_cpu; }
 
 }  // namespace tbcoll

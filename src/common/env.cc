@@ -19,7 +19,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_ALGO", "", "force an algorithm: ring, direct, oneshot, cma (all_reduce, all_gather), twoshot (all_reduce), tree, chain (broadcast)"},
       {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
       {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
-      {"TBCOLL_SPIN_YIELD", "-1", "1: spinning waits call sched_yield now and then; 0: never; -1: unless this rank is pinned to one CPU and the host's ranks fit one per CPU"},
+      {"TBCOLL_SPIN_YIELD", "-1", "1: spinning waits call sched_yield now and then; 0: never; -1: when another rank on this machine may run on one of this rank's CPUs"},
       {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of ring and chain algorithms"},
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
       {"TBCOLL_CMA_MIN_BYTES", "4194304", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach); below it, above the direct size, the two-shot through the segment"},

@@ -1,4 +1,4 @@
-// Asynchronous all_reduce: queued calls complete in order, mix with blocking calls, report errors.
+// Asynchronous collectives: queued calls complete in order, mix with blocking calls, report errors.
 #include <gtest/gtest.h>
 
 #include "collectives/harness.h"
@@ -33,6 +33,39 @@ TEST_P(Async, QueuedCallsCompleteInOrderAndMixWithBlockingOnes) {
     }
     Work nothing;
     EXPECT_TRUE(nothing.test());
+  });
+}
+
+// Every collective has an asynchronous form; queued back to back, each result matches its blocking reference.
+TEST_P(Async, EveryCollectiveQueuedBackToBack) {
+  run_ranks(3, {GetParam(), ""}, [&](Communicator& comm) {
+    const int n = comm.size(), r = comm.rank();
+    const size_t count = 1001;  // odd, and one element more than a multiple of n
+    std::vector<int32_t> mine(count), gathered(count * n), blocks(count * n), scattered(count), reduced(count);
+    std::vector<int32_t> bcast(count, r == 1 ? 42 : -1);
+    for (size_t i = 0; i < count; ++i) mine[i] = static_cast<int32_t>(i) * (r + 1);
+    for (size_t i = 0; i < count * n; ++i) blocks[i] = static_cast<int32_t>(i) + r;
+    std::vector<Work> works;
+    works.push_back(comm.all_gather_async(mine.data(), gathered.data(), count, DataType::kInt32));
+    works.push_back(comm.reduce_scatter_async(blocks.data(), scattered.data(), count, DataType::kInt32,
+                                              ReduceOp::kSum));
+    works.push_back(comm.reduce_async(mine.data(), r == 2 ? reduced.data() : nullptr, count, DataType::kInt32,
+                                      ReduceOp::kMax, 2));
+    works.push_back(comm.broadcast_async(bcast.data(), bcast.data(), count, DataType::kInt32, 1));
+    works.push_back(comm.barrier_async());
+    for (Work& work : works) work.wait();
+    for (int p = 0; p < n; ++p) {
+      for (size_t i = 0; i < count; i += 250) {
+        ASSERT_EQ(gathered[p * count + i], static_cast<int32_t>(i) * (p + 1)) << "all_gather, rank " << p;
+      }
+    }
+    for (size_t i = 0; i < count; i += 250) {
+      ASSERT_EQ(scattered[i], n * static_cast<int32_t>(r * count + i) + n * (n - 1) / 2) << "reduce_scatter";
+      if (r == 2) {
+        ASSERT_EQ(reduced[i], static_cast<int32_t>(i) * n) << "reduce (max)";
+      }
+      ASSERT_EQ(bcast[i], 42) << "broadcast";
+    }
   });
 }
 

@@ -78,6 +78,74 @@ TEST(CApi, UniqueIdRendezvousAndCollectives) {
   for (int rank = 0; rank < n; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
 }
 
+TEST(CApi, AsynchronousCallsAndRequests) {
+  const int n = 2;
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  std::vector<std::string> failures(n);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto fail = [&](const char* what, tbcollResult_t rc) {
+        failures[rank] = std::string(what) + ": " + tbcollGetErrorString(rc) + ": " + tbcollGetLastError(nullptr);
+      };
+      tbcollComm_t comm = nullptr;
+      tbcollResult_t rc = tbcollCommInitRank(&comm, n, id, rank);
+      if (rc != tbcollSuccess) return fail("init", rc);
+      std::vector<float> data(5000, static_cast<float>(rank + 1)), sum(5000);
+      std::vector<int32_t> gathered(2 * n), scattered(3), blocks(3 * n, rank + 1);
+      int32_t mine[2] = {rank, -rank};
+      int64_t value = rank == 1 ? 9 : 0, product = 0;
+      tbcollRequest_t requests[5] = {};
+      if ((rc = tbcollAllReduceAsync(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm,
+                                     &requests[0])) != tbcollSuccess ||
+          (rc = tbcollAllGatherAsync(mine, gathered.data(), 2, tbcollInt32, comm, &requests[1])) != tbcollSuccess ||
+          (rc = tbcollReduceScatterAsync(blocks.data(), scattered.data(), 3, tbcollInt32, tbcollSum, comm,
+                                         &requests[2])) != tbcollSuccess ||
+          (rc = tbcollBroadcastAsync(&value, &value, 1, tbcollInt64, 1, comm, &requests[3])) != tbcollSuccess ||
+          (rc = tbcollReduceAsync(&value, &product, 1, tbcollInt64, tbcollProd, 0, comm, &requests[4])) !=
+              tbcollSuccess) {
+        return fail("queueing", rc);
+      }
+      int done = 0;
+      while (done == 0) {  // poll the first one, wait for the others
+        if ((rc = tbcollTest(requests[0], &done)) != tbcollSuccess) return fail("test", rc);
+      }
+      for (tbcollRequest_t request : requests) {
+        if ((rc = tbcollWait(request)) != tbcollSuccess) return fail("wait", rc);
+        if ((rc = tbcollRequestFree(request)) != tbcollSuccess) return fail("free", rc);
+      }
+      if (sum[4999] != 3.0f) failures[rank] = "all_reduce result " + std::to_string(sum[4999]);
+      if (gathered[2] != 1 || gathered[3] != -1) failures[rank] = "all_gather result";
+      if (scattered[2] != 3) failures[rank] = "reduce_scatter result " + std::to_string(scattered[2]);
+      if (value != 9) failures[rank] = "broadcast result";
+      if (rank == 0 && product != 81) failures[rank] = "reduce result " + std::to_string(product);
+      // An argument error reaches the request, with its message, and the communicator stays usable.
+      tbcollRequest_t bad = nullptr;
+      if ((rc = tbcollAllReduceAsync(nullptr, sum.data(), 4, tbcollFloat32, tbcollSum, comm, &bad)) !=
+          tbcollSuccess) {
+        return fail("queueing a bad call", rc);
+      }
+      if (tbcollWait(bad) != tbcollInvalidArgument ||
+          std::strstr(tbcollGetLastError(comm), "send buffer is null") == nullptr) {
+        failures[rank] = std::string("null buffer not reported through the request: ") + tbcollGetLastError(comm);
+      }
+      if (tbcollTest(bad, &done) != tbcollInvalidArgument) failures[rank] = "tbcollTest hides the error";
+      tbcollRequestFree(bad);
+      if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier after errors", rc);
+      tbcollCommDestroy(comm);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int rank = 0; rank < n; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+  EXPECT_EQ(tbcollAllReduceAsync(nullptr, nullptr, 0, tbcollFloat32, tbcollSum, nullptr, nullptr),
+            tbcollInvalidArgument);
+  EXPECT_EQ(tbcollWait(nullptr), tbcollInvalidArgument);
+  int done = 0;
+  EXPECT_EQ(tbcollTest(nullptr, &done), tbcollInvalidArgument);
+  EXPECT_EQ(tbcollRequestFree(nullptr), tbcollSuccess) << "freeing NULL is a no-op, like free()";
+}
+
 TEST(CApi, NullArgumentsAndStrings) {
   EXPECT_EQ(tbcollCommInitRank(nullptr, 1, tbcollUniqueId{}, 0), tbcollInvalidArgument);
   EXPECT_EQ(tbcollAllReduce(nullptr, nullptr, 0, tbcollFloat32, tbcollSum, nullptr), tbcollInvalidArgument);

@@ -1,9 +1,7 @@
 // Stores, schedules' partition maths, tuner and signatures.
 #include <gtest/gtest.h>
 
-#include <sched.h>
-#include <sys/sysinfo.h>
-
+#include <cstdlib>
 #include <thread>
 
 #include "algorithms/chunking.h"
@@ -155,31 +153,42 @@ TEST(Config, FromEnvFallsBackToLauncherVariables) {
   for (const char* name : {"TBCOLL_RANK", "SLURM_PROCID", "SLURM_NTASKS"}) unsetenv(name);
 }
 
-TEST(Config, SpinningYieldsUnlessPinnedOnePerCpu) {
+TEST(Config, SpinningYieldsWhenAPeerMayShareTheCpu) {
+  const char* saved = std::getenv("TBCOLL_SPIN_YIELD");
+  const std::string saved_value = saved != nullptr ? saved : "";
   unsetenv("TBCOLL_SPIN_YIELD");
-  // In a thread of its own, so the pinning below leaves the other tests alone.
-  std::thread([] {
-    const int cpus = get_nprocs();
-    cpu_set_t allowed, one;
-    ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
-    CPU_ZERO(&one);
-    CPU_SET(sched_getcpu(), &one);
-    ASSERT_EQ(sched_setaffinity(0, sizeof(one), &one), 0);
-    EXPECT_FALSE(spin_should_yield(1)) << "pinned, ranks fit one per CPU";
-    EXPECT_FALSE(spin_should_yield(cpus));
-    EXPECT_TRUE(spin_should_yield(cpus + 1)) << "more ranks on this host than CPUs";
-    ASSERT_EQ(sched_setaffinity(0, sizeof(allowed), &allowed), 0);
-    if (CPU_COUNT(&allowed) > 1) {
-      EXPECT_TRUE(spin_should_yield(1)) << "not pinned: a peer may share this CPU";
-    }
-    setenv("TBCOLL_SPIN_YIELD", "1", 1);
-    EXPECT_TRUE(spin_should_yield(1));
-    setenv("TBCOLL_SPIN_YIELD", "0", 1);
-    EXPECT_FALSE(spin_should_yield(cpus + 1));
-    setenv("TBCOLL_SPIN_YIELD", "2", 1);
-    EXPECT_THROW(spin_should_yield(1), InvalidArgument);
+  using Cpus = std::vector<int>;
+  EXPECT_FALSE(spin_should_yield({0}, {{1}})) << "pinned to different CPUs";
+  EXPECT_FALSE(spin_should_yield({0, 1}, {{2, 3}, {4}})) << "disjoint sets";
+  EXPECT_FALSE(spin_should_yield({0}, {})) << "alone on this machine";
+  EXPECT_TRUE(spin_should_yield({0}, {{0}})) << "two ranks pinned to one CPU";
+  EXPECT_TRUE(spin_should_yield({0, 1}, {{1, 2}})) << "overlapping sets";
+  EXPECT_TRUE(spin_should_yield({0}, {{1}, {0, 1}})) << "one unpinned peer";
+  EXPECT_TRUE(spin_should_yield({0}, {Cpus{}})) << "a peer that could not read its mask";
+  EXPECT_TRUE(spin_should_yield({}, {{1}})) << "this rank could not read its mask";
+  setenv("TBCOLL_SPIN_YIELD", "1", 1);
+  EXPECT_TRUE(spin_should_yield({0}, {{1}}));
+  setenv("TBCOLL_SPIN_YIELD", "0", 1);
+  EXPECT_FALSE(spin_should_yield({0}, {{0}}));
+  setenv("TBCOLL_SPIN_YIELD", "2", 1);
+  EXPECT_THROW(spin_should_yield({0}, {{1}}), InvalidArgument);
+  if (saved != nullptr) {
+    setenv("TBCOLL_SPIN_YIELD", saved_value.c_str(), 1);
+  } else {
     unsetenv("TBCOLL_SPIN_YIELD");
-  }).join();
+  }
+}
+
+TEST(Config, CpuListsRoundTrip) {
+  EXPECT_EQ(format_cpus({0, 1, 2, 3, 6, 8, 9}), "0-3,6,8-9");
+  EXPECT_EQ(format_cpus({}), "");
+  EXPECT_EQ(parse_cpus("0-3,6,8-9"), (std::vector<int>{0, 1, 2, 3, 6, 8, 9}));
+  EXPECT_EQ(parse_cpus(""), std::vector<int>{});
+  EXPECT_EQ(parse_cpus(format_cpus(allowed_cpus())), allowed_cpus());
+  EXPECT_FALSE(allowed_cpus().empty());
+  for (const char* junk : {"x", "1-", "3-1", "1,,2", "99999999", "0-99999"}) {
+    EXPECT_THROW(parse_cpus(junk), InvalidArgument) << junk;
+  }
 }
 
 }  // namespace

@@ -20,7 +20,7 @@ namespace tbcoll::shm {
 
 FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct)
     : rank_(rank), size_(static_cast<int>(areas.size())), areas_(std::move(areas)), headers_(std::move(headers)),
-      pidfds_(size_, -1), direct_(direct), spin_yields_(spin_should_yield(size_)), inputs_(size_) {
+      pidfds_(size_, -1), direct_(direct), inputs_(size_) {
   for (int p = 0; p < size_; ++p) {
     if (p != rank_ && headers_[p]->owner_pid != static_cast<int32_t>(getpid())) {
       pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, headers_[p]->owner_pid, 0));
@@ -80,7 +80,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       throw TimeoutError(fmt::format("[shm] rank {}: timed out waiting for peer {} ({})", rank_, peer, what));
     }
     if (now < spin_until) {
-      if (spin_yields_ && i % 4096 == 0) sched_yield();  // ranks that may share a CPU: let the peer run
+      if (i % 4096 == 0 && (spin_yields_ || thread_shares_cpu())) sched_yield();  // let who shares the CPU run
       continue;
     }
     // The call check first: a peer that spotted the mismatch may already have closed its end. A peer that

@@ -53,6 +53,7 @@ class FastPath final : public transport::CollectiveFastPath {
 
   size_t max_one_shot_bytes() const override { return kSlotBytes; }
   bool has_direct() const override { return direct_; }
+  void set_spin_yields(bool yields) override { spin_yields_ = yields; }
   void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                            transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
   void all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
@@ -116,7 +117,7 @@ class FastPath final : public transport::CollectiveFastPath {
   std::vector<SegmentHeader*> headers_;
   std::vector<int> pidfds_;
   bool direct_;
-  bool spin_yields_;  // spin_should_yield(): sched_yield now and then while spinning
+  bool spin_yields_ = true;  // sched_yield now and then while spinning (set_spin_yields)
   uint64_t calls_ = 0;
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;
