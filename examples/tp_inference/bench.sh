@@ -10,8 +10,9 @@
 #
 # Every cell is the median of $TP_BENCH_RUNS (default 3) runs of a fixed ~100-token prompt (the "prompt" column
 # gives its length in each model's tokens) followed by $TP_BENCH_TOKENS (default 128) generated tokens with
-# --ignore-eos, greedy. Prefill tok/s = prompt tokens / time to the first generated token; decode tok/s covers the
-# remaining tokens. "comm" is the TP=2 shm rank 0's time inside collectives per decode token (waiting for the
+# --ignore-eos, greedy; the runs of a row's configurations are interleaved, so a noisy spell hits them all alike.
+# Prefill tok/s = prompt tokens / time to the first generated token; decode tok/s covers the remaining tokens.
+# "comm" is the TP=2 shm rank 0's time inside collectives per decode token (waiting for the
 # other rank included) and its share of decode time. Never run more ranks than cores when measuring.
 #
 # Then one rank against a plain C reference (reference/reference.c, -Ofast -march=native) on stories260K.
@@ -20,7 +21,7 @@
 set -euo pipefail
 
 if [[ $# -lt 1 || "$1" == "-h" || "$1" == "--help" ]]; then
-  sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 build="$(cd "$1" && pwd)"
@@ -48,31 +49,56 @@ done
 prompt="Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her \
 friends. One day, she saw a big red ball under a tree. She ran to get it, but a small dog took the ball and ran away."
 
-# Runs one configuration $runs times; prints "prompt_tokens prefill_median decode_median comm_us_median comm_pct".
+# One run of a configuration; prints "prompt_tokens prefill decode comm_us comm_pct" ("0 - - - -" if it failed).
+run_once() {
+  local model="$1" ranks="$2" mode="$3" transport="$4" delay="${5:-0}" line
+  local -a cmd=("$engine" --model "$model" --prompt "$prompt" --tokens "$tokens" --ignore-eos --mode "$mode")
+  if [[ "$ranks" -gt 1 ]]; then
+    cmd=("$launcher" -n "$ranks" --timeout 600 -x "TBCOLL_TRANSPORT=$transport" -x "TBCOLL_LINK_DELAY_US=$delay" \
+         -- "${cmd[@]}")
+  fi
+  line="$("${cmd[@]}" 2>&1 >/dev/null | grep 'tp_inference: model=' | tail -1)" || true
+  if [[ -z "$line" ]]; then
+    echo "bench.sh: run failed: ${cmd[*]}" >&2
+    echo "0 - - - -"
+    return
+  fi
+  echo "$(sed -E 's/.*prefill ([0-9]+) tok.*/\1/' <<<"$line")" \
+       "$(sed -E 's/.*prefill [0-9]+ tok ([0-9.]+) tok\/s.*/\1/' <<<"$line")" \
+       "$(sed -E 's/.*decode [0-9]+ tok ([0-9.]+) tok\/s.*/\1/' <<<"$line")" \
+       "$(sed -E 's/.*of decode \(([0-9.]+) us\/tok\).*/\1/' <<<"$line")" \
+       "$(sed -E 's/.*, ([0-9.]+)% of decode.*/\1/' <<<"$line")"
+}
+
+# Runs every configuration given ("ranks mode transport delay" each, for model $1) $runs times, interleaved
+# (round 1 of every configuration, then round 2, ...), so a noisy spell of the machine hits all of them alike;
+# prints one line per configuration, in order: "prompt_tokens prefill_median decode_median comm_us comm_pct".
 measure() {
-  local model="$1" ranks="$2" mode="$3" transport="$4" delay="${5:-0}"
-  local -a prefill=() decode=() comm_us=() comm_pct=()
-  local n_prompt=0 line i
-  for ((i = 0; i < runs; ++i)); do
-    local -a cmd=("$engine" --model "$model" --prompt "$prompt" --tokens "$tokens" --ignore-eos --mode "$mode")
-    if [[ "$ranks" -gt 1 ]]; then
-      cmd=("$launcher" -n "$ranks" --timeout 600 -x "TBCOLL_TRANSPORT=$transport" -x "TBCOLL_LINK_DELAY_US=$delay" \
-           -- "${cmd[@]}")
-    fi
-    line="$("${cmd[@]}" 2>&1 >/dev/null | grep 'tp_inference: model=' | tail -1)" || true
-    if [[ -z "$line" ]]; then
-      echo "bench.sh: run failed: ${cmd[*]}" >&2
-      echo "0 - - - -"
-      return
-    fi
-    n_prompt="$(sed -E 's/.*prefill ([0-9]+) tok.*/\1/' <<<"$line")"
-    prefill+=("$(sed -E 's/.*prefill [0-9]+ tok ([0-9.]+) tok\/s.*/\1/' <<<"$line")")
-    decode+=("$(sed -E 's/.*decode [0-9]+ tok ([0-9.]+) tok\/s.*/\1/' <<<"$line")")
-    comm_pct+=("$(sed -E 's/.*, ([0-9.]+)% of decode.*/\1/' <<<"$line")")
-    comm_us+=("$(sed -E 's/.*of decode \(([0-9.]+) us\/tok\).*/\1/' <<<"$line")")
+  local model="$1" round i
+  shift
+  local results
+  results="$(mktemp -d)"
+  for ((round = 0; round < runs; ++round)); do
+    for ((i = 1; i <= $#; ++i)); do
+      # shellcheck disable=SC2086  # the configuration is deliberately split into its words
+      run_once "$model" ${!i} >>"$results/$i"
+    done
   done
-  median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
-  echo "$n_prompt $(median "${prefill[@]}") $(median "${decode[@]}") $(median "${comm_us[@]}") $(median "${comm_pct[@]}")"
+  for ((i = 1; i <= $#; ++i)); do
+    awk '$1 == 0 { failed = 1 }
+         { n++; prompt = $1; for (c = 2; c <= 5; ++c) v[c, n] = $c }
+         END {
+           if (failed) { print "0 - - - -"; exit }
+           line = prompt
+           for (c = 2; c <= 5; ++c) {
+             for (a = 1; a <= n; ++a) col[a] = v[c, a]
+             for (a = 2; a <= n; ++a) { x = col[a]; b = a - 1; while (b >= 1 && col[b] + 0 > x + 0) { col[b + 1] = col[b]; --b } col[b + 1] = x }
+             line = line " " col[int((n + 1) / 2)]
+           }
+           print line
+         }' "$results/$i"
+  done
+  rm -rf "$results"
 }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0 && a != "-") printf "%.2fx", a / b; else printf "-" }'; }
@@ -84,10 +110,12 @@ echo "|---|---:|---:|---:|---:|---:|---:|---:|"
 for entry in "${models[@]}"; do
   name="${entry%%|*}"
   model="${entry#*|}"
-  read -r n1 p1 d1 _ _ < <(measure "$model" 1 tensor shm)
-  read -r _ pt dt _ _ < <(measure "$model" 2 tensor tcp)
-  read -r _ ps ds cus cpct < <(measure "$model" 2 tensor shm)
-  read -r _ pp dp _ _ < <(measure "$model" 2 pipeline shm)
+  {
+    read -r n1 p1 d1 _ _
+    read -r _ pt dt _ _
+    read -r _ ps ds cus cpct
+    read -r _ pp dp _ _
+  } < <(measure "$model" "1 tensor shm" "2 tensor tcp" "2 tensor shm" "2 pipeline shm")
   echo "| $name | $n1 | $p1 / $d1 | $pt / $dt | $ps / $ds | $pp / $dp | $cus us ($cpct%) | $(ratio "$ps" "$p1") / $(ratio "$ds" "$d1") |"
 done
 echo
@@ -119,9 +147,12 @@ echo "|---|---:|---:|---:|---:|---:|"
 for entry in "${models[@]}"; do
   name="${entry%%|*}"
   model="${entry#*|}"
-  read -r _ pts dts _ _ < <(measure "$model" 2 tensor tcp "${TP_BENCH_SLOW_US:-300}")
-  read -r _ pps dps _ _ < <(measure "$model" 2 pipeline tcp "${TP_BENCH_SLOW_US:-300}")
-  read -r _ ptf dtf _ _ < <(measure "$model" 2 tensor tcp "${TP_BENCH_FAST_US:-8}")
-  read -r _ ppf dpf _ _ < <(measure "$model" 2 pipeline tcp "${TP_BENCH_FAST_US:-8}")
+  {
+    read -r _ pts dts _ _
+    read -r _ pps dps _ _
+    read -r _ ptf dtf _ _
+    read -r _ ppf dpf _ _
+  } < <(measure "$model" "2 tensor tcp ${TP_BENCH_SLOW_US:-300}" "2 pipeline tcp ${TP_BENCH_SLOW_US:-300}" \
+                 "2 tensor tcp ${TP_BENCH_FAST_US:-8}" "2 pipeline tcp ${TP_BENCH_FAST_US:-8}")
   echo "| $name | $pts / $dts | $pps / $dps | $ptf / $dtf | $ppf / $dpf | $(ratio "$dtf" "$dts") |"
 done
