@@ -109,33 +109,40 @@ void AsyncQueue::wait_empty() {
 // the Impl, which is stable across moves of the Communicator.
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl* impl = impl_.get();
+  impl->check_not_in_group(__func__);
   return impl->async.submit([impl, send, recv, count, dtype, op] { impl->all_reduce(send, recv, count, dtype, op); });
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   Impl* impl = impl_.get();
+  impl->check_not_in_group(__func__);
   return impl->async.submit([impl, send, recv, count, dtype] { impl->all_gather(send, recv, count, dtype); });
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl* impl = impl_.get();
+  impl->check_not_in_group(__func__);
   return impl->async.submit(
       [impl, send, recv, count, dtype, op] { impl->reduce_scatter(send, recv, count, dtype, op); });
 }
 
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
   Impl* impl = impl_.get();
+  impl->check_not_in_group(__func__);
   return impl->async.submit(
       [impl, send, recv, count, dtype, op, root] { impl->reduce(send, recv, count, dtype, op, root); });
 }
 
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl* impl = impl_.get();
-  return impl->async.submit([impl, send, recv, count, dtype, root] { impl->broadcast(send, recv, count, dtype, root); });
+  impl->check_not_in_group(__func__);
+  return impl->async.submit(
+      [impl, send, recv, count, dtype, root] { impl->broadcast(send, recv, count, dtype, root); });
 }
 
 Work Communicator::barrier_async() {
   Impl* impl = impl_.get();
+  impl->check_not_in_group(__func__);
   return impl->async.submit([impl] { impl->barrier(); });
 }
 

@@ -1,5 +1,7 @@
 // The C API: the only place where exceptions become result codes.
+#include <algorithm>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -57,6 +59,24 @@ tbcoll::ReduceOp op_of(const tbcollRedOp_t& op) { return static_cast<tbcoll::Red
 tbcoll::Communicator& get(tbcollComm_t comm) {
   if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
   return comm->communicator;
+}
+
+// Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
+thread_local int c_group_depth = 0;
+thread_local std::vector<tbcollComm_t> c_group_comms;
+
+void join_group(tbcollComm_t comm) {
+  if (c_group_depth == 0 || comm == nullptr) return;
+  for (tbcollComm_t seen : c_group_comms) {
+    if (seen == comm) return;
+  }
+  comm->communicator.group_start();
+  c_group_comms.push_back(comm);
+}
+
+// A communicator destroyed inside a group leaves it (its recorded operations go with it).
+void leave_group(tbcollComm_t comm) {
+  c_group_comms.erase(std::remove(c_group_comms.begin(), c_group_comms.end(), comm), c_group_comms.end());
 }
 
 // Servers started by tbcollGetUniqueId live until the process exits (like NCCL's bootstrap root).
@@ -131,11 +151,15 @@ tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm
 }
 
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
-  return guarded([&] { delete comm; });
+  return guarded([&] {
+    leave_group(comm);
+    delete comm;
+  });
 }
 
 tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
   return guarded([&] {
+    leave_group(comm);
     if (comm != nullptr) comm->communicator.abort();
     delete comm;
   });
@@ -224,6 +248,9 @@ tbcollResult_t start_async(tbcollRequest_t* request, Start&& start) {
   return guarded([&] {
     if (request == nullptr) throw tbcoll::InvalidArgument("request pointer is NULL");
     *request = nullptr;
+    if (c_group_depth > 0) {
+      throw tbcoll::InvalidUsage("asynchronous call inside tbcollGroupStart/End: groups take send and recv only");
+    }
     auto handle = std::make_unique<tbcollRequest>();
     handle->work = start();
     *request = handle.release();
@@ -278,7 +305,12 @@ tbcollResult_t tbcollTest(tbcollRequest_t request, int* done) {
   return guarded([&] {
     if (done == nullptr) throw tbcoll::InvalidArgument("done pointer is NULL");
     *done = 0;
-    *done = work_of(request).test() ? 1 : 0;
+    try {
+      *done = work_of(request).test() ? 1 : 0;
+    } catch (const tbcoll::Error&) {
+      if (request != nullptr) *done = 1;  // finished, with this error
+      throw;
+    }
   });
 }
 
@@ -290,18 +322,6 @@ tbcollResult_t tbcollRequestFree(tbcollRequest_t request) {
   return guarded([&] { delete request; });
 }
 
-// Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
-thread_local int c_group_depth = 0;
-thread_local std::vector<tbcollComm_t> c_group_comms;
-
-static void join_group(tbcollComm_t comm) {
-  if (c_group_depth == 0 || comm == nullptr) return;
-  for (tbcollComm_t seen : c_group_comms) {
-    if (seen == comm) return;
-  }
-  comm->communicator.group_start();
-  c_group_comms.push_back(comm);
-}
 
 tbcollResult_t tbcollGroupStart(void) {
   return guarded([&] { ++c_group_depth; });
@@ -313,7 +333,16 @@ tbcollResult_t tbcollGroupEnd(void) {
     if (--c_group_depth > 0) return;
     std::vector<tbcollComm_t> comms = std::move(c_group_comms);
     c_group_comms.clear();
-    for (tbcollComm_t comm : comms) comm->communicator.group_end();
+    // Every communicator leaves the group, even after one failed; the first error is reported.
+    std::exception_ptr first;
+    for (tbcollComm_t comm : comms) {
+      try {
+        comm->communicator.group_end();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    if (first) std::rethrow_exception(first);
   });
 }
 

@@ -304,7 +304,11 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
   });
 }
 
-void Communicator::group_start() { impl_->group_depth++; }
+void Communicator::group_start() {
+  // Queued asynchronous calls run before the group (call order), and none runs while it records.
+  impl_->async.drain();
+  impl_->group_depth++;
+}
 
 void Communicator::group_end() {
   Impl& c = *impl_;
@@ -318,14 +322,20 @@ void Communicator::group_end() {
   for (const auto& op : ops) {
     if (op.peer == c.rank) (op.is_send ? self_sends : self_recvs).push_back(&op);
   }
+  // The group's operations with peers took their tags when recorded, so a group refused here leaves this rank
+  // out of step with its peers: the communicator is broken, as after an I/O error.
+  auto refuse = [&](const std::string& message) {
+    c.mark_broken(message);
+    throw InvalidUsage(message);
+  };
   if (self_sends.size() != self_recvs.size()) {
-    throw InvalidUsage(fmt::format("rank {}: group has {} sends to self but {} receives from self", c.rank,
-                                   self_sends.size(), self_recvs.size()));
+    refuse(fmt::format("rank {}: group has {} sends to self but {} receives from self", c.rank, self_sends.size(),
+                       self_recvs.size()));
   }
   for (size_t i = 0; i < self_sends.size(); ++i) {
     if (self_sends[i]->bytes != self_recvs[i]->bytes) {
-      throw InvalidUsage(fmt::format("rank {}: send to self of {} B meets a receive from self of {} B", c.rank,
-                                     self_sends[i]->bytes, self_recvs[i]->bytes));
+      refuse(fmt::format("rank {}: send to self of {} B meets a receive from self of {} B", c.rank,
+                         self_sends[i]->bytes, self_recvs[i]->bytes));
     }
     if (self_sends[i]->bytes > 0) std::memmove(self_recvs[i]->buf, self_sends[i]->buf, self_sends[i]->bytes);
   }

@@ -1,9 +1,11 @@
 // Communicator set-up: store, host identity, transport choice per peer pair, connections.
 #include "communicator.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <random>
@@ -36,13 +38,18 @@ std::string kernel_id() {
   return boot_id;
 }
 
+// Ranks with equal host ids talk through shared memory, which names and watches peers by pid: so the id holds
+// the pid namespace too (containers of one pod can share /dev/shm, the host name and the kernel, while their
+// pids mean different processes). Ranks in different pid namespaces of one machine use the next transport.
 std::string host_id() {
   // Tests (and unusual set-ups, e.g. containers sharing nothing but a name) can set the identity.
   std::string forced = env::get("TBCOLL_HOST_ID");
   if (!forced.empty()) return forced;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  return std::string(name) + "/" + kernel_id();
+  struct stat ns {};
+  const unsigned long long pid_ns = stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
+  return fmt::format("{}/{}/pidns:{}", name, kernel_id(), pid_ns);
 }
 
 uint64_t process_id() {
@@ -78,7 +85,13 @@ Published decode(int rank, const std::string& text) {
     if (eq == std::string::npos) continue;
     std::string key = line.substr(0, eq), value = line.substr(eq + 1);
     if (key == "host") p.info.host_id = value;
-    else if (key == "pid") p.info.process_id = std::stoull(value);
+    else if (key == "pid") {
+      char* end = nullptr;
+      p.info.process_id = std::strtoull(value.c_str(), &end, 10);
+      if (value.empty() || *end != '\0') {
+        throw IoError(fmt::format("rendezvous record of rank {} is malformed (pid {:?})", rank, value));
+      }
+    }
     else if (key == "kernel") p.kernel = value;
     else if (key == "cpus") {
       try {

@@ -42,7 +42,6 @@ struct Communicator::Impl {
   };
   int group_depth = 0;
   std::vector<GroupedP2p> group_ops;
-  AsyncQueue async;  // declared last: destroyed first, so queued calls finish while everything else exists
   std::vector<uint64_t> p2p_sent, p2p_received;
   std::atomic<bool> broken{false};
   std::mutex broken_mutex;
@@ -54,8 +53,16 @@ struct Communicator::Impl {
   std::chrono::microseconds spin{50};
   bool spin_yields = true;  // spin_should_yield() for this communicator's ranks on this host
   size_t chunk_bytes = 256 * 1024;
+  // Declared last, so destroyed first: queued calls finish while every member above still exists.
+  AsyncQueue async;
 
   void mark_broken(const std::string& reason);
+  /// Asynchronous calls are refused between group_start and group_end (the group records send/recv only).
+  void check_not_in_group(const char* call) const {
+    if (group_depth > 0) {
+      throw InvalidUsage(fmt::format("rank {}: {} inside a group: groups take send and recv only", rank, call));
+    }
+  }
   void check_usable(const algo::CallInfo& call) {
     if (broken) throw_broken(call);
     if (group_depth > 0 && std::string(call.name) != "send" && std::string(call.name) != "recv") {

@@ -3,10 +3,13 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include <boost/asio.hpp>
@@ -29,8 +32,11 @@ namespace sp = store_protocol;
 struct TcpStoreServer::Impl {
   class Session;
 
+  static constexpr std::chrono::seconds kHelloTimeout{10};
+
   asio::io_context io;
   tcp::acceptor acceptor{io};
+  asio::steady_timer retry{io};
   std::string token;
   std::thread thread;
   std::atomic<uint64_t> rejected{0};
@@ -43,6 +49,15 @@ struct TcpStoreServer::Impl {
 
     void start() {
       auto self = shared_from_this();
+      // A client that connects and does not authenticate in time is dropped (it would hold a descriptor).
+      hello_timer_.expires_after(kHelloTimeout);
+      hello_timer_.async_wait([this, self](auto ec) {
+        if (ec || authenticated_) return;
+        server_.rejected++;
+        log::warn("[store] dropped a connection from {}: no hello within {} s", peer_name(), kHelloTimeout.count());
+        boost::system::error_code ignored;
+        socket_.close(ignored);
+      });
       asio::async_read(socket_, asio::buffer(&hello_, sizeof(hello_)), [this, self](auto ec, size_t) {
         if (ec) return;
         if (hello_.magic != sp::kMagic || hello_.token_len > sp::kMaxTokenBytes) return reject("bad magic", sp::Status::kBadRequest);
@@ -51,6 +66,8 @@ struct TcpStoreServer::Impl {
         asio::async_read(socket_, asio::buffer(body_), [this, self](auto ec2, size_t) {
           if (ec2) return;
           if (std::string(body_.begin(), body_.end()) != server_.token) return reject("wrong job token", sp::Status::kBadToken);
+          authenticated_ = true;
+          hello_timer_.cancel();
           auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, 0});
           asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)),
                             [this, self, welcome](auto ec3, size_t) {
@@ -61,6 +78,7 @@ struct TcpStoreServer::Impl {
     }
 
     void reply(sp::Status status, const std::vector<uint8_t>& value) {
+      parked_on_.reset();
       auto out = std::make_shared<std::vector<uint8_t>>(sizeof(sp::ResponseHeader) + value.size());
       sp::ResponseHeader header{static_cast<uint32_t>(status), static_cast<uint32_t>(value.size())};
       std::memcpy(out->data(), &header, sizeof(header));
@@ -72,6 +90,28 @@ struct TcpStoreServer::Impl {
     }
 
    private:
+    // A parked get reads nothing until the set answers it, so a client that gave up (timed out and closed)
+    // would stay parked, holding its descriptor, until then: watch the socket and unpark on close. A parked
+    // client must not send (it waits for the reply): anything it sends drops it.
+    void watch_while_parked() {
+      auto self = shared_from_this();
+      const uint64_t parking = ++parkings_;
+      socket_.async_wait(tcp::socket::wait_read, [this, self, parking](auto ec) {
+        // Answered meanwhile (read_request() owns the socket again), perhaps parked again on a later get.
+        if (!parked_on_ || parking != parkings_) return;
+        auto found = server_.waiters.find(*parked_on_);
+        if (found != server_.waiters.end()) {
+          auto& list = found->second;
+          list.erase(std::remove(list.begin(), list.end(), self), list.end());
+          if (list.empty()) server_.waiters.erase(found);
+        }
+        parked_on_.reset();
+        if (!ec) log::info("[store] dropped parked client {}: closed or sent while waiting", peer_name());
+        boost::system::error_code ignored;
+        socket_.close(ignored);
+      });
+    }
+
     void reject(const char* why, sp::Status status) {
       server_.rejected++;
       log::warn("[store] rejected a connection from {}: {}", peer_name(), why);
@@ -121,6 +161,8 @@ struct TcpStoreServer::Impl {
             reply(sp::Status::kOk, found->second);
           } else {
             server_.waiters[key].push_back(shared_from_this());  // answered by the set
+            parked_on_ = key;
+            watch_while_parked();
           }
           break;
         }
@@ -140,6 +182,10 @@ struct TcpStoreServer::Impl {
 
     Impl& server_;
     tcp::socket socket_;
+    asio::steady_timer hello_timer_{socket_.get_executor()};
+    bool authenticated_ = false;
+    std::optional<std::string> parked_on_;  // key of a get waiting for its set
+    uint64_t parkings_ = 0;                 // gets parked so far: tells a stale watch from the current one
     sp::Hello hello_{};
     sp::RequestHeader request_{};
     std::vector<uint8_t> body_;
@@ -151,8 +197,15 @@ struct TcpStoreServer::Impl {
       if (!ec) {
         socket.set_option(tcp::no_delay(true), ec);
         std::make_shared<Session>(*this, std::move(socket))->start();
+        accept();
+        return;
       }
-      accept();
+      // Out of descriptors (or another accept error): retry a little later instead of spinning.
+      log::warn("[store] accept failed: {}; retrying in 50 ms", ec.message());
+      retry.expires_after(std::chrono::milliseconds(50));
+      retry.async_wait([this](boost::system::error_code timer_ec) {
+        if (!timer_ec) accept();
+      });
     });
   }
 };
@@ -194,29 +247,13 @@ namespace {
 class TcpStoreClient final : public Store {
  public:
   TcpStoreClient(const std::string& host_port, const std::string& token, Deadline deadline)
-      : where_(host_port), who_(fmt::format("[store] client of {}", host_port)) {
-    fd_ = net::connect_tcp(net::parse_host_port(host_port, "store address"), deadline, who_);
-    try {
-      if (token.size() > sp::kMaxTokenBytes) throw InvalidArgument("[store] job token longer than 1024 bytes");
-      sp::Hello hello{sp::kMagic, sp::kVersion, 0, static_cast<uint32_t>(token.size())};
-      std::vector<uint8_t> out(sizeof(hello) + token.size());
-      std::memcpy(out.data(), &hello, sizeof(hello));
-      std::memcpy(out.data() + sizeof(hello), token.data(), token.size());
-      net::write_all(fd_, out.data(), out.size(), deadline, who_);
-      sp::Welcome welcome{};
-      net::read_exact(fd_, &welcome, sizeof(welcome), deadline, who_);
-      if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
-      if (welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)) {
-        throw InvalidUsage(who_ + ": the store rejected our job token (TBCOLL_TOKEN differs between ranks?)");
-      }
-      if (welcome.status != 0) throw RemoteError(fmt::format("{}: rejected with status {}", who_, welcome.status));
-    } catch (...) {
-      close(fd_);
-      throw;
-    }
+      : where_(host_port), who_(fmt::format("[store] client of {}", host_port)), token_(token) {
+    connect(deadline);
     local_address_ = net::local_address(fd_);
   }
-  ~TcpStoreClient() override { close(fd_); }
+  ~TcpStoreClient() override {
+    if (fd_ >= 0) close(fd_);
+  }
 
   void set(const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) override {
     call(sp::Op::kSet, key, value, deadline);
@@ -237,6 +274,30 @@ class TcpStoreClient final : public Store {
   const std::string& local_address() const { return local_address_; }
 
  private:
+  // Connects and authenticates (again, after a call that failed part-way left the stream out of step).
+  void connect(Deadline deadline) {
+    fd_ = net::connect_tcp(net::parse_host_port(where_, "store address"), deadline, who_);
+    try {
+      if (token_.size() > sp::kMaxTokenBytes) throw InvalidArgument("[store] job token longer than 1024 bytes");
+      sp::Hello hello{sp::kMagic, sp::kVersion, 0, static_cast<uint32_t>(token_.size())};
+      std::vector<uint8_t> out(sizeof(hello) + token_.size());
+      std::memcpy(out.data(), &hello, sizeof(hello));
+      std::memcpy(out.data() + sizeof(hello), token_.data(), token_.size());
+      net::write_all(fd_, out.data(), out.size(), deadline, who_);
+      sp::Welcome welcome{};
+      net::read_exact(fd_, &welcome, sizeof(welcome), deadline, who_);
+      if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
+      if (welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)) {
+        throw InvalidUsage(who_ + ": the store rejected our job token (TBCOLL_TOKEN differs between ranks?)");
+      }
+      if (welcome.status != 0) throw RemoteError(fmt::format("{}: rejected with status {}", who_, welcome.status));
+    } catch (...) {
+      close(fd_);
+      fd_ = -1;
+      throw;
+    }
+  }
+
   std::vector<uint8_t> call(sp::Op op, const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) {
     std::lock_guard<std::mutex> lock(mutex_);
     sp::RequestHeader header{static_cast<uint32_t>(op), static_cast<uint32_t>(key.size()),
@@ -247,6 +308,9 @@ class TcpStoreClient final : public Store {
     std::memcpy(out.data(), &header, sizeof(header));
     std::memcpy(out.data() + sizeof(header), key.data(), key.size());
     if (!value.empty()) std::memcpy(out.data() + sizeof(header) + key.size(), value.data(), value.size());
+    // A call that failed part-way (timed out waiting for a key the server still holds the request for, or cut
+    // off mid-message) leaves replies in flight: the next call starts on a fresh connection.
+    if (fd_ < 0) connect(deadline);
     try {
       net::write_all(fd_, out.data(), out.size(), deadline, who_);
       sp::ResponseHeader response{};
@@ -258,12 +322,22 @@ class TcpStoreClient final : public Store {
       net::read_exact(fd_, result.data(), result.size(), deadline, who_);
       return result;
     } catch (const TimeoutError&) {
+      drop_connection();
       throw TimeoutError(fmt::format("{}: key {:?} not available before the deadline", who_, key));
+    } catch (...) {
+      drop_connection();
+      throw;
     }
+  }
+
+  void drop_connection() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
   }
 
   std::string where_;
   std::string who_;
+  std::string token_;
   std::string local_address_;
   int fd_ = -1;
   std::mutex mutex_;

@@ -184,6 +184,26 @@ TEST(Errors, ShmRanksTunedDifferentlyAreTold) {
   }
 }
 
+// A root that ran its broadcast point to point has sent everything and moved on: its announcement no longer
+// shows the call, but the message waiting in the queue does. The peer in cross-memory attach says so at once.
+TEST(Errors, ShmPeerThatRanTheCallPointToPointAndMovedOnIsSpotted) {
+  std::vector<std::string> messages(2);
+  auto start = std::chrono::steady_clock::now();
+  RankOptions options{"shm", "", 30};
+  options.algo_per_rank = {"tree", "cma"};
+  run_ranks(2, options, [&](Communicator& comm) {
+    std::vector<float> buf(16384, 1.0f);
+    messages[comm.rank()] = error_of([&] {
+      comm.broadcast(buf.data(), buf.data(), buf.size(), DataType::kFloat32, 0);
+      comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+    });
+  });
+  EXPECT_NE(messages[1].find("peer 0 runs this call with a point-to-point schedule"), std::string::npos)
+      << messages[1];
+  EXPECT_NE(messages[0], "") << "rank 0's next call fails too, once rank 1 gave up";
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+}
+
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();
   run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {

@@ -137,8 +137,11 @@ std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
   std::istringstream in(listing.output);
   std::string name;
   while (in >> name) {
+    unsigned long pid_namespace = 0;  // names are tbcoll-<pid namespace, hex>-<pid>-<communicator>-<rank>
+    int owner = 0;
+    if (std::sscanf(name.c_str(), "tbcoll-%lx-%d-", &pid_namespace, &owner) != 2) continue;
     for (pid_t pid : pids) {
-      if (name.rfind("tbcoll-" + std::to_string(pid) + "-", 0) == 0) found.push_back(name);
+      if (owner == pid) found.push_back(name);
     }
   }
   return found;

@@ -32,6 +32,12 @@ void exercise_store(Store& store, Store& second) {
   auto start = Clock::now();
   EXPECT_THROW(store.get("never", deadline_after(0.2)), TimeoutError);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+  // The timed-out get must not leave its answer in the way of later calls (the server answers parked gets
+  // when the key arrives: a client reusing the connection would read that as the reply to its next call).
+  second.set("never", {7}, deadline_after(5));
+  EXPECT_EQ(store.get("a", deadline_after(5)), (std::vector<uint8_t>{1, 2}));
+  EXPECT_EQ(store.add("n", 1, deadline_after(5)), 6);
+  EXPECT_EQ(store.get("never", deadline_after(5)), (std::vector<uint8_t>{7}));
 }
 
 TEST(Store, InMemory) {

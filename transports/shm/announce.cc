@@ -31,12 +31,14 @@ void check_announcement(const CallAnnounce& announced, int rank, int peer, const
   if (meta != tag.meta) {
     throw MismatchError(another_call_message(rank, peer, meta, tag.meta), peer, tag.meta, meta, bytes, 0);
   }
-  if (theirs != algorithm) {
-    throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
-                                   "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
-                                   "TBCOLL_LINK_DELAY_US must be the same on every rank)",
-                                   rank, peer, algorithm_name(theirs), algorithm_name(algorithm)));
-  }
+  if (theirs != algorithm) throw_tuned_differently(rank, peer, theirs, algorithm);
+}
+
+void throw_tuned_differently(int rank, int peer, uint64_t theirs, uint64_t ours) {
+  throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
+                                 "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
+                                 "TBCOLL_LINK_DELAY_US must be the same on every rank)",
+                                 rank, peer, algorithm_name(theirs), algorithm_name(ours)));
 }
 
 }  // namespace tbcoll::shm

@@ -31,4 +31,7 @@ std::string another_call_message(int rank, int peer, uint64_t theirs, uint64_t o
 void check_announcement(const CallAnnounce& announced, int rank, int peer, const transport::Tag& tag,
                         uint64_t algorithm, size_t bytes);
 
+/// InvalidUsage: peer runs this call with algorithm `theirs`, this rank with `ours`.
+[[noreturn]] void throw_tuned_differently(int rank, int peer, uint64_t theirs, uint64_t ours);
+
 }  // namespace tbcoll::shm

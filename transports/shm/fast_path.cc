@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstring>
+#include <functional>
 
 #include <fmt/format.h>
 
@@ -56,11 +57,15 @@ void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
   Queue* queue = queue_at(headers_[peer], rank_);
   uint64_t tail = queue->tail.load(std::memory_order_acquire);
   if (queue->head.load(std::memory_order_acquire) == tail) return;
+  // A message of this call waiting in the peer's queue: the peer ran the call point to point (it may have moved
+  // on since, so its announcement no longer shows it), or ran another call under this sequence number.
   const FrameHeader& frame = queue->frames[tail % kFrames].header;
-  if (frame.first == 1 && frame.tag == tag.tag && frame.meta != tag.meta) {
+  if (frame.first != 1 || frame.tag != tag.tag) return;
+  if (frame.meta != tag.meta) {
     throw MismatchError(another_call_message(rank_, peer, frame.meta, tag.meta), peer, tag.meta, frame.meta, 0,
                         frame.message_bytes);
   }
+  throw_tuned_differently(rank_, peer, kPointToPoint, current_algorithm_);
 }
 
 void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers,
@@ -211,8 +216,8 @@ void FastPath::wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t 
   }
 }
 
-uint64_t FastPath::post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag,
-                                 const Wait& wait) {
+void FastPath::direct_call(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait,
+                           const std::function<void(uint64_t)>& body) {
   announce(tag, kCrossMemory);
   const uint64_t k = ++direct_calls_;
   DirectControl& mine = areas_[rank_]->direct;
@@ -221,24 +226,50 @@ uint64_t FastPath::post_and_wait(const void* send, void* recv, size_t bytes, con
   mine.tag = tag.tag;
   mine.meta = tag.meta;
   mine.bytes = bytes;
-  publish(mine.posted, k, areas_[rank_]->direct.sleepers);
-  wait_all(&DirectControl::posted, k, wait, "its buffer addresses");
+  publish(mine.posted, k, mine.sleepers);
+  // From here peers may read our buffers until they are done. Leaving with an error (deadline, abort, a failed
+  // peer) hands the buffers back to the caller while a slower peer may still be reading them: say so first
+  // (abandoned, seq_cst, before any reuse), and every rank checks it after its own reads (below).
+  try {
+    wait_all(&DirectControl::posted, k, wait, "its buffer addresses");
+    for (int p = 0; p < size_; ++p) {
+      const DirectControl& theirs = areas_[p]->direct;
+      if (p != rank_ && (theirs.meta != tag.meta || theirs.bytes != bytes)) {
+        throw MismatchError(fmt::format("[shm] rank {}: direct call of peer {} does not match: expected meta {:#x} "
+                                        "{} B, got meta {:#x} {} B", rank_, p, tag.meta, bytes, theirs.meta,
+                                        theirs.bytes),
+                            p, tag.meta, theirs.meta, bytes, theirs.bytes);
+      }
+    }
+    body(k);
+    publish(mine.done, k, mine.sleepers);
+    wait_all(&DirectControl::done, k, wait, "the end of the call");  // peers may still read our buffers
+  } catch (...) {
+    mine.abandoned.store(k, std::memory_order_seq_cst);
+    throw;
+  }
+  // A peer that abandoned the call may have reused its buffers while we read them (if we saw its new data, the
+  // fence makes its abandoned mark visible here).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   for (int p = 0; p < size_; ++p) {
-    const DirectControl& theirs = areas_[p]->direct;
-    if (p != rank_ && (theirs.meta != tag.meta || theirs.bytes != bytes)) {
-      throw MismatchError(fmt::format("[shm] rank {}: direct call of peer {} does not match: expected meta {:#x} {} B, "
-                                      "got meta {:#x} {} B", rank_, p, tag.meta, bytes, theirs.meta, theirs.bytes),
-                          p, tag.meta, theirs.meta, bytes, theirs.bytes);
+    if (p != rank_ && areas_[p]->direct.abandoned.load(std::memory_order_relaxed) >= k) {
+      throw IoError(fmt::format("[shm] rank {}: peer {} left this call with an error (deadline or abort) while its "
+                                "buffers were being read: the results are not valid", rank_, p));
     }
   }
-  return k;
 }
 
 void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                  transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
   const size_t es = dtype_size(dtype);
   const Wait wait{deadline, spin, &tag};
-  const uint64_t k = post_and_wait(send, recv, count * es, tag, wait);
+  direct_call(send, recv, count * es, tag, wait,
+              [&](uint64_t k) { all_reduce_direct_body(send, recv, count, dtype, op, wait, k); });
+}
+
+void FastPath::all_reduce_direct_body(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                                      const Wait& wait, uint64_t k) {
+  const size_t es = dtype_size(dtype);
   // My slice of the elements, reduced chunk by chunk in rank order.
   const size_t base = count / size_, extra = count % size_;
   auto slice = [&](int r) {
@@ -287,37 +318,33 @@ void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, Dat
     read_peer(headers_[p]->owner_pid, areas_[p]->direct.recv_addr + start * es, out + start * es, length * es, rank_,
               p);
   }
-  publish(areas_[rank_]->direct.done, k, areas_[rank_]->direct.sleepers);
-  wait_all(&DirectControl::done, k, wait, "the end of the call");  // peers may still read our buffers
 }
 
 void FastPath::all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag,
                                  Deadline deadline, std::chrono::microseconds spin) {
   const Wait wait{deadline, spin, &tag};
-  const uint64_t k = post_and_wait(send, recv, bytes_per_rank, tag, wait);
-  auto* out = static_cast<uint8_t*>(recv);
-  uint8_t* own = out + static_cast<size_t>(rank_) * bytes_per_rank;
-  if (send != own) std::memcpy(own, send, bytes_per_rank);
-  for (int step = 1; step < size_; ++step) {
-    int p = (rank_ + step) % size_;  // stagger the peers so all ranks don't read rank 0 first
-    read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr, out + static_cast<size_t>(p) * bytes_per_rank,
-              bytes_per_rank, rank_, p);
-  }
-  publish(areas_[rank_]->direct.done, k, areas_[rank_]->direct.sleepers);
-  wait_all(&DirectControl::done, k, wait, "the end of the call");
+  direct_call(send, recv, bytes_per_rank, tag, wait, [&](uint64_t) {
+    auto* out = static_cast<uint8_t*>(recv);
+    uint8_t* own = out + static_cast<size_t>(rank_) * bytes_per_rank;
+    if (send != own) std::memcpy(own, send, bytes_per_rank);
+    for (int step = 1; step < size_; ++step) {
+      int p = (rank_ + step) % size_;  // stagger the peers so all ranks don't read rank 0 first
+      read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr, out + static_cast<size_t>(p) * bytes_per_rank,
+                bytes_per_rank, rank_, p);
+    }
+  });
 }
 
 void FastPath::broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag,
                                 Deadline deadline, std::chrono::microseconds spin) {
   const Wait wait{deadline, spin, &tag};
-  const uint64_t k = post_and_wait(rank_ == root ? send : recv, recv, bytes, tag, wait);
-  if (rank_ == root) {
-    if (send != recv) std::memcpy(recv, send, bytes);
-  } else {
-    read_peer(headers_[root]->owner_pid, areas_[root]->direct.send_addr, recv, bytes, rank_, root);
-  }
-  publish(areas_[rank_]->direct.done, k, areas_[rank_]->direct.sleepers);
-  wait_all(&DirectControl::done, k, wait, "the end of the call");
+  direct_call(rank_ == root ? send : recv, recv, bytes, tag, wait, [&](uint64_t) {
+    if (rank_ == root) {
+      if (send != recv) std::memcpy(recv, send, bytes);
+    } else {
+      read_peer(headers_[root]->owner_pid, areas_[root]->direct.send_addr, recv, bytes, rank_, root);
+    }
+  });
 }
 
 }  // namespace tbcoll::shm

@@ -35,6 +35,7 @@
 //   broadcast:  post -> non-roots read the root's buffer into recv -> post "done" -> wait for every "done".
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "reduce/reduce.h"
@@ -103,8 +104,12 @@ class FastPath final : public transport::CollectiveFastPath {
                           const transport::Tag& tag, const Wait& wait);
   void all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
                           const Wait& wait);
-  // Direct calls: post our addresses for call k and wait for every peer's, checking signatures.
-  uint64_t post_and_wait(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait);
+  // Direct calls: posts our addresses for call k, waits for every peer's (checking signatures), runs body(k),
+  // then waits until every peer finished reading; fails if a peer abandoned the call meanwhile.
+  void direct_call(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait,
+                   const std::function<void(uint64_t)>& body);
+  void all_reduce_direct_body(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
+                              const Wait& wait, uint64_t k);
   // Stores counter = value (seq_cst, so it cannot pass the load of sleepers) and wakes the readers asleep on it.
   void publish(std::atomic<uint64_t>& counter, uint64_t value, const std::atomic<uint32_t>& sleepers);
   // Two-shot: waits for every peer's input of round g and checks that it belongs to the same call.

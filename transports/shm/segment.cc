@@ -20,16 +20,31 @@
 
 namespace tbcoll::shm {
 
+namespace {
+
+// Inode of this process's pid namespace: a pid in a segment name means a process only within it.
+unsigned long pid_namespace() {
+  struct stat ns {};
+  return stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<unsigned long>(ns.st_ino) : 0;
+}
+
+}  // namespace
+
 std::string segment_name(int pid, uint64_t comm_id, int rank) {
-  return fmt::format("/tbcoll-{}-{:016x}-{}", pid, comm_id, rank);
+  return fmt::format("/tbcoll-{:x}-{}-{:016x}-{}", pid_namespace(), pid, comm_id, rank);
 }
 
 void remove_stale_segments() {
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr) return;
+  const unsigned long mine = pid_namespace();
   while (dirent* entry = readdir(dir)) {
+    unsigned long ns = 0;
     int pid = 0;
-    if (std::sscanf(entry->d_name, "tbcoll-%d-", &pid) != 1 || pid <= 0) continue;
+    if (std::sscanf(entry->d_name, "tbcoll-%lx-%d-", &ns, &pid) != 2 || pid <= 0) continue;
+    // Only segments of this pid namespace: elsewhere (another container sharing /dev/shm) the pid means
+    // another process, and a live peer's segment would go.
+    if (ns != mine) continue;
     if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink((std::string("/") + entry->d_name).c_str());
   }
   closedir(dir);

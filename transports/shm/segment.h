@@ -20,7 +20,7 @@
 namespace tbcoll::shm {
 
 constexpr uint32_t kSegmentMagic = 0x5442534d;  // "TBSM"
-constexpr uint32_t kSegmentVersion = 2;  // 2: call announcement, flagged slots, two-shot buffers
+constexpr uint32_t kSegmentVersion = 3;  // 2: call announcement, flagged slots, two-shot buffers; 3: abandoned
 constexpr size_t kFrames = 16;
 constexpr size_t kFrameBytes = 32 * 1024;
 
@@ -83,6 +83,7 @@ struct alignas(64) DirectControl {
   std::atomic<uint64_t> posted;    ///< call k: the addresses below are valid
   std::atomic<uint64_t> reduced;   ///< call k: this rank's slice of recv holds final values
   std::atomic<uint64_t> done;      ///< call k: this rank finished reading everyone's buffers
+  std::atomic<uint64_t> abandoned; ///< call k: this rank left it with an error; its buffers may be reused
   std::atomic<uint32_t> sleepers;  ///< peers asleep on one of the counters above
   std::atomic<uint32_t> cma_ok;    ///< set up: 1 = this rank can read every peer, 2 = it cannot
   uint64_t send_addr;
