@@ -1,6 +1,8 @@
 // Grouped point-to-point: everything recorded between group_start and group_end runs at once.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "collectives/harness.h"
@@ -34,6 +36,47 @@ TEST_P(Group, RingExchangeOfLargeMessagesAndSelfCopy) {
   });
 }
 
+// Queued asynchronous calls run before a group that follows them (in call order on every rank), and none may
+// be queued inside a group.
+TEST_P(Group, FollowsQueuedAsynchronousCallsAndRefusesNewOnes) {
+  run_ranks(2, {GetParam(), "", 20}, [&](Communicator& comm) {
+    const int r = comm.rank();
+    std::vector<float> sums(1000, static_cast<float>(r + 1));
+    std::vector<Work> works;
+    for (int i = 0; i < 4; ++i) {
+      works.push_back(comm.all_reduce_async(sums.data(), sums.data(), sums.size(), DataType::kFloat32,
+                                            ReduceOp::kSum));
+    }
+    int32_t out = 100 + r, in = -1;
+    comm.group_start();
+    EXPECT_THROW(comm.all_gather_async(&out, &in, 1, DataType::kInt32), InvalidUsage);
+    comm.send(&out, 1, DataType::kInt32, 1 - r);
+    comm.recv(&in, 1, DataType::kInt32, 1 - r);
+    comm.group_end();
+    EXPECT_EQ(in, 101 - r);
+    for (Work& work : works) work.wait();
+    EXPECT_EQ(sums[999], 3.0f * 8.0f) << "four sums of 1 + 2, each doubling";
+  });
+}
+
+// A communicator destroyed with calls still queued finishes them first (their Work completes).
+TEST_P(Group, DestroyingACommunicatorFinishesItsQueuedCalls) {
+  run_ranks(2, {GetParam(), "", 20}, [&](Communicator& comm) {
+    std::vector<std::vector<float>> buffers(6, std::vector<float>(50000, 1.0f));
+    std::vector<Work> works;
+    {
+      std::optional<Communicator> child = comm.split(0, comm.rank());
+      ASSERT_TRUE(child.has_value());
+      for (auto& buffer : buffers) {
+        works.push_back(child->all_reduce_async(buffer.data(), buffer.data(), buffer.size(), DataType::kFloat32,
+                                                ReduceOp::kSum));
+      }
+    }  // destroyed here, calls still queued
+    for (Work& work : works) EXPECT_TRUE(work.test());
+    for (auto& buffer : buffers) EXPECT_EQ(buffer[49999], 2.0f);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Group, ::testing::Values("loopback", "shm", "tcp"));
 
 TEST(GroupCApi, SendRecvPairsInOneGroup) {
@@ -56,6 +99,35 @@ TEST(GroupCApi, SendRecvPairsInOneGroup) {
   for (auto& thread : threads) thread.join();
   EXPECT_EQ(got, (std::vector<int>{11, 10}));
   EXPECT_EQ(tbcollGroupEnd(), tbcollInvalidUsage);
+}
+
+// A group over two communicators where one fails at tbcollGroupEnd: the other still runs its operations and
+// leaves the group (usable afterwards); a communicator destroyed inside a group leaves it.
+TEST(GroupCApi, EveryCommunicatorLeavesTheGroupWhenOneFails) {
+  tbcollUniqueId id_a, id_b, id_c;
+  ASSERT_EQ(tbcollGetUniqueId(&id_a), tbcollSuccess);
+  ASSERT_EQ(tbcollGetUniqueId(&id_b), tbcollSuccess);
+  ASSERT_EQ(tbcollGetUniqueId(&id_c), tbcollSuccess);
+  tbcollComm_t a = nullptr, b = nullptr, c = nullptr;
+  ASSERT_EQ(tbcollCommInitRank(&a, 1, id_a, 0), tbcollSuccess);
+  ASSERT_EQ(tbcollCommInitRank(&b, 1, id_b, 0), tbcollSuccess);
+  ASSERT_EQ(tbcollCommInitRank(&c, 1, id_c, 0), tbcollSuccess);
+  int32_t value = 7, copy = 0, lonely = 1;
+  ASSERT_EQ(tbcollGroupStart(), tbcollSuccess);
+  ASSERT_EQ(tbcollSend(&lonely, 1, tbcollInt32, 0, a), tbcollSuccess);  // a send to self with no receive
+  ASSERT_EQ(tbcollSend(&value, 1, tbcollInt32, 0, b), tbcollSuccess);
+  ASSERT_EQ(tbcollRecv(&copy, 1, tbcollInt32, 0, b), tbcollSuccess);
+  ASSERT_EQ(tbcollSend(&value, 1, tbcollInt32, 0, c), tbcollSuccess);
+  ASSERT_EQ(tbcollCommDestroy(c), tbcollSuccess);
+  EXPECT_EQ(tbcollGroupEnd(), tbcollInvalidUsage) << "a's unmatched send to self";
+  EXPECT_NE(std::string(tbcollGetLastError(nullptr)).find("sends to self"), std::string::npos);
+  EXPECT_EQ(copy, 7) << "b's operations ran";
+  float x = 2, y = 0;
+  EXPECT_EQ(tbcollAllReduce(&x, &y, 1, tbcollFloat32, tbcollSum, b), tbcollSuccess) << "b is out of the group";
+  EXPECT_EQ(y, 2.0f);
+  EXPECT_NE(tbcollAllReduce(&x, &y, 1, tbcollFloat32, tbcollSum, a), tbcollSuccess) << "a is broken";
+  tbcollCommDestroy(a);
+  tbcollCommDestroy(b);
 }
 
 }  // namespace
