@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 #include "bootstrap/store_protocol.h"
 #include "common/net.h"
@@ -95,9 +96,18 @@ TEST(Security, DataPortRejectsBadHandshakesAndTheJobGoesOn) {
   EXPECT_EQ(poke(address, hello_bytes(tcp::kProtocolVersion, "right-token", 1, 0, comm_id).substr(0, 10)), "")
       << "a truncated handshake is dropped";
 
+  // Connections that never say anything do not hold up the real peer behind them (each handshake has 5 s).
+  std::vector<int> silent;
+  for (int i = 0; i < 3; ++i) {
+    silent.push_back(net::connect_tcp(net::parse_host_port(address, "test"), deadline_after(5), "test"));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted, waiting for their hellos
+  auto start = Clock::now();
   std::thread rank1(rank_body, 1);
   rank0.join();
   rank1.join();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(4)) << "the silent connections were served one by one";
+  for (int fd : silent) close(fd);
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   EXPECT_EQ(result[0], 3.0f);

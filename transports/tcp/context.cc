@@ -13,9 +13,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -133,72 +135,133 @@ class Context final : public transport::Context {
     }
   }
 
-  // Reads and checks one handshake; returns the peer rank, or -1 after rejecting the connection.
-  int handshake(int fd, const std::map<int, bool>& expected, const std::map<int, int>& have, Deadline deadline) {
-    std::string who = fmt::format("[tcp] rank {}: handshake", args_.rank);
-    Deadline limit = std::min(deadline, Clock::now() + kHandshakeTimeout);
+  // A connection accepted but not yet through its handshake. All of them are served at once (poll), each with
+  // its own time limit, so connections that never speak cannot hold up the peers behind them.
+  struct Pending {
+    int fd;
+    Clock::time_point limit;
+    std::vector<uint8_t> in;  // Hello, then the token
+  };
+
+  // The verdict on a complete handshake.
+  WelcomeStatus judge(const Hello& hello, const std::string& token, const std::map<int, bool>& expected,
+                      const std::map<int, int>& have) const {
+    if (hello.version != kProtocolVersion) return WelcomeStatus::kBadVersion;
+    if (token != args_.token) return WelcomeStatus::kBadToken;
+    if (hello.comm_id != args_.comm_id) return WelcomeStatus::kBadComm;
+    if (hello.to_rank != args_.rank || expected.count(hello.from_rank) == 0 || have.count(hello.from_rank) != 0) {
+      return WelcomeStatus::kBadRank;
+    }
+    return WelcomeStatus::kAccepted;
+  }
+
+  // Reads what the connection has sent. Returns the peer rank once its handshake is complete and accepted,
+  // -1 while it is incomplete, -2 when it was rejected or failed (the caller closes it).
+  int advance(Pending& pending, const std::map<int, bool>& expected, const std::map<int, int>& have) {
+    const std::string who = fmt::format("[tcp] rank {}: handshake", args_.rank);
+    size_t want = sizeof(Hello);
     Hello hello{};
+    if (pending.in.size() >= sizeof(Hello)) {
+      std::memcpy(&hello, pending.in.data(), sizeof(hello));
+      want += hello.token_len;
+    }
+    while (pending.in.size() < want) {
+      uint8_t buf[512];
+      ssize_t got = recv(pending.fd, buf, std::min(sizeof(buf), want - pending.in.size()), MSG_DONTWAIT);
+      if (got == 0) return -2;  // closed
+      if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
+      pending.in.insert(pending.in.end(), buf, buf + got);
+      if (pending.in.size() == sizeof(Hello)) {
+        std::memcpy(&hello, pending.in.data(), sizeof(hello));
+        if (hello.magic != kHelloMagic) {
+          log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank,
+                    hello.magic);
+          return -2;  // garbage: don't even answer
+        }
+        if (hello.token_len > kMaxTokenBytes) return reject(pending.fd, hello, WelcomeStatus::kBadToken, who);
+        want += hello.token_len;
+      }
+    }
+    const std::string token(pending.in.begin() + sizeof(Hello), pending.in.end());
+    const WelcomeStatus status = judge(hello, token, expected, have);
+    if (status != WelcomeStatus::kAccepted) return reject(pending.fd, hello, status, who);
     try {
-      net::read_exact(fd, &hello, sizeof(hello), limit, who);
-      WelcomeStatus status = WelcomeStatus::kAccepted;
-      std::string token;
-      if (hello.magic != kHelloMagic) {
-        log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank, hello.magic);
-        return -1;  // garbage: don't even answer
-      }
-      if (hello.token_len > kMaxTokenBytes) {
-        status = WelcomeStatus::kBadToken;
-      } else {
-        token.resize(hello.token_len);
-        net::read_exact(fd, token.data(), token.size(), limit, who);
-      }
-      if (status == WelcomeStatus::kAccepted && hello.version != kProtocolVersion) status = WelcomeStatus::kBadVersion;
-      if (status == WelcomeStatus::kAccepted && token != args_.token) status = WelcomeStatus::kBadToken;
-      if (status == WelcomeStatus::kAccepted && hello.comm_id != args_.comm_id) status = WelcomeStatus::kBadComm;
-      if (status == WelcomeStatus::kAccepted &&
-          (hello.to_rank != args_.rank || expected.count(hello.from_rank) == 0 || have.count(hello.from_rank) != 0)) {
-        status = WelcomeStatus::kBadRank;
-      }
       Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
-      net::write_all(fd, &welcome, sizeof(welcome), limit, who);
-      if (status != WelcomeStatus::kAccepted) {
-        log::warn("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank,
-                  hello.from_rank, hello.version, welcome_status_name(static_cast<uint32_t>(status)));
-        return -1;
-      }
-      return hello.from_rank;
+      net::write_all(pending.fd, &welcome, sizeof(welcome), pending.limit, who);
     } catch (const Error& error) {
       log::warn("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank, error.what());
-      return -1;
+      return -2;
     }
+    return hello.from_rank;
+  }
+
+  int reject(int fd, const Hello& hello, WelcomeStatus status, const std::string& who) {
+    log::warn("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank, hello.from_rank,
+              hello.version, welcome_status_name(static_cast<uint32_t>(status)));
+    try {
+      Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
+      net::write_all(fd, &welcome, sizeof(welcome), Clock::now() + std::chrono::milliseconds(100), who);
+    } catch (const Error&) {
+    }
+    return -2;
   }
 
   void accept_from(const std::map<int, bool>& expected, std::map<int, int>& fds, Deadline deadline) {
-    size_t accepted = 0;
-    while (accepted < expected.size()) {
-      pollfd pfd{listen_fd_, POLLIN, 0};
-      int left = remaining_ms(deadline);
-      int ready = left > 0 ? poll(&pfd, 1, std::min(left, 100)) : 0;
-      if (ready <= 0) {
-        if (Clock::now() < deadline) continue;
-        std::string missing;
-        for (const auto& [rank, unused] : expected) {
-          if (fds.count(rank) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    std::vector<Pending> pending;
+    auto drop_all = [&] {
+      for (Pending& p : pending) close(p.fd);
+    };
+    try {
+      size_t accepted = 0;
+      while (accepted < expected.size()) {
+        std::vector<pollfd> pfds{{listen_fd_, POLLIN, 0}};
+        for (const Pending& p : pending) pfds.push_back({p.fd, POLLIN, 0});
+        int left = remaining_ms(deadline);
+        if (left <= 0) {
+          std::string missing;
+          for (const auto& [rank, unused] : expected) {
+            if (fds.count(rank) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+          }
+          throw TimeoutError(fmt::format("[tcp] rank {}: peers {} did not connect before the deadline", args_.rank,
+                                         missing));
         }
-        throw TimeoutError(fmt::format("[tcp] rank {}: peers {} did not connect before the deadline", args_.rank, missing));
+        poll(pfds.data(), pfds.size(), std::min(left, 100));
+        const auto now = Clock::now();
+        for (size_t i = pending.size(); i-- > 0;) {
+          Pending& p = pending[i];
+          int rank = -1;
+          if (pfds[i + 1].revents != 0) rank = advance(p, expected, fds);
+          if (rank == -1 && now >= p.limit) {
+            log::warn("[tcp] rank {}: dropped a connection that sent no complete handshake within {} s", args_.rank,
+                      kHandshakeTimeout.count());
+            rank = -2;
+          }
+          if (rank == -1) continue;
+          if (rank >= 0) {
+            fds[rank] = p.fd;
+            accepted++;
+          } else {
+            close(p.fd);
+          }
+          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+        if ((pfds[0].revents & POLLIN) != 0) {
+          int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+          if (fd < 0) {
+            // Out of descriptors, say: wait a little instead of spinning on a listener that stays readable.
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) poll(nullptr, 0, 10);
+            continue;
+          }
+          net::make_fast(fd);
+          set_buffers(fd);
+          pending.push_back({fd, std::min(deadline, Clock::now() + kHandshakeTimeout), {}});
+        }
       }
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;
-      net::make_fast(fd);
-      set_buffers(fd);
-      int rank = handshake(fd, expected, fds, deadline);
-      if (rank < 0) {
-        close(fd);
-        continue;
-      }
-      fds[rank] = fd;
-      accepted++;
+    } catch (...) {
+      drop_all();
+      throw;
     }
+    drop_all();
   }
 
   transport::ContextArgs args_;
