@@ -244,15 +244,20 @@ uint64_t TcpStoreServer::rejected_connections() const { return impl_->rejected.l
 
 namespace {
 
+// Each call runs on a connection of its own, taken from a pool of idle ones (a new one when none is idle): a get
+// that waits for its key never holds up other threads' calls (communicators split from one parent share this
+// client and may initialise concurrently). A connection whose call failed part-way is closed, not reused: a
+// get that timed out still has its answer coming, which would read as the reply to the next call.
 class TcpStoreClient final : public Store {
  public:
   TcpStoreClient(const std::string& host_port, const std::string& token, Deadline deadline)
       : where_(host_port), who_(fmt::format("[store] client of {}", host_port)), token_(token) {
-    connect(deadline);
-    local_address_ = net::local_address(fd_);
+    const int fd = connect(deadline);
+    local_address_ = net::local_address(fd);
+    idle_.push_back(fd);
   }
   ~TcpStoreClient() override {
-    if (fd_ >= 0) close(fd_);
+    for (int fd : idle_) close(fd);
   }
 
   void set(const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) override {
@@ -274,32 +279,48 @@ class TcpStoreClient final : public Store {
   const std::string& local_address() const { return local_address_; }
 
  private:
-  // Connects and authenticates (again, after a call that failed part-way left the stream out of step).
-  void connect(Deadline deadline) {
-    fd_ = net::connect_tcp(net::parse_host_port(where_, "store address"), deadline, who_);
+  // A new authenticated connection.
+  int connect(Deadline deadline) {
+    const int fd = net::connect_tcp(net::parse_host_port(where_, "store address"), deadline, who_);
     try {
       if (token_.size() > sp::kMaxTokenBytes) throw InvalidArgument("[store] job token longer than 1024 bytes");
       sp::Hello hello{sp::kMagic, sp::kVersion, 0, static_cast<uint32_t>(token_.size())};
       std::vector<uint8_t> out(sizeof(hello) + token_.size());
       std::memcpy(out.data(), &hello, sizeof(hello));
       std::memcpy(out.data() + sizeof(hello), token_.data(), token_.size());
-      net::write_all(fd_, out.data(), out.size(), deadline, who_);
+      net::write_all(fd, out.data(), out.size(), deadline, who_);
       sp::Welcome welcome{};
-      net::read_exact(fd_, &welcome, sizeof(welcome), deadline, who_);
+      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who_);
       if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
       if (welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)) {
         throw InvalidUsage(who_ + ": the store rejected our job token (TBCOLL_TOKEN differs between ranks?)");
       }
       if (welcome.status != 0) throw RemoteError(fmt::format("{}: rejected with status {}", who_, welcome.status));
     } catch (...) {
-      close(fd_);
-      fd_ = -1;
+      close(fd);
       throw;
     }
+    return fd;
+  }
+
+  int take(Deadline deadline) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!idle_.empty()) {
+        const int fd = idle_.back();
+        idle_.pop_back();
+        return fd;
+      }
+    }
+    return connect(deadline);
+  }
+
+  void give_back(int fd) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    idle_.push_back(fd);
   }
 
   std::vector<uint8_t> call(sp::Op op, const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) {
-    std::lock_guard<std::mutex> lock(mutex_);
     sp::RequestHeader header{static_cast<uint32_t>(op), static_cast<uint32_t>(key.size()),
                              static_cast<uint32_t>(value.size()), 0};
     std::string problem = sp::check_request(header);
@@ -308,39 +329,33 @@ class TcpStoreClient final : public Store {
     std::memcpy(out.data(), &header, sizeof(header));
     std::memcpy(out.data() + sizeof(header), key.data(), key.size());
     if (!value.empty()) std::memcpy(out.data() + sizeof(header) + key.size(), value.data(), value.size());
-    // A call that failed part-way (timed out waiting for a key the server still holds the request for, or cut
-    // off mid-message) leaves replies in flight: the next call starts on a fresh connection.
-    if (fd_ < 0) connect(deadline);
+    const int fd = take(deadline);
     try {
-      net::write_all(fd_, out.data(), out.size(), deadline, who_);
+      net::write_all(fd, out.data(), out.size(), deadline, who_);
       sp::ResponseHeader response{};
-      net::read_exact(fd_, &response, sizeof(response), deadline, who_);
+      net::read_exact(fd, &response, sizeof(response), deadline, who_);
       if (response.status != 0 || response.value_len > sp::kMaxValueBytes) {
         throw RemoteError(fmt::format("{}: request for key {:?} failed with status {}", who_, key, response.status));
       }
       std::vector<uint8_t> result(response.value_len);
-      net::read_exact(fd_, result.data(), result.size(), deadline, who_);
+      net::read_exact(fd, result.data(), result.size(), deadline, who_);
+      give_back(fd);
       return result;
     } catch (const TimeoutError&) {
-      drop_connection();
+      close(fd);
       throw TimeoutError(fmt::format("{}: key {:?} not available before the deadline", who_, key));
     } catch (...) {
-      drop_connection();
+      close(fd);
       throw;
     }
-  }
-
-  void drop_connection() {
-    if (fd_ >= 0) close(fd_);
-    fd_ = -1;
   }
 
   std::string where_;
   std::string who_;
   std::string token_;
   std::string local_address_;
-  int fd_ = -1;
   std::mutex mutex_;
+  std::vector<int> idle_;  // connected, authenticated, no call in flight
 };
 
 }  // namespace

@@ -54,6 +54,19 @@ TEST(Store, Tcp) {
   EXPECT_EQ(server.rejected_connections(), 0u);
 }
 
+// One client, two threads: a get waiting for its key does not hold up the set that provides it (communicators
+// split from one parent share the parent's client and may initialise on different threads).
+TEST(Store, TcpClientServesThreadsConcurrently) {
+  TcpStoreServer server("127.0.0.1", 0, "t");
+  auto store = connect_tcp_store("127.0.0.1:" + std::to_string(server.port()), "t", deadline_after(5));
+  auto start = Clock::now();
+  std::thread waiter([&] { EXPECT_EQ(store->get("k", deadline_after(10)), (std::vector<uint8_t>{4})); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  store->set("k", {4}, deadline_after(10));
+  waiter.join();
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "the set waited for the get's deadline";
+}
+
 TEST(Store, ConnectToNothingTimesOut) {
   auto start = Clock::now();
   EXPECT_THROW(connect_tcp_store("127.0.0.1:1", "t", deadline_after(0.3)), TimeoutError);
