@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <limits>
@@ -105,19 +106,21 @@ double read_number(Cursor& c, GgufValueType t, int64_t* integer, const std::stri
   }
 }
 
-uint64_t type_row_bytes(GgmlType type, uint64_t cols) {
-  switch (type) {
-    case GgmlType::kF32: return cols * 4;
-    case GgmlType::kF16: return cols * 2;
-    case GgmlType::kQ8_0: return cols / kQ8Block * kQ8BlockBytes;
-  }
-  return 0;
-}
-
 bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
   if (a != 0 && b > std::numeric_limits<uint64_t>::max() / a) return true;
   *out = a * b;
   return false;
+}
+
+// Bytes of one row of cols elements; false when that does not fit 64 bits.
+bool type_row_bytes(GgmlType type, uint64_t cols, uint64_t* out) {
+  switch (type) {
+    case GgmlType::kF32: return !mul_overflows(cols, 4, out);
+    case GgmlType::kF16: return !mul_overflows(cols, 2, out);
+    case GgmlType::kQ8_0: return !mul_overflows(cols / kQ8Block, kQ8BlockBytes, out);
+  }
+  *out = 0;
+  return true;
 }
 
 }  // namespace
@@ -236,7 +239,11 @@ void GgufFile::parse() {
       v.array_type = static_cast<GgufValueType>(c.read<uint32_t>(what + " element type"));
       v.count = c.read<uint64_t>(what + " element count");
       if (v.array_type == GgufValueType::kString) {
-        if (v.count > c.left() / 8) c.need(v.count * 8, what);  // cheap plausibility check, throws
+        // Each string takes at least its 8-byte length: more than the rest of the file can hold is corrupt.
+        if (v.count > c.left() / 8) {
+          throw GgufError("gguf: " + path_ + ": " + what + " claims " + std::to_string(v.count) +
+                          " strings, more than the rest of the file can hold (truncated or corrupt)");
+        }
         v.strings.reserve(static_cast<size_t>(v.count));
         for (uint64_t j = 0; j < v.count; ++j) v.strings.push_back(c.read_string(what));
       } else if (scalar_size(v.array_type) != 0) {
@@ -299,8 +306,8 @@ void GgufFile::parse() {
       throw GgufError("gguf: " + path_ + ": " + what + " offset " + std::to_string(t.offset) +
                       " is not aligned to " + std::to_string(alignment));
     }
-    t.row_bytes = type_row_bytes(t.type, t.dims[0]);
-    if (mul_overflows(t.row_bytes, n_elements / t.dims[0], &t.n_bytes)) {
+    if (!type_row_bytes(t.type, t.dims[0], &t.row_bytes) ||
+        mul_overflows(t.row_bytes, n_elements / t.dims[0], &t.n_bytes)) {
       throw GgufError("gguf: " + path_ + ": " + what + " is too large");
     }
     if (tensor_index_.count(t.name) != 0) throw GgufError("gguf: " + path_ + ": duplicate " + what);
@@ -322,6 +329,21 @@ void GgufFile::parse() {
     }
     t.data = base_ + data_start + t.offset;
   }
+  // Tensors own disjoint bytes. Shared or overlapping data would let a small file describe any number of
+  // matrices, each copied out (and dequantized) on load: memory without bound.
+  std::vector<const GgufTensor*> by_offset;
+  for (const GgufTensor& t : tensors_) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensor* a, const GgufTensor* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensor& before = *by_offset[i - 1];
+    const GgufTensor& after = *by_offset[i];
+    if (after.offset < before.offset + before.n_bytes) {
+      throw GgufError("gguf: " + path_ + ": tensors '" + before.name + "' and '" + after.name +
+                      "' overlap (data at offsets " + std::to_string(before.offset) + " and " +
+                      std::to_string(after.offset) + "; corrupt file)");
+    }
+  }
 }
 
 const GgufValue* GgufFile::find(const std::string& key) const {
@@ -338,6 +360,19 @@ int64_t GgufFile::get_int(const std::string& key) const {
 
 int64_t GgufFile::get_int(const std::string& key, int64_t fallback) const {
   return find(key) == nullptr ? fallback : get_int(key);
+}
+
+int GgufFile::get_int_in(const std::string& key, int low, int high) const {
+  const int64_t v = get_int(key);
+  if (v < low || v > high) {
+    throw GgufError("gguf: " + path_ + ": metadata '" + key + "' is " + std::to_string(v) + ", outside [" +
+                    std::to_string(low) + ", " + std::to_string(high) + "]");
+  }
+  return static_cast<int>(v);
+}
+
+int GgufFile::get_int_in(const std::string& key, int fallback, int low, int high) const {
+  return find(key) == nullptr ? fallback : get_int_in(key, low, high);
 }
 
 double GgufFile::get_number(const std::string& key) const {

@@ -87,6 +87,9 @@ class GgufFile {
   /// Typed getters: throw GgufError when the key is missing or has the wrong type.
   int64_t get_int(const std::string& key) const;
   int64_t get_int(const std::string& key, int64_t fallback) const;
+  /// An int in [low, high]: a value outside (say, 2^32 + 8 where 8 was meant) is an error, never truncated.
+  int get_int_in(const std::string& key, int low, int high) const;
+  int get_int_in(const std::string& key, int fallback, int low, int high) const;
   double get_number(const std::string& key) const;
   double get_number(const std::string& key, double fallback) const;
   const std::string& get_string(const std::string& key) const;

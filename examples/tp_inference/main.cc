@@ -129,6 +129,14 @@ int run(const Options& options, tbcoll::Communicator& comm) {
   const ShardSpec shard = options.pipeline ? pipeline_shard(config, rank, world)
                                            : tensor_parallel_shard(config, rank, world);
 
+  // The merge loop is quadratic in the text: refuse a prompt that cannot fit before encoding it (a non-empty
+  // text gets a space prefix).
+  const size_t least = tokenizer.min_tokens(options.prompt.empty() ? 0 : options.prompt.size() + 1);
+  if (static_cast<double>(least) + options.tokens > static_cast<double>(config.context_length)) {
+    throw GgufError("prompt of " + std::to_string(options.prompt.size()) + " bytes (at least " +
+                    std::to_string(least) + " tokens) plus --tokens " + std::to_string(options.tokens) +
+                    " exceeds the context of " + std::to_string(config.context_length));
+  }
   const std::vector<int> prompt = tokenizer.encode(options.prompt, true, false);
   const int n_prompt = static_cast<int>(prompt.size());
   const int positions = n_prompt - 1 + options.tokens;

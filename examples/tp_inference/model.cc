@@ -248,25 +248,25 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
     throw GgufError("model: " + file.path() + ": architecture '" + arch + "' is not supported (need llama)");
   }
   LlamaConfig c;
-  c.dim = static_cast<int>(file.get_int("llama.embedding_length"));
-  c.hidden_dim = static_cast<int>(file.get_int("llama.feed_forward_length"));
-  c.n_layers = static_cast<int>(file.get_int("llama.block_count"));
-  c.n_heads = static_cast<int>(file.get_int("llama.attention.head_count"));
-  c.n_kv_heads = static_cast<int>(file.get_int("llama.attention.head_count_kv", c.n_heads));
-  c.context_length = static_cast<int>(file.get_int("llama.context_length", 2048));
-  c.rms_eps = static_cast<float>(file.get_number("llama.attention.layer_norm_rms_epsilon", 1e-5));
-  c.rope_theta = static_cast<float>(file.get_number("llama.rope.freq_base", 10000.0));
   const int limit = 1 << 20;
+  c.dim = file.get_int_in("llama.embedding_length", 1, limit);
+  c.hidden_dim = file.get_int_in("llama.feed_forward_length", 1, limit);
+  c.n_layers = file.get_int_in("llama.block_count", 1, 4096);
+  c.n_heads = file.get_int_in("llama.attention.head_count", 1, limit);
+  c.n_kv_heads = file.get_int_in("llama.attention.head_count_kv", c.n_heads, 1, limit);
+  c.context_length = file.get_int_in("llama.context_length", 2048, 1, 1 << 24);
+  const double eps = file.get_number("llama.attention.layer_norm_rms_epsilon", 1e-5);
+  const double theta = file.get_number("llama.rope.freq_base", 10000.0);
   auto bad = [&](const std::string& what) { return GgufError("model: " + file.path() + ": " + what); };
-  if (c.dim <= 0 || c.dim > limit || c.hidden_dim <= 0 || c.hidden_dim > limit || c.n_layers <= 0 ||
-      c.n_layers > 4096 || c.n_heads <= 0 || c.n_kv_heads <= 0 || c.context_length <= 0) {
-    throw bad("implausible hyper-parameters");
-  }
+  if (!(eps > 0 && eps < 1)) throw bad("layer_norm_rms_epsilon " + std::to_string(eps) + " is not in (0, 1)");
+  if (!(theta > 0 && theta < 1e12)) throw bad("rope.freq_base " + std::to_string(theta) + " is not in (0, 1e12)");
+  c.rms_eps = static_cast<float>(eps);
+  c.rope_theta = static_cast<float>(theta);
   if (c.dim % c.n_heads != 0) throw bad("embedding_length is not a multiple of head_count");
   if (c.n_heads % c.n_kv_heads != 0) throw bad("head_count is not a multiple of head_count_kv");
   c.head_dim = c.dim / c.n_heads;
   if (c.head_dim % 2 != 0) throw bad("head dimension must be even for rotary embeddings");
-  const int64_t rope_dims = file.get_int("llama.rope.dimension_count", c.head_dim);
+  const int64_t rope_dims = file.get_int("llama.rope.dimension_count", c.head_dim);  // compared, not narrowed
   if (rope_dims != c.head_dim) throw bad("partial rotary embeddings are not supported");
   const GgufTensor* embedding = file.find_tensor("token_embd.weight");
   if (embedding == nullptr) throw bad("missing tensor 'token_embd.weight'");

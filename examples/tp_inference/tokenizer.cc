@@ -2,8 +2,11 @@
 // BPE"), the first best pair wins ties. O(n^2) in the text length, which is fine for prompts.
 #include "tokenizer.h"
 
+#include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace tp_inference {
 namespace {
@@ -11,6 +14,7 @@ namespace {
 constexpr int kTokenTypeUnknown = 2;
 constexpr int kTokenTypeControl = 3;
 constexpr int kTokenTypeByte = 6;
+constexpr size_t kMaxVocab = size_t{1} << 24;
 
 // "▁" (U+2581, SentencePiece's space marker) -> " ".
 std::string normalise_piece(const std::string& s) {
@@ -52,6 +56,10 @@ Tokenizer::Tokenizer(const GgufFile& file) {
     throw GgufError("tokenizer: " + file.path() + ": tokenizer.ggml.tokens must be a non-empty string array");
   }
   const size_t n = tokens.strings.size();
+  if (n > kMaxVocab) {
+    throw GgufError("tokenizer: " + file.path() + ": vocabulary of " + std::to_string(n) + " tokens (more than " +
+                    std::to_string(kMaxVocab) + ")");
+  }
   const GgufValue* scores = file.find("tokenizer.ggml.scores");
   if (scores != nullptr && (scores->type != GgufValueType::kArray || scores->numbers.size() != n)) {
     throw GgufError("tokenizer: " + file.path() + ": tokenizer.ggml.scores must be a numeric array of " +
@@ -62,10 +70,11 @@ Tokenizer::Tokenizer(const GgufFile& file) {
     throw GgufError("tokenizer: " + file.path() + ": tokenizer.ggml.token_type must be a numeric array of " +
                     std::to_string(n) + " entries");
   }
-  bos_ = static_cast<int>(file.get_int("tokenizer.ggml.bos_token_id", 1));
-  eos_ = static_cast<int>(file.get_int("tokenizer.ggml.eos_token_id", 2));
-  unk_ = static_cast<int>(file.get_int("tokenizer.ggml.unknown_token_id", 0));
-  for (int id : {bos_, eos_, unk_}) {
+  const int last = static_cast<int>(n) - 1;  // n <= kMaxVocab, checked above
+  bos_ = file.get_int_in("tokenizer.ggml.bos_token_id", 1, 0, last);
+  eos_ = file.get_int_in("tokenizer.ggml.eos_token_id", 2, 0, last);
+  unk_ = file.get_int_in("tokenizer.ggml.unknown_token_id", 0, 0, last);
+  for (int id : {bos_, eos_, unk_}) {  // the defaults too
     if (id < 0 || static_cast<size_t>(id) >= n) {
       throw GgufError("tokenizer: " + file.path() + ": special token id " + std::to_string(id) +
                       " outside the vocabulary of " + std::to_string(n));
@@ -81,8 +90,20 @@ Tokenizer::Tokenizer(const GgufFile& file) {
   control_.assign(n, false);
   for (size_t i = 0; i < n; ++i) {
     pieces_[i] = normalise_piece(tokens.strings[i]);
-    scores_[i] = scores != nullptr ? static_cast<float>(scores->numbers[i]) : 0.0f;
-    const int type = types != nullptr ? static_cast<int>(types->numbers[i]) : 1;
+    max_piece_bytes_ = std::max(max_piece_bytes_, pieces_[i].size());
+    const double score = scores != nullptr ? scores->numbers[i] : 0.0;
+    const double type_value = types != nullptr ? types->numbers[i] : 1.0;
+    // Checked before narrowing: a finite double beyond float's range, or a token type that is no small integer
+    // (NaN, 1e30, -3e9), has no defined conversion.
+    if (std::isfinite(score) && std::fabs(score) > std::numeric_limits<float>::max()) {
+      throw GgufError("tokenizer: " + file.path() + ": score of token " + std::to_string(i) + " is out of range");
+    }
+    if (!(type_value >= 0 && type_value <= 255)) {
+      throw GgufError("tokenizer: " + file.path() + ": token " + std::to_string(i) + " has type " +
+                      std::to_string(type_value) + ", not a token type");
+    }
+    scores_[i] = static_cast<float>(score);
+    const int type = static_cast<int>(type_value);
     control_[i] = type == kTokenTypeControl || type == kTokenTypeUnknown;
     const int byte = parse_byte_piece(pieces_[i]);
     if (byte >= 0 && (types == nullptr || type == kTokenTypeByte)) {

@@ -23,6 +23,9 @@ class Tokenizer {
 
   /// Token ids for text, with BOS first and/or EOS last when asked.
   std::vector<int> encode(const std::string& text, bool add_bos, bool add_eos) const;
+  /// Fewest tokens encode() can give `bytes` bytes of text (without BOS/EOS): each token spells at most the
+  /// longest piece. Lets a caller refuse a text too long for the context before the quadratic merge loop.
+  size_t min_tokens(size_t bytes) const { return (bytes + max_piece_bytes_ - 1) / max_piece_bytes_; }
   /// Text to print for `token` when it follows `prev` (see the header comment); empty for control tokens. A
   /// view into the tokenizer (no allocation per generated token), valid while it lives.
   std::string_view decode(int prev, int token) const;
@@ -41,6 +44,7 @@ class Tokenizer {
   std::vector<int> byte_token_;  // byte value -> token id, -1 when the vocabulary lacks it
   std::vector<int> byte_value_;  // token id -> byte value for <0xXX> tokens, else -1
   std::vector<bool> control_;    // control / unknown tokens print nothing
+  size_t max_piece_bytes_ = 1;   // longest piece, in bytes (at least 1: byte fallback)
   std::string all_bytes_;        // byte b at index b: what a <0xXX> token prints
   std::unordered_map<std::string, int> index_;
   int bos_ = 1;

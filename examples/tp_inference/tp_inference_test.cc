@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -332,6 +333,50 @@ TEST_F(LoaderErrors, UnsupportedTensorType) {
   ASSERT_NE(at, std::string::npos);
   patch<uint32_t>(damaged, at + 4 + 16, 12);  // n_dims=2 | dims | type := Q4_K
   expect_error(damaged, "unsupported type Q4_K");
+}
+
+// Offset just past metadata key `key` (u64 length + bytes), where its value type follows.
+size_t after_key(const std::string& bytes, const std::string& key) { return after_tensor_name(bytes, key); }
+
+TEST_F(LoaderErrors, TensorsSharingData) {
+  // Two tensors pointing at the same bytes: a small file could describe any number of matrices that way.
+  std::string damaged = bytes_;
+  const size_t norm = after_tensor_name(damaged, "blk.4.ffn_norm.weight");
+  const size_t output = after_tensor_name(damaged, "output_norm.weight");
+  ASSERT_NE(norm, std::string::npos);
+  ASSERT_NE(output, std::string::npos);
+  uint64_t offset = 0;
+  std::memcpy(&offset, &damaged[norm + 4 + 8 + 4], sizeof offset);  // n_dims=1 | dim | type | offset
+  patch<uint64_t>(damaged, output + 4 + 8 + 4, offset);
+  expect_error(damaged, "overlap");
+}
+
+TEST_F(LoaderErrors, TokenTypeThatIsNoInteger) {
+  std::string damaged = bytes_;
+  const size_t at = after_key(damaged, "tokenizer.ggml.token_type");
+  ASSERT_NE(at, std::string::npos);
+  patch<uint32_t>(damaged, at + 4, 6);  // value type (array) | element type := f32 | count | elements
+  patch<float>(damaged, at + 4 + 4 + 8, std::numeric_limits<float>::quiet_NaN());
+  expect_error(damaged, "not a token type");
+}
+
+TEST_F(LoaderErrors, HyperParameterOutOfRange) {
+  std::string damaged = bytes_;
+  const size_t at = after_key(damaged, "llama.attention.head_count");
+  ASSERT_NE(at, std::string::npos);
+  uint32_t type = 0;
+  std::memcpy(&type, &damaged[at], sizeof type);
+  ASSERT_EQ(type, 4u) << "stored as u32";
+  patch<uint32_t>(damaged, at + 4, 3000000);
+  expect_error(damaged, "'llama.attention.head_count' is 3000000, outside [1, 1048576]");
+}
+
+TEST_F(LoaderErrors, PromptTooLongIsRefusedBeforeEncoding) {
+  std::string prompt;
+  while (prompt.size() < 100000) prompt += "Once upon a time there was a little girl. ";  // < 128 KiB (argv)
+  const Result r = run({binary(), "--model", model_path(), "--prompt", prompt, "--tokens", "4"});
+  EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+  EXPECT_NE(r.err.find("exceeds the context"), std::string::npos) << r.err;
 }
 
 TEST_F(LoaderErrors, MissingFile) {
