@@ -134,7 +134,14 @@ Communicator Communicator::init(const Config& config) {
   impl->p2p_sent.assign(config.world_size, 0);
   impl->p2p_received.assign(config.world_size, 0);
   impl->spin = std::chrono::microseconds(env::get_int("TBCOLL_SPIN_US"));
-  impl->chunk_bytes = static_cast<size_t>(std::max<long long>(4096, env::get_int("TBCOLL_CHUNK_BYTES")));
+  // Ring schedules keep 4 chunks of scratch in flight: a chunk size beyond this would ask for absurd scratch
+  // (and, near 2^62, wrap its size).
+  constexpr long long kMinChunk = 4096, kMaxChunk = 64ll << 20;
+  const long long chunk = env::get_int("TBCOLL_CHUNK_BYTES");
+  if (chunk < kMinChunk || chunk > kMaxChunk) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_CHUNK_BYTES={} is outside [{}, {}]", chunk, kMinChunk, kMaxChunk));
+  }
+  impl->chunk_bytes = static_cast<size_t>(chunk);
   impl->tuner.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_DIRECT_MAX_BYTES")));
   impl->tuner.forced = config.algo;
   check_algorithm_name(config.algo);

@@ -67,7 +67,8 @@ struct Config {
   double timeout_s = 60.0;
   /// Forces a transport for every peer pair: "tcp", "shm", "ibverbs", "loopback"; empty = best per pair.
   std::string transport;
-  /// Forces an algorithm name ("ring", "direct", "tree", "chain"); empty = tuner's choice (TBCOLL_ALGO).
+  /// Forces an algorithm ("ring", "direct", "oneshot", "twoshot", "cma", "tree", "chain"; see TBCOLL_ALGO in
+  /// tbcoll-info for which collectives each applies to); empty = the tuner's choice.
   std::string algo;
   /// Optional store to rendezvous through instead of the TCP store (ranks as threads share an in-memory store).
   std::shared_ptr<Store> store;
@@ -112,12 +113,14 @@ class Communicator {
   /// Name of the algorithm the tuner picks for all_reduce of this many bytes (for tools and tests).
   std::string all_reduce_algorithm(size_t bytes) const;
 
-  /// recv[i] = op over ranks of send[i], i < count. Every rank ends with bitwise identical results.
+  /// recv[i] = op over ranks of send[i], i < count. Every rank ends with bitwise identical results (one
+  /// exception: where two NaNs meet in f16/bf16, which NaN payload survives may differ between ranks of
+  /// different CPU kinds; ranks on one host agree).
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
-  /// recv[r*count .. (r+1)*count) = send of rank r. In place when send == recv + rank*count*size.
+  /// recv[r*count .. (r+1)*count) = send of rank r. In place when send points at element rank*count of recv.
   void all_gather(const void* send, void* recv, size_t count, DataType dtype);
   /// recv (count elements) = op over ranks of block `rank` of send (size * count elements): block r of every
-  /// rank's send reduced onto rank r. In place when send + rank*count*size == recv, as in NCCL.
+  /// rank's send reduced onto rank r. In place when recv points at element rank*count of send, as in NCCL.
   void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   /// recv at root = op over ranks of send (reduced in rank order); recv is not touched (may be null) elsewhere.
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);

@@ -21,7 +21,10 @@ typedef enum {
   tbcollNumTypes = 10
 } tbcollDataType_t;
 
-/** Reduction operators. kAvg divides the sum by the world size (integer division for integer types). */
+/** Reduction operators. Integer sum and prod wrap around (two's complement), as in NCCL. Avg is the sum divided
+ *  by the world size: for integer types the wrapped sum, divided with truncation toward zero; for float types
+ *  the sum may overflow to inf where the inputs are within a factor world-size of the type's largest value
+ *  (f16: 65504), which NCCL's pre-multiplied average avoids. */
 typedef enum {
   tbcollSum = 0,
   tbcollProd = 1,

@@ -16,6 +16,9 @@ void Scratch::Free::operator()(void* p) const { std::free(p); }
 
 void* Scratch::get(size_t bytes) {
   if (bytes > bytes_ || !memory_) {
+    if (bytes > (size_t{1} << 40)) {  // a wrapped size computation, never a real need
+      throw Error(tbcollInternalError, fmt::format("scratch request of {} B is not plausible", bytes));
+    }
     size_t rounded = std::max<size_t>(64, (bytes + 63) / 64 * 64);
     void* p = std::aligned_alloc(64, rounded);
     if (p == nullptr) throw Error(tbcollSystemError, fmt::format("out of memory allocating {} B of scratch", rounded));

@@ -204,6 +204,19 @@ TEST(Errors, ShmPeerThatRanTheCallPointToPointAndMovedOnIsSpotted) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
 }
 
+// A chunk size beyond the range is refused by name (near 2^62 it used to wrap the ring's scratch size).
+TEST(Errors, ChunkSizeOutOfRangeIsRefused) {
+  for (const char* value : {"4611686018427387904", "100", "-1"}) {
+    setenv("TBCOLL_CHUNK_BYTES", value, 1);
+    Config config;
+    config.rank = 0;
+    config.world_size = 1;
+    std::string message = error_of([&] { Communicator::init(config); });
+    EXPECT_NE(message.find("TBCOLL_CHUNK_BYTES="), std::string::npos) << value << ": " << message;
+  }
+  unsetenv("TBCOLL_CHUNK_BYTES");
+}
+
 TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
   auto start = std::chrono::steady_clock::now();
   run_ranks(2, {"tcp", "", 1.0}, [&](Communicator& comm) {
