@@ -17,6 +17,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -25,6 +26,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
@@ -44,6 +46,8 @@ constexpr int kExitTimeout = 124;
 constexpr int kExitCannotExecute = 127;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr size_t kMaxLineBytes = size_t{64} * 1024;  // a longer line is split so memory stays bounded
+constexpr size_t kMaxOutbox = size_t{1} << 20;          // tagged output waiting for a slow reader, per target
+constexpr double kMaxTimeoutSeconds = 1e8;
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kKillGrace = std::chrono::seconds(3);    // SIGTERM -> SIGKILL
@@ -120,8 +124,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
       opts.extra_env.push_back(value);
     } else if (arg == "--timeout") {
       opts.timeout_s = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(opts.timeout_s) || opts.timeout_s <= 0) {
-        return usage_error("bad timeout '" + value + "' (expected seconds > 0)");
+      // Capped: far beyond it, the deadline's nanosecond count would overflow (and land in the past).
+      if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(opts.timeout_s) || opts.timeout_s <= 0 ||
+          opts.timeout_s > kMaxTimeoutSeconds) {
+        return usage_error("bad timeout '" + value + "' (expected seconds in (0, 1e8])");
       }
     } else {
       long n = std::strtol(value.c_str(), &end, 10);
@@ -170,21 +176,6 @@ void close_pipe(int fds[2]) {
   }
 }
 
-// False if the reader is gone (EPIPE) or the descriptor is unusable.
-bool write_all(int fd, const std::string& data) {
-  for (size_t done = 0; done < data.size();) {
-    ssize_t n = write(fd, data.data() + done, data.size() - done);
-    if (n > 0) {
-      done += static_cast<size_t>(n);
-    } else if (n < 0 && errno == EAGAIN) {  // someone made our stdout non-blocking
-      pollfd pfd{fd, POLLOUT, 0};
-      poll(&pfd, 1, 100);
-    } else if (n >= 0 || errno != EINTR) {
-      return false;
-    }
-  }
-  return true;
-}
 
 std::optional<std::string> random_token() {
   unsigned char bytes[8];
@@ -231,7 +222,7 @@ struct Rank {
 
 class Launcher {
  public:
-  explicit Launcher(Options opts) : opts_(std::move(opts)), ranks_(opts_.world_size) {}
+  explicit Launcher(Options opts) : opts_(std::move(opts)), ranks_(opts_.world_size), launcher_pid_(getpid()) {}
 
   int run() {
     if (!install_signal_handlers() || !setup_environment()) return kExitLauncherError;
@@ -391,6 +382,10 @@ class Launcher {
     sigaction(SIGPIPE, &original_action_[SIGPIPE], nullptr);
     sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     setpgid(0, 0);
+    // A launcher killed outright (SIGKILL) cannot stop the job: the kernel does it for us. If it died already,
+    // between fork() and here, give up.
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != launcher_pid_) _exit(kExitLauncherError);
     if (stdin_fd >= 0 && stdin_fd != STDIN_FILENO) dup2(stdin_fd, STDIN_FILENO);
     if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
@@ -422,18 +417,37 @@ class Launcher {
       // process groups (children that outlived their rank) is killed too.
       if (running_ == 0 && aborting_ && !killed_) kill_all();
       if (running_ == 0 && !output_deadline) output_deadline = now + kOutputGrace;
-      if (output_deadline && now >= *output_deadline) break;
+      if (output_deadline && now >= *output_deadline) {
+        // Pipes still held open by leftovers of the ranks: stop reading them.
+        for (Rank& rank : ranks_) {
+          close_stream(rank.out);
+          close_stream(rank.err);
+        }
+      }
 
       fds.assign(1, pollfd{g_signal_pipe[0], POLLIN, 0});
       streams.clear();
       for (Rank& rank : ranks_) {
         for (Stream* stream : {&rank.out, &rank.err}) {
-          if (stream->fd < 0) continue;
+          // A target whose reader lags holds its ranks back through their pipes, as without --tag-output.
+          if (stream->fd < 0 || outbox_[stream->target_fd].size() >= kMaxOutbox) continue;
           fds.push_back(pollfd{stream->fd, POLLIN, 0});
           streams.push_back(stream);
         }
       }
-      if (running_ == 0 && streams.empty()) break;
+      const size_t first_target = fds.size();
+      for (int target : {STDOUT_FILENO, STDERR_FILENO}) {
+        if (!outbox_[target].empty()) fds.push_back(pollfd{target, POLLOUT, 0});
+      }
+      const bool output_waiting = fds.size() > first_target;
+      bool streams_open = false;
+      for (Rank& rank : ranks_) streams_open = streams_open || rank.out.fd >= 0 || rank.err.fd >= 0;
+      // Done when every rank exited and its output is out. After an abort, output still queued for a stalled
+      // reader is given up at the output deadline; a normal end waits for the reader, as the ranks would have.
+      if (running_ == 0 && !streams_open && (!output_waiting || (aborting_ && output_deadline &&
+                                                                  now >= *output_deadline))) {
+        break;
+      }
 
       std::optional<Clock::time_point> wake = output_deadline;
       if (job_deadline_ && !aborting_) wake = std::min(wake.value_or(*job_deadline_), *job_deadline_);
@@ -457,6 +471,9 @@ class Launcher {
       reap();
       for (size_t i = 0; ready > 0 && i < streams.size(); ++i) {
         if (fds[i + 1].revents != 0) read_stream(*streams[i]);
+      }
+      for (size_t i = first_target; ready > 0 && i < fds.size(); ++i) {
+        if (fds[i].revents != 0) flush_target(fds[i].fd);
       }
     }
   }
@@ -506,12 +523,36 @@ class Launcher {
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0) return close_stream(stream);
     stream.pending.append(buffer, static_cast<size_t>(n));
-    if (!emit_lines(stream, false)) drop_target(stream.target_fd);
+    emit_lines(stream, false);
+  }
+
+  // Writes what the target takes now: PIPE_BUF bytes at a time while poll() says it has room, so a write never
+  // blocks even on a descriptor in blocking mode. A reader that went away (EPIPE) drops the target.
+  void flush_target(int target) {
+    std::string& box = outbox_[target];
+    for (int chunks = 0; !box.empty() && chunks < 256; ++chunks) {
+      pollfd pfd{target, POLLOUT, 0};
+      if (poll(&pfd, 1, 0) <= 0 || (pfd.revents & POLLOUT) == 0) {
+        if ((pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) drop_target(target);
+        return;
+      }
+      ssize_t n = write(target, box.data(), std::min<size_t>(box.size(), PIPE_BUF));
+      if (n > 0) {
+        box.erase(0, static_cast<size_t>(n));
+      } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+        return;
+      } else {
+        drop_target(target);
+        return;
+      }
+    }
   }
 
   // Our stdout or stderr has no reader any more: close the ranks' pipes to it as well, so their next
   // write fails (SIGPIPE) just as it would have without --tag-output.
   void drop_target(int target_fd) {
+    target_gone_[target_fd] = true;
+    outbox_[target_fd].clear();
     for (Rank& rank : ranks_) {
       for (Stream* stream : {&rank.out, &rank.err}) {
         if (stream->target_fd == target_fd) close_stream(*stream, false);
@@ -519,11 +560,11 @@ class Launcher {
     }
   }
 
-  // Writes each complete line with the rank's prefix, in one write() per batch so lines from
-  // different ranks never interleave mid-line. At EOF an unterminated last line gets a newline.
-  bool emit_lines(Stream& stream, bool at_eof) {
+  // Queues each complete line with the rank's prefix for the target. Lines from different ranks never
+  // interleave mid-line. At EOF an unterminated last line gets a newline.
+  void emit_lines(Stream& stream, bool at_eof) {
     const std::string& prefix = ranks_[stream.rank].prefix;
-    std::string out;
+    std::string& out = outbox_[stream.target_fd];
     size_t start = 0;
     for (size_t newline; (newline = stream.pending.find('\n', start)) != std::string::npos; start = newline + 1) {
       out += prefix;
@@ -534,7 +575,8 @@ class Launcher {
       out += prefix + stream.pending + '\n';
       stream.pending.clear();
     }
-    return out.empty() || write_all(stream.target_fd, out);
+    if (target_gone_[stream.target_fd]) out.clear();
+    flush_target(stream.target_fd);
   }
 
   void close_stream(Stream& stream, bool flush = true) {
@@ -568,6 +610,11 @@ class Launcher {
 
   Options opts_;
   std::vector<Rank> ranks_;
+  pid_t launcher_pid_;
+  // Tagged output not yet written, per target (our stdout, stderr): written when poll() says the target takes
+  // more, so a slow or stalled reader never blocks the launcher (signals, failures and the timeout go on).
+  std::string outbox_[3];
+  bool target_gone_[3] = {false, false, false};
   std::unordered_map<pid_t, int> rank_of_pid_;
   int running_ = 0;
   std::optional<int> exit_code_;  // set by the first event that ends the job early

@@ -123,6 +123,22 @@ class Launcher {
   ino_t stdout_inode() const { return stdout_inode_; }
   const std::string& out() const { return result_.out; }  // stdout collected so far
 
+  // Waits for the launcher to exit without reading its output (a reader that stalls); false on timeout.
+  bool wait_exit_without_reading(double timeout_s) {
+    auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        result_.seconds = seconds_since(start_);
+        result_.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return false;
+  }
+
   // Stops reading the launcher's stdout, as `| head -1` would.
   void close_stdout() {
     if (fds_[0] >= 0) close(fds_[0]);
@@ -450,7 +466,27 @@ TEST(TbcollRun, TimeoutKillsTheJobAndExits124) {
   expect_all_gone(pids);
 }
 
+// With --tag-output the launcher writes the ranks' output itself: a reader that stops reading must not stop the
+// launcher from enforcing the timeout (it used to block in write() until the reader went on).
+TEST(TbcollRun, StalledReaderDoesNotHoldUpTheTimeout) {
+  Launcher launcher({"--tag-output", "--timeout", "1", "-n", "1", "--", "sh", "-c", "yes"});
+  ASSERT_TRUE(launcher.wait_exit_without_reading(8)) << "still running with its stdout unread";
+  RunResult result = launcher.finish();
+  EXPECT_EQ(result.exit_code, 124) << result.err;
+  EXPECT_LT(result.seconds, 5);
+}
+
 // ---- signals sent to the launcher ------------------------------------------------------------------------
+
+TEST(TbcollRun, RanksDieWithALauncherKilledOutright) {
+  Launcher launcher({"-n", "2", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 2; }));
+  std::vector<pid_t> pids = pids_in(launcher.out());
+  ASSERT_EQ(kill(launcher.pid(), SIGKILL), 0);
+  launcher.finish();
+  expect_all_gone(pids);
+}
+
 
 TEST(TbcollRun, SigtermToLauncherTerminatesEveryRankAndItsChildren) {
   Launcher launcher({"-n", "3", "--", "sh", "-c", kWaitingRank});
@@ -517,6 +553,7 @@ TEST(TbcollRun, BadCommandLinesExit2WithUsage) {
       {"-x", "NOEQUALS", "-n", "1", "true"},
       {"--timeout", "0", "-n", "1", "true"},
       {"--timeout", "soon", "-n", "1", "true"},
+      {"--timeout", "1e10", "-n", "1", "true"},  // its deadline in nanoseconds would overflow
   };
   for (const std::vector<std::string>& args : bad) {
     std::string joined;
