@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -10,134 +11,144 @@
 
 namespace {
 
-TEST(CApi, UniqueIdRendezvousAndCollectives) {
-  const int n = 3;
+// One rank of run_c_ranks: its communicator and the first failure it records ("" if none).
+struct CRank {
+  int rank;
+  tbcollComm_t comm;
+  std::string failure;
+  void fail(const char* what, tbcollResult_t rc) {
+    failure = std::string(what) + ": " + tbcollGetErrorString(rc) + ": " + tbcollGetLastError(nullptr);
+  }
+};
+
+// Runs body on n ranks as threads, each with a communicator from one tbcollGetUniqueId rendezvous (destroyed
+// after the body), and expects no rank to record a failure.
+void run_c_ranks(int n, const std::function<void(CRank&)>& body) {
   tbcollUniqueId id;
   ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
-  std::vector<std::string> failures(n);
+  std::vector<CRank> ranks(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
-      auto fail = [&](const char* what, tbcollResult_t rc) {
-        failures[rank] = std::string(what) + ": " + tbcollGetErrorString(rc) + ": " + tbcollGetLastError(nullptr);
-      };
-      tbcollComm_t comm = nullptr;
-      tbcollResult_t rc = tbcollCommInitRank(&comm, n, id, rank);
-      if (rc != tbcollSuccess) return fail("init", rc);
-      int count = 0, me = -1;
-      tbcollCommCount(comm, &count);
-      tbcollCommUserRank(comm, &me);
-      if (count != n || me != rank) failures[rank] = "count/rank wrong";
-      std::vector<float> data(1000, static_cast<float>(rank + 1)), sum(1000);
-      if ((rc = tbcollAllReduce(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
-        return fail("all_reduce", rc);
-      }
-      if (sum[999] != 6.0f) failures[rank] = "all_reduce result " + std::to_string(sum[999]);
-      std::vector<int32_t> all(n * 2);
-      int32_t mine[2] = {rank, rank * 10};
-      if ((rc = tbcollAllGather(mine, all.data(), 2, tbcollInt32, comm)) != tbcollSuccess) return fail("all_gather", rc);
-      for (int r = 0; r < n; ++r) {
-        if (all[2 * r] != r || all[2 * r + 1] != r * 10) failures[rank] = "all_gather result";
-      }
-      int64_t value = rank == 2 ? 77 : 0;
-      if ((rc = tbcollBcast(&value, 1, tbcollInt64, 2, comm)) != tbcollSuccess) return fail("bcast", rc);
-      if (value != 77) failures[rank] = "bcast result";
-      float blocks[n * 2], mine_rs[2] = {0, 0};
-      for (int i = 0; i < n * 2; ++i) blocks[i] = static_cast<float>(i + rank);
-      if ((rc = tbcollReduceScatter(blocks, mine_rs, 2, tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
-        return fail("reduce_scatter", rc);
-      }
-      if (mine_rs[1] != static_cast<float>(3 * (2 * rank + 1) + 3)) failures[rank] = "reduce_scatter result";
-      int32_t one = rank + 1, total = 0;
-      if ((rc = tbcollReduce(&one, rank == 1 ? &total : nullptr, 1, tbcollInt32, tbcollProd, 1, comm)) !=
-          tbcollSuccess) {
-        return fail("reduce", rc);
-      }
-      if (rank == 1 && total != 6) failures[rank] = "reduce result " + std::to_string(total);
-      if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier", rc);
-      if (rank == 0) rc = tbcollSend(&value, 1, tbcollInt64, 1, comm);
-      if (rank == 1) rc = tbcollRecv(&value, 1, tbcollInt64, 0, comm);
-      if (rc != tbcollSuccess) return fail("send/recv", rc);
-      // Bad arguments come back as codes with a message, and the communicator stays usable.
-      if (tbcollAllReduce(nullptr, sum.data(), 4, tbcollFloat32, tbcollSum, comm) != tbcollInvalidArgument ||
-          std::strstr(tbcollGetLastError(comm), "send buffer is null") == nullptr) {
-        failures[rank] = std::string("null buffer not reported: ") + tbcollGetLastError(comm);
-      }
-      if (tbcollAllReduce(data.data(), sum.data(), 4, static_cast<tbcollDataType_t>(99), tbcollSum, comm) !=
-          tbcollInvalidArgument) {
-        failures[rank] = "bad dtype not reported";
-      }
-      if (tbcollBroadcast(data.data(), sum.data(), 4, tbcollFloat32, n, comm) != tbcollInvalidArgument) {
-        failures[rank] = "bad root not reported";
-      }
-      if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier after errors", rc);
-      tbcollCommDestroy(comm);
+      CRank& r = ranks[static_cast<size_t>(rank)];
+      r.rank = rank;
+      r.comm = nullptr;
+      tbcollResult_t rc = tbcollCommInitRank(&r.comm, n, id, rank);
+      if (rc != tbcollSuccess) return r.fail("init", rc);
+      body(r);
+      tbcollCommDestroy(r.comm);
     });
   }
   for (auto& thread : threads) thread.join();
-  for (int rank = 0; rank < n; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+  for (const CRank& r : ranks) EXPECT_EQ(r.failure, "") << "rank " << r.rank;
+}
+
+TEST(CApi, UniqueIdRendezvousAndCollectives) {
+  const int n = 3;
+  run_c_ranks(n, [&](CRank& r) {
+    const int rank = r.rank;
+    tbcollComm_t comm = r.comm;
+    std::string& failure = r.failure;
+    auto fail = [&](const char* what, tbcollResult_t rc) { r.fail(what, rc); };
+    tbcollResult_t rc = tbcollSuccess;
+    int count = 0, me = -1;
+    tbcollCommCount(comm, &count);
+    tbcollCommUserRank(comm, &me);
+    if (count != n || me != rank) failure = "count/rank wrong";
+    std::vector<float> data(1000, static_cast<float>(rank + 1)), sum(1000);
+    if ((rc = tbcollAllReduce(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
+      return fail("all_reduce", rc);
+    }
+    if (sum[999] != 6.0f) failure = "all_reduce result " + std::to_string(sum[999]);
+    std::vector<int32_t> all(n * 2);
+    int32_t mine[2] = {rank, rank * 10};
+    if ((rc = tbcollAllGather(mine, all.data(), 2, tbcollInt32, comm)) != tbcollSuccess) return fail("all_gather", rc);
+    for (int r = 0; r < n; ++r) {
+      if (all[2 * r] != r || all[2 * r + 1] != r * 10) failure = "all_gather result";
+    }
+    int64_t value = rank == 2 ? 77 : 0;
+    if ((rc = tbcollBcast(&value, 1, tbcollInt64, 2, comm)) != tbcollSuccess) return fail("bcast", rc);
+    if (value != 77) failure = "bcast result";
+    float blocks[n * 2], mine_rs[2] = {0, 0};
+    for (int i = 0; i < n * 2; ++i) blocks[i] = static_cast<float>(i + rank);
+    if ((rc = tbcollReduceScatter(blocks, mine_rs, 2, tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
+      return fail("reduce_scatter", rc);
+    }
+    if (mine_rs[1] != static_cast<float>(3 * (2 * rank + 1) + 3)) failure = "reduce_scatter result";
+    int32_t one = rank + 1, total = 0;
+    if ((rc = tbcollReduce(&one, rank == 1 ? &total : nullptr, 1, tbcollInt32, tbcollProd, 1, comm)) != tbcollSuccess) {
+      return fail("reduce", rc);
+    }
+    if (rank == 1 && total != 6) failure = "reduce result " + std::to_string(total);
+    if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier", rc);
+    if (rank == 0) rc = tbcollSend(&value, 1, tbcollInt64, 1, comm);
+    if (rank == 1) rc = tbcollRecv(&value, 1, tbcollInt64, 0, comm);
+    if (rc != tbcollSuccess) return fail("send/recv", rc);
+    // Bad arguments come back as codes with a message, and the communicator stays usable.
+    if (tbcollAllReduce(nullptr, sum.data(), 4, tbcollFloat32, tbcollSum, comm) != tbcollInvalidArgument ||
+        std::strstr(tbcollGetLastError(comm), "send buffer is null") == nullptr) {
+      failure = std::string("null buffer not reported: ") + tbcollGetLastError(comm);
+    }
+    if (tbcollAllReduce(data.data(), sum.data(), 4, static_cast<tbcollDataType_t>(99), tbcollSum, comm) !=
+        tbcollInvalidArgument) {
+      failure = "bad dtype not reported";
+    }
+    if (tbcollBroadcast(data.data(), sum.data(), 4, tbcollFloat32, n, comm) != tbcollInvalidArgument) {
+      failure = "bad root not reported";
+    }
+    if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier after errors", rc);
+  });
 }
 
 TEST(CApi, AsynchronousCallsAndRequests) {
   const int n = 2;
-  tbcollUniqueId id;
-  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
-  std::vector<std::string> failures(n);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < n; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto fail = [&](const char* what, tbcollResult_t rc) {
-        failures[rank] = std::string(what) + ": " + tbcollGetErrorString(rc) + ": " + tbcollGetLastError(nullptr);
-      };
-      tbcollComm_t comm = nullptr;
-      tbcollResult_t rc = tbcollCommInitRank(&comm, n, id, rank);
-      if (rc != tbcollSuccess) return fail("init", rc);
-      std::vector<float> data(5000, static_cast<float>(rank + 1)), sum(5000);
-      std::vector<int32_t> gathered(2 * n), scattered(3), blocks(3 * n, rank + 1);
-      int32_t mine[2] = {rank, -rank};
-      int64_t value = rank == 1 ? 9 : 0, product = 0;
-      tbcollRequest_t requests[5] = {};
-      if ((rc = tbcollAllReduceAsync(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm,
-                                     &requests[0])) != tbcollSuccess ||
-          (rc = tbcollAllGatherAsync(mine, gathered.data(), 2, tbcollInt32, comm, &requests[1])) != tbcollSuccess ||
-          (rc = tbcollReduceScatterAsync(blocks.data(), scattered.data(), 3, tbcollInt32, tbcollSum, comm,
-                                         &requests[2])) != tbcollSuccess ||
-          (rc = tbcollBroadcastAsync(&value, &value, 1, tbcollInt64, 1, comm, &requests[3])) != tbcollSuccess ||
-          (rc = tbcollReduceAsync(&value, &product, 1, tbcollInt64, tbcollProd, 0, comm, &requests[4])) !=
-              tbcollSuccess) {
-        return fail("queueing", rc);
-      }
-      int done = 0;
-      while (done == 0) {  // poll the first one, wait for the others
-        if ((rc = tbcollTest(requests[0], &done)) != tbcollSuccess) return fail("test", rc);
-      }
-      for (tbcollRequest_t request : requests) {
-        if ((rc = tbcollWait(request)) != tbcollSuccess) return fail("wait", rc);
-        if ((rc = tbcollRequestFree(request)) != tbcollSuccess) return fail("free", rc);
-      }
-      if (sum[4999] != 3.0f) failures[rank] = "all_reduce result " + std::to_string(sum[4999]);
-      if (gathered[2] != 1 || gathered[3] != -1) failures[rank] = "all_gather result";
-      if (scattered[2] != 3) failures[rank] = "reduce_scatter result " + std::to_string(scattered[2]);
-      if (value != 9) failures[rank] = "broadcast result";
-      if (rank == 0 && product != 81) failures[rank] = "reduce result " + std::to_string(product);
-      // An argument error reaches the request, with its message, and the communicator stays usable.
-      tbcollRequest_t bad = nullptr;
-      if ((rc = tbcollAllReduceAsync(nullptr, sum.data(), 4, tbcollFloat32, tbcollSum, comm, &bad)) !=
-          tbcollSuccess) {
-        return fail("queueing a bad call", rc);
-      }
-      if (tbcollWait(bad) != tbcollInvalidArgument ||
-          std::strstr(tbcollGetLastError(comm), "send buffer is null") == nullptr) {
-        failures[rank] = std::string("null buffer not reported through the request: ") + tbcollGetLastError(comm);
-      }
-      if (tbcollTest(bad, &done) != tbcollInvalidArgument) failures[rank] = "tbcollTest hides the error";
-      tbcollRequestFree(bad);
-      if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier after errors", rc);
-      tbcollCommDestroy(comm);
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  for (int rank = 0; rank < n; ++rank) EXPECT_EQ(failures[rank], "") << "rank " << rank;
+  run_c_ranks(n, [&](CRank& r) {
+    const int rank = r.rank;
+    tbcollComm_t comm = r.comm;
+    std::string& failure = r.failure;
+    auto fail = [&](const char* what, tbcollResult_t rc) { r.fail(what, rc); };
+    tbcollResult_t rc = tbcollSuccess;
+    std::vector<float> data(5000, static_cast<float>(rank + 1)), sum(5000);
+    std::vector<int32_t> gathered(2 * n), scattered(3), blocks(3 * n, rank + 1);
+    int32_t mine[2] = {rank, -rank};
+    int64_t value = rank == 1 ? 9 : 0, product = 0;
+    tbcollRequest_t requests[5] = {};
+    if ((rc = tbcollAllReduceAsync(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm,
+                                   &requests[0])) != tbcollSuccess ||
+        (rc = tbcollAllGatherAsync(mine, gathered.data(), 2, tbcollInt32, comm, &requests[1])) != tbcollSuccess ||
+        (rc = tbcollReduceScatterAsync(blocks.data(), scattered.data(), 3, tbcollInt32, tbcollSum, comm,
+                                       &requests[2])) != tbcollSuccess ||
+        (rc = tbcollBroadcastAsync(&value, &value, 1, tbcollInt64, 1, comm, &requests[3])) != tbcollSuccess ||
+        (rc = tbcollReduceAsync(&value, &product, 1, tbcollInt64, tbcollProd, 0, comm, &requests[4])) !=
+            tbcollSuccess) {
+      return fail("queueing", rc);
+    }
+    int done = 0;
+    while (done == 0) {  // poll the first one, wait for the others
+      if ((rc = tbcollTest(requests[0], &done)) != tbcollSuccess) return fail("test", rc);
+    }
+    for (tbcollRequest_t request : requests) {
+      if ((rc = tbcollWait(request)) != tbcollSuccess) return fail("wait", rc);
+      if ((rc = tbcollRequestFree(request)) != tbcollSuccess) return fail("free", rc);
+    }
+    if (sum[4999] != 3.0f) failure = "all_reduce result " + std::to_string(sum[4999]);
+    if (gathered[2] != 1 || gathered[3] != -1) failure = "all_gather result";
+    if (scattered[2] != 3) failure = "reduce_scatter result " + std::to_string(scattered[2]);
+    if (value != 9) failure = "broadcast result";
+    if (rank == 0 && product != 81) failure = "reduce result " + std::to_string(product);
+    // An argument error reaches the request, with its message, and the communicator stays usable.
+    tbcollRequest_t bad = nullptr;
+    if ((rc = tbcollAllReduceAsync(nullptr, sum.data(), 4, tbcollFloat32, tbcollSum, comm, &bad)) != tbcollSuccess) {
+      return fail("queueing a bad call", rc);
+    }
+    if (tbcollWait(bad) != tbcollInvalidArgument ||
+        std::strstr(tbcollGetLastError(comm), "send buffer is null") == nullptr) {
+      failure = std::string("null buffer not reported through the request: ") + tbcollGetLastError(comm);
+    }
+    if (tbcollTest(bad, &done) != tbcollInvalidArgument) failure = "tbcollTest hides the error";
+    tbcollRequestFree(bad);
+    if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier after errors", rc);
+  });
   EXPECT_EQ(tbcollAllReduceAsync(nullptr, nullptr, 0, tbcollFloat32, tbcollSum, nullptr, nullptr),
             tbcollInvalidArgument);
   EXPECT_EQ(tbcollWait(nullptr), tbcollInvalidArgument);
