@@ -8,8 +8,10 @@
 // then SIGKILL after 3 s (or as soon as all ranks are gone, for what is left in their groups), and the
 // launcher exits with the failing rank's status (128+signal if it was killed). SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
-// kills at once. Signals reach the single poll() loop through a self-pipe; children are reaped with
-// waitpid(WNOHANG). Deliberately standalone: POSIX and the standard library only, no libtbcoll.
+// kills at once. SIGTSTP (ctrl-Z) stops every rank's group and then the launcher; SIGCONT continues them.
+// Ranks die with the launcher (PR_SET_PDEATHSIG). Signals reach the single poll() loop through a self-pipe;
+// children are reaped with waitpid(WNOHANG); tagged output is written only when the target has room, so a
+// stalled reader never blocks the loop. Deliberately standalone: POSIX and the standard library only.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -75,7 +77,8 @@ void print_usage(FILE* out) {
       "  -h, --help          show this help\n"
       "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
       "and TBCOLL_TOKEN (random unless already set). The first failing rank stops the job and its\n"
-      "status becomes the exit status (128+signal if it was killed by a signal).\n",
+      "status becomes the exit status (128+signal if it was killed by a signal). SIGINT, SIGTERM,\n"
+      "SIGHUP and SIGQUIT are forwarded to every rank; ctrl-Z stops the ranks with the launcher.\n",
       out);
 }
 
@@ -251,7 +254,7 @@ class Launcher {
     sigemptyset(&action.sa_mask);
     action.sa_flags = SA_RESTART;
     sigemptyset(&handled_set_);
-    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD}) {
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGTSTP, SIGCONT}) {
       sigaction(sig, nullptr, &original_action_[sig]);
       // A signal ignored when we started (nohup, `&` in a script) stays ignored, for the ranks too.
       if (sig != SIGCHLD && original_action_[sig].sa_handler == SIG_IGN) continue;
@@ -378,8 +381,7 @@ class Launcher {
   // In the child between fork() and exec: restore the signal state the launcher started with.
   [[noreturn]] void exec_rank(int stdin_fd, int out_fd, int err_fd, const sigset_t& child_mask) {
     for (int sig : kForwardedSignals) sigaction(sig, &original_action_[sig], nullptr);
-    sigaction(SIGCHLD, &original_action_[SIGCHLD], nullptr);
-    sigaction(SIGPIPE, &original_action_[SIGPIPE], nullptr);
+    for (int sig : {SIGCHLD, SIGPIPE, SIGTSTP, SIGCONT}) sigaction(sig, &original_action_[sig], nullptr);
     sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     setpgid(0, 0);
     // A launcher killed outright (SIGKILL) cannot stop the job: the kernel does it for us. If it died already,
@@ -492,6 +494,19 @@ class Launcher {
       }
     }
     g_caught[SIGCHLD] = 0;  // reap() runs on every wake-up anyway
+    // Job control (ctrl-Z, then fg or bg): the terminal stops only our process group, and each rank has a group
+    // of its own, so stop the ranks first, then ourselves; once continued, continue them.
+    if (g_caught[SIGTSTP]) {
+      g_caught[SIGTSTP] = 0;
+      g_caught[SIGCONT] = 0;
+      signal_groups(SIGSTOP);
+      raise(SIGSTOP);  // returns once someone continues us
+      signal_groups(SIGCONT);
+    }
+    if (g_caught[SIGCONT]) {  // continued after a stop we did not see coming (kill -STOP): the ranks too
+      g_caught[SIGCONT] = 0;
+      signal_groups(SIGCONT);
+    }
   }
 
   void reap() {

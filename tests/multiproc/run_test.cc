@@ -478,6 +478,43 @@ TEST(TbcollRun, StalledReaderDoesNotHoldUpTheTimeout) {
 
 // ---- signals sent to the launcher ------------------------------------------------------------------------
 
+// State letter of a process from /proc (R, S, T, ...), or '?' once it is gone.
+char process_state(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return '?';
+  size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() ? line[paren + 2] : '?';
+}
+
+bool wait_for_state(const std::vector<pid_t>& pids, char state) {
+  auto deadline = Clock::now() + std::chrono::seconds(3);
+  for (pid_t pid : pids) {
+    while (process_state(pid) != state) {
+      if (Clock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  return true;
+}
+
+// ctrl-Z reaches only the launcher's process group: it stops its ranks (each in a group of its own) and then
+// itself, and continues them when it is continued.
+TEST(TbcollRun, StopAndContinueReachTheRanks) {
+  Launcher launcher({"-n", "2", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 2; }));
+  std::vector<pid_t> ranks = pids_in(launcher.out());
+  ASSERT_EQ(kill(launcher.pid(), SIGTSTP), 0);
+  EXPECT_TRUE(wait_for_state(ranks, 'T')) << "ranks not stopped";
+  EXPECT_TRUE(wait_for_state({launcher.pid()}, 'T')) << "launcher not stopped";
+  ASSERT_EQ(kill(launcher.pid(), SIGCONT), 0);
+  EXPECT_TRUE(wait_for_state(ranks, 'S')) << "ranks not continued";
+  ASSERT_EQ(kill(launcher.pid(), SIGTERM), 0);
+  RunResult result = launcher.finish();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  expect_all_gone(ranks);
+}
+
 TEST(TbcollRun, RanksDieWithALauncherKilledOutright) {
   Launcher launcher({"-n", "2", "--", "sh", "-c", "echo \"pid $$\"; exec sleep 30"});
   ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 2; }));
