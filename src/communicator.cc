@@ -1,12 +1,10 @@
 // Communicator set-up: store, host identity, transport choice per peer pair, connections.
 #include "communicator.h"
 
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
 #include <map>
 #include <random>
 #include <sstream>
@@ -16,6 +14,7 @@
 
 #include "common/cpu.h"
 #include "common/env.h"
+#include "common/identity.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
@@ -29,15 +28,6 @@ uint64_t random_u64() {
   return (uint64_t{device()} << 32) ^ device();
 }
 
-// The running kernel's identity: processes that see the same one share the machine's CPUs, whatever their
-// host names (containers) or TBCOLL_HOST_ID say.
-std::string kernel_id() {
-  std::string boot_id;
-  std::ifstream in("/proc/sys/kernel/random/boot_id");
-  std::getline(in, boot_id);
-  return boot_id;
-}
-
 // Ranks with equal host ids talk through shared memory, which names and watches peers by pid: so the id holds
 // the pid namespace too (containers of one pod can share /dev/shm, the host name and the kernel, while their
 // pids mean different processes). Ranks in different pid namespaces of one machine use the next transport.
@@ -47,9 +37,7 @@ std::string host_id() {
   if (!forced.empty()) return forced;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  struct stat ns {};
-  const unsigned long long pid_ns = stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
-  return fmt::format("{}/{}/pidns:{}", name, kernel_id(), pid_ns);
+  return fmt::format("{}/{}/pidns:{}", name, kernel_id(), pid_namespace());
 }
 
 uint64_t process_id() {

@@ -11,45 +11,37 @@
 
 namespace {
 
-// One rank of run_c_ranks: its communicator and the first failure it records ("" if none).
-struct CRank {
-  int rank;
-  tbcollComm_t comm;
-  std::string failure;
-  void fail(const char* what, tbcollResult_t rc) {
-    failure = std::string(what) + ": " + tbcollGetErrorString(rc) + ": " + tbcollGetLastError(nullptr);
-  }
-};
+// Records a failed call with the C API's messages.
+using Fail = std::function<void(const char* what, tbcollResult_t rc)>;
 
-// Runs body on n ranks as threads, each with a communicator from one tbcollGetUniqueId rendezvous (destroyed
-// after the body), and expects no rank to record a failure.
-void run_c_ranks(int n, const std::function<void(CRank&)>& body) {
+// Runs body(rank, comm, failure, fail) on n ranks as threads, each with a communicator from one
+// tbcollGetUniqueId rendezvous (destroyed after the body), and expects no rank to record a failure (fail() or
+// an assignment to `failure`).
+void run_c_ranks(int n, const std::function<void(int, tbcollComm_t, std::string&, const Fail&)>& body) {
   tbcollUniqueId id;
   ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
-  std::vector<CRank> ranks(static_cast<size_t>(n));
+  std::vector<std::string> failures(static_cast<size_t>(n));
   std::vector<std::thread> threads;
   for (int rank = 0; rank < n; ++rank) {
     threads.emplace_back([&, rank] {
-      CRank& r = ranks[static_cast<size_t>(rank)];
-      r.rank = rank;
-      r.comm = nullptr;
-      tbcollResult_t rc = tbcollCommInitRank(&r.comm, n, id, rank);
-      if (rc != tbcollSuccess) return r.fail("init", rc);
-      body(r);
-      tbcollCommDestroy(r.comm);
+      std::string& failure = failures[static_cast<size_t>(rank)];
+      const Fail fail = [&](const char* what, tbcollResult_t rc) {
+        failure = std::string(what) + ": " + tbcollGetErrorString(rc) + ": " + tbcollGetLastError(nullptr);
+      };
+      tbcollComm_t comm = nullptr;
+      tbcollResult_t rc = tbcollCommInitRank(&comm, n, id, rank);
+      if (rc != tbcollSuccess) return fail("init", rc);
+      body(rank, comm, failure, fail);
+      tbcollCommDestroy(comm);
     });
   }
   for (auto& thread : threads) thread.join();
-  for (const CRank& r : ranks) EXPECT_EQ(r.failure, "") << "rank " << r.rank;
+  for (int rank = 0; rank < n; ++rank) EXPECT_EQ(failures[static_cast<size_t>(rank)], "") << "rank " << rank;
 }
 
 TEST(CApi, UniqueIdRendezvousAndCollectives) {
   const int n = 3;
-  run_c_ranks(n, [&](CRank& r) {
-    const int rank = r.rank;
-    tbcollComm_t comm = r.comm;
-    std::string& failure = r.failure;
-    auto fail = [&](const char* what, tbcollResult_t rc) { r.fail(what, rc); };
+  run_c_ranks(n, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
     tbcollResult_t rc = tbcollSuccess;
     int count = 0, me = -1;
     tbcollCommCount(comm, &count);
@@ -102,11 +94,7 @@ TEST(CApi, UniqueIdRendezvousAndCollectives) {
 
 TEST(CApi, AsynchronousCallsAndRequests) {
   const int n = 2;
-  run_c_ranks(n, [&](CRank& r) {
-    const int rank = r.rank;
-    tbcollComm_t comm = r.comm;
-    std::string& failure = r.failure;
-    auto fail = [&](const char* what, tbcollResult_t rc) { r.fail(what, rc); };
+  run_c_ranks(n, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
     tbcollResult_t rc = tbcollSuccess;
     std::vector<float> data(5000, static_cast<float>(rank + 1)), sum(5000);
     std::vector<int32_t> gathered(2 * n), scattered(3), blocks(3 * n, rank + 1);

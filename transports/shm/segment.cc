@@ -16,19 +16,10 @@
 
 #include <fmt/format.h>
 
+#include "common/identity.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll::shm {
-
-namespace {
-
-// Inode of this process's pid namespace: a pid in a segment name means a process only within it.
-unsigned long pid_namespace() {
-  struct stat ns {};
-  return stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<unsigned long>(ns.st_ino) : 0;
-}
-
-}  // namespace
 
 std::string segment_name(int pid, uint64_t comm_id, int rank) {
   return fmt::format("/tbcoll-{:x}-{}-{:016x}-{}", pid_namespace(), pid, comm_id, rank);
