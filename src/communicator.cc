@@ -1,9 +1,14 @@
 // Communicator set-up: store, host identity, transport choice per peer pair, connections.
 #include "communicator.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <climits>
 #include <cstdlib>
 #include <map>
 #include <random>
@@ -43,6 +48,26 @@ std::string host_id() {
 uint64_t process_id() {
   static const uint64_t id = (uint64_t{static_cast<uint32_t>(getpid())} << 32) ^ (random_u64() & 0xffffffffu);
   return id;
+}
+
+// The listening socket a launcher (tbcoll-run) bound for the store and passed in TBCOLL_ROOT_FD: taken once per
+// process, and only if it listens on the root's port; -1 otherwise (then rank 0 binds the port itself).
+int take_inherited_listener(int port) {
+  static std::atomic<bool> taken{false};
+  if (!env::is_set("TBCOLL_ROOT_FD") || taken.exchange(true)) return -1;
+  const long long fd = env::get_int("TBCOLL_ROOT_FD");
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  int bound_port = -1;
+  if (fd >= 0 && fd <= INT_MAX && getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+    if (address.ss_family == AF_INET) bound_port = ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
+    if (address.ss_family == AF_INET6) bound_port = ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
+  }
+  if (bound_port != port) {
+    log::warn("TBCOLL_ROOT_FD={} is not a socket bound to the root's port {}: ignored", fd, port);
+    return -1;
+  }
+  return static_cast<int>(fd);
 }
 
 std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
@@ -146,7 +171,11 @@ Communicator Communicator::init(const Config& config) {
                                         "or pass Config::store", rank));
     }
     net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
-    if (rank == 0) impl->server = std::make_unique<TcpStoreServer>(root.host, root.port, config.token);
+    if (rank == 0) {
+      const int listener = take_inherited_listener(root.port);
+      impl->server = listener >= 0 ? std::make_unique<TcpStoreServer>(listener, config.token)
+                                   : std::make_unique<TcpStoreServer>(root.host, root.port, config.token);
+    }
     impl->store = connect_tcp_store(config.root, config.token, deadline);
   }
   // Listen on the interface that reaches the rendezvous (127.0.0.1 for in-process stores).

@@ -4,7 +4,8 @@
 //
 // Every rank runs in its own process group, so a signal reaches the rank's whole subtree, and gets
 // TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT (127.0.0.1 and a
-// free port) and TBCOLL_TOKEN. The first rank to fail ends the job: every rank's group gets SIGTERM,
+// free port) and TBCOLL_TOKEN; rank 0 also inherits the socket the launcher bound and listens on at that port
+// (TBCOLL_ROOT_FD), so no other process can take the port before rank 0 serves the store. The first rank to fail ends the job: every rank's group gets SIGTERM,
 // then SIGKILL after 3 s (or as soon as all ranks are gone, for what is left in their groups), and the
 // launcher exits with the failing rank's status (128+signal if it was killed). SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
@@ -192,18 +193,27 @@ std::optional<std::string> random_token() {
   return std::string(hex);
 }
 
-// Binds 127.0.0.1:0 to let the kernel pick a free port; rank 0 binds it again shortly after.
-std::optional<int> pick_free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return std::nullopt;
+// A socket listening on 127.0.0.1 and a port the kernel picked, for rank 0's store (close-on-exec: only rank 0
+// gets it, see spawn). Handing over the bound socket leaves no window for another process to take the port.
+int open_root_listener() {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, SOMAXCONN) != 0) {
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return -1;
+  }
+  return fd;
+}
+
+int port_of(int fd) {
+  sockaddr_in addr{};
   socklen_t len = sizeof(addr);
-  bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-            getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  close(fd);
-  if (!ok) return std::nullopt;
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
   return ntohs(addr.sin_port);
 }
 
@@ -283,15 +293,16 @@ class Launcher {
       }
       setenv("TBCOLL_TOKEN", token->c_str(), 1);
     }
-    std::optional<int> port = pick_free_port();
-    if (!port) {
-      std::fprintf(stderr, "tbcoll-run: cannot find a free TCP port on 127.0.0.1: %s\n", std::strerror(errno));
+    root_listener_ = open_root_listener();
+    const int port = root_listener_ >= 0 ? port_of(root_listener_) : -1;
+    if (port < 0) {
+      std::fprintf(stderr, "tbcoll-run: cannot listen on a free TCP port of 127.0.0.1: %s\n", std::strerror(errno));
       return false;
     }
     std::string size = std::to_string(opts_.world_size);
     setenv("TBCOLL_WORLD_SIZE", size.c_str(), 1);
     setenv("TBCOLL_LOCAL_SIZE", size.c_str(), 1);
-    setenv("TBCOLL_ROOT", ("127.0.0.1:" + std::to_string(*port)).c_str(), 1);
+    setenv("TBCOLL_ROOT", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
     return true;
   }
 
@@ -318,6 +329,9 @@ class Launcher {
       }
     }
     if (dev_null >= 0) close(dev_null);
+    close(root_listener_);  // rank 0 has its own copy
+    root_listener_ = -1;
+    unsetenv("TBCOLL_ROOT_FD");
     sigprocmask(SIG_SETMASK, &original_mask, nullptr);
   }
 
@@ -335,8 +349,14 @@ class Launcher {
     std::string rank_str = std::to_string(r);
     setenv("TBCOLL_RANK", rank_str.c_str(), 1);
     setenv("TBCOLL_LOCAL_RANK", rank_str.c_str(), 1);
+    if (r == 0) {
+      setenv("TBCOLL_ROOT_FD", std::to_string(root_listener_).c_str(), 1);
+    } else {
+      unsetenv("TBCOLL_ROOT_FD");
+    }
     pid_t pid = fork();
     if (pid == 0) {
+      if (r == 0) fcntl(root_listener_, F_SETFD, 0);  // rank 0 serves the store on it (not close-on-exec)
       bind_rank(r);
       exec_rank(stdin_fd, out_pipe[1], err_pipe[1], child_mask);  // never returns
     }
@@ -626,6 +646,7 @@ class Launcher {
   Options opts_;
   std::vector<Rank> ranks_;
   pid_t launcher_pid_;
+  int root_listener_ = -1;  // listening socket for rank 0's store, until every rank is started
   // Tagged output not yet written, per target (our stdout, stderr): written when poll() says the target takes
   // more, so a slow or stalled reader never blocks the launcher (signals, failures and the timeout go on).
   std::string outbox_[3];

@@ -36,6 +36,9 @@ class TcpStoreServer {
  public:
   /// Listens on host:port (port 0 picks a free one).
   TcpStoreServer(const std::string& host, int port, const std::string& token);
+  /// Serves on listening_fd, a TCP socket already bound and listening (a launcher's, so no other process can
+  /// take the port between picking and binding it). Takes ownership of the descriptor.
+  TcpStoreServer(int listening_fd, const std::string& token);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
@@ -45,6 +48,7 @@ class TcpStoreServer {
   uint64_t rejected_connections() const;
 
  private:
+  void start();
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

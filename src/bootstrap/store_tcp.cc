@@ -1,6 +1,7 @@
 // The TCP rendezvous store: a single-threaded Boost.Asio server hosted by rank 0, and a blocking client.
 // The protocol is in store_protocol.h; anything malformed closes that one connection and nothing else.
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -227,6 +228,31 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   if (!ec) impl_->acceptor.bind(endpoint, ec);
   if (!ec) impl_->acceptor.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw IoError(fmt::format("[store] cannot listen on {}:{}: {}", host, port, ec.message()));
+  start();
+}
+
+TcpStoreServer::TcpStoreServer(int listening_fd, const std::string& token) : impl_(std::make_unique<Impl>()) {
+  impl_->token = token;
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  int listening = 0;
+  socklen_t flag_length = sizeof(listening);
+  if (getsockname(listening_fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
+      (address.ss_family != AF_INET && address.ss_family != AF_INET6) ||
+      getsockopt(listening_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_length) != 0 || listening == 0) {
+    close(listening_fd);
+    throw InvalidArgument(fmt::format("[store] descriptor {} is not a listening TCP socket", listening_fd));
+  }
+  boost::system::error_code ec;
+  impl_->acceptor.assign(address.ss_family == AF_INET ? tcp::v4() : tcp::v6(), listening_fd, ec);
+  if (ec) {
+    close(listening_fd);
+    throw IoError(fmt::format("[store] cannot serve on descriptor {}: {}", listening_fd, ec.message()));
+  }
+  start();
+}
+
+void TcpStoreServer::start() {
   fcntl(impl_->acceptor.native_handle(), F_SETFD, FD_CLOEXEC);
   impl_->accept();
   impl_->thread = std::thread([impl = impl_.get()] { impl->io.run(); });

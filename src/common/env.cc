@@ -13,6 +13,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_RANK", "", "rank of this process (falls back to OMPI_COMM_WORLD_RANK, PMI_RANK, SLURM_PROCID)"},
       {"TBCOLL_WORLD_SIZE", "", "number of ranks (falls back to OMPI_COMM_WORLD_SIZE, PMI_SIZE, SLURM_NTASKS)"},
       {"TBCOLL_ROOT", "", "host:port of the rendezvous store hosted by rank 0"},
+      {"TBCOLL_ROOT_FD", "", "rank 0: an inherited socket already listening on TBCOLL_ROOT's port, to serve the store on (set by tbcoll-run)"},
       {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
       {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call"},
       {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, ibverbs, loopback (default: best per pair)"},

@@ -337,6 +337,24 @@ TEST(TbcollRun, SetsRankEnvironment) {
   for (char c : token) EXPECT_TRUE(std::isxdigit(static_cast<unsigned char>(c))) << token;
 }
 
+// Rank 0 alone inherits the socket the launcher bound for the store, already listening (the launcher keeps no
+// copy): rank 1 can connect to TBCOLL_ROOT while rank 0 runs nothing but a shell.
+TEST(TbcollRun, RankZeroInheritsTheListeningRootSocket) {
+  const std::string script =
+      "if [ \"$TBCOLL_RANK\" = 0 ]; then\n"
+      "  echo \"0 $(readlink /proc/$$/fd/$TBCOLL_ROOT_FD | cut -d: -f1)\"; sleep 1\n"
+      "else\n"
+      "  port=${TBCOLL_ROOT##*:}\n"
+      "  if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then c=connected; else c=refused; fi\n"
+      "  echo \"$TBCOLL_RANK [$TBCOLL_ROOT_FD] $c\"\n"
+      "fi\n";
+  RunResult result = run({"-n", "2", "--", "bash", "-c", script});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  std::vector<std::string> lines = split_lines(result.out);
+  std::multiset<std::string> got(lines.begin(), lines.end());
+  EXPECT_EQ(got, (std::multiset<std::string>{"0 socket", "1 [] connected"})) << result.out;
+}
+
 TEST(TbcollRun, TokenDiffersBetweenJobs) {
   RunResult first = run({"-n", "1", "sh", "-c", "echo $TBCOLL_TOKEN"});
   RunResult second = run({"-n", "1", "sh", "-c", "echo $TBCOLL_TOKEN"});

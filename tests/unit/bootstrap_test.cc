@@ -1,4 +1,10 @@
 // Stores, schedules' partition maths, tuner and signatures.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -52,6 +58,38 @@ TEST(Store, Tcp) {
   auto second = connect_tcp_store(address, "t", deadline_after(5));
   exercise_store(*store, *second);
   EXPECT_EQ(server.rejected_connections(), 0u);
+}
+
+// A launcher binds and listens; the store serves on that socket (no window for another process to take the port).
+TEST(Store, TcpServesOnAnInheritedListeningSocket) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 16), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  TcpStoreServer server(fd, "t");
+  EXPECT_EQ(server.port(), ntohs(addr.sin_port));
+  std::string address = "127.0.0.1:" + std::to_string(server.port());
+  auto store = connect_tcp_store(address, "t", deadline_after(5));
+  auto second = connect_tcp_store(address, "t", deadline_after(5));
+  exercise_store(*store, *second);
+}
+
+TEST(Store, TcpRefusesADescriptorThatDoesNotListen) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  try {
+    TcpStoreServer server(fd, "t");  // bound to nothing, not listening
+    FAIL() << "a socket that does not listen was accepted";
+  } catch (const InvalidArgument& error) {
+    EXPECT_NE(std::string(error.what()).find("not a listening TCP socket"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(fcntl(fd, F_GETFD), -1) << "the descriptor is owned (closed) even on failure";
+  EXPECT_THROW(TcpStoreServer(-1, "t"), InvalidArgument);
 }
 
 // One client, two threads: a get waiting for its key does not hold up the set that provides it (communicators
