@@ -1,12 +1,14 @@
 // The collective calls: argument checks, tuner, schedule, and errors that name rank, peer and operation.
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.h"
 #include "common/time.h"
 #include "communicator.h"
+#include "reduce/reduce.h"
 
 namespace tbcoll {
 namespace {
@@ -62,6 +64,11 @@ void check_rank(int rank, int size, const char* op, const char* which, int value
   }
 }
 
+// An f16 sum overflows at 65504 long before the average of the same inputs does. So an f16 average divides every
+// input by the world size first (rounded once, to nearest even) and sums the quotients, as NCCL pre-multiplies
+// its floating-point averages; the other types sum, then divide once.
+bool divides_first(DataType dtype, ReduceOp op) { return op == ReduceOp::kAvg && dtype == DataType::kFloat16; }
+
 }  // namespace
 
 template <typename Body>
@@ -111,8 +118,13 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
     if (send != recv) std::memcpy(recv, send, bytes);
     return;
   }
+  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};  // the caller's op
+  if (divides_first(dtype, op)) {
+    reduce::divide(recv, send, count, dtype, c.size);
+    send = recv;
+    op = ReduceOp::kSum;
+  }
   algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};
   if (algorithm == Algorithm::kCma) {
     c.guard(what, [&] {
       c.fast_path->all_reduce_direct(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
@@ -201,8 +213,15 @@ void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t cou
     if (send != recv) std::memcpy(recv, send, total);
     return;
   }
-  algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
+  std::vector<uint8_t> quotients;
+  if (divides_first(dtype, op)) {
+    quotients.resize(total);
+    reduce::divide(quotients.data(), send, count * static_cast<size_t>(c.size), dtype, c.size);
+    send = quotients.data();
+    op = ReduceOp::kSum;
+  }
+  algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
   c.run(what, tag, [&](algo::Exec& exec) { algo::reduce_scatter_direct(exec, args); });
 }
 
@@ -226,8 +245,15 @@ void Communicator::Impl::reduce(const void* send, void* recv, size_t count, Data
     if (send != recv) std::memcpy(recv, send, bytes);
     return;
   }
-  algo::Args args{send, recv, count, dtype, op, root, dtype_size(dtype)};
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
+  std::vector<uint8_t> quotients;
+  if (divides_first(dtype, op)) {
+    quotients.resize(bytes);
+    reduce::divide(quotients.data(), send, count, dtype, c.size);
+    send = quotients.data();
+    op = ReduceOp::kSum;
+  }
+  algo::Args args{send, recv, count, dtype, op, root, dtype_size(dtype)};
   c.run(what, tag, [&](algo::Exec& exec) { algo::reduce_direct(exec, args); });
 }
 

@@ -21,10 +21,11 @@ typedef enum {
   tbcollNumTypes = 10
 } tbcollDataType_t;
 
-/** Reduction operators. Integer sum and prod wrap around (two's complement), as in NCCL. Avg is the sum divided
- *  by the world size: for integer types the wrapped sum, divided with truncation toward zero; for float types
- *  the sum may overflow to inf where the inputs are within a factor world-size of the type's largest value
- *  (f16: 65504), which NCCL's pre-multiplied average avoids. */
+/** Reduction operators. Integer sum and prod wrap around (two's complement), as in NCCL. Avg: integer types
+ *  divide the wrapped sum by the world size, truncating toward zero; f32, f64 and bf16 divide the sum once at
+ *  the end (their sums overflow only within a factor world-size of ~3.4e38); f16, whose sums overflow at 65504,
+ *  divides every input by the world size first (rounded to nearest even) and sums the quotients, as NCCL's
+ *  pre-multiplied average does (only an average within rounding of 65504 can still round up to inf). */
 typedef enum {
   tbcollSum = 0,
   tbcollProd = 1,

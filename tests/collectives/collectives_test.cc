@@ -3,11 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "collectives/harness.h"
+#include "reduce/reduce.h"
 
 namespace tbcoll::test {
 namespace {
@@ -271,6 +273,39 @@ TEST(Collectives, ShmTwoShot) {
   run_ranks(2, {"shm", "twoshot"}, [&](Communicator& comm) {
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (size_t{4} << 20) + 5, 0);  // 16 MiB: streaming
   });
+}
+
+// An f16 average of inputs near 65504 is representable although their sum is not: every algorithm divides first.
+TEST(Collectives, Float16AverageDoesNotOverflowWhereTheAverageFits) {
+  const std::vector<float> values = {40000.f, -60000.f, 65000.f, 30000.f, -0.5f};
+  const size_t count = 4100;  // several lines and a tail
+  auto check = [&](Communicator& comm, const std::vector<uint16_t>& got, size_t first) {
+    for (size_t i = 0; i < got.size(); ++i) {
+      const float want = values[(first + i) % values.size()], value = reduce::half_to_float(got[i]);
+      ASSERT_TRUE(std::fabs(value - want) <= 1e-3f * std::fabs(want))
+          << "rank " << comm.rank() << " element " << first + i << ": " << value << " instead of " << want;
+    }
+  };
+  const std::vector<std::pair<std::string, std::string>> paths = {
+      {"loopback", "direct"}, {"loopback", "ring"}, {"shm", "oneshot"}, {"shm", "twoshot"}, {"shm", "cma"}};
+  for (const auto& [transport, algo] : paths) {
+    SCOPED_TRACE(transport + " " + algo);
+    run_ranks(3, {transport, algo}, [&](Communicator& comm) {
+      const int n = comm.size();
+      std::vector<uint16_t> input(count * n), out(count * n);
+      for (size_t i = 0; i < input.size(); ++i) input[i] = reduce::float_to_half(values[i % values.size()]);
+      comm.all_reduce(input.data(), out.data(), count, DataType::kFloat16, ReduceOp::kAvg);
+      check(comm, {out.begin(), out.begin() + count}, 0);
+      std::vector<uint16_t> in_place(input.begin(), input.begin() + count);
+      comm.all_reduce(in_place.data(), in_place.data(), count, DataType::kFloat16, ReduceOp::kAvg);
+      check(comm, in_place, 0);
+      if (transport != "loopback") return;
+      comm.reduce_scatter(input.data(), out.data(), count, DataType::kFloat16, ReduceOp::kAvg);
+      check(comm, {out.begin(), out.begin() + count}, static_cast<size_t>(comm.rank()) * count);
+      comm.reduce(input.data(), out.data(), count, DataType::kFloat16, ReduceOp::kAvg, 1);
+      if (comm.rank() == 1) check(comm, {out.begin(), out.begin() + count}, 0);
+    });
+  }
 }
 
 // Link emulation (TBCOLL_LINK_DELAY_US): every receive is held back by the delay, results stay right, and on
