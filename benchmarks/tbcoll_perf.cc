@@ -4,7 +4,8 @@
 // time = median over iterations of the slowest rank's time for that iteration (us); algbw = size / time;
 // busbw = algbw x nccl-tests' factor (all_reduce 2(n-1)/n, all_gather (n-1)/n, broadcast 1). size is the
 // per-rank buffer of all_reduce/broadcast and the gathered total of all_gather, as in nccl-tests.
-// Every size is checked against a reference first (#wrong: elements that differ, summed over ranks).
+// Every size is checked against a reference first (#wrong: elements that differ, summed over ranks; see
+// perf_check.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/perf_check.h"
 #include "benchmarks/pingpong.h"
 #include "reduce/reduce.h"
 #include "tbcoll/tbcoll.hpp"
@@ -23,6 +25,7 @@ namespace {
 
 using tbcoll::DataType;
 using tbcoll::ReduceOp;
+using tbcoll::bench::Collective;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
@@ -34,7 +37,7 @@ struct Options {
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::string collective = "all_reduce";
-  enum class Kind { kAllReduce, kAllGather, kReduceScatter, kReduce, kBroadcast } kind = Kind::kAllReduce;
+  tbcoll::bench::Collective kind = tbcoll::bench::Collective::kAllReduce;
   std::string transport;
   std::string algo;
   std::string csv;
@@ -94,74 +97,23 @@ Options parse(int argc, char** argv) {
       throw tbcoll::InvalidArgument("unknown argument " + arg);
     }
   }
-  if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes > o.max_bytes) {
-    throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, -b <= -e");
+  if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes < 1 || o.min_bytes > o.max_bytes) {
+    throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, 1 <= -b <= -e");
   }
   if (o.collective == "all_reduce") {
-    o.kind = Options::Kind::kAllReduce;
+    o.kind = Collective::kAllReduce;
   } else if (o.collective == "all_gather") {
-    o.kind = Options::Kind::kAllGather;
+    o.kind = Collective::kAllGather;
   } else if (o.collective == "reduce_scatter") {
-    o.kind = Options::Kind::kReduceScatter;
+    o.kind = Collective::kReduceScatter;
   } else if (o.collective == "reduce") {
-    o.kind = Options::Kind::kReduce;
+    o.kind = Collective::kReduce;
   } else if (o.collective == "broadcast") {
-    o.kind = Options::Kind::kBroadcast;
+    o.kind = Collective::kBroadcast;
   } else {
     throw tbcoll::InvalidArgument("unknown collective " + o.collective);
   }
   return o;
-}
-
-// Element i of rank r's input: small integers, exact in every dtype.
-double input_value(int rank, size_t i) { return static_cast<double>(static_cast<int>((rank + i) % 3) + 1); }
-
-void store(DataType dtype, void* base, size_t i, double v) {
-  switch (dtype) {
-    case DataType::kInt8: static_cast<int8_t*>(base)[i] = static_cast<int8_t>(v); break;
-    case DataType::kUint8: static_cast<uint8_t*>(base)[i] = static_cast<uint8_t>(v); break;
-    case DataType::kInt32: static_cast<int32_t*>(base)[i] = static_cast<int32_t>(v); break;
-    case DataType::kUint32: static_cast<uint32_t*>(base)[i] = static_cast<uint32_t>(v); break;
-    case DataType::kInt64: static_cast<int64_t*>(base)[i] = static_cast<int64_t>(v); break;
-    case DataType::kUint64: static_cast<uint64_t*>(base)[i] = static_cast<uint64_t>(v); break;
-    case DataType::kFloat16: static_cast<uint16_t*>(base)[i] = tbcoll::reduce::float_to_half(static_cast<float>(v)); break;
-    case DataType::kBfloat16: static_cast<uint16_t*>(base)[i] = tbcoll::reduce::float_to_bf16(static_cast<float>(v)); break;
-    case DataType::kFloat32: static_cast<float*>(base)[i] = static_cast<float>(v); break;
-    case DataType::kFloat64: static_cast<double*>(base)[i] = v; break;
-  }
-}
-
-double load(DataType dtype, const void* base, size_t i) {
-  switch (dtype) {
-    case DataType::kInt8: return static_cast<const int8_t*>(base)[i];
-    case DataType::kUint8: return static_cast<const uint8_t*>(base)[i];
-    case DataType::kInt32: return static_cast<const int32_t*>(base)[i];
-    case DataType::kUint32: return static_cast<const uint32_t*>(base)[i];
-    case DataType::kInt64: return static_cast<double>(static_cast<const int64_t*>(base)[i]);
-    case DataType::kUint64: return static_cast<double>(static_cast<const uint64_t*>(base)[i]);
-    case DataType::kFloat16: return tbcoll::reduce::half_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kBfloat16: return tbcoll::reduce::bf16_to_float(static_cast<const uint16_t*>(base)[i]);
-    case DataType::kFloat32: return static_cast<const float*>(base)[i];
-    case DataType::kFloat64: return static_cast<const double*>(base)[i];
-  }
-  return 0;
-}
-
-double expected_reduction(ReduceOp op, DataType dtype, int n, size_t i) {
-  double acc = input_value(0, i);
-  for (int r = 1; r < n; ++r) {
-    double v = input_value(r, i);
-    if (op == ReduceOp::kSum || op == ReduceOp::kAvg) acc += v;
-    else if (op == ReduceOp::kProd) acc *= v;
-    else if (op == ReduceOp::kMax) acc = std::max(acc, v);
-    else acc = std::min(acc, v);
-  }
-  if (op == ReduceOp::kAvg) {
-    bool is_float = dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 || dtype == DataType::kFloat32 ||
-                    dtype == DataType::kFloat64;
-    acc = is_float ? acc / n : std::trunc(acc / n);
-  }
-  return acc;
 }
 
 struct Buffers {
@@ -172,33 +124,37 @@ struct Buffers {
 void call(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
   const size_t es = tbcoll::dtype_size(o.dtype);
   switch (o.kind) {  // an enum, not the name: string compares would be timed with the call
-    case Options::Kind::kAllReduce:
+    case Collective::kAllReduce:
       comm.all_reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op);
       break;
-    case Options::Kind::kAllGather:
+    case Collective::kAllGather:
       comm.all_gather(in_place ? b.recv.data() + comm.rank() * count * es : b.send.data(), b.recv.data(), count,
                       o.dtype);
       break;
-    case Options::Kind::kReduceScatter:
+    case Collective::kReduceScatter:
       // send holds size * count elements; in place, the result lands in this rank's block of send.
       comm.reduce_scatter(b.send.data(), in_place ? b.send.data() + comm.rank() * count * es : b.recv.data(), count,
                           o.dtype, o.op);
       break;
-    case Options::Kind::kReduce:
+    case Collective::kReduce:
       comm.reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op, o.root);
       break;
-    case Options::Kind::kBroadcast:
+    case Collective::kBroadcast:
       comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
       break;
   }
 }
 
-void fill(const Options& o, int rank, Buffers& b, bool in_place) {
+tbcoll::bench::CheckSpec check_spec(const Options& o, int world_size) {
+  return {o.kind, o.dtype, o.op, world_size, o.root};
+}
+
+void fill(const Options& o, int rank, int world_size, Buffers& b, bool in_place) {
   const size_t es = tbcoll::dtype_size(o.dtype);
-  for (size_t i = 0; i < b.send.size() / es; ++i) store(o.dtype, b.send.data(), i, input_value(rank, i));
+  tbcoll::bench::fill_input(check_spec(o, world_size), rank, b.send.data(), b.send.size() / es);
   std::memset(b.recv.data(), 0, b.recv.size());
-  if (in_place && o.collective != "reduce_scatter") {  // reduce_scatter works in place inside send
-    size_t offset = o.collective == "all_gather" ? rank * b.send.size() : 0;
+  if (in_place && o.kind != Collective::kReduceScatter) {  // reduce_scatter works in place inside send
+    size_t offset = o.kind == Collective::kAllGather ? rank * b.send.size() : 0;
     std::memcpy(b.recv.data() + offset, b.send.data(), b.send.size());
   }
 }
@@ -208,25 +164,10 @@ bool is_reduction(const std::string& collective) {
 }
 
 long long count_wrong(const Options& o, int rank, int n, const Buffers& b, size_t count, bool in_place) {
-  long long wrong = 0;
-  if (is_reduction(o.collective)) {
-    if (o.collective == "reduce" && rank != o.root) return 0;
-    // reduce_scatter: this rank's block of the full reduction, in recv or (in place) in its block of send.
-    size_t first = o.collective == "reduce_scatter" ? static_cast<size_t>(rank) * count : 0;
-    const uint8_t* out = b.recv.data();
-    if (o.collective == "reduce_scatter" && in_place) out = b.send.data() + first * tbcoll::dtype_size(o.dtype);
-    for (size_t i = 0; i < count; ++i) {
-      double want = expected_reduction(o.op, o.dtype, n, first + i), got = load(o.dtype, out, i);
-      wrong += !(std::fabs(got - want) <= 1e-2 * std::max(1.0, std::fabs(want)));
-    }
-  } else if (o.collective == "all_gather") {
-    for (int r = 0; r < n; ++r) {
-      for (size_t i = 0; i < count; ++i) wrong += load(o.dtype, b.recv.data(), r * count + i) != input_value(r, i);
-    }
-  } else {
-    for (size_t i = 0; i < count; ++i) wrong += load(o.dtype, b.recv.data(), i) != input_value(o.root, i);
-  }
-  return wrong;
+  // reduce_scatter in place leaves this rank's block in its block of send.
+  const uint8_t* out = b.recv.data();
+  if (o.kind == Collective::kReduceScatter && in_place) out = b.send.data() + rank * count * tbcoll::dtype_size(o.dtype);
+  return tbcoll::bench::count_wrong(check_spec(o, n), rank, out, count);
 }
 
 struct Measured {
@@ -237,7 +178,7 @@ struct Measured {
 
 Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
   Measured m;
-  fill(o, comm.rank(), b, in_place);
+  fill(o, comm.rank(), comm.size(), b, in_place);
   call(comm, o, b, count, in_place);
   long long wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place);
   comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
