@@ -72,8 +72,10 @@ bool divides_first(DataType dtype, ReduceOp op) { return op == ReduceOp::kAvg &&
 }  // namespace
 
 template <typename Body>
-void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, Body&& body) {
+void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, std::optional<Algorithm> schedule,
+                             Body&& body) {
   if (fast_path != nullptr) fast_path->announce(tag);  // for peers waiting in a fast-path call
+  if (schedule) tag.meta = with_schedule(tag.meta, static_cast<unsigned>(*schedule) + 1);
   algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, spin_yields, chunk_bytes, scratch,
                   request_table, call);
   guard(call, [&] { body(exec); });
@@ -84,10 +86,19 @@ void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
   try {
     body();
   } catch (const MismatchError& error) {
-    std::string detail = error.expected_meta() != error.got_meta()
-                             ? fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()))
-                             : fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)",
-                                           error.peer(), error.got_bytes(), error.expected_bytes());
+    const uint64_t differs = error.expected_meta() ^ error.got_meta();
+    auto schedule = [](uint64_t meta) {
+      const unsigned id = schedule_of(meta);
+      return id == 0 ? "none" : algorithm_name(static_cast<Algorithm>(id - 1));
+    };
+    std::string detail =
+        differs == 0 ? fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)", error.peer(),
+                                   error.got_bytes(), error.expected_bytes())
+        : (differs & ~kScheduleMask) == 0
+            ? fmt::format("peer {} runs it with the {} schedule, this rank with {}: the ranks are tuned differently "
+                          "(TBCOLL_ALGO and TBCOLL_*_BYTES must be the same on every rank)", error.peer(),
+                          schedule(error.got_meta()), schedule(error.expected_meta()))
+            : fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()));
     std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank,
                                       call.describe(), detail, error.what());
     mark_broken(message);
@@ -144,7 +155,7 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
     });
     return;
   }
-  c.run(what, tag, [&](algo::Exec& exec) {
+  c.run(what, tag, algorithm, [&](algo::Exec& exec) {
     if (algorithm == Algorithm::kDirect) {
       algo::all_reduce_direct(exec, args);
     } else {
@@ -188,7 +199,7 @@ void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, 
     });
     return;
   }
-  c.run(what, tag, [&](algo::Exec& exec) {
+  c.run(what, tag, algorithm, [&](algo::Exec& exec) {
     if (algorithm == Algorithm::kDirect) algo::all_gather_direct(exec, args);
     else algo::all_gather_ring(exec, args);
   });
@@ -222,7 +233,7 @@ void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t cou
     op = ReduceOp::kSum;
   }
   algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
-  c.run(what, tag, [&](algo::Exec& exec) { algo::reduce_scatter_direct(exec, args); });
+  c.run(what, tag, Algorithm::kDirect, [&](algo::Exec& exec) { algo::reduce_scatter_direct(exec, args); });
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
@@ -254,7 +265,7 @@ void Communicator::Impl::reduce(const void* send, void* recv, size_t count, Data
     op = ReduceOp::kSum;
   }
   algo::Args args{send, recv, count, dtype, op, root, dtype_size(dtype)};
-  c.run(what, tag, [&](algo::Exec& exec) { algo::reduce_direct(exec, args); });
+  c.run(what, tag, Algorithm::kDirect, [&](algo::Exec& exec) { algo::reduce_direct(exec, args); });
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -285,7 +296,7 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
     });
     return;
   }
-  c.run(what, tag, [&](algo::Exec& exec) {
+  c.run(what, tag, algorithm, [&](algo::Exec& exec) {
     if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
     else algo::broadcast_tree(exec, args);
   });
@@ -302,7 +313,7 @@ void Communicator::Impl::barrier() {
   c.check_usable(what);
   if (c.size == 1) return;
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBarrier, DataType::kUint8, ReduceOp::kSum, 0, 0)};
-  c.run(what, tag, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
+  c.run(what, tag, Algorithm::kDissemination, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
 }
 
 // send and recv: point to point, matched in call order per peer pair (tags count the pair's messages).
@@ -325,7 +336,7 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
     group_ops.push_back({is_send, buf, bytes, peer, tag});
     return;
   }
-  run(what, tag, [&](algo::Exec& exec) {
+  run(what, tag, std::nullopt, [&](algo::Exec& exec) {
     exec.wait(is_send ? exec.isend(peer, buf, bytes) : exec.irecv(peer, buf, bytes));
   });
 }
@@ -367,7 +378,7 @@ void Communicator::group_end() {
   }
   const algo::CallInfo what{"group(send/recv)"};
   c.check_usable(what);
-  c.run(what, transport::Tag{}, [&](algo::Exec& exec) {
+  c.run(what, transport::Tag{}, std::nullopt, [&](algo::Exec& exec) {
     for (const auto& op : ops) {  // receives first, so the peers' sends find them posted
       if (!op.is_send && op.peer != c.rank) exec.irecv(op.peer, op.buf, op.bytes, op.tag);
     }

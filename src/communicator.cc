@@ -208,6 +208,8 @@ Communicator Communicator::init(const Config& config) {
     transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s};
     try {
       contexts[device->name()] = device->create_context(args);
+    } catch (const InvalidArgument&) {
+      throw;  // a setting is wrong (say, TBCOLL_TCP_BUFFER_BYTES): say so rather than drop the transport
     } catch (const Error& error) {
       // A transport that cannot start here (say, /dev/shm too small) is simply not offered: peers then pick
       // the next transport for this rank. Forced, it is an error.

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "algorithms/exec.h"
@@ -71,9 +72,11 @@ struct Communicator::Impl {
     }
   }
   [[noreturn]] void throw_broken(const algo::CallInfo& call);
-  /// Runs body with an Exec for one call; turns transport errors into errors that name the op.
+  /// Runs body with an Exec for one call; turns transport errors into errors that name the op. The call's
+  /// messages carry its signature with the schedule (an algorithm; none for send/recv) added: ranks tuned to
+  /// different schedules are told so.
   template <typename Body>
-  void run(const algo::CallInfo& call, transport::Tag tag, Body&& body);
+  void run(const algo::CallInfo& call, transport::Tag tag, std::optional<Algorithm> schedule, Body&& body);
   /// The calls themselves; the public methods drain queued asynchronous calls first.
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void all_gather(const void* send, void* recv, size_t count, DataType dtype);

@@ -1,6 +1,8 @@
 // The 64-bit signature every message of a call carries, so ranks that called different collectives,
 // counts, dtypes, ops or roots are told so instead of exchanging garbage:
-//   kind:8 | dtype:8 | op:8 | root:8 (low bits) | count:32 (low bits)
+//   kind:8 | dtype:8 | schedule:4 | op:4 | root:8 (low bits) | count:32 (low bits)
+// schedule is 0 in a call's own signature (what ranks announce); the messages of a point-to-point schedule carry
+// theirs, so ranks tuned to different schedules are told, even where the messages happen to have the same sizes.
 #pragma once
 
 #include <cstdint>
@@ -41,11 +43,18 @@ inline uint64_t make_meta(OpKind kind, DataType dtype, ReduceOp op, int root, si
          (count & 0xffffffffu);
 }
 
+constexpr uint64_t kScheduleMask = uint64_t{0xf} << 44;
+
+inline uint64_t with_schedule(uint64_t meta, unsigned schedule) {
+  return (meta & ~kScheduleMask) | (uint64_t{schedule & 0xfu} << 44);
+}
+inline unsigned schedule_of(uint64_t meta) { return static_cast<unsigned>((meta & kScheduleMask) >> 44); }
+
 /// "all_reduce(count=1024 mod 2^32, f32, sum)"-style description of a signature.
 inline std::string describe_meta(uint64_t meta) {
   unsigned kind = static_cast<unsigned>(meta >> 56);
   auto dtype = static_cast<DataType>((meta >> 48) & 0xff);
-  auto op = static_cast<ReduceOp>((meta >> 40) & 0xff);
+  auto op = static_cast<ReduceOp>((meta >> 40) & 0xf);
   unsigned root = static_cast<unsigned>((meta >> 32) & 0xff);
   unsigned long long count = meta & 0xffffffffu;
   switch (static_cast<OpKind>(kind)) {

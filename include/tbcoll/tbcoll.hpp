@@ -63,7 +63,7 @@ struct Config {
   std::string root;
   /// Job token checked on every connection (TBCOLL_TOKEN).
   std::string token = "tbcoll";
-  /// Deadline for every blocking call, in seconds (TBCOLL_TIMEOUT).
+  /// Deadline for every blocking call, in seconds (TBCOLL_TIMEOUT); 1e9 or more (or infinity) means none.
   double timeout_s = 60.0;
   /// Forces a transport for every peer pair: "tcp", "shm", "ibverbs", "loopback"; empty = best per pair.
   std::string transport;

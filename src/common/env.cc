@@ -15,7 +15,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_ROOT", "", "host:port of the rendezvous store hosted by rank 0"},
       {"TBCOLL_ROOT_FD", "", "rank 0: an inherited socket already listening on TBCOLL_ROOT's port, to serve the store on (set by tbcoll-run)"},
       {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
-      {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call"},
+      {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call (1e9 or more, or inf: none)"},
       {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, ibverbs, loopback (default: best per pair)"},
       {"TBCOLL_ALGO", "", "force an algorithm: ring, direct, oneshot, cma (all_reduce, all_gather), twoshot (all_reduce), tree, chain (broadcast)"},
       {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
@@ -31,7 +31,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_LINK_DELAY_US", "0", "emulate a slower link: every receive completes this many microseconds after it arrived (turns the shm fast paths off)"},
       {"TBCOLL_HOST_ID", "", "host identity for transport choice (default: hostname + boot id); ranks with equal ids use shm"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
-      {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets (0 = kernel default)"},
+      {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, 64 KiB to 1 GiB (0 = kernel default)"},
   };
   return table;
 }

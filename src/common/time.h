@@ -20,7 +20,11 @@ inline Clock::time_point coarse_now() {
                                                                        std::chrono::nanoseconds(ts.tv_nsec)));
 }
 
+/// A deadline `seconds` from now. 1e9 s (31 years) or more, infinity included, means never: the nanosecond count
+/// of a larger timeout would overflow (into the past).
 inline Deadline deadline_after(double seconds) {
+  constexpr double kNever = 1e9;
+  if (!(seconds < kNever)) return Deadline::max();
   return coarse_now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 

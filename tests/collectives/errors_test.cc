@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <thread>
 
 #include "collectives/harness.h"
@@ -202,6 +203,60 @@ TEST(Errors, ShmPeerThatRanTheCallPointToPointAndMovedOnIsSpotted) {
       << messages[1];
   EXPECT_NE(messages[0], "") << "rank 0's next call fails too, once rank 1 gave up";
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+}
+
+// Ranks whose point-to-point schedules differ are told, even where the messages have the same sizes (2 ranks,
+// one element: the direct exchange and the ring send the same bytes, and each rank used to reduce other data).
+TEST(Errors, RanksTunedToDifferentSchedulesAreTold) {
+  for (const char* transport : {"tcp", "loopback", "shm"}) {
+    std::vector<std::string> messages(2);
+    RankOptions options{transport, "", 10};
+    options.algo_per_rank = {"direct", "ring"};
+    run_ranks(2, options, [&](Communicator& comm) {
+      float value = static_cast<float>(comm.rank() + 1);
+      messages[comm.rank()] = error_of([&] { comm.all_reduce(&value, &value, 1, DataType::kFloat32, ReduceOp::kSum); });
+    });
+    EXPECT_TRUE(messages[0].find("tuned differently") != std::string::npos ||
+                messages[1].find("tuned differently") != std::string::npos)
+        << transport << ": " << messages[0] << " | " << messages[1];
+    for (const std::string& message : messages) EXPECT_NE(message, "") << transport << ": a rank went on";
+  }
+}
+
+// A timeout too large for the clock's nanosecond count (someone meaning "never") used to wrap into the past.
+TEST(Errors, HugeTimeoutsMeanNoDeadline) {
+  for (double timeout : {1e10, std::numeric_limits<double>::infinity()}) {
+    run_ranks(2, {"tcp", "", timeout}, [&](Communicator& comm) {
+      int value = comm.rank() + 1;
+      comm.all_reduce(&value, &value, 1, DataType::kInt32, ReduceOp::kSum);
+      EXPECT_EQ(value, 3) << "timeout " << timeout;
+    });
+  }
+}
+
+TEST(Errors, TcpBufferSizeOutOfRangeIsRefused) {
+  for (const char* value : {"4294967296", "4096", "-1"}) {
+    setenv("TBCOLL_TCP_BUFFER_BYTES", value, 1);
+    std::vector<std::string> messages(2);
+    auto store = make_in_memory_store();
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        Config config;
+        config.rank = rank;
+        config.world_size = 2;
+        config.store = store;
+        config.prefix = std::string("tcpbuf") + value;
+        config.timeout_s = 10;
+        messages[rank] = error_of([&] { Communicator::init(config); });
+      });
+    }
+    for (std::thread& rank : ranks) rank.join();
+    for (const std::string& message : messages) {
+      EXPECT_NE(message.find("TBCOLL_TCP_BUFFER_BYTES="), std::string::npos) << value << ": " << message;
+    }
+  }
+  unsetenv("TBCOLL_TCP_BUFFER_BYTES");
 }
 
 // A chunk size beyond the range is refused by name (near 2^62 it used to wrap the ring's scratch size).

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "signature.h"
+
 namespace tbcoll::shm {
 namespace {
 
@@ -28,7 +30,7 @@ void check_announcement(const CallAnnounce& announced, int rank, int peer, const
   const uint64_t meta = announced.meta.load(std::memory_order_acquire);
   const uint64_t theirs = announced.algorithm.load(std::memory_order_acquire);
   if (first == 0 || first != tag.tag || announced.tag.load(std::memory_order_acquire) != first) return;
-  if (meta != tag.meta) {
+  if (((meta ^ tag.meta) & ~kScheduleMask) != 0) {  // announced without the schedule point-to-point messages add
     throw MismatchError(another_call_message(rank, peer, meta, tag.meta), peer, tag.meta, meta, bytes, 0);
   }
   if (theirs != algorithm) throw_tuned_differently(rank, peer, theirs, algorithm);

@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "common/cpu.h"
+#include "signature.h"
 
 
 namespace tbcoll::shm {
@@ -61,7 +62,7 @@ void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
   // on since, so its announcement no longer shows it), or ran another call under this sequence number.
   const FrameHeader& frame = queue->frames[tail % kFrames].header;
   if (frame.first != 1 || frame.tag != tag.tag) return;
-  if (frame.meta != tag.meta) {
+  if (((frame.meta ^ tag.meta) & ~kScheduleMask) != 0) {  // a point-to-point message adds its schedule
     throw MismatchError(another_call_message(rank_, peer, frame.meta, tag.meta), peer, tag.meta, frame.meta, 0,
                         frame.message_bytes);
   }

@@ -34,17 +34,27 @@ namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 
-void set_buffers(int fd) {
-  long long bytes = env::get_int("TBCOLL_TCP_BUFFER_BYTES");
-  if (bytes <= 0) return;
-  int value = static_cast<int>(bytes);
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &value, sizeof(value));
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &value, sizeof(value));
+// TBCOLL_TCP_BUFFER_BYTES: 0 keeps the kernel's default; otherwise 64 KiB (one loopback packet: less stalls the
+// stream) to 1 GiB (the kernel doubles the value into an int).
+int socket_buffer_bytes() {
+  constexpr long long kMin = 64 << 10, kMax = 1 << 30;
+  const long long bytes = env::get_int("TBCOLL_TCP_BUFFER_BYTES");
+  if (bytes != 0 && (bytes < kMin || bytes > kMax)) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_TCP_BUFFER_BYTES={} is outside [{}, {}] (0: the kernel's default)",
+                                      bytes, kMin, kMax));
+  }
+  return static_cast<int>(bytes);
+}
+
+void set_buffers(int fd, int bytes) {
+  if (bytes == 0) return;
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
 }
 
 class Context final : public transport::Context {
  public:
-  explicit Context(const transport::ContextArgs& args) : args_(args) {
+  explicit Context(const transport::ContextArgs& args) : args_(args), buffer_bytes_(socket_buffer_bytes()) {
     if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
     std::string host = env::get("TBCOLL_SOCKET_ADDR");
     if (host.empty()) host = args_.bind_host.empty() ? "127.0.0.1" : args_.bind_host;
@@ -115,7 +125,7 @@ class Context final : public transport::Context {
     std::string who = fmt::format("[tcp] rank {}: connecting to peer {} at {}", args_.rank, peer.rank, peer.address);
     int fd = net::connect_tcp(net::parse_host_port(peer.address, "peer address"), deadline, who);
     try {
-      set_buffers(fd);
+      set_buffers(fd, buffer_bytes_);
       Hello hello{kHelloMagic, kProtocolVersion, static_cast<uint16_t>(args_.token.size()), args_.rank, peer.rank,
                   args_.comm_id};
       std::vector<uint8_t> out(sizeof(hello) + args_.token.size());
@@ -253,7 +263,7 @@ class Context final : public transport::Context {
             continue;
           }
           net::make_fast(fd);
-          set_buffers(fd);
+          set_buffers(fd, buffer_bytes_);
           pending.push_back({fd, std::min(deadline, Clock::now() + kHandshakeTimeout), {}});
         }
       }
@@ -265,6 +275,7 @@ class Context final : public transport::Context {
   }
 
   transport::ContextArgs args_;
+  int buffer_bytes_;  // SO_SNDBUF/SO_RCVBUF of data sockets, 0: kernel default
   int listen_fd_ = -1;
   std::string address_;
   std::mutex mutex_;
