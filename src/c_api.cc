@@ -1,11 +1,16 @@
 // The C API: the only place where exceptions become result codes.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstring>
 #include <exception>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
+#include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -17,6 +22,7 @@
 
 struct tbcollComm {
   tbcoll::Communicator communicator;
+  std::atomic<int> calls{0};  ///< C calls running on it (tbcollCommAbort from another thread waits for them)
 };
 
 namespace {
@@ -61,9 +67,46 @@ tbcoll::Communicator& get(tbcollComm_t comm) {
   return comm->communicator;
 }
 
+// A call on comm, counted while it runs: tbcollCommAbort (allowed from another thread) and tbcollCommDestroy
+// free the communicator only once such calls have left it.
+template <typename Body>
+tbcollResult_t with_comm(tbcollComm_t comm, Body&& body) {
+  return guarded([&] {
+    if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
+    comm->calls.fetch_add(1, std::memory_order_acq_rel);
+    struct Leave {
+      tbcollComm_t comm;
+      ~Leave() { comm->calls.fetch_sub(1, std::memory_order_acq_rel); }
+    } leave{comm};
+    body(comm->communicator);
+  });
+}
+
+// Frees comm once no call runs on it. Calls on an aborted communicator fail within milliseconds, others within
+// their deadline; one still running after that is a bug, and the communicator is left allocated rather than
+// freed under it.
+void free_when_idle(tbcollComm_t comm) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (comm->calls.load(std::memory_order_acquire) != 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      throw std::runtime_error("calls still run on the communicator 120 s after it was destroyed or aborted: it "
+                               "is left allocated");
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  delete comm;
+}
+
 // Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
 thread_local int c_group_depth = 0;
 thread_local std::vector<tbcollComm_t> c_group_comms;
+
+// Groups take send and recv only: a collective inside one is refused (on every rank alike, whatever came first).
+void refuse_in_group(const char* call) {
+  if (c_group_depth > 0) {
+    throw tbcoll::InvalidUsage(fmt::format("{} inside tbcollGroupStart/End: groups take send and recv only", call));
+  }
+}
 
 void join_group(tbcollComm_t comm) {
   if (c_group_depth == 0 || comm == nullptr) return;
@@ -79,11 +122,33 @@ void leave_group(tbcollComm_t comm) {
   c_group_comms.erase(std::remove(c_group_comms.begin(), c_group_comms.end(), comm), c_group_comms.end());
 }
 
-// Servers started by tbcollGetUniqueId live until the process exits (like NCCL's bootstrap root).
-std::mutex servers_mutex;
-std::vector<std::unique_ptr<tbcoll::TcpStoreServer>>& servers() {
-  static std::vector<std::unique_ptr<tbcoll::TcpStoreServer>> list;
-  return list;
+// Store servers started by tbcollGetUniqueId, by id. Until a rank of this process initialises with its id, a
+// server is kept here (like NCCL's bootstrap root); from then on the communicators made from the id (and those
+// split from them) keep it running, and it stops when the last of them is destroyed.
+struct IdServers {
+  std::mutex mutex;
+  std::map<std::string, std::shared_ptr<tbcoll::TcpStoreServer>> unused;
+  std::map<std::string, std::weak_ptr<tbcoll::TcpStoreServer>> used;
+};
+
+IdServers& id_servers() {
+  static IdServers servers;
+  return servers;
+}
+
+// The server of id if this process started it, else null.
+std::shared_ptr<tbcoll::TcpStoreServer> server_of(const std::string& id) {
+  IdServers& servers = id_servers();
+  std::lock_guard<std::mutex> lock(servers.mutex);
+  auto unused = servers.unused.find(id);
+  if (unused != servers.unused.end()) {
+    std::shared_ptr<tbcoll::TcpStoreServer> server = std::move(unused->second);
+    servers.unused.erase(unused);
+    servers.used[id] = server;
+    return server;
+  }
+  auto used = servers.used.find(id);
+  return used == servers.used.end() ? nullptr : used->second.lock();
 }
 
 }  // namespace
@@ -109,8 +174,12 @@ tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* unique_id) {
     if (text.size() >= TBCOLL_UNIQUE_ID_BYTES) throw tbcoll::InvalidArgument("TBCOLL_SOCKET_ADDR is too long");
     std::memset(unique_id->internal, 0, sizeof(unique_id->internal));
     std::memcpy(unique_id->internal, text.data(), text.size());
-    std::lock_guard<std::mutex> lock(servers_mutex);
-    servers().push_back(std::move(server));
+    IdServers& servers = id_servers();
+    std::lock_guard<std::mutex> lock(servers.mutex);
+    for (auto it = servers.used.begin(); it != servers.used.end();) {  // forget the stopped ones
+      it = it->second.expired() ? servers.used.erase(it) : std::next(it);
+    }
+    servers.unused[text] = std::move(server);
   });
 }
 
@@ -129,6 +198,7 @@ tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId
     if (nranks > 1) {
       config.store = tbcoll::connect_tcp_store(config.root, config.token, tbcoll::deadline_after(config.timeout_s));
     }
+    config.server = server_of(text);
     *comm = new tbcollComm{tbcoll::Communicator::init(config)};
   });
 }
@@ -145,6 +215,7 @@ tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm
   return guarded([&] {
     if (newcomm == nullptr) throw tbcoll::InvalidArgument("newcomm pointer is NULL");
     *newcomm = nullptr;
+    refuse_in_group("tbcollCommSplit");
     std::optional<tbcoll::Communicator> part = get(comm).split(color, key);
     if (part) *newcomm = new tbcollComm{std::move(*part)};
   });
@@ -153,15 +224,16 @@ tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
   return guarded([&] {
     leave_group(comm);
-    delete comm;
+    if (comm != nullptr) free_when_idle(comm);
   });
 }
 
 tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
   return guarded([&] {
     leave_group(comm);
-    if (comm != nullptr) comm->communicator.abort();
-    delete comm;
+    if (comm == nullptr) return;
+    comm->communicator.abort();  // calls running on other threads fail fast now
+    free_when_idle(comm);
   });
 }
 
@@ -198,32 +270,42 @@ const char* tbcollGetLastError(tbcollComm_t) { return last_error.c_str(); }
 
 tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                tbcollRedOp_t op, tbcollComm_t comm) {
-  return guarded([&] {
-    get(comm).all_reduce(sendbuff, recvbuff, count, dtype_of(datatype),
-                         op_of(op));
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollAllReduce");
+    c.all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op));
   });
 }
 
 tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                                tbcollComm_t comm) {
-  return guarded(
-      [&] { get(comm).all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype)); });
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollAllGather");
+    c.all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype));
+  });
 }
 
 tbcollResult_t tbcollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
                                    tbcollRedOp_t op, tbcollComm_t comm) {
-  return guarded([&] { get(comm).reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op)); });
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollReduceScatter");
+    c.reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op));
+  });
 }
 
 tbcollResult_t tbcollReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                             tbcollRedOp_t op, int root, tbcollComm_t comm) {
-  return guarded([&] { get(comm).reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root); });
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollReduce");
+    c.reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root);
+  });
 }
 
 tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                int root, tbcollComm_t comm) {
-  return guarded(
-      [&] { get(comm).broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root); });
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollBroadcast");
+    c.broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root);
+  });
 }
 
 tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm) {
@@ -231,7 +313,10 @@ tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, 
 }
 
 tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
-  return guarded([&] { get(comm).barrier(); });
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollBarrier");
+    c.barrier();
+  });
 }
 
 // Asynchronous calls: a request owns the Work of one queued call.
@@ -348,16 +433,16 @@ tbcollResult_t tbcollGroupEnd(void) {
 
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm) {
-  return guarded([&] {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
     join_group(comm);
-    get(comm).send(sendbuff, count, dtype_of(datatype), peer);
+    c.send(sendbuff, count, dtype_of(datatype), peer);
   });
 }
 
 tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm) {
-  return guarded([&] {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
     join_group(comm);
-    get(comm).recv(recvbuff, count, dtype_of(datatype), peer);
+    c.recv(recvbuff, count, dtype_of(datatype), peer);
   });
 }
 

@@ -165,6 +165,7 @@ Communicator Communicator::init(const Config& config) {
   Deadline deadline = deadline_after(config.timeout_s);
   if (config.store) {
     impl->store = config.store;
+    impl->server = config.server;
   } else {
     if (config.root.empty()) {
       throw InvalidArgument(fmt::format("rank {}: no rendezvous: set TBCOLL_ROOT=host:port (rank 0 listens there) "
@@ -173,8 +174,8 @@ Communicator Communicator::init(const Config& config) {
     net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
     if (rank == 0) {
       const int listener = take_inherited_listener(root.port);
-      impl->server = listener >= 0 ? std::make_unique<TcpStoreServer>(listener, config.token)
-                                   : std::make_unique<TcpStoreServer>(root.host, root.port, config.token);
+      impl->server = listener >= 0 ? std::make_shared<TcpStoreServer>(listener, config.token)
+                                   : std::make_shared<TcpStoreServer>(root.host, root.port, config.token);
     }
     impl->store = connect_tcp_store(config.root, config.token, deadline);
   }
@@ -319,6 +320,7 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   config.rank = static_cast<int>(std::find(members.begin(), members.end(), std::make_pair(key, c.rank)) -
                                  members.begin());
   config.store = c.store;  // null only for a single-rank parent, whose only child has size 1 too
+  config.server = c.server;  // the child needs the store as long as it lives, not as long as the parent
   config.root.clear();
   config.prefix = fmt::format("{}/split{}/color{}", c.config.prefix, split_index, color);
   return Communicator::init(config);

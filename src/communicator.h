@@ -25,7 +25,7 @@ struct Communicator::Impl {
   Config config;
   int rank = 0;
   int size = 1;
-  std::unique_ptr<TcpStoreServer> server;
+  std::shared_ptr<TcpStoreServer> server;  // hosted here (rank 0); children of split() share it
   std::shared_ptr<Store> store;
   // Contexts are declared before endpoints so endpoints are destroyed first.
   std::vector<std::unique_ptr<transport::Context>> contexts;

@@ -72,6 +72,9 @@ struct Config {
   std::string algo;
   /// Optional store to rendezvous through instead of the TCP store (ranks as threads share an in-memory store).
   std::shared_ptr<Store> store;
+  /// Optional: the server of that store, when this process hosts it. The communicator and those split from it
+  /// keep it running (a split needs the store), so it stops when the last of them is destroyed.
+  std::shared_ptr<TcpStoreServer> server;
   /// Key prefix in the store; communicators sharing a store need distinct prefixes.
   std::string prefix = "tbcoll";
 

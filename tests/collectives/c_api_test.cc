@@ -1,6 +1,9 @@
 // The C API: unique id rendezvous, collectives, result codes and error strings.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -169,6 +172,94 @@ TEST(CApi, SingleRankAndAbort) {
   EXPECT_EQ(tbcollAllReduce(&x, &y, 1, tbcollFloat64, tbcollMax, comm), tbcollSuccess);
   EXPECT_EQ(y, 1.5);
   EXPECT_EQ(tbcollCommAbort(comm), tbcollSuccess);
+}
+
+// The watchdog pattern: another thread aborts a call that waits for a peer that never comes. The call fails at
+// once, and the communicator is freed only after it has left (it used to be freed under the running call).
+TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  std::atomic<bool> aborted{false};
+  tbcollResult_t call_rc = tbcollSuccess, abort_rc = tbcollInternalError;
+  std::chrono::steady_clock::duration waited{};
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      tbcollComm_t comm = nullptr;
+      if (tbcollCommInitRank(&comm, 2, id, rank) != tbcollSuccess) return;
+      if (rank == 1) {  // never joins the all-reduce
+        while (!aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        tbcollCommDestroy(comm);
+        return;
+      }
+      std::thread watchdog([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));
+        abort_rc = tbcollCommAbort(comm);
+        aborted = true;
+      });
+      std::vector<float> data(1 << 16, 1.0f);
+      auto start = std::chrono::steady_clock::now();
+      call_rc = tbcollAllReduce(data.data(), data.data(), data.size(), tbcollFloat32, tbcollSum, comm);
+      waited = std::chrono::steady_clock::now() - start;
+      watchdog.join();
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_EQ(abort_rc, tbcollSuccess);
+  EXPECT_NE(call_rc, tbcollSuccess) << "the aborted call reported success";
+  EXPECT_LT(waited, std::chrono::seconds(10)) << "the aborted call waited for its deadline";
+}
+
+// Groups take send and recv only: a collective or a split inside one is refused, whatever came before it.
+TEST(CApi, CollectivesInsideAGroupAreRefused) {
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  tbcollComm_t comm = nullptr;
+  ASSERT_EQ(tbcollCommInitRank(&comm, 1, id, 0), tbcollSuccess);
+  float x = 1;
+  ASSERT_EQ(tbcollGroupStart(), tbcollSuccess);
+  EXPECT_EQ(tbcollAllReduce(&x, &x, 1, tbcollFloat32, tbcollSum, comm), tbcollInvalidUsage);
+  EXPECT_NE(std::string(tbcollGetLastError(comm)).find("tbcollAllReduce inside tbcollGroupStart/End"),
+            std::string::npos) << tbcollGetLastError(comm);
+  EXPECT_EQ(tbcollBarrier(comm), tbcollInvalidUsage);
+  EXPECT_EQ(tbcollBcast(&x, 1, tbcollFloat32, 0, comm), tbcollInvalidUsage);
+  tbcollComm_t child = nullptr;
+  EXPECT_EQ(tbcollCommSplit(comm, 0, 0, &child), tbcollInvalidUsage);
+  EXPECT_EQ(tbcollGroupEnd(), tbcollSuccess);
+  EXPECT_EQ(tbcollAllReduce(&x, &x, 1, tbcollFloat32, tbcollSum, comm), tbcollSuccess) << "usable after the group";
+  EXPECT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
+}
+
+int thread_count() {
+  std::FILE* status = std::fopen("/proc/self/status", "r");
+  if (status == nullptr) return -1;
+  char line[256];
+  int threads = -1;
+  while (std::fgets(line, sizeof(line), status) != nullptr) {
+    if (std::sscanf(line, "Threads: %d", &threads) == 1) break;
+  }
+  std::fclose(status);
+  return threads;
+}
+
+// The store server of a unique id stops with the last communicator made from it (each used to keep a thread
+// and four descriptors until the process exited).
+TEST(CApi, UniqueIdServersStopWithTheirCommunicators) {
+  const int before = thread_count();
+  for (int round = 0; round < 40; ++round) {
+    tbcollUniqueId id;
+    ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+    tbcollComm_t comm = nullptr;
+    ASSERT_EQ(tbcollCommInitRank(&comm, 1, id, 0), tbcollSuccess);
+    ASSERT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
+  }
+  EXPECT_LT(thread_count(), before + 5) << "store servers piled up";
+  run_c_ranks(2, [](int, tbcollComm_t comm, std::string&, const Fail& fail) {
+    int value = 1;
+    tbcollResult_t rc = tbcollAllReduce(&value, &value, 1, tbcollInt32, tbcollSum, comm);
+    if (rc != tbcollSuccess) fail("all_reduce", rc);
+  });
+  EXPECT_LT(thread_count(), before + 5) << "store servers piled up";
 }
 
 }  // namespace

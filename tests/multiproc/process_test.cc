@@ -120,6 +120,15 @@ TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
   EXPECT_NE(result.output.find("rank 3 transports tcp,tcp,shm,self"), std::string::npos) << result.output;
 }
 
+// Rank 0 hosts the store; a communicator split from the job's first one keeps it running after that one is
+// destroyed (a split of the child rendezvouses through it).
+TEST(Processes, SplitChildOutlivesItsParent) {
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 3 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
+                      " split_after_parent");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 3) << result.output;
+}
+
 TEST(Processes, MismatchedCountsFailWithAClearError) {
   Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
                       " mismatch");

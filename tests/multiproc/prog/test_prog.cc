@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -68,6 +69,13 @@ int main(int argc, char** argv) {
         comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kMax);
         if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) return 3;
       }
+    }
+    if (mode == "split_after_parent") {
+      // The parent goes first; its child still rendezvouses through rank 0's store for a split of its own.
+      std::optional<tbcoll::Communicator> child = comm.split(0, comm.rank());
+      { tbcoll::Communicator parent = std::move(comm); }
+      std::optional<tbcoll::Communicator> grandchild = child->split(0, -child->rank());
+      return check(*grandchild, 1);
     }
     if (mode == "mismatch") {
       std::vector<float> buf(100, 1.0f);
