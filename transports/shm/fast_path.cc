@@ -19,6 +19,11 @@
 
 
 namespace tbcoll::shm {
+namespace {
+
+constexpr size_t kPrepareFlaggedLines = 8;
+
+}  // namespace
 
 FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct)
     : rank_(rank), size_(static_cast<int>(areas.size())), areas_(std::move(areas)), headers_(std::move(headers)),
@@ -147,13 +152,23 @@ void FastPath::prepare_next_slot(size_t bytes) {
   // calls ago. Taking them exclusive now (prefetchw) moves that invalidation round trip off the next call's
   // critical path, where it would stall the store of seq behind the data stores. Safe: every peer finished
   // reading that slot before publishing the input we just consumed; this changes cache state, not data.
-  auto* slot = reinterpret_cast<uint8_t*>(&areas_[rank_]->slots[(calls_ + 1) & 1]);
-  size_t span = std::min<size_t>(bytes + offsetof(CollectiveSlot, data), 4096);
-  for (size_t line = 0; line < span; line += 64) {
+  take_exclusive(&areas_[rank_]->slots[(calls_ + 1) & 1], std::min<size_t>(bytes + offsetof(CollectiveSlot, data), 4096));
+}
+
+void FastPath::prepare_next_flagged(size_t lines) {
+  // As prepare_next_slot, for the flagged lines the next call writes (a call of the same size, most likely).
+  // Only a few lines: a peer already polling all of them would pull each back shared, and many such round
+  // trips cost more than they save.
+  if (lines <= kPrepareFlaggedLines) take_exclusive(&areas_[rank_]->flagged[(calls_ + 1) & 1], lines * sizeof(FlaggedLine));
+}
+
+void FastPath::take_exclusive(const void* at, size_t bytes) {
+  const auto* base = static_cast<const uint8_t*>(at);
+  for (size_t line = 0; line < bytes; line += 64) {
 #if defined(__x86_64__)
-    asm volatile("prefetchw %0" : : "m"(*(slot + line)));
+    asm volatile("prefetchw %0" : : "m"(*(base + line)));
 #else
-    __builtin_prefetch(slot + line, 1);
+    __builtin_prefetch(base + line, 1);
 #endif
   }
 }

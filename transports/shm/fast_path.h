@@ -92,6 +92,8 @@ class FastPath final : public transport::CollectiveFastPath {
 
   size_t two_shot_slice_bytes() const;
   void prepare_next_slot(size_t bytes);
+  void prepare_next_flagged(size_t lines);
+  static void take_exclusive(const void* at, size_t bytes);  // prefetchw of every line: a hint, no data change
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
                      std::chrono::microseconds spin);

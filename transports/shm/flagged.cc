@@ -127,6 +127,7 @@ void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, Da
   kernel(recv, inputs[0], inputs[1], count);
   for (int p = 2; p < size_; ++p) kernel(recv, recv, inputs[p], count);
   if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, size_);
+  prepare_next_flagged(flagged_lines(bytes));
 }
 
 void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
@@ -138,6 +139,7 @@ void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) read_flagged(p, k, out + static_cast<size_t>(p) * bytes_per_rank, bytes_per_rank);
   }
+  prepare_next_flagged(flagged_lines(bytes_per_rank));
 }
 
 }  // namespace tbcoll::shm
