@@ -10,15 +10,6 @@
 namespace tbcoll::bench {
 namespace {
 
-bool is_float(DataType dtype) {
-  return dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 || dtype == DataType::kFloat32 ||
-         dtype == DataType::kFloat64;
-}
-
-bool is_unsigned(DataType dtype) {
-  return dtype == DataType::kUint8 || dtype == DataType::kUint32 || dtype == DataType::kUint64;
-}
-
 bool is_reduction(Collective kind) {
   return kind == Collective::kAllReduce || kind == Collective::kReduceScatter || kind == Collective::kReduce;
 }
@@ -47,9 +38,9 @@ double exact_limit(DataType dtype) {
 // last; summing the scaled inputs (last) then needs k <= limit / n^2. Large worlds clamp k to 1 (inexact).
 double input_range(const CheckSpec& s, bool* exact) {
   const double n = is_reduction(s.kind) ? s.world_size : 1;
-  const bool scaled = s.op == ReduceOp::kAvg && is_float(s.dtype) && s.dtype != DataType::kFloat16;
+  const bool scaled = s.op == ReduceOp::kAvg && is_floating_point(s.dtype) && s.dtype != DataType::kFloat16;
   const double k = std::floor(exact_limit(s.dtype) / n / (scaled ? n : 1));
-  if (exact != nullptr) *exact = k >= 1 || !is_float(s.dtype);
+  if (exact != nullptr) *exact = k >= 1 || !is_floating_point(s.dtype);
   return std::max(1.0, k);
 }
 
@@ -67,7 +58,7 @@ double input_value(const CheckSpec& s, int rank, size_t i) {
   const double w = is_unsigned(s.dtype) ? static_cast<double>(h % (k + 1))
                                         : static_cast<double>(static_cast<int64_t>(h % (2 * k + 1)) -
                                                               static_cast<int64_t>(k));
-  const bool scaled = is_reduction(s.kind) && s.op == ReduceOp::kAvg && is_float(s.dtype);
+  const bool scaled = is_reduction(s.kind) && s.op == ReduceOp::kAvg && is_floating_point(s.dtype);
   return scaled ? w * s.world_size : w;
 }
 
@@ -101,7 +92,7 @@ int64_t signed_value(DataType dtype, uint64_t bits) {
 }
 
 void store_value(DataType dtype, void* base, size_t i, double v) {
-  if (is_float(dtype)) store_float(dtype, base, i, v);
+  if (is_floating_point(dtype)) store_float(dtype, base, i, v);
   else store_int(dtype, base, i, static_cast<uint64_t>(static_cast<int64_t>(v)));
 }
 
@@ -117,7 +108,7 @@ double load_value(DataType dtype, const void* base, size_t i) {
 // Element `index` of the full reduction, stored into out[0].
 void expected_reduction(const CheckSpec& s, size_t index, void* out) {
   const int n = s.world_size;
-  if (is_float(s.dtype)) {
+  if (is_floating_point(s.dtype)) {
     double acc = input_value(s, 0, index);
     for (int r = 1; r < n; ++r) {
       const double v = input_value(s, r, index);

@@ -24,6 +24,15 @@ size_t dtype_size(DataType dtype) {
   throw InvalidArgument(fmt::format("invalid dtype {} (valid: 0..{})", static_cast<int>(dtype), kNumDataTypes - 1));
 }
 
+bool is_floating_point(DataType dtype) {
+  return dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 || dtype == DataType::kFloat32 ||
+         dtype == DataType::kFloat64;
+}
+
+bool is_unsigned(DataType dtype) {
+  return dtype == DataType::kUint8 || dtype == DataType::kUint32 || dtype == DataType::kUint64;
+}
+
 std::string to_string(DataType dtype) {
   switch (dtype) {
     case DataType::kInt8: return "i8";

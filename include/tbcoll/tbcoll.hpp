@@ -46,6 +46,10 @@ constexpr int kNumReduceOps = tbcollNumOps;
 
 /// Size of one element in bytes; throws InvalidArgument for an unknown dtype.
 size_t dtype_size(DataType dtype);
+/// f16, bf16, f32, f64.
+bool is_floating_point(DataType dtype);
+/// u8, u32, u64.
+bool is_unsigned(DataType dtype);
 /// "f32", "bf16", ...; "invalid(N)" for unknown values.
 std::string to_string(DataType dtype);
 /// "sum", "prod", ...

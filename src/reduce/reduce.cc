@@ -484,8 +484,7 @@ Kernel kernel_for_isa(DataType dtype, ReduceOp op, Isa isa) {
 void divide(void* out, const void* in, size_t count, DataType dtype, int divisor) {
   const int dtype_index = checked_dtype(dtype);
   if (divisor == 0) throw InvalidArgument("[reduce] divide by zero");
-  const bool is_unsigned = dtype == DataType::kUint8 || dtype == DataType::kUint32 || dtype == DataType::kUint64;
-  if (divisor < 0 && is_unsigned) {
+  if (divisor < 0 && is_unsigned(dtype)) {
     throw InvalidArgument("[reduce] negative divisor " + std::to_string(divisor) + " for an unsigned dtype");
   }
   active_table()[dtype_index].divide(out, in, count, divisor);

@@ -57,13 +57,6 @@ std::vector<ReduceOp> all_ops() {
 
 namespace {
 
-bool is_float(DataType dtype) {
-  return dtype == DataType::kFloat16 || dtype == DataType::kBfloat16 || dtype == DataType::kFloat32 ||
-         dtype == DataType::kFloat64;
-}
-bool is_unsigned(DataType dtype) {
-  return dtype == DataType::kUint8 || dtype == DataType::kUint32 || dtype == DataType::kUint64;
-}
 
 // Small integers: -2..2 for signed types, 0..4 for unsigned ones; never 0 for a quarter of positions so
 // products stay interesting.
@@ -130,7 +123,7 @@ std::vector<uint8_t> reference_all_reduce(DataType dtype, ReduceOp op, int n, si
     }
     double result = static_cast<double>(acc);
     if (op == ReduceOp::kAvg) {
-      result = is_float(dtype) ? result / n : static_cast<double>(acc / n);
+      result = is_floating_point(dtype) ? result / n : static_cast<double>(acc / n);
     }
     store_value(dtype, out.data() + i * es, result);
   }
@@ -144,7 +137,7 @@ size_t count_wrong(DataType dtype, const std::vector<uint8_t>& got, const std::v
                      : dtype == DataType::kFloat32 ? 1e-6 : 0;
   size_t wrong = 0;
   for (size_t i = 0; i < got.size() / es; ++i) {
-    if (!is_float(dtype)) {
+    if (!is_floating_point(dtype)) {
       wrong += std::memcmp(got.data() + i * es, want.data() + i * es, es) != 0;
     } else {
       double g = load_value(dtype, got.data() + i * es), w = load_value(dtype, want.data() + i * es);

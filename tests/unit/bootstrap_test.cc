@@ -176,6 +176,14 @@ TEST(Types, NamesRoundTrip) {
   for (int i = 0; i < kNumReduceOps; ++i) EXPECT_EQ(parse_op(to_string(static_cast<ReduceOp>(i))), static_cast<ReduceOp>(i));
   EXPECT_THROW(parse_dtype("f128"), InvalidArgument);
   EXPECT_THROW(dtype_size(static_cast<DataType>(77)), InvalidArgument);
+  std::string floats, unsigned_types;
+  for (int i = 0; i < kNumDataTypes; ++i) {
+    auto dtype = static_cast<DataType>(i);
+    if (is_floating_point(dtype)) floats += to_string(dtype) + " ";
+    if (is_unsigned(dtype)) unsigned_types += to_string(dtype) + " ";
+  }
+  EXPECT_EQ(floats, "f16 f32 f64 bf16 ");
+  EXPECT_EQ(unsigned_types, "u8 u32 u64 ");
 }
 
 TEST(Env, EveryKnobHasHelpAndUnknownKnobsThrow) {
