@@ -10,7 +10,8 @@
 // launcher exits with the failing rank's status (128+signal if it was killed). SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
 // kills at once. SIGTSTP (ctrl-Z) stops every rank's group and then the launcher; SIGCONT continues them.
-// Ranks die with the launcher (PR_SET_PDEATHSIG). Signals reach the single poll() loop through a self-pipe;
+// Ranks die with the launcher (PR_SET_PDEATHSIG). Started from a terminal's foreground, ranks ignore SIGTTOU, so
+// `stty tostop` does not stop them at their first line. Signals reach the single poll() loop through a self-pipe;
 // children are reaped with waitpid(WNOHANG); tagged output is written only when the target has room, so a
 // stalled reader never blocks the loop. Deliberately standalone: POSIX and the standard library only.
 
@@ -239,6 +240,9 @@ class Launcher {
 
   int run() {
     if (!install_signal_handlers() || !setup_environment()) return kExitLauncherError;
+    for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+      if (isatty(fd) && tcgetpgrp(fd) == getpgrp()) foreground_ = true;
+    }
     if (opts_.tag_output) raise_fd_limit(2 * opts_.world_size + 64);
     spawn_all();
     if (opts_.timeout_s > 0) {
@@ -402,6 +406,9 @@ class Launcher {
   [[noreturn]] void exec_rank(int stdin_fd, int out_fd, int err_fd, const sigset_t& child_mask) {
     for (int sig : kForwardedSignals) sigaction(sig, &original_action_[sig], nullptr);
     for (int sig : {SIGCHLD, SIGPIPE, SIGTSTP, SIGCONT}) sigaction(sig, &original_action_[sig], nullptr);
+    // A rank's process group is not the terminal's foreground group even when the launcher's is: under
+    // `stty tostop` its first write to the terminal would stop it. It writes as the foreground job it belongs to.
+    if (foreground_) signal(SIGTTOU, SIG_IGN);
     sigprocmask(SIG_SETMASK, &child_mask, nullptr);
     setpgid(0, 0);
     // A launcher killed outright (SIGKILL) cannot stop the job: the kernel does it for us. If it died already,
@@ -629,6 +636,7 @@ class Launcher {
     aborting_ = true;
     kill_at_ = Clock::now() + kKillGrace;
     signal_groups(sig);
+    signal_groups(SIGCONT);  // a stopped rank acts on the signal only once it runs again
   }
 
   void kill_all() {
@@ -647,6 +655,7 @@ class Launcher {
   std::vector<Rank> ranks_;
   pid_t launcher_pid_;
   int root_listener_ = -1;  // listening socket for rank 0's store, until every rank is started
+  bool foreground_ = false;  // the launcher runs in the foreground of the terminal its output goes to
   // Tagged output not yet written, per target (our stdout, stderr): written when poll() says the target takes
   // more, so a slow or stalled reader never blocks the launcher (signals, failures and the timeout go on).
   std::string outbox_[3];

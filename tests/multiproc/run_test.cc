@@ -12,6 +12,7 @@
 
 #include <cctype>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -514,6 +515,24 @@ bool wait_for_state(const std::vector<pid_t>& pids, char state) {
     }
   }
   return true;
+}
+
+// On a terminal with `stty tostop`, the ranks (each in a process group of its own) write as the foreground job
+// the launcher is; they used to stop at their first line until the job timed out.
+TEST(TbcollRun, RanksWriteToATostopTerminal) {
+  if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) not installed";
+  const std::string command = "timeout 30 script -qec \"stty tostop; " + std::string(TBCOLL_RUN_PATH) +
+                              " -n 2 --timeout 20 -- sh -c 'echo hello from \\$TBCOLL_RANK'; echo rc=\\$?\" /dev/null";
+  auto start = Clock::now();
+  std::FILE* pipe = popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buffer[256];
+  while (std::fgets(buffer, sizeof(buffer), pipe) != nullptr) out += buffer;
+  pclose(pipe);
+  EXPECT_TRUE(contains(out, "hello from 0") && contains(out, "hello from 1")) << out;
+  EXPECT_TRUE(contains(out, "rc=0")) << out;
+  EXPECT_LT(seconds_since(start), 15) << out;
 }
 
 // ctrl-Z reaches only the launcher's process group: it stops its ranks (each in a group of its own) and then
