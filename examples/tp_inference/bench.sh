@@ -93,7 +93,8 @@ measure() {
            for (c = 2; c <= 5; ++c) {
              for (a = 1; a <= n; ++a) col[a] = v[c, a]
              for (a = 2; a <= n; ++a) { x = col[a]; b = a - 1; while (b >= 1 && col[b] + 0 > x + 0) { col[b + 1] = col[b]; --b } col[b + 1] = x }
-             line = line " " col[int((n + 1) / 2)]
+             m = n % 2 ? col[(n + 1) / 2] : (col[n / 2] + col[n / 2 + 1]) / 2  # even n: mean of the middle two
+             line = line " " m
            }
            print line
          }' "$results/$i"
@@ -132,7 +133,9 @@ if [[ -x "$exporter" && -x "$reference" ]]; then
     theirs+=("$("$reference" "$model_dir/stories260K.llama2c.bin" 256 2>&1 >/dev/null | sed -E 's/.* ([0-9.]+) tok\/s/\1/')")
     ours+=("$("$engine" --model "$stories" --tokens 256 2>&1 >/dev/null | sed -nE 's/.*decode [0-9]+ tok ([0-9.]+) tok\/s.*/\1/p')")
   done
-  median() { printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print v[int((NR + 1) / 2)]}'; }
+  median() {
+    printf '%s\n' "$@" | sort -g | awk '{v[NR] = $1} END {print NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2}'
+  }
   echo
   echo "stories260K, one rank, greedy from BOS, 256 tokens: tp_inference $(median "${ours[@]}") tok/s, plain C reference" \
        "(-Ofast -march=native) $(median "${theirs[@]}") tok/s: $(ratio "$(median "${ours[@]}")" "$(median "${theirs[@]}")")"

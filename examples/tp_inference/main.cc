@@ -7,6 +7,7 @@
 // prompt with --tokens 256 is run.c's "-n 256" from BOS alone. Generation stops early on BOS or EOS.
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,7 @@ struct Options {
   float temperature = 0.0f;
   float top_p = 0.9f;
   uint64_t seed = 0;
+  bool have_seed = false;  // else rank 0 picks one from the clock and tells the others
   bool pipeline = false;
   bool ignore_eos = false;
   int prefill_batch = LlamaModel::kMaxBatch;
@@ -43,7 +45,7 @@ const char kUsage[] =
     "  --tokens N       tokens to generate after the prompt (default 256)\n"
     "  --temperature T  0 = greedy (default 0)\n"
     "  --top-p P        nucleus sampling threshold when T > 0 (default 0.9; 1 = off)\n"
-    "  --seed S         sampler seed (default: time)\n"
+    "  --seed S         sampler seed, 0 to 2^64-1 (default: from the clock, the same on every rank)\n"
     "  --mode M         tensor (default): heads and FFN units split across ranks;\n"
     "                   pipeline: layers split across ranks\n"
     "  --prefill-batch N  prompt tokens per batched forward pass (default 128; 1 = token by token)\n"
@@ -62,9 +64,18 @@ double parse_number(const std::string& flag, const char* text) {
   return v;
 }
 
+uint64_t parse_seed(const std::string& flag, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (end == text || *end != '\0' || errno == ERANGE || text[0] == '-' || text[0] == '+') {
+    throw UsageError(flag + ": not an integer from 0 to 2^64-1: '" + text + "'");
+  }
+  return static_cast<uint64_t>(v);
+}
+
 Options parse_options(int argc, char** argv) {
   Options o;
-  bool have_seed = false;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--help" || flag == "-h") {
@@ -91,8 +102,8 @@ Options parse_options(int argc, char** argv) {
     } else if (flag == "--top-p" || flag == "-p") {
       o.top_p = static_cast<float>(parse_number(flag, value));
     } else if (flag == "--seed" || flag == "-s") {
-      o.seed = static_cast<uint64_t>(parse_number(flag, value));
-      have_seed = true;
+      o.seed = parse_seed(flag, value);
+      o.have_seed = true;
     } else if (flag == "--prefill-batch") {
       const double n = parse_number(flag, value);
       if (n < 1 || n > 1e6 || n != static_cast<int>(n)) throw UsageError("--prefill-batch must be a positive integer");
@@ -106,9 +117,6 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.model.empty()) throw UsageError("--model is required");
-  // Every rank must sample with the same seed; a time-based default is only safe because ranks sample
-  // independently in tensor mode, so fix it to a constant instead.
-  if (!have_seed) o.seed = 42;
   return o;
 }
 
@@ -155,7 +163,13 @@ int run(const Options& options, tbcoll::Communicator& comm) {
                          "only)\n", model_name.c_str());
   }
   LlamaModel model(file, config, shard, positions > 0 ? positions : 1, rank == 0);
-  Sampler sampler(config.vocab_size, options.temperature, options.top_p, options.seed);
+  // Every rank samples the same gathered logits with the same generator: an unseeded run takes rank 0's clock.
+  uint64_t seed = options.seed;
+  if (!options.have_seed) {
+    seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count());
+    comm.broadcast(&seed, &seed, 1, tbcoll::DataType::kUint64, 0);
+  }
+  Sampler sampler(config.vocab_size, options.temperature, options.top_p, seed);
   CommCounter counter(&comm);
   const int n_prefill = n_prompt < positions ? n_prompt : positions;  // prompt tokens that go through the model
   const size_t dim = static_cast<size_t>(config.dim);

@@ -646,11 +646,16 @@ int LlamaModel::greedy_token(const float* x, CommCounter* comm) {
   if (!vocab_parallel()) return best;
   // (value, global index) of every rank's best, in vocabulary order: the first strictly larger value wins, which
   // is exactly the whole-vocabulary argmax's first-on-ties rule. Indices are exact as floats (vocab < 2^24).
-  const float mine[2] = {n > 0 ? local[best] : -INFINITY, static_cast<float>(vocab_begin_ + best)};
+  // A shard without a number (empty, or NaNs only) offers NaN, which loses to every value, -inf included:
+  // argmax skips NaN, and so does the choice among the shards.
+  const float value = n > 0 ? local[best] : NAN;
+  const float mine[2] = {value, static_cast<float>(vocab_begin_ + best)};
   comm->all_gather(mine, candidates_.data(), 2);
   int winner = 0;
   for (int r = 1; r < shard_.tp_size; ++r) {
-    if (candidates_[static_cast<size_t>(2 * r)] > candidates_[static_cast<size_t>(2 * winner)]) winner = r;
+    const float theirs = candidates_[static_cast<size_t>(2 * r)];
+    const float leading = candidates_[static_cast<size_t>(2 * winner)];
+    if (!std::isnan(theirs) && (std::isnan(leading) || theirs > leading)) winner = r;
   }
   return static_cast<int>(candidates_[static_cast<size_t>(2 * winner + 1)]);
 }

@@ -23,7 +23,9 @@ float Sampler::random_f32() { return static_cast<float>(random_u32() >> 8) / 167
 
 int Sampler::argmax(const float* values, int n) {
   int best = 0;
-  for (int i = 1; i < n; ++i) {
+  while (best < n && std::isnan(values[best])) ++best;  // NaN is never the largest, wherever it sits
+  if (best == n) return 0;
+  for (int i = best + 1; i < n; ++i) {
     if (values[i] > values[best]) best = i;
   }
   return best;
@@ -31,11 +33,14 @@ int Sampler::argmax(const float* values, int n) {
 
 int Sampler::sample(float* logits) {
   if (temperature_ <= 0.0f) return argmax(logits, vocab_size_);
-  float max_val = logits[0];
+  // Scale first, then take the largest scaled logit (exp of the rest stays in range). NaN counts as -inf.
+  float max_val = -INFINITY;
   for (int i = 0; i < vocab_size_; ++i) {
-    logits[i] /= temperature_;
+    logits[i] = std::isnan(logits[i]) ? -INFINITY : logits[i] / temperature_;
     max_val = std::max(max_val, logits[i]);
   }
+  // No finite largest value: the first +inf wins, or (all -inf) the first token, as argmax would pick.
+  if (!std::isfinite(max_val)) return argmax(logits, vocab_size_);
   float sum = 0.0f;
   for (int i = 0; i < vocab_size_; ++i) {
     logits[i] = std::exp(logits[i] - max_val);
@@ -59,6 +64,9 @@ int Sampler::sample_top_p(const float* probs, float coin) {
   for (int i = 0; i < vocab_size_; ++i) {
     if (probs[i] >= cutoff) candidates_[n++] = {probs[i], i};
   }
+  // The most likely token is always in the nucleus; rounding can put even it under the cutoff (a flat
+  // distribution and p < 1/n).
+  if (n == 0) return argmax(probs, vocab_size_);
   std::sort(candidates_.begin(), candidates_.begin() + static_cast<std::ptrdiff_t>(n),
             [](const ProbIndex& a, const ProbIndex& b) { return a.prob > b.prob || (a.prob == b.prob && a.index < b.index); });
   float cumulative = 0.0f;

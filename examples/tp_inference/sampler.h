@@ -16,7 +16,7 @@ class Sampler {
   /// Picks a token; may overwrite logits (scaled into probabilities). No allocation.
   int sample(float* logits);
 
-  /// Index of the largest value (the first one on ties).
+  /// Index of the largest value (the first one on ties); NaN never counts as largest (0 if all are NaN).
   static int argmax(const float* values, int n);
 
  private:
