@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -35,14 +36,22 @@ uint64_t random_u64() {
 
 // Ranks with equal host ids talk through shared memory, which names and watches peers by pid: so the id holds
 // the pid namespace too (containers of one pod can share /dev/shm, the host name and the kernel, while their
-// pids mean different processes). Ranks in different pid namespaces of one machine use the next transport.
+// pids mean different processes), and the /dev/shm file system itself (containers that share the pids but
+// mount a /dev/shm of their own cannot open each other's segments). Ranks that differ in any of these use the
+// next transport; so does a process that cannot read its pid namespace (no /proc), since it cannot tell.
 std::string host_id() {
   // Tests (and unusual set-ups, e.g. containers sharing nothing but a name) can set the identity.
   std::string forced = env::get("TBCOLL_HOST_ID");
   if (!forced.empty()) return forced;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  return fmt::format("{}/{}/pidns:{}", name, kernel_id(), pid_namespace());
+  struct stat shm {};
+  const bool shm_known = stat("/dev/shm", &shm) == 0;
+  const unsigned long pid_ns = pid_namespace();
+  static const uint64_t this_process = random_u64();  // ranks that are threads of one process still match
+  if (pid_ns == 0 || !shm_known) return fmt::format("{}/unknown-namespace/{:x}", name, this_process);
+  return fmt::format("{}/{}/pidns:{}/shm:{:x}:{:x}", name, kernel_id(), pid_ns, static_cast<uint64_t>(shm.st_dev),
+                     static_cast<uint64_t>(shm.st_ino));
 }
 
 uint64_t process_id() {

@@ -120,6 +120,21 @@ TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
   EXPECT_NE(result.output.find("rank 3 transports tcp,tcp,shm,self"), std::string::npos) << result.output;
 }
 
+// A rank with a /dev/shm of its own (a container sharing the host's pids and network but not its IPC mount)
+// cannot open its peers' segments: the ranks use TCP instead of failing at set-up.
+TEST(Processes, RanksWithSeparateDevShmFallBackToTcp) {
+  if (run("unshare --mount sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>&1").status != 0) {
+    GTEST_SKIP() << "cannot make a private /dev/shm here (needs root and unshare)";
+  }
+  const std::string prog = std::string(TBCOLL_TEST_PROG_PATH) + " transports";
+  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- sh -c 'if [ $TBCOLL_RANK = 1 ]; " +
+                      "then exec unshare --mount sh -c \"mount -t tmpfs tmpfs /dev/shm && exec " + prog +
+                      "\"; else exec " + prog + "; fi'");
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 2) << result.output;
+  EXPECT_NE(result.output.find("rank 0 transports self,tcp"), std::string::npos) << result.output;
+}
+
 // Rank 0 hosts the store; a communicator split from the job's first one keeps it running after that one is
 // destroyed (a split of the child rendezvouses through it).
 TEST(Processes, SplitChildOutlivesItsParent) {

@@ -145,7 +145,10 @@ bool Endpoint::progress_recvs() {
       if (take > 0 && op.buf != nullptr) std::memcpy(op.buf + op.done, frame.payload, take);
       op.done += take;
       in_->tail.store(++in_tail_, std::memory_order_seq_cst);  // seq_cst: see progress_sends
-      if (in_->producer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&in_->tail);
+      // The producer sleeps on this queue's tail, or (also waiting to receive) on the head of our outgoing queue.
+      const uint32_t producer = in_->producer_sleeping.load(std::memory_order_seq_cst);
+      if (producer == kProducerAsleepOnTail) futex_wake(&in_->tail);
+      if (producer == kProducerAsleepOnHead) futex_wake(&out_->head);
       moved = true;
       if (op.done == op.bytes) op.complete = true;
     }
@@ -170,22 +173,32 @@ void Endpoint::check_peer_call() {
 
 void Endpoint::block(std::chrono::microseconds max_wait) {
   if (!recvs_.empty() && in_->head.load(std::memory_order_acquire) != in_tail_) return;  // data waiting
-  if (recvs_.empty() && !sends_.empty() && out_head_ - out_->tail.load(std::memory_order_acquire) < kFrames) return;
+  if (!sends_.empty() && out_head_ - out_->tail.load(std::memory_order_acquire) < kFrames) return;  // room
   check_peer_call();  // first: a peer that spotted the mismatch may already have closed its end
   check_peer();
   long timeout_us = std::max<long>(1, static_cast<long>(max_wait.count()));
-  if (!recvs_.empty()) {
-    // Announce the sleep, then re-check: the producer wakes us only if it sees the flag after publishing.
-    in_->consumer_sleeping.store(1, std::memory_order_seq_cst);
-    uint64_t head = in_->head.load(std::memory_order_seq_cst);
-    if (head == in_tail_) futex_wait(&in_->head, head, timeout_us);
-    in_->consumer_sleeping.store(0, std::memory_order_relaxed);
-  } else if (!sends_.empty()) {
-    out_->producer_sleeping.store(1, std::memory_order_seq_cst);
-    uint64_t tail = out_->tail.load(std::memory_order_seq_cst);
-    if (out_head_ - tail >= kFrames) futex_wait(&out_->tail, tail, timeout_us);
-    out_->producer_sleeping.store(0, std::memory_order_relaxed);
+  // Announce the sleep, then re-check: the other side wakes us only if it sees the flag after publishing. With
+  // a receive and a send both waiting (a group, or a receive whose data needs our send first), either side's
+  // progress must wake us: we sleep on the incoming head, and kProducerAsleepOnHead asks the consumer of our
+  // outgoing queue to wake that word when it frees frames.
+  const bool receiving = !recvs_.empty(), sending = !sends_.empty();
+  if (receiving) in_->consumer_sleeping.store(1, std::memory_order_seq_cst);
+  if (sending) {
+    out_->producer_sleeping.store(receiving ? kProducerAsleepOnHead : kProducerAsleepOnTail, std::memory_order_seq_cst);
   }
+  const uint64_t head = in_->head.load(std::memory_order_seq_cst);
+  const uint64_t tail = out_->tail.load(std::memory_order_seq_cst);
+  const bool nothing_to_receive = !receiving || head == in_tail_;
+  const bool no_room = !sending || out_head_ - tail >= kFrames;
+  if (nothing_to_receive && no_room) {
+    if (receiving) {
+      futex_wait(&in_->head, head, timeout_us);
+    } else if (sending) {
+      futex_wait(&out_->tail, tail, timeout_us);
+    }
+  }
+  if (receiving) in_->consumer_sleeping.store(0, std::memory_order_relaxed);
+  if (sending) out_->producer_sleeping.store(0, std::memory_order_relaxed);
 }
 
 }  // namespace tbcoll::shm

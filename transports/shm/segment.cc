@@ -26,9 +26,11 @@ std::string segment_name(int pid, uint64_t comm_id, int rank) {
 }
 
 void remove_stale_segments() {
+  // Without our pid namespace (no /proc) no pid can be judged: sweep nothing.
+  const unsigned long mine = pid_namespace();
+  if (mine == 0) return;
   DIR* dir = opendir("/dev/shm");
   if (dir == nullptr) return;
-  const unsigned long mine = pid_namespace();
   while (dirent* entry = readdir(dir)) {
     unsigned long ns = 0;
     int pid = 0;

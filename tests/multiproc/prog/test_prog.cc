@@ -54,7 +54,7 @@ int main(int argc, char** argv) {
   try {
     auto comm = tbcoll::Communicator::init(tbcoll::Config::from_env());
     if (mode == "check") return check(comm, argc > 2 ? std::atoi(argv[2]) : 2);
-    if (mode == "mixed") {
+    if (mode == "mixed" || mode == "transports") {  // transports: as the library picks them on its own
       std::string names;
       for (int p = 0; p < comm.size(); ++p) names += (p ? "," : "") + comm.transport_name(p);
       std::printf("rank %d transports %s\n", comm.rank(), names.c_str());
