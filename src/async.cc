@@ -105,45 +105,66 @@ void AsyncQueue::wait_empty() {
   impl_->changed.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
 }
 
-// Arguments are checked by the call itself; its errors reach the caller through the Work. The queued call holds
-// the Impl, which is stable across moves of the Communicator.
+namespace {
+
+// The queued form of a call. Arguments were checked before queuing, so a call that fails here failed midway or
+// on the communicator's state; the calls queued after it would then run out of step with the peers' (which may
+// not have failed at the same point): the communicator is broken, and they fail fast. The Impl is stable across
+// moves of the Communicator.
+template <typename Call>
+std::function<void()> queued(Communicator::Impl* impl, Call call) {
+  return [impl, call] {
+    try {
+      call();
+    } catch (const Error& error) {
+      impl->mark_broken(std::string("an earlier asynchronous call failed: ") + error.what());
+      throw;
+    }
+  };
+}
+
+}  // namespace
+
+// Bad arguments are reported by the call itself, before anything is queued (as a blocking call would).
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl* impl = impl_.get();
   impl->check_not_in_group(__func__);
-  return impl->async.submit([impl, send, recv, count, dtype, op] { impl->all_reduce(send, recv, count, dtype, op); });
+  impl->check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
+  return impl->async.submit(queued(impl, [=] { impl->all_reduce(send, recv, count, dtype, op); }));
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   Impl* impl = impl_.get();
   impl->check_not_in_group(__func__);
-  return impl->async.submit([impl, send, recv, count, dtype] { impl->all_gather(send, recv, count, dtype); });
+  impl->check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
+  return impl->async.submit(queued(impl, [=] { impl->all_gather(send, recv, count, dtype); }));
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl* impl = impl_.get();
   impl->check_not_in_group(__func__);
-  return impl->async.submit(
-      [impl, send, recv, count, dtype, op] { impl->reduce_scatter(send, recv, count, dtype, op); });
+  impl->check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
+  return impl->async.submit(queued(impl, [=] { impl->reduce_scatter(send, recv, count, dtype, op); }));
 }
 
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
   Impl* impl = impl_.get();
   impl->check_not_in_group(__func__);
-  return impl->async.submit(
-      [impl, send, recv, count, dtype, op, root] { impl->reduce(send, recv, count, dtype, op, root); });
+  impl->check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root);
+  return impl->async.submit(queued(impl, [=] { impl->reduce(send, recv, count, dtype, op, root); }));
 }
 
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl* impl = impl_.get();
   impl->check_not_in_group(__func__);
-  return impl->async.submit(
-      [impl, send, recv, count, dtype, root] { impl->broadcast(send, recv, count, dtype, root); });
+  impl->check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
+  return impl->async.submit(queued(impl, [=] { impl->broadcast(send, recv, count, dtype, root); }));
 }
 
 Work Communicator::barrier_async() {
   Impl* impl = impl_.get();
   impl->check_not_in_group(__func__);
-  return impl->async.submit([impl] { impl->barrier(); });
+  return impl->async.submit(queued(impl, [impl] { impl->barrier(); }));
 }
 
 }  // namespace tbcoll

@@ -71,10 +71,27 @@ bool divides_first(DataType dtype, ReduceOp op) { return op == ReduceOp::kAvg &&
 
 }  // namespace
 
+size_t Communicator::Impl::check_arguments(OpKind kind, const void* send, const void* recv, size_t count,
+                                           DataType dtype, ReduceOp op, int root) const {
+  const char* name = op_kind_name(static_cast<unsigned>(kind));
+  const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
+  const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast;
+  const bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+  check_dtype(rank, name, dtype);
+  if (reduces) check_op(rank, name, op);
+  if (rooted) check_rank(rank, size, name, "root", root);
+  const size_t bytes = checked_bytes(rank, name, count, dtype, per_rank ? static_cast<size_t>(size) : 1);
+  if (kind != OpKind::kBroadcast || rank == root) check_buffer(rank, name, "send", send, count);
+  if (kind != OpKind::kReduce || rank == root) check_buffer(rank, name, "recv", recv, count);
+  return bytes;
+}
+
 template <typename Body>
 void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, std::optional<Algorithm> schedule,
                              Body&& body) {
-  if (fast_path != nullptr) fast_path->announce(tag);  // for peers waiting in a fast-path call
+  // For peers waiting in a fast-path call. Not send/recv: their tags count per peer pair, so another rank's
+  // receive could take ours for its own call.
+  if (fast_path != nullptr && (tag.tag >> 63) == 0) fast_path->announce(tag);
   if (schedule) tag.meta = with_schedule(tag.meta, static_cast<unsigned>(*schedule) + 1);
   algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, spin_yields, chunk_bytes, scratch,
                   request_table, call);
@@ -116,11 +133,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl& c = *this;
-  check_dtype(c.rank, "all_reduce", dtype);
-  check_op(c.rank, "all_reduce", op);
-  size_t bytes = checked_bytes(c.rank, "all_reduce", count, dtype, 1);
-  check_buffer(c.rank, "all_reduce", "send", send, count);
-  check_buffer(c.rank, "all_reduce", "recv", recv, count);
+  const size_t bytes = c.check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
   algo::CallInfo what{"all_reduce", count, dtype, op, true};
   c.check_usable(what);
   if (count == 0) return;
@@ -171,10 +184,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
   Impl& c = *this;
-  check_dtype(c.rank, "all_gather", dtype);
-  size_t total = checked_bytes(c.rank, "all_gather", count, dtype, static_cast<size_t>(c.size));
-  check_buffer(c.rank, "all_gather", "send", send, count);
-  check_buffer(c.rank, "all_gather", "recv", recv, count);
+  const size_t total = c.check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
   algo::CallInfo what{"all_gather", count, dtype};
   c.check_usable(what);
   if (count == 0) return;
@@ -212,11 +222,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, Da
 
 void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl& c = *this;
-  check_dtype(c.rank, "reduce_scatter", dtype);
-  check_op(c.rank, "reduce_scatter", op);
-  size_t total = checked_bytes(c.rank, "reduce_scatter", count, dtype, static_cast<size_t>(c.size));
-  check_buffer(c.rank, "reduce_scatter", "send", send, count);
-  check_buffer(c.rank, "reduce_scatter", "recv", recv, count);
+  const size_t total = c.check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
   algo::CallInfo what{"reduce_scatter", count, dtype, op, true};
   c.check_usable(what);
   if (count == 0) return;
@@ -243,12 +249,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 
 void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
   Impl& c = *this;
-  check_dtype(c.rank, "reduce", dtype);
-  check_op(c.rank, "reduce", op);
-  check_rank(c.rank, c.size, "reduce", "root", root);
-  size_t bytes = checked_bytes(c.rank, "reduce", count, dtype, 1);
-  check_buffer(c.rank, "reduce", "send", send, count);
-  if (c.rank == root) check_buffer(c.rank, "reduce", "recv", recv, count);
+  const size_t bytes = c.check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root);
   algo::CallInfo what{"reduce", count, dtype, op, true, root};
   c.check_usable(what);
   if (count == 0) return;
@@ -275,11 +276,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 
 void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl& c = *this;
-  check_dtype(c.rank, "broadcast", dtype);
-  check_rank(c.rank, c.size, "broadcast", "root", root);
-  size_t bytes = checked_bytes(c.rank, "broadcast", count, dtype, 1);
-  if (c.rank == root) check_buffer(c.rank, "broadcast", "send", send, count);
-  check_buffer(c.rank, "broadcast", "recv", recv, count);
+  const size_t bytes = c.check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
   algo::CallInfo what{"broadcast", count, dtype, ReduceOp::kSum, false, root};
   c.check_usable(what);
   if (count == 0) return;
@@ -376,7 +373,7 @@ void Communicator::group_end() {
     }
     if (self_sends[i]->bytes > 0) std::memmove(self_recvs[i]->buf, self_sends[i]->buf, self_sends[i]->bytes);
   }
-  const algo::CallInfo what{"group(send/recv)"};
+  const algo::CallInfo what{"group_end"};
   c.check_usable(what);
   c.run(what, transport::Tag{}, std::nullopt, [&](algo::Exec& exec) {
     for (const auto& op : ops) {  // receives first, so the peers' sends find them posted

@@ -140,8 +140,9 @@ void Exec::wait_all() {
 
 void Exec::timed_out(size_t id) {
   const RequestTable::Pending& pending = requests_[id];
-  throw TimeoutError(fmt::format("rank {}: {} timed out waiting for peer {} ({} of {} B)", rank_, call_.describe(),
-                                 pending.peer, pending.is_send ? "send" : "receive", pending.bytes));
+  // The caller (Communicator::Impl::guard) puts the rank and the call in front.
+  throw TimeoutError(fmt::format("timed out waiting for peer {} ({} of {} B)", pending.peer,
+                                 pending.is_send ? "send" : "receive", pending.bytes));
 }
 
 }  // namespace tbcoll::algo

@@ -81,9 +81,36 @@ TEST(AsyncErrors, AnErrorReachesTheWorkAndLaterCallsFailFast) {
     Work work = comm.all_reduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
     EXPECT_THROW(work.wait(), Error);
     EXPECT_THROW(work.test(), Error) << "test() reports the failure too";
-    Work bad = comm.all_reduce_async(nullptr, buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
-    EXPECT_THROW(bad.wait(), InvalidArgument) << "argument errors come back through the Work";
+    Work later = comm.all_reduce_async(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    try {
+      later.wait();
+      ADD_FAILURE() << "a call queued after a failed one ran";
+    } catch (const Error& error) {
+      EXPECT_NE(std::string(error.what()).find("broken communicator"), std::string::npos) << error.what();
+    }
   });
+}
+
+// Bad arguments are refused before anything is queued, so the calls queued after them stay in step with the
+// peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
+TEST(AsyncErrors, BadArgumentsAreRefusedBeforeQueuing) {
+  for (const char* transport : {"loopback", "tcp", "shm"}) {
+    run_ranks(2, {transport, "", 10}, [&](Communicator& comm) {
+      std::vector<float> a(4, comm.rank() == 0 ? 100.0f : 20.0f), b(4, comm.rank() == 0 ? 100.0f : 200.0f);
+      if (comm.rank() == 0) {
+        EXPECT_THROW(comm.all_reduce_async(a.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
+        EXPECT_THROW(comm.broadcast_async(a.data(), b.data(), 4, DataType::kFloat32, 5), InvalidArgument);
+        EXPECT_THROW(comm.reduce_async(a.data(), a.data(), 4, static_cast<DataType>(99), ReduceOp::kSum, 0),
+                     InvalidArgument);
+      } else {
+        comm.all_reduce_async(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kSum).wait();
+      }
+      Work work = comm.all_reduce_async(b.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+      if (comm.rank() == 0) comm.all_reduce_async(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kSum).wait();
+      work.wait();
+      EXPECT_EQ(b[0], comm.rank() == 0 ? 120.0f : 300.0f) << transport;  // rank 1 pairs a, then b
+    });
+  }
 }
 
 }  // namespace

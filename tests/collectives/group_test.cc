@@ -1,9 +1,11 @@
 // Grouped point-to-point: everything recorded between group_start and group_end runs at once.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "collectives/harness.h"
 #include "tbcoll/tbcoll.h"
@@ -78,6 +80,28 @@ TEST_P(Group, DestroyingACommunicatorFinishesItsQueuedCalls) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Group, ::testing::Values("loopback", "shm", "tcp"));
+
+// Send/recv tags count per peer pair, so they must not be announced like a collective's sequence number: rank 2,
+// waiting for rank 0's second message, used to take rank 0's announced first receive (tag 0 of another pair,
+// another size) for a mismatch of its own call and fail a correct program.
+TEST(PointToPoint, OtherPairsCallsAreNoMismatch) {
+  for (const char* transport : {"shm", "tcp", "loopback"}) {
+    run_ranks(3, {transport, "", 10}, [&](Communicator& comm) {
+      std::vector<float> ten(10, 1.0f), twenty(20, 2.0f);
+      if (comm.rank() == 0) {
+        comm.recv(ten.data(), ten.size(), DataType::kFloat32, 1);
+        comm.send(twenty.data(), twenty.size(), DataType::kFloat32, 2);
+      } else if (comm.rank() == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(200));  // rank 0 waits in its receive meanwhile
+        comm.send(ten.data(), ten.size(), DataType::kFloat32, 0);
+      } else {
+        std::vector<float> got(20, 0.0f);
+        comm.recv(got.data(), got.size(), DataType::kFloat32, 0);
+        EXPECT_EQ(got, twenty) << transport;
+      }
+    });
+  }
+}
 
 TEST(GroupCApi, SendRecvPairsInOneGroup) {
   tbcollUniqueId id;
