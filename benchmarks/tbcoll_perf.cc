@@ -7,7 +7,9 @@
 // Every size is checked against a reference first (#wrong: elements that differ, summed over ranks; see
 // perf_check.h).
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +60,32 @@ size_t parse_size(const std::string& text) {
   return static_cast<size_t>(value * scale);
 }
 
+// A whole integer or number, or InvalidArgument naming the flag (atoi would take "2x" as 2).
+long long parse_integer(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long long value = std::strtoll(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE) {
+    throw tbcoll::InvalidArgument(flag + " needs an integer, not '" + text + "'");
+  }
+  return value;
+}
+
+double parse_real(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value)) {
+    throw tbcoll::InvalidArgument(flag + " needs a number, not '" + text + "'");
+  }
+  return value;
+}
+
+int parse_int(const std::string& flag, const std::string& text) {
+  const long long value = parse_integer(flag, text);
+  if (value < INT_MIN || value > INT_MAX) throw tbcoll::InvalidArgument(flag + " is out of range: " + text);
+  return static_cast<int>(value);
+}
+
 void usage() {
   std::printf(
       "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP]\n"
@@ -78,13 +106,13 @@ Options parse(int argc, char** argv) {
     };
     if (arg == "-b") o.min_bytes = parse_size(value());
     else if (arg == "-e") o.max_bytes = parse_size(value());
-    else if (arg == "-f") o.factor = std::atof(value().c_str());
-    else if (arg == "-n") o.iterations = std::atoi(value().c_str());
-    else if (arg == "-w") o.warmup = std::atoi(value().c_str());
+    else if (arg == "-f") o.factor = parse_real(arg, value());
+    else if (arg == "-n") o.iterations = parse_int(arg, value());
+    else if (arg == "-w") o.warmup = parse_int(arg, value());
     else if (arg == "-d") o.dtype = tbcoll::parse_dtype(value());
     else if (arg == "-o") o.op = tbcoll::parse_op(value());
     else if (arg == "-c") o.collective = value();
-    else if (arg == "-r") o.root = std::atoi(value().c_str());
+    else if (arg == "-r") o.root = parse_int(arg, value());
     else if (arg == "--transport") o.transport = value();
     else if (arg == "--algo") o.algo = value();
     else if (arg == "--csv") o.csv = value();
@@ -251,7 +279,7 @@ int main(int argc, char** argv) {
       Measured in = measure(comm, o, b, count, true);
       total_wrong += out.wrong + in.wrong;
       if (!lead) continue;
-      std::string algo = o.collective == "all_reduce" ? comm.all_reduce_algorithm(bytes) : (o.algo.empty() ? "auto" : o.algo);
+      const std::string algo = comm.algorithm(o.collective, bytes);
       double algbw_out = bytes / out.median_us / 1e3, algbw_in = bytes / in.median_us / 1e3;
       double factor = bus_factor(o.collective, n);
       std::printf("%12zu %12zu %6s %6s %7s %9.2f %8.3f %8.3f %6lld %9.2f %8.3f %8.3f %6lld\n", bytes, count,

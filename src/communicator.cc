@@ -307,8 +307,16 @@ std::string Communicator::transport_name(int peer) const {
   return impl_->transport_names[peer];
 }
 
-std::string Communicator::all_reduce_algorithm(size_t bytes) const {
-  return algorithm_name(choose_algorithm(OpKind::kAllReduce, bytes, impl_->size, impl_->tuner));
+std::string Communicator::all_reduce_algorithm(size_t bytes) const { return algorithm("all_reduce", bytes); }
+
+std::string Communicator::algorithm(const std::string& collective, size_t bytes) const {
+  const std::pair<const char*, OpKind> kinds[] = {
+      {"all_reduce", OpKind::kAllReduce}, {"all_gather", OpKind::kAllGather}, {"reduce_scatter", OpKind::kReduceScatter},
+      {"reduce", OpKind::kReduce},       {"broadcast", OpKind::kBroadcast}, {"barrier", OpKind::kBarrier}};
+  for (const auto& [name, kind] : kinds) {
+    if (collective == name) return algorithm_name(choose_algorithm(kind, bytes, impl_->size, impl_->tuner));
+  }
+  throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
 }
 
 std::optional<Communicator> Communicator::split(int color, int key) {

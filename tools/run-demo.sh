@@ -9,7 +9,7 @@ tools/build.sh
 model=../shared/models/stories260K.gguf
 [ -f "$model" ] || model=models/stories260K.gguf
 if [ ! -f "$model" ]; then
-  echo "run-demo: no model; fetch it with: tools/get-model.sh models" >&2
+  echo "run-demo: no model; fetch it into ../shared/models with: $(pwd)/tools/get-model.sh" >&2
   exit 1
 fi
 build/tbcoll-run -n 2 -- build/examples/tp_inference/tp_inference --model "$model" \

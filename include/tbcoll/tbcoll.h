@@ -31,7 +31,8 @@ typedef struct {
 
 /** Version as MAJOR*10000 + MINOR*100 + PATCH. */
 tbcollResult_t tbcollGetVersion(int* version);
-/** Starts the rendezvous store in this process (it lives until the process exits) and describes it. */
+/** Starts the rendezvous store in this process and describes it. The store runs until a rank of this process
+ *  initialises with the id, then as long as any communicator made from the id (or split from one) exists. */
 tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
 /** Collective over nranks ranks: builds a communicator. Blocks until all ranks are connected. */
 tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);
@@ -75,7 +76,9 @@ tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatyp
  *  the communicator's other calls (a blocking call waits for the queued ones first); buffers must stay valid until
  *  it finished. *request receives a handle: tbcollTest sets *done to 1 once the call finished, tbcollWait blocks
  *  until then (both return the call's error if it failed, with tbcollGetLastError on the calling thread), and
- *  tbcollRequestFree releases the handle (the call still runs if it had not finished). */
+ *  tbcollRequestFree releases the handle (the call still runs if it had not finished). Bad arguments are
+ *  returned by the *Async call itself (nothing is queued, *request stays NULL); a queued call that fails breaks
+ *  the communicator, so the calls queued after it fail fast instead of running out of step with the peers. */
 typedef struct tbcollRequest* tbcollRequest_t;
 tbcollResult_t tbcollAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                     tbcollRedOp_t op, tbcollComm_t comm, tbcollRequest_t* request);
@@ -92,8 +95,11 @@ tbcollResult_t tbcollTest(tbcollRequest_t request, int* done);
 tbcollResult_t tbcollWait(tbcollRequest_t request);
 tbcollResult_t tbcollRequestFree(tbcollRequest_t request);
 
-/** As ncclGroupStart/End, for send/recv: calls between them (on any communicator, this thread) are recorded and
- *  run together at the outermost tbcollGroupEnd, which blocks until they all completed. */
+/** As ncclGroupStart/End, for send/recv: calls between them (on this thread) are recorded and run at the
+ *  outermost tbcollGroupEnd, which blocks until they all completed. The calls of one communicator run together;
+ *  several communicators in one group run one after the other, in the order they joined it, so a group must not
+ *  make one communicator's calls wait for another's (use one communicator for such an exchange). Collectives
+ *  and splits inside a group are refused (tbcollInvalidUsage). */
 tbcollResult_t tbcollGroupStart(void);
 tbcollResult_t tbcollGroupEnd(void);
 

@@ -69,7 +69,8 @@ struct Config {
   std::string token = "tbcoll";
   /// Deadline for every blocking call, in seconds (TBCOLL_TIMEOUT); 1e9 or more (or infinity) means none.
   double timeout_s = 60.0;
-  /// Forces a transport for every peer pair: "tcp", "shm", "ibverbs", "loopback"; empty = best per pair.
+  /// Forces a transport for every peer pair: "tcp", "shm", "loopback" ("ibverbs" is not built yet); empty = best
+  /// per pair.
   std::string transport;
   /// Forces an algorithm ("ring", "direct", "oneshot", "twoshot", "cma", "tree", "chain"; see TBCOLL_ALGO in
   /// tbcoll-info for which collectives each applies to); empty = the tuner's choice.
@@ -119,6 +120,9 @@ class Communicator {
   std::string transport_name(int peer) const;
   /// Name of the algorithm the tuner picks for all_reduce of this many bytes (for tools and tests).
   std::string all_reduce_algorithm(size_t bytes) const;
+  /// The same for collective "all_reduce", "all_gather" (bytes: the gathered total), "reduce_scatter", "reduce",
+  /// "broadcast" or "barrier"; throws InvalidArgument for another name.
+  std::string algorithm(const std::string& collective, size_t bytes) const;
 
   /// recv[i] = op over ranks of send[i], i < count. Every rank ends with bitwise identical results (one
   /// exception: where two NaNs meet in f16/bf16, which NaN payload survives may differ between ranks of
@@ -142,7 +146,8 @@ class Communicator {
   /// Asynchronous all_reduce: returns at once; a progress thread of this communicator runs the call, in order
   /// with the other calls. Buffers must stay valid until the Work completed. A blocking call made meanwhile
   /// first waits for the queued ones (calls keep their order on every rank). The thread spins like any wait,
-  /// so overlap pays off when a core is free for it.
+  /// so overlap pays off when a core is free for it. Bad arguments throw here, before anything is queued; a
+  /// queued call that fails breaks the communicator (the calls queued after it fail fast, never out of step).
   Work all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   /// The other collectives, asynchronous in the same way (same queue, same order rules).
   Work all_gather_async(const void* send, void* recv, size_t count, DataType dtype);
