@@ -341,6 +341,11 @@ TEST(Collectives, TunerPicksDirectForSmallAndRingForLarge) {
   run_ranks(2, {"loopback", ""}, [&](Communicator& comm) {
     EXPECT_EQ(comm.all_reduce_algorithm(8), "direct");
     EXPECT_EQ(comm.all_reduce_algorithm(64 << 20), "ring");
+    EXPECT_EQ(comm.algorithm("all_gather", 64 << 20), "ring");
+    EXPECT_EQ(comm.algorithm("reduce_scatter", 64 << 20), "direct");
+    EXPECT_EQ(comm.algorithm("broadcast", 8), "tree");
+    EXPECT_EQ(comm.algorithm("barrier", 0), "dissemination");
+    EXPECT_THROW(comm.algorithm("allreduce", 8), InvalidArgument);
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (1u << 20) + 3, 0);
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 5, 0);
   });
