@@ -477,7 +477,7 @@ void LlamaModel::embed(int token, float* x) const {
               static_cast<size_t>(config_.dim) * sizeof(float));
 }
 
-// Inlined into forward_chunk, so each of its versions (TP_MULTIVERSION) gets its own copy.
+// Inlined into attention_block, so each of its versions (TP_MULTIVERSION) gets its own copy.
 template <int kHeads>
 __attribute__((always_inline)) inline void LlamaModel::weigh_values(const Layer& layer, int first, int n, float* out) {
   const int hd = config_.head_dim;
@@ -525,7 +525,10 @@ void LlamaModel::forward_batch(float* x, int pos0, int n_tokens, CommCounter* co
   }
 }
 
-TP_MULTIVERSION void LlamaModel::forward_chunk(float* x, int pos0, int n_tokens, CommCounter* comm) {
+// A layer's two halves, each ending in this rank's partial sum in partial_; forward_chunk all-reduces them. The
+// collectives stay out of these multiversioned functions: with GCC 12, an exception leaving a target_clones function
+// calls std::terminate (a peer's failure crashed the example instead of being reported).
+TP_MULTIVERSION void LlamaModel::attention_block(Layer& layer, const float* x, int pos0, int n_tokens) {
   const LlamaConfig& c = config_;
   const int hd = c.head_dim;
   const int q_dim = local_heads_ * hd;
@@ -548,85 +551,95 @@ TP_MULTIVERSION void LlamaModel::forward_chunk(float* x, int pos0, int n_tokens,
     }
   };
 
+  for (int t = 0; t < n_tokens; ++t) {
+    rmsnorm(xb_.data() + t * dim, x + t * dim, layer.attn_norm.data(), c.dim, c.rms_eps);
+  }
+  matmul(q_.data(), layer.wq.data(), xb_.data(), q_dim, c.dim, n_tokens);
+  matmul(k_.data(), layer.wk.data(), xb_.data(), kv_dim, c.dim, n_tokens);
+  matmul(v_.data(), layer.wv.data(), xb_.data(), kv_dim, c.dim, n_tokens);
+
+  // Keys are stored transposed per head ([kv head][i][position]) so the scores of all positions are one
+  // vectorisable axpy per i; values are [kv head][position][i]. Each sum still runs in run.c's order. The whole
+  // chunk's keys and values go in first; token t then attends to positions 0..pos0+t only (causal).
+  for (int t = 0; t < n_tokens; ++t) {
+    const size_t pos = static_cast<size_t>(pos0 + t);
+    float* q = q_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
+    float* k = k_.data() + static_cast<size_t>(t) * static_cast<size_t>(kv_dim);
+    const float* v = v_.data() + static_cast<size_t>(t) * static_cast<size_t>(kv_dim);
+    rotate(q, q_dim, pos0 + t);
+    rotate(k, kv_dim, pos0 + t);
+    for (int h = 0; h < local_kv_heads_; ++h) {
+      float* keys_t = layer.key_cache.data() + static_cast<size_t>(h) * static_cast<size_t>(hd) * mp;
+      for (int i = 0; i < hd; ++i) keys_t[static_cast<size_t>(i) * mp + pos] = k[h * hd + i];
+      std::memcpy(layer.value_cache.data() + (static_cast<size_t>(h) * mp + pos) * static_cast<size_t>(hd),
+                  v + h * hd, static_cast<size_t>(hd) * sizeof(float));
+    }
+  }
+
+  // Attention over this rank's heads; local query head h reads local kv head h / group.
+  for (int t = 0; t < n_tokens; ++t) {
+    const int n = pos0 + t + 1;
+    const float* q_t = q_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
+    for (int h = 0; h < local_heads_; ++h) {
+      const float* q = q_t + h * hd;
+      const size_t head_base = static_cast<size_t>(h / group) * static_cast<size_t>(hd) * mp;
+      const float* keys_t = layer.key_cache.data() + head_base;
+      float* __restrict att = scores_.data() + static_cast<size_t>(h) * mp;
+      // Eight positions per block, one register of sums, each summed over i in run.c's order.
+      const int n_body = n / 8 * 8;
+      for (int p = 0; p < n_body; p += 8) {
+        float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+        for (int i = 0; i < hd; ++i) {
+          const float qi = q[i];
+          const float* key_row = keys_t + static_cast<size_t>(i) * mp + static_cast<size_t>(p);
+          for (int u = 0; u < 8; ++u) sums[u] += qi * key_row[u];
+        }
+        for (int u = 0; u < 8; ++u) att[p + u] = sums[u] * scale;
+      }
+      for (int p = n_body; p < n; ++p) {
+        float sum = 0.0f;
+        for (int i = 0; i < hd; ++i) sum += q[i] * keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(p)];
+        att[p] = sum * scale;
+      }
+      softmax(att, n);
+    }
+    // out_h = sum_p att_h[p] * v[p], several heads at once: each lane is one sequential chain over p (run.c's
+    // order), and independent heads keep several chains in flight.
+    float* out = attn_out_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
+    int h = 0;
+    for (; h + 4 <= local_heads_; h += 4) weigh_values<4>(layer, h, n, out);
+    for (; h + 2 <= local_heads_; h += 2) weigh_values<2>(layer, h, n, out);
+    for (; h < local_heads_; ++h) weigh_values<1>(layer, h, n, out);
+  }
+
+  matmul(partial_.data(), layer.wo.data(), attn_out_.data(), c.dim, q_dim, n_tokens);
+}
+
+TP_MULTIVERSION void LlamaModel::mlp_block(const Layer& layer, const float* x, int n_tokens) {
+  const LlamaConfig& c = config_;
+  const size_t dim = static_cast<size_t>(c.dim);
+
+  for (int t = 0; t < n_tokens; ++t) {
+    rmsnorm(xb_.data() + t * dim, x + t * dim, layer.ffn_norm.data(), c.dim, c.rms_eps);
+  }
+  matmul(hb_.data(), layer.w_gate.data(), xb_.data(), local_hidden_, c.dim, n_tokens);
+  matmul(hb2_.data(), layer.w_up.data(), xb_.data(), local_hidden_, c.dim, n_tokens);
+  const size_t hidden = static_cast<size_t>(n_tokens) * static_cast<size_t>(local_hidden_);
+  for (size_t i = 0; i < hidden; ++i) {
+    float val = hb_[i];
+    val *= 1.0f / (1.0f + std::exp(-val));
+    hb_[i] = val * hb2_[i];
+  }
+  matmul(partial_.data(), layer.w_down.data(), hb_.data(), c.dim, local_hidden_, n_tokens);
+}
+
+void LlamaModel::forward_chunk(float* x, int pos0, int n_tokens, CommCounter* comm) {
+  const size_t rows = static_cast<size_t>(n_tokens) * static_cast<size_t>(config_.dim);
   for (Layer& layer : layers_) {
-    for (int t = 0; t < n_tokens; ++t) {
-      rmsnorm(xb_.data() + t * dim, x + t * dim, layer.attn_norm.data(), c.dim, c.rms_eps);
-    }
-    matmul(q_.data(), layer.wq.data(), xb_.data(), q_dim, c.dim, n_tokens);
-    matmul(k_.data(), layer.wk.data(), xb_.data(), kv_dim, c.dim, n_tokens);
-    matmul(v_.data(), layer.wv.data(), xb_.data(), kv_dim, c.dim, n_tokens);
-
-    // Keys are stored transposed per head ([kv head][i][position]) so the scores of all positions are one
-    // vectorisable axpy per i; values are [kv head][position][i]. Each sum still runs in run.c's order. The whole
-    // chunk's keys and values go in first; token t then attends to positions 0..pos0+t only (causal).
-    for (int t = 0; t < n_tokens; ++t) {
-      const size_t pos = static_cast<size_t>(pos0 + t);
-      float* q = q_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
-      float* k = k_.data() + static_cast<size_t>(t) * static_cast<size_t>(kv_dim);
-      const float* v = v_.data() + static_cast<size_t>(t) * static_cast<size_t>(kv_dim);
-      rotate(q, q_dim, pos0 + t);
-      rotate(k, kv_dim, pos0 + t);
-      for (int h = 0; h < local_kv_heads_; ++h) {
-        float* keys_t = layer.key_cache.data() + static_cast<size_t>(h) * static_cast<size_t>(hd) * mp;
-        for (int i = 0; i < hd; ++i) keys_t[static_cast<size_t>(i) * mp + pos] = k[h * hd + i];
-        std::memcpy(layer.value_cache.data() + (static_cast<size_t>(h) * mp + pos) * static_cast<size_t>(hd),
-                    v + h * hd, static_cast<size_t>(hd) * sizeof(float));
-      }
-    }
-
-    // Attention over this rank's heads; local query head h reads local kv head h / group.
-    for (int t = 0; t < n_tokens; ++t) {
-      const int n = pos0 + t + 1;
-      const float* q_t = q_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
-      for (int h = 0; h < local_heads_; ++h) {
-        const float* q = q_t + h * hd;
-        const size_t head_base = static_cast<size_t>(h / group) * static_cast<size_t>(hd) * mp;
-        const float* keys_t = layer.key_cache.data() + head_base;
-        float* __restrict att = scores_.data() + static_cast<size_t>(h) * mp;
-        // Eight positions per block, one register of sums, each summed over i in run.c's order.
-        const int n_body = n / 8 * 8;
-        for (int p = 0; p < n_body; p += 8) {
-          float sums[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-          for (int i = 0; i < hd; ++i) {
-            const float qi = q[i];
-            const float* key_row = keys_t + static_cast<size_t>(i) * mp + static_cast<size_t>(p);
-            for (int u = 0; u < 8; ++u) sums[u] += qi * key_row[u];
-          }
-          for (int u = 0; u < 8; ++u) att[p + u] = sums[u] * scale;
-        }
-        for (int p = n_body; p < n; ++p) {
-          float sum = 0.0f;
-          for (int i = 0; i < hd; ++i) sum += q[i] * keys_t[static_cast<size_t>(i) * mp + static_cast<size_t>(p)];
-          att[p] = sum * scale;
-        }
-        softmax(att, n);
-      }
-      // out_h = sum_p att_h[p] * v[p], several heads at once: each lane is one sequential chain over p (run.c's
-      // order), and independent heads keep several chains in flight.
-      float* out = attn_out_.data() + static_cast<size_t>(t) * static_cast<size_t>(q_dim);
-      int h = 0;
-      for (; h + 4 <= local_heads_; h += 4) weigh_values<4>(layer, h, n, out);
-      for (; h + 2 <= local_heads_; h += 2) weigh_values<2>(layer, h, n, out);
-      for (; h < local_heads_; ++h) weigh_values<1>(layer, h, n, out);
-    }
-
-    const size_t rows = static_cast<size_t>(n_tokens) * dim;
-    matmul(partial_.data(), layer.wo.data(), attn_out_.data(), c.dim, q_dim, n_tokens);
+    attention_block(layer, x, pos0, n_tokens);
     if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), rows);
     for (size_t i = 0; i < rows; ++i) x[i] += partial_[i];
-
-    for (int t = 0; t < n_tokens; ++t) {
-      rmsnorm(xb_.data() + t * dim, x + t * dim, layer.ffn_norm.data(), c.dim, c.rms_eps);
-    }
-    matmul(hb_.data(), layer.w_gate.data(), xb_.data(), local_hidden_, c.dim, n_tokens);
-    matmul(hb2_.data(), layer.w_up.data(), xb_.data(), local_hidden_, c.dim, n_tokens);
-    const size_t hidden = static_cast<size_t>(n_tokens) * static_cast<size_t>(local_hidden_);
-    for (size_t i = 0; i < hidden; ++i) {
-      float val = hb_[i];
-      val *= 1.0f / (1.0f + std::exp(-val));
-      hb_[i] = val * hb2_[i];
-    }
-    matmul(partial_.data(), layer.w_down.data(), hb_.data(), c.dim, local_hidden_, n_tokens);
+    mlp_block(layer, x, n_tokens);
     if (shard_.tp_size > 1) comm->all_reduce_sum(partial_.data(), rows);
     for (size_t i = 0; i < rows; ++i) x[i] += partial_[i];
   }

@@ -151,6 +151,10 @@ class LlamaModel {
   };
 
   void forward_chunk(float* x, int pos0, int n_tokens, CommCounter* comm);
+  /// partial_ = this rank's share of Wo · attention(rmsnorm(x)), rows of n_tokens; fills the KV cache at pos0...
+  void attention_block(Layer& layer, const float* x, int pos0, int n_tokens);
+  /// partial_ = this rank's share of Wdown · (silu(gate) * up)(rmsnorm(x)).
+  void mlp_block(const Layer& layer, const float* x, int n_tokens);
   /// This rank's vocabulary shard of logits in logits_.
   const float* head_logits(const float* x);
   bool vocab_parallel() const { return shard_.tp_size > 1; }
