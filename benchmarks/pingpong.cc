@@ -18,6 +18,9 @@
 #include <stdexcept>
 #include <vector>
 
+#include "common/env.h"
+#include "common/time.h"
+
 namespace tbcoll::bench {
 namespace {
 
@@ -26,12 +29,18 @@ using Clock = std::chrono::steady_clock;
 void die(const char* what) { throw IoError(std::string("pingpong: ") + what + ": " + strerror(errno)); }
 
 // Busy-polls (or blocks in poll) until n bytes arrived.
-void read_n(int fd, char* buf, size_t n, bool busy) {
+void read_n(int fd, char* buf, size_t n, bool busy, PhaseDeadline& deadline) {
   size_t got = 0;
   while (got < n) {
+    deadline.check("a message from the other rank");
     if (!busy) {
       pollfd pfd{fd, POLLIN, 0};
-      if (poll(&pfd, 1, 10000) <= 0) die("poll timed out");
+      const int ready = poll(&pfd, 1, 100);
+      if (ready < 0 && errno != EINTR) die("poll");
+      if (ready <= 0) {
+        deadline.check_now("a message from the other rank");
+        continue;
+      }
     }
     ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
     if (r > 0) got += static_cast<size_t>(r);
@@ -40,12 +49,19 @@ void read_n(int fd, char* buf, size_t n, bool busy) {
   }
 }
 
-void write_n(int fd, const char* buf, size_t n) {
+void write_n(int fd, const char* buf, size_t n, PhaseDeadline& deadline) {
   size_t put = 0;
   while (put < n) {
-    ssize_t w = send(fd, buf + put, n - put, MSG_NOSIGNAL);
-    if (w > 0) put += static_cast<size_t>(w);
-    else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("send");
+    deadline.check("room to send to the other rank");
+    ssize_t w = send(fd, buf + put, n - put, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (w > 0) {
+      put += static_cast<size_t>(w);
+    } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      pollfd pfd{fd, POLLOUT, 0};  // full: sleep until there is room, as a blocking send would
+      if (poll(&pfd, 1, 100) == 0) deadline.check_now("room to send to the other rank");
+    } else if (w < 0 && errno != EINTR) {
+      die("send");
+    }
   }
 }
 
@@ -56,23 +72,35 @@ double median(std::vector<double> values) {
 
 // Median one-way latency for size-byte messages; rank 0 times round trips.
 double latency(int fd, bool lead, size_t size, int trips, bool receiver_busy) {
+  PhaseDeadline deadline;
   std::vector<char> buf(size, 1);
   std::vector<double> rtt;
   for (int i = -trips / 10; i < trips; ++i) {
     if (lead) {
       auto start = Clock::now();
-      write_n(fd, buf.data(), size);
-      read_n(fd, buf.data(), size, true);
+      write_n(fd, buf.data(), size, deadline);
+      read_n(fd, buf.data(), size, true, deadline);
       if (i >= 0) rtt.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
     } else {
-      read_n(fd, buf.data(), size, receiver_busy);
-      write_n(fd, buf.data(), size);
+      read_n(fd, buf.data(), size, receiver_busy, deadline);
+      write_n(fd, buf.data(), size, deadline);
     }
   }
   return lead ? median(rtt) / 2 : 0;
 }
 
 }  // namespace
+
+PhaseDeadline::PhaseDeadline() : at_(deadline_after(env::get_double("TBCOLL_TIMEOUT"))) {}
+
+void PhaseDeadline::check(const char* what) {
+  if ((++calls_ & 255) == 0) check_now(what);
+}
+
+void PhaseDeadline::check_now(const char* what) {
+  if (Clock::now() < at_) return;
+  throw TimeoutError(std::string("floor measurement: timed out waiting for ") + what + " (TBCOLL_TIMEOUT)");
+}
 
 PingPongResult raw_tcp_floor(Communicator& comm) {
   PingPongResult result;
@@ -92,6 +120,9 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
   comm.broadcast(&port, &port, 1, DataType::kInt32, 0);
   int fd = -1;
   if (rank == 0) {
+    PhaseDeadline deadline;
+    pollfd pfd{listener, POLLIN, 0};
+    while (poll(&pfd, 1, 100) == 0) deadline.check_now("the other rank to connect");
     fd = accept(listener, nullptr, nullptr);
     close(listener);
   } else if (rank == 1) {
@@ -114,24 +145,33 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
     // One stream, rank 0 -> rank 1, from and into buffers of the given size (cycled through), so the floor
     // is shown both for cache-resident buffers and for DRAM-resident ones like a large collective's.
     auto stream = [&](size_t buffer_bytes, size_t total) {
+      PhaseDeadline deadline;
       std::vector<char> buffer(buffer_bytes, 7);
       std::vector<double> rates;
       for (int run = 0; run < 3; ++run) {
         auto start = Clock::now();
         if (lead) {
-          for (size_t sent = 0; sent < total; sent += buffer_bytes) write_n(fd, buffer.data(), buffer_bytes);
+          for (size_t sent = 0; sent < total; sent += buffer_bytes) write_n(fd, buffer.data(), buffer_bytes, deadline);
           char ack;
-          read_n(fd, &ack, 1, false);
+          read_n(fd, &ack, 1, false, deadline);
           rates.push_back(total / std::chrono::duration<double>(Clock::now() - start).count() / 1e9);
         } else {
           for (size_t got = 0; got < total;) {
+            deadline.check("the stream from the other rank");
             size_t at = got % buffer_bytes;
-            ssize_t r = recv(fd, buffer.data() + at, std::min(buffer_bytes - at, total - got), 0);
-            if (r <= 0) die("stream recv");
-            got += static_cast<size_t>(r);
+            ssize_t r = recv(fd, buffer.data() + at, std::min(buffer_bytes - at, total - got), MSG_DONTWAIT);
+            if (r == 0) die("stream recv: peer closed");
+            if (r > 0) {
+              got += static_cast<size_t>(r);
+            } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+              pollfd pfd{fd, POLLIN, 0};  // empty: sleep until data, as a blocking recv would
+              if (poll(&pfd, 1, 100) == 0) deadline.check_now("the stream from the other rank");
+            } else if (errno != EINTR) {
+              die("stream recv");
+            }
           }
           char ack = 1;
-          write_n(fd, &ack, 1);
+          write_n(fd, &ack, 1, deadline);
         }
       }
       return lead ? median(rates) : 0.0;
@@ -142,6 +182,7 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
     // Both directions at once, as a 2-rank all-reduce moves its data: one thread per rank, non-blocking
     // sends and receives interleaved, until both ranks sent and received `total` bytes.
     auto both_ways = [&](size_t buffer_bytes, size_t total) {
+      PhaseDeadline deadline;
       std::vector<char> out(buffer_bytes, 5), in(buffer_bytes);
       int flags = fcntl(fd, F_GETFL, 0);
       fcntl(fd, F_SETFL, flags | O_NONBLOCK);
@@ -150,6 +191,7 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
         size_t sent = 0, got = 0;
         auto start = Clock::now();
         while (sent < total || got < total) {
+          deadline.check("the other rank's half of the exchange");
           if (sent < total) {
             size_t at = sent % buffer_bytes;
             ssize_t w = send(fd, out.data() + at, std::min(buffer_bytes - at, total - sent), MSG_NOSIGNAL);

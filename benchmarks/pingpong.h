@@ -2,6 +2,7 @@
 // benchmark run shows the transport's own limits next to the collectives.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 
 #include "tbcoll/tbcoll.hpp"
@@ -21,7 +22,20 @@ struct PingPongResult {
 };
 
 /// Collective over comm (every rank calls it); only ranks 0 and 1 exchange data. Results valid on rank 0.
+/// Every floor throws TimeoutError when the other rank makes no progress for TBCOLL_TIMEOUT seconds.
 PingPongResult raw_tcp_floor(Communicator& comm);
+
+/// The deadline of one phase of a floor measurement (TBCOLL_TIMEOUT seconds from now).
+class PhaseDeadline {
+ public:
+  PhaseDeadline();
+  void check(const char* what);      // busy loops: reads the clock every 256th call
+  void check_now(const char* what);  // after a sleep (poll): reads it every time
+
+ private:
+  std::chrono::steady_clock::time_point at_;
+  unsigned calls_ = 0;
+};
 
 /// One-way time of a cache-line flag hand-off between ranks 0 and 1 through a shared mapping (spinning both
 /// sides; mean over many round trips), in microseconds: the floor of any shared-memory collective.

@@ -58,9 +58,8 @@ class SharedMapping {
   size_t bytes_;
 };
 
-void wait_at_least(const std::atomic<uint64_t>& value, uint64_t target) {
-  while (value.load(std::memory_order_acquire) < target) {
-  }
+void wait_at_least(const std::atomic<uint64_t>& value, uint64_t target, PhaseDeadline& deadline) {
+  while (value.load(std::memory_order_acquire) < target) deadline.check("the other rank's flag");
 }
 
 }  // namespace
@@ -73,13 +72,14 @@ double raw_shm_floor_us(Communicator& comm) {
     const uint64_t trips = 200000;
     std::atomic<uint64_t>& ping = lines[0].value;
     std::atomic<uint64_t>& pong = lines[1].value;
+    PhaseDeadline deadline;
     auto start = Clock::now();
     for (uint64_t i = 1; i <= trips; ++i) {
       if (comm.rank() == 0) {
         ping.store(i, std::memory_order_release);
-        wait_at_least(pong, i);
+        wait_at_least(pong, i, deadline);
       } else {
-        wait_at_least(ping, i);
+        wait_at_least(ping, i, deadline);
         pong.store(i, std::memory_order_release);
       }
     }
@@ -102,6 +102,7 @@ double raw_shm_exchange_gbps(Communicator& comm, size_t bytes) {
     std::vector<uint8_t> source(half, static_cast<uint8_t>(me + 1)), sink(half, 0);
     const int iterations = static_cast<int>(std::clamp<size_t>((size_t{256} << 20) / bytes, 5, 2000));
     std::vector<double> times;
+    PhaseDeadline deadline;
     uint64_t step = 0;
     for (int i = 0; i < iterations; ++i) {
       auto start = Clock::now();
@@ -109,7 +110,7 @@ double raw_shm_exchange_gbps(Communicator& comm, size_t bytes) {
         ++step;
         std::memcpy(buffer(me, step), source.data(), half);
         flags[me].value.store(step, std::memory_order_release);
-        wait_at_least(flags[peer].value, step);
+        wait_at_least(flags[peer].value, step, deadline);
         std::memcpy(sink.data(), buffer(peer, step), half);
       }
       times.push_back(std::chrono::duration<double>(Clock::now() - start).count());
