@@ -156,5 +156,26 @@ TEST_P(Conformance, CapabilitiesMatchBehaviour) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values("loopback", "shm", "tcp"));
 
+// Loopback endpoints attach to their mailboxes without waiting for the peer: a sender may send and be destroyed
+// before its receiver exists (a rank whose last call only sends). The message used to go with the mailbox.
+TEST(Loopback, MessageWaitsForAReceiverThatAttachesAfterTheSenderLeft) {
+  std::shared_ptr<Device> device = find_device("loopback");
+  ASSERT_NE(device, nullptr);
+  const uint64_t comm_id = 77777;
+  {
+    auto sender = device->create_context({0, 2, "conformance", "127.0.0.1", comm_id, 10});
+    auto endpoints = sender->connect({{1, "loopback"}}, deadline_after(10));
+    int value = 1234;
+    auto request = endpoints.at(0)->isend(&value, sizeof(value), Tag{1, 2});
+    wait(*request);
+  }
+  auto receiver = device->create_context({1, 2, "conformance", "127.0.0.1", comm_id, 10});
+  auto endpoints = receiver->connect({{0, "loopback"}}, deadline_after(10));
+  int got = 0;
+  auto request = endpoints.at(0)->irecv(&got, sizeof(got), Tag{1, 2});
+  wait(*request);
+  EXPECT_EQ(got, 1234);
+}
+
 }  // namespace
 }  // namespace tbcoll::transport

@@ -9,18 +9,27 @@
 namespace tbcoll::loopback {
 
 std::shared_ptr<Mailbox> mailbox(uint64_t comm_id, int src, int dst) {
+  // Two endpoints attach to a mailbox: the sender's and the receiver's. Until the second has, the registry keeps
+  // it alive: a sender may send and be destroyed before its receiver attaches, and the message must wait there.
+  struct Entry {
+    std::weak_ptr<Mailbox> box;
+    std::shared_ptr<Mailbox> until_both_attached;
+  };
   static std::mutex registry_mutex;
-  static std::map<std::tuple<uint64_t, int, int>, std::weak_ptr<Mailbox>> registry;
+  static std::map<std::tuple<uint64_t, int, int>, Entry> registry;
   std::lock_guard<std::mutex> lock(registry_mutex);
   // Drop entries whose endpoints are gone, so long-running processes don't accumulate them.
   for (auto it = registry.begin(); it != registry.end();) {
-    it = it->second.expired() ? registry.erase(it) : std::next(it);
+    it = it->second.box.expired() ? registry.erase(it) : std::next(it);
   }
-  auto& slot = registry[{comm_id, src, dst}];
-  std::shared_ptr<Mailbox> box = slot.lock();
-  if (!box) {
+  Entry& entry = registry[{comm_id, src, dst}];
+  std::shared_ptr<Mailbox> box = entry.box.lock();
+  if (!box) {  // first end
     box = std::make_shared<Mailbox>();
-    slot = box;
+    entry.box = box;
+    entry.until_both_attached = box;
+  } else {  // second end
+    entry.until_both_attached.reset();
   }
   return box;
 }
