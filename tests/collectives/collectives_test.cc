@@ -327,6 +327,31 @@ TEST(Collectives, EmulatedLinkDelaysEveryMessage) {
   unsetenv("TBCOLL_LINK_DELAY_US");
 }
 
+// Messages in flight together pay the emulated delay together, as on a real link: ten messages sent at once
+// arrive about one delay later, not two (a message used to start its delay only once the one before it had
+// completed). The bound leaves the machine half a delay of slack.
+TEST(Collectives, EmulatedLinkDelaysOfMessagesInFlightOverlap) {
+  setenv("TBCOLL_LINK_DELAY_US", "100000", 1);
+  run_ranks(2, {"loopback", "", 20}, [&](Communicator& comm) {
+    std::vector<std::vector<int>> messages(10, std::vector<int>(16, comm.rank()));
+    comm.barrier();
+    auto start = std::chrono::steady_clock::now();
+    comm.group_start();
+    for (auto& message : messages) {
+      if (comm.rank() == 0) comm.send(message.data(), message.size(), DataType::kInt32, 1);
+      else comm.recv(message.data(), message.size(), DataType::kInt32, 0);
+    }
+    comm.group_end();
+    if (comm.rank() == 1) {
+      const auto took = std::chrono::steady_clock::now() - start;
+      EXPECT_GE(took, std::chrono::milliseconds(100));
+      EXPECT_LT(took, std::chrono::milliseconds(150)) << "the delays were paid one after another";
+      for (const auto& message : messages) EXPECT_EQ(message[15], 0);
+    }
+  });
+  unsetenv("TBCOLL_LINK_DELAY_US");
+}
+
 TEST(Collectives, BroadcastTreeAndChainEveryRoot) {
   for (std::string algo : {"tree", "chain"}) {
     run_ranks(5, {"tcp", algo}, [&](Communicator& comm) {

@@ -73,11 +73,10 @@ DelayedReceive::DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Reques
 DelayedReceive::~DelayedReceive() { endpoint_->remove(this); }
 
 bool DelayedReceive::test() {
-  if (!arrived_) {
-    endpoint_->observe_all();
-    if (!arrived_) return false;
-  }
-  return Clock::now() >= ready_at_;
+  // Every test stamps every pending receive that arrived, this one's arrival or not: a message that arrives while
+  // an older one waits out its delay starts its own delay then, not once the older one completed.
+  endpoint_->observe_all();
+  return arrived_ && Clock::now() >= ready_at_;
 }
 
 void DelayedReceive::block(std::chrono::microseconds max_wait) {
@@ -86,9 +85,10 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
     return;
   }
   // Arrived, waiting out the delay: sleep through the long part, leave the last stretch to the caller's
-  // polling (a sleep overshoots by tens of microseconds).
+  // polling (a sleep overshoots by tens of microseconds). Naps of at most an eighth of the delay, so later
+  // messages arriving meanwhile are stamped (by the next test) at most that late.
   auto left = std::chrono::duration_cast<std::chrono::microseconds>(ready_at_ - Clock::now());
-  auto nap = std::min(left, max_wait) - std::chrono::microseconds(60);
+  auto nap = std::min({left, max_wait, delay_ / 8}) - std::chrono::microseconds(60);
   if (nap.count() > 0) {
     timespec ts{static_cast<time_t>(nap.count() / 1000000), static_cast<long>(nap.count() % 1000000) * 1000};
     nanosleep(&ts, nullptr);
