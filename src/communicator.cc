@@ -127,6 +127,27 @@ Published decode(int rank, const std::string& text) {
   return p;
 }
 
+// The transport ranks a and b pick for each other (the first device, in the build's order, that both published
+// and that can join them; as the plan below), or "" if none.
+std::string transport_between(const Published& a, const Published& b) {
+  for (const auto& device : transport::available_devices()) {
+    const std::string& name = device->name();
+    if (a.addresses.count(name) != 0 && b.addresses.count(name) != 0 && device->can_connect(a.info, b.info)) {
+      return name;
+    }
+  }
+  return "";
+}
+
+bool one_transport_for_all_pairs(const std::vector<Published>& everyone, const std::string& name) {
+  for (size_t a = 0; a < everyone.size(); ++a) {
+    for (size_t b = a + 1; b < everyone.size(); ++b) {
+      if (transport_between(everyone[a], everyone[b]) != name) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 void Communicator::Impl::mark_broken(const std::string& reason) {
@@ -240,9 +261,12 @@ Communicator Communicator::init(const Config& config) {
   // The first device (best first) that both ranks have and that can connect them; symmetric by construction.
   std::map<std::string, std::vector<transport::PeerAddress>> plan;
   std::vector<std::vector<int>> same_machine_cpus;  // of the peers that run on this kernel
+  std::vector<Published> everyone(static_cast<size_t>(size));
+  everyone[static_cast<size_t>(rank)] = self;
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
-    Published other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
+    Published& other = everyone[static_cast<size_t>(peer)];
+    other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
     if (other.kernel == self.kernel) same_machine_cpus.push_back(other.cpus);
     std::string chosen;
     for (const std::string& name : order) {
@@ -270,8 +294,11 @@ Communicator Communicator::init(const Config& config) {
     }
     impl->contexts.push_back(std::move(contexts[name]));
   }
-  // A transport that reached every peer may offer a whole-collective fast path.
-  if (plan.size() == 1 && impl->contexts.size() == 1 && link_delay.count() == 0) {
+  // A transport that reached every peer may offer a whole-collective fast path, if it also joins every other pair
+  // of ranks: decided from everyone's records, so every rank decides alike (TBCOLL_TRANSPORT set on one rank only
+  // would otherwise give that rank a fast path its peers do not take).
+  if (plan.size() == 1 && impl->contexts.size() == 1 && link_delay.count() == 0 &&
+      one_transport_for_all_pairs(everyone, plan.begin()->first)) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
       impl->fast_path->set_spin_yields(impl->spin_yields);

@@ -201,14 +201,15 @@ std::string long_prompt() {
 // Batched prefill (whole prompt per layer, one all-reduce of n_tokens * dim floats) must give exactly the text of
 // token-by-token prefill, on one rank and across ranks, for prompts longer and shorter than a batch.
 // A collective that fails in the middle of the forward pass (here: ranks given different prompts, so their
-// all-reduces differ in size) is reported by every rank and exits 1; it used to abort the process (an exception
+// all-reduces differ in size) is reported and the job exits 1; it used to abort the process (an exception
 // leaving a target_clones function terminates).
 TEST_F(TpInference, RanksThatDisagreeFailWithAMessage) {
   const std::string script = "if [ \"$TBCOLL_RANK\" = 1 ]; then p='Hello there'; else p='Once upon a time there was';"
                              " fi; exec '" + binary() + "' --model '" + model_path() + "' --prompt \"$p\" --tokens 5";
   const Result r = run({launcher(), "-n", "2", "--timeout", "60", "-x", "TBCOLL_TIMEOUT=20", "--", "sh", "-c", script});
   EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
-  EXPECT_NE(r.err.find("tp_inference: rank 0: error:"), std::string::npos) << r.err;
+  // The first rank to fail ends the job, so the other may not get to say anything.
+  EXPECT_NE(r.err.find(": error: rank "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("does not match the peer's call"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << r.err;
 }

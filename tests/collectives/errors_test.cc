@@ -223,6 +223,36 @@ TEST(Errors, RanksTunedToDifferentSchedulesAreTold) {
   }
 }
 
+// TBCOLL_TRANSPORT=shm on rank 0 only: rank 0 reaches everyone over shm, ranks 1 and 2 each other in process.
+// The fast path is decided from every pair, so no rank takes it alone (rank 0 used to, and the first small
+// all-reduce failed as "tuned differently").
+TEST(Errors, TransportForcedOnOneRankOnlyStillWorks) {
+  auto store = make_in_memory_store();
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 3; ++rank) {
+    ranks.emplace_back([&, rank] {
+      errors[rank] = error_of([&] {
+        Config config;
+        config.rank = rank;
+        config.world_size = 3;
+        config.store = store;
+        config.prefix = "forced-one";
+        config.timeout_s = 10;
+        if (rank == 0) config.transport = "shm";
+        Communicator comm = Communicator::init(config);
+        for (size_t count : {size_t{16}, size_t{100000}}) {
+          std::vector<float> data(count, 1.0f);
+          comm.all_reduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+          if (data[count - 1] != 3.0f) throw Error(tbcollInternalError, "wrong sum");
+        }
+      });
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
+}
+
 // A timeout too large for the clock's nanosecond count (someone meaning "never") used to wrap into the past.
 TEST(Errors, HugeTimeoutsMeanNoDeadline) {
   for (double timeout : {1e10, std::numeric_limits<double>::infinity()}) {
