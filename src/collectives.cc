@@ -11,9 +11,7 @@
 #include "reduce/reduce.h"
 
 namespace tbcoll {
-namespace {
 
-// Re-throws error with "what: " in front, keeping its type.
 [[noreturn]] void rethrow_with_context(const Error& error, const std::string& what) {
   std::string message = fmt::format("{} failed: {}", what, error.what());
   switch (error.code()) {
@@ -25,6 +23,8 @@ namespace {
     default: throw Error(error.code(), message);
   }
 }
+
+namespace {
 
 void check_dtype(int rank, const char* op, DataType dtype) {
   if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= kNumDataTypes) {

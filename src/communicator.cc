@@ -163,6 +163,15 @@ void Communicator::Impl::throw_broken(const algo::CallInfo& call) {
 }
 
 Communicator Communicator::init(const Config& config) {
+  try {
+    return connect(config);
+  } catch (const Error& error) {
+    // Errors of set-up (rendezvous, handshakes, segments) name the rank and the call, as those of collectives do.
+    rethrow_with_context(error, fmt::format("rank {}: init(world_size={})", config.rank, config.world_size));
+  }
+}
+
+Communicator Communicator::connect(const Config& config) {
   if (config.world_size < 1) throw InvalidArgument(fmt::format("world size {} must be at least 1", config.world_size));
   if (config.rank < 0 || config.rank >= config.world_size) {
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));

@@ -21,6 +21,9 @@ namespace tbcoll {
 /// Local address of a TCP store client's connection (the interface that reaches the root).
 std::string tcp_store_local_address(const Store& store);
 
+/// Re-throws error with "what failed: " in front, keeping its type.
+[[noreturn]] void rethrow_with_context(const Error& error, const std::string& what);
+
 struct Communicator::Impl {
   Config config;
   int rank = 0;

@@ -177,6 +177,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
+  static Communicator connect(const Config& config);  // init without the error context
   std::unique_ptr<Impl> impl_;
 };
 

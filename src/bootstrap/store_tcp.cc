@@ -369,7 +369,13 @@ class TcpStoreClient final : public Store {
       return result;
     } catch (const TimeoutError&) {
       close(fd);
-      throw TimeoutError(fmt::format("{}: key {:?} not available before the deadline", who_, key));
+      // A get waits for its key (another rank must set it); a set or an add only for the store itself.
+      if (op == sp::Op::kGet) {
+        throw TimeoutError(fmt::format("{}: key {:?} was not set before the deadline (a rank did not get this far, "
+                                       "or the store's host, rank 0, stopped answering)", who_, key));
+      }
+      throw TimeoutError(fmt::format("{}: the store at {} (hosted by rank 0) did not answer a {} of key {:?} before "
+                                     "the deadline", who_, where_, op == sp::Op::kSet ? "set" : "add", key));
     } catch (...) {
       close(fd);
       throw;

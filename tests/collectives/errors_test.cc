@@ -253,6 +253,24 @@ TEST(Errors, TransportForcedOnOneRankOnlyStillWorks) {
   for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
 }
 
+// A rank that never shows up: init fails at its deadline, naming the rank and the call like a collective's error.
+TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
+  Config config;
+  config.rank = 0;
+  config.world_size = 2;
+  config.store = make_in_memory_store();
+  config.timeout_s = 0.5;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    Communicator::init(config);
+    FAIL() << "init without the other rank succeeded";
+  } catch (const TimeoutError& error) {
+    EXPECT_NE(std::string(error.what()).find("rank 0: init(world_size=2) failed: "), std::string::npos)
+        << error.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 // A timeout too large for the clock's nanosecond count (someone meaning "never") used to wrap into the past.
 TEST(Errors, HugeTimeoutsMeanNoDeadline) {
   for (double timeout : {1e10, std::numeric_limits<double>::infinity()}) {
