@@ -4,6 +4,8 @@
 // the name; every peer maps it and counts itself in the segment's mapped_by; once all peers have, the owner
 // unlinks the name, so nothing is left in /dev/shm even if the job is killed later. Segments left by jobs
 // killed during set-up carry a dead pid in their name and are removed by the next context created.
+#include <errno.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -11,6 +13,7 @@
 #include <thread>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "common/env.h"
 #include "common/log.h"
@@ -78,12 +81,31 @@ class Context final : public transport::Context {
     }
     DirectControl& mine = collective_area(mapping_.base(), args_.world_size)->direct;
     mine.cma_ok.store(can_read_all ? 1 : 2, std::memory_order_release);
-    // Wait until every peer mapped our segment, then drop its name.
-    while (mapping_.header()->mapped_by.load(std::memory_order_acquire) < peers.size()) {
-      if (Clock::now() >= deadline) {
-        throw TimeoutError(fmt::format("[shm] rank {}: only {} of {} peers mapped segment {} before the deadline",
-                                       args_.rank, mapping_.header()->mapped_by.load(), peers.size(), name_));
+    // A peer that died or closed during set-up fails it at once, naming the peer, instead of at the deadline.
+    auto check_peers = [&] {
+      for (size_t i = 0; i < peers.size(); ++i) {
+        const SegmentHeader* header = peer_mappings_[i].header();
+        const bool dead = kill(header->owner_pid, 0) != 0 && errno == ESRCH;
+        if (dead || header->closed.load(std::memory_order_acquire) != 0) {
+          throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) {} during set-up", args_.rank, peers[i].rank,
+                                    header->owner_pid, dead ? "died" : "closed its end"));
+        }
       }
+    };
+    // Wait until every peer mapped our segment, then drop its name. A peer that published its cross-memory answer
+    // has mapped every segment, so those that did not are the ones to name.
+    for (unsigned polls = 1; mapping_.header()->mapped_by.load(std::memory_order_acquire) < peers.size(); ++polls) {
+      if (Clock::now() >= deadline) {
+        std::vector<int> missing;
+        for (size_t i = 0; i < peers.size(); ++i) {
+          const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
+          if (theirs.cma_ok.load(std::memory_order_acquire) == 0) missing.push_back(peers[i].rank);
+        }
+        throw TimeoutError(fmt::format("[shm] rank {}: only {} of {} peers mapped segment {} before the deadline "
+                                       "(still setting up: peer(s) {})", args_.rank, mapping_.header()->mapped_by.load(),
+                                       peers.size(), name_, fmt::join(missing, ", ")));
+      }
+      if (polls % 50 == 0) check_peers();  // every ~10 ms
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     shm_unlink(name_.c_str());
@@ -92,11 +114,12 @@ class Context final : public transport::Context {
     for (size_t i = 0; i < peers.size(); ++i) {
       const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
       uint32_t answer;
-      while ((answer = theirs.cma_ok.load(std::memory_order_acquire)) == 0) {
+      for (unsigned polls = 1; (answer = theirs.cma_ok.load(std::memory_order_acquire)) == 0; ++polls) {
         if (Clock::now() >= deadline) {
           throw TimeoutError(fmt::format("[shm] rank {}: peer {} did not finish set-up before the deadline", args_.rank,
                                          peers[i].rank));
         }
+        if (polls % 100 == 0) check_peers();
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       direct &= answer == 1;
