@@ -62,24 +62,23 @@ int raw(const CEnum& value) {
 tbcoll::DataType dtype_of(const tbcollDataType_t& datatype) { return static_cast<tbcoll::DataType>(raw(datatype)); }
 tbcoll::ReduceOp op_of(const tbcollRedOp_t& op) { return static_cast<tbcoll::ReduceOp>(raw(op)); }
 
-tbcoll::Communicator& get(tbcollComm_t comm) {
+// body(comm's Communicator), counted while it runs: tbcollCommAbort (allowed from another thread) and
+// tbcollCommDestroy free the communicator only once such calls have left it. Every call that uses a communicator
+// goes through here.
+template <typename Body>
+auto counted(tbcollComm_t comm, Body&& body) -> decltype(body(comm->communicator)) {
   if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
-  return comm->communicator;
+  comm->calls.fetch_add(1, std::memory_order_acq_rel);
+  struct Leave {
+    tbcollComm_t comm;
+    ~Leave() { comm->calls.fetch_sub(1, std::memory_order_acq_rel); }
+  } leave{comm};
+  return body(comm->communicator);
 }
 
-// A call on comm, counted while it runs: tbcollCommAbort (allowed from another thread) and tbcollCommDestroy
-// free the communicator only once such calls have left it.
 template <typename Body>
 tbcollResult_t with_comm(tbcollComm_t comm, Body&& body) {
-  return guarded([&] {
-    if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
-    comm->calls.fetch_add(1, std::memory_order_acq_rel);
-    struct Leave {
-      tbcollComm_t comm;
-      ~Leave() { comm->calls.fetch_sub(1, std::memory_order_acq_rel); }
-    } leave{comm};
-    body(comm->communicator);
-  });
+  return guarded([&] { counted(comm, body); });
 }
 
 // Frees comm once no call runs on it. Calls on an aborted communicator fail within milliseconds, others within
@@ -122,13 +121,14 @@ void leave_group(tbcollComm_t comm) {
   c_group_comms.erase(std::remove(c_group_comms.begin(), c_group_comms.end(), comm), c_group_comms.end());
 }
 
-// Store servers started by tbcollGetUniqueId, by id. Until a rank of this process initialises with its id, a
-// server is kept here (like NCCL's bootstrap root); from then on the communicators made from the id (and those
-// split from them) keep it running, and it stops when the last of them is destroyed.
+// Store servers started by tbcollGetUniqueId, by id. A server runs as long as a communicator anywhere may still
+// rendezvous through it (a split needs the store): while a communicator of this process holds it, or a client is
+// connected (every communicator keeps its connection while it lives, in whatever process). Servers that neither
+// holds any more are stopped at the next tbcollGetUniqueId, so rebuilding communicators does not pile them up.
 struct IdServers {
   std::mutex mutex;
-  std::map<std::string, std::shared_ptr<tbcoll::TcpStoreServer>> unused;
-  std::map<std::string, std::weak_ptr<tbcoll::TcpStoreServer>> used;
+  std::map<std::string, std::shared_ptr<tbcoll::TcpStoreServer>> unused;  // no rank of this process used the id yet
+  std::map<std::string, std::shared_ptr<tbcoll::TcpStoreServer>> used;
 };
 
 IdServers& id_servers() {
@@ -148,7 +148,7 @@ std::shared_ptr<tbcoll::TcpStoreServer> server_of(const std::string& id) {
     return server;
   }
   auto used = servers.used.find(id);
-  return used == servers.used.end() ? nullptr : used->second.lock();
+  return used == servers.used.end() ? nullptr : used->second;
 }
 
 }  // namespace
@@ -176,8 +176,9 @@ tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* unique_id) {
     std::memcpy(unique_id->internal, text.data(), text.size());
     IdServers& servers = id_servers();
     std::lock_guard<std::mutex> lock(servers.mutex);
-    for (auto it = servers.used.begin(); it != servers.used.end();) {  // forget the stopped ones
-      it = it->second.expired() ? servers.used.erase(it) : std::next(it);
+    for (auto it = servers.used.begin(); it != servers.used.end();) {  // stop those nobody can need any more
+      const bool idle = it->second.use_count() == 1 && it->second->connections() == 0;
+      it = idle ? servers.used.erase(it) : std::next(it);
     }
     servers.unused[text] = std::move(server);
   });
@@ -216,7 +217,8 @@ tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm
     if (newcomm == nullptr) throw tbcoll::InvalidArgument("newcomm pointer is NULL");
     *newcomm = nullptr;
     refuse_in_group("tbcollCommSplit");
-    std::optional<tbcoll::Communicator> part = get(comm).split(color, key);
+    std::optional<tbcoll::Communicator> part =
+        counted(comm, [&](tbcoll::Communicator& c) { return c.split(color, key); });
     if (part) *newcomm = new tbcollComm{std::move(*part)};
   });
 }
@@ -240,14 +242,14 @@ tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
 tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count) {
   return guarded([&] {
     if (count == nullptr) throw tbcoll::InvalidArgument("count pointer is NULL");
-    *count = get(comm).size();
+    *count = counted(comm, [](tbcoll::Communicator& c) { return c.size(); });
   });
 }
 
 tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank) {
   return guarded([&] {
     if (rank == nullptr) throw tbcoll::InvalidArgument("rank pointer is NULL");
-    *rank = get(comm).rank();
+    *rank = counted(comm, [](tbcoll::Communicator& c) { return c.rank(); });
   });
 }
 
@@ -329,7 +331,7 @@ struct tbcollRequest {
 namespace {
 
 template <typename Start>
-tbcollResult_t start_async(tbcollRequest_t* request, Start&& start) {
+tbcollResult_t start_async(tbcollRequest_t* request, tbcollComm_t comm, Start&& start) {
   return guarded([&] {
     if (request == nullptr) throw tbcoll::InvalidArgument("request pointer is NULL");
     *request = nullptr;
@@ -337,7 +339,7 @@ tbcollResult_t start_async(tbcollRequest_t* request, Start&& start) {
       throw tbcoll::InvalidUsage("asynchronous call inside tbcollGroupStart/End: groups take send and recv only");
     }
     auto handle = std::make_unique<tbcollRequest>();
-    handle->work = start();
+    handle->work = counted(comm, start);
     *request = handle.release();
   });
 }
@@ -353,36 +355,37 @@ extern "C" {
 
 tbcollResult_t tbcollAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                     tbcollRedOp_t op, tbcollComm_t comm, tbcollRequest_t* request) {
-  return start_async(request, [&] {
-    return get(comm).all_reduce_async(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op));
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.all_reduce_async(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op));
   });
 }
 
 tbcollResult_t tbcollAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
                                     tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request) {
-  return start_async(request,
-                     [&] { return get(comm).all_gather_async(sendbuff, recvbuff, sendcount, dtype_of(datatype)); });
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.all_gather_async(sendbuff, recvbuff, sendcount, dtype_of(datatype));
+  });
 }
 
 tbcollResult_t tbcollReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         tbcollDataType_t datatype, tbcollRedOp_t op, tbcollComm_t comm,
                                         tbcollRequest_t* request) {
-  return start_async(request, [&] {
-    return get(comm).reduce_scatter_async(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op));
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.reduce_scatter_async(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op));
   });
 }
 
 tbcollResult_t tbcollReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                  tbcollRedOp_t op, int root, tbcollComm_t comm, tbcollRequest_t* request) {
-  return start_async(request, [&] {
-    return get(comm).reduce_async(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root);
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.reduce_async(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root);
   });
 }
 
 tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                     int root, tbcollComm_t comm, tbcollRequest_t* request) {
-  return start_async(request, [&] {
-    return get(comm).broadcast_async(sendbuff, recvbuff, count, dtype_of(datatype), root);
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.broadcast_async(sendbuff, recvbuff, count, dtype_of(datatype), root);
   });
 }
 
@@ -422,7 +425,7 @@ tbcollResult_t tbcollGroupEnd(void) {
     std::exception_ptr first;
     for (tbcollComm_t comm : comms) {
       try {
-        comm->communicator.group_end();
+        counted(comm, [](tbcoll::Communicator& c) { c.group_end(); });
       } catch (...) {
         if (!first) first = std::current_exception();
       }

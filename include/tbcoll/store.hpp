@@ -46,6 +46,8 @@ class TcpStoreServer {
   int port() const;
   /// Connections rejected so far (bad magic, token, version or framing).
   uint64_t rejected_connections() const;
+  /// Clients connected now (every communicator that rendezvoused through this store keeps one while it lives).
+  size_t connections() const;
 
  private:
   void start();

@@ -31,8 +31,10 @@ typedef struct {
 
 /** Version as MAJOR*10000 + MINOR*100 + PATCH. */
 tbcollResult_t tbcollGetVersion(int* version);
-/** Starts the rendezvous store in this process and describes it. The store runs until a rank of this process
- *  initialises with the id, then as long as any communicator made from the id (or split from one) exists. */
+/** Starts the rendezvous store in this process and describes it. The store runs as long as a communicator of
+ *  this process made from the id (or split from one) exists, or a rank of any process is connected to it (every
+ *  communicator keeps its connection while it lives); a store that neither needs is stopped at the next
+ *  tbcollGetUniqueId of this process. */
 tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
 /** Collective over nranks ranks: builds a communicator. Blocks until all ranks are connected. */
 tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);

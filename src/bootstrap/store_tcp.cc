@@ -41,12 +41,14 @@ struct TcpStoreServer::Impl {
   std::string token;
   std::thread thread;
   std::atomic<uint64_t> rejected{0};
+  std::atomic<size_t> sessions{0};  // open connections
   std::map<std::string, std::vector<uint8_t>> values;                     // io thread only
   std::map<std::string, std::vector<std::shared_ptr<Session>>> waiters;  // io thread only
 
   class Session : public std::enable_shared_from_this<Session> {
    public:
-    Session(Impl& server, tcp::socket socket) : server_(server), socket_(std::move(socket)) {}
+    Session(Impl& server, tcp::socket socket) : server_(server), socket_(std::move(socket)) { server_.sessions++; }
+    ~Session() { server_.sessions--; }
 
     void start() {
       auto self = shared_from_this();
@@ -265,6 +267,7 @@ TcpStoreServer::~TcpStoreServer() {
 
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 uint64_t TcpStoreServer::rejected_connections() const { return impl_->rejected.load(); }
+size_t TcpStoreServer::connections() const { return impl_->sessions.load(); }
 
 // ---- client ------------------------------------------------------------------------------------------------
 

@@ -1,5 +1,7 @@
 // The C API: unique id rendezvous, collectives, result codes and error strings.
 #include <gtest/gtest.h>
+#include <spawn.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "tbcoll/tbcoll.h"
+
+extern char** environ;
 
 namespace {
 
@@ -170,8 +174,10 @@ TEST(CApi, SingleRankAndAbort) {
 }
 
 // The watchdog pattern: another thread aborts a call that waits for a peer that never comes. The call fails at
-// once, and the communicator is freed only after it has left (it used to be freed under the running call).
-TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
+// once, and the communicator is freed only after it has left (it used to be freed under the running call: an
+// all-reduce, a group's send/recv at tbcollGroupEnd, a split).
+void abort_while_blocked(const char* what, const std::function<tbcollResult_t(tbcollComm_t)>& call) {
+  SCOPED_TRACE(what);
   tbcollUniqueId id;
   ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
   std::atomic<bool> aborted{false};
@@ -182,7 +188,7 @@ TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
     ranks.emplace_back([&, rank] {
       tbcollComm_t comm = nullptr;
       if (tbcollCommInitRank(&comm, 2, id, rank) != tbcollSuccess) return;
-      if (rank == 1) {  // never joins the all-reduce
+      if (rank == 1) {  // never joins
         while (!aborted.load()) std::this_thread::sleep_for(std::chrono::milliseconds(5));
         tbcollCommDestroy(comm);
         return;
@@ -192,9 +198,8 @@ TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
         abort_rc = tbcollCommAbort(comm);
         aborted = true;
       });
-      std::vector<float> data(1 << 16, 1.0f);
       auto start = std::chrono::steady_clock::now();
-      call_rc = tbcollAllReduce(data.data(), data.data(), data.size(), tbcollFloat32, tbcollSum, comm);
+      call_rc = call(comm);
       waited = std::chrono::steady_clock::now() - start;
       watchdog.join();
     });
@@ -203,6 +208,22 @@ TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
   EXPECT_EQ(abort_rc, tbcollSuccess);
   EXPECT_NE(call_rc, tbcollSuccess) << "the aborted call reported success";
   EXPECT_LT(waited, std::chrono::seconds(10)) << "the aborted call waited for its deadline";
+}
+
+TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
+  std::vector<float> data(1 << 16, 1.0f);
+  abort_while_blocked("all_reduce", [&](tbcollComm_t comm) {
+    return tbcollAllReduce(data.data(), data.data(), data.size(), tbcollFloat32, tbcollSum, comm);
+  });
+  abort_while_blocked("group", [&](tbcollComm_t comm) {
+    tbcollGroupStart();
+    tbcollRecv(data.data(), data.size(), tbcollFloat32, 1, comm);
+    return tbcollGroupEnd();
+  });
+  abort_while_blocked("split", [&](tbcollComm_t comm) {
+    tbcollComm_t child = nullptr;
+    return tbcollCommSplit(comm, 0, 0, &child);
+  });
 }
 
 // Groups take send and recv only: a collective or a split inside one is refused, whatever came before it.
@@ -223,6 +244,34 @@ TEST(CApi, CollectivesInsideAGroupAreRefused) {
   EXPECT_EQ(tbcollGroupEnd(), tbcollSuccess);
   EXPECT_EQ(tbcollAllReduce(&x, &x, 1, tbcollFloat32, tbcollSum, comm), tbcollSuccess) << "usable after the group";
   EXPECT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
+}
+
+// Rank 0's process hosts the store of a unique id. It leaves a split (no colour) and destroys its communicator
+// while ranks 1 and 2, in other processes, still need the store for their child's split: the store keeps running
+// while they are connected (it used to stop with rank 0's communicator).
+TEST(CApi, UniqueIdStoreServesOtherProcessesAfterRankZeroLeft) {
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  const std::string text(id.internal, strnlen(id.internal, sizeof(id.internal)));
+  std::vector<pid_t> children;
+  for (int rank = 1; rank <= 2; ++rank) {
+    const std::string rank_text = std::to_string(rank);
+    std::vector<char*> argv = {const_cast<char*>(TBCOLL_TEST_PROG_PATH), const_cast<char*>("c_split"),
+                               const_cast<char*>(rank_text.c_str()), const_cast<char*>(text.c_str()), nullptr};
+    pid_t pid = -1;
+    ASSERT_EQ(posix_spawn(&pid, TBCOLL_TEST_PROG_PATH, nullptr, nullptr, argv.data(), environ), 0);
+    children.push_back(pid);
+  }
+  tbcollComm_t comm = nullptr, child = nullptr;
+  ASSERT_EQ(tbcollCommInitRank(&comm, 3, id, 0), tbcollSuccess) << tbcollGetLastError(nullptr);
+  EXPECT_EQ(tbcollCommSplit(comm, TBCOLL_SPLIT_NOCOLOR, 0, &child), tbcollSuccess) << tbcollGetLastError(comm);
+  EXPECT_EQ(child, nullptr);
+  EXPECT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a rank of the other processes failed";
+  }
 }
 
 int thread_count() {

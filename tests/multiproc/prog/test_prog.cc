@@ -5,6 +5,8 @@
 //   test_prog mismatch                 rank 1 calls all_reduce with a different count
 //   test_prog mixed                    ranks split over two pretend hosts (TBCOLL_HOST_ID): shm inside a host,
 //                                      tcp across; prints each rank's transports, then runs check
+//   test_prog c_split RANK ID          C API, 3 ranks from unique id ID (its text): splits with colour 0 and
+//                                      all-reduces on the child, then splits the child (rank 0 runs elsewhere)
 #include <signal.h>
 #include <unistd.h>
 
@@ -16,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "tbcoll/tbcoll.h"
 #include "tbcoll/tbcoll.hpp"
 
 using tbcoll::DataType;
@@ -44,8 +47,35 @@ static int check(tbcoll::Communicator& comm, int iterations) {
   return wrong == 0 ? 0 : 1;
 }
 
+// Ranks 1 and 2 of a 3-rank C API job whose rank 0 (another process) hosts the unique id's store.
+static int c_split(int rank, const char* id_text) {
+  tbcollUniqueId id{};
+  std::strncpy(id.internal, id_text, sizeof(id.internal) - 1);
+  tbcollComm_t comm = nullptr, child = nullptr, grandchild = nullptr;
+  auto failed = [&](const char* what, tbcollResult_t rc) {
+    std::fprintf(stderr, "rank %d: %s: %s: %s\n", rank, what, tbcollGetErrorString(rc), tbcollGetLastError(nullptr));
+    return 1;
+  };
+  tbcollResult_t rc = tbcollCommInitRank(&comm, 3, id, rank);
+  if (rc != tbcollSuccess) return failed("init", rc);
+  if ((rc = tbcollCommSplit(comm, 0, rank, &child)) != tbcollSuccess) return failed("split", rc);
+  tbcollCommDestroy(comm);
+  int x = 1;
+  if ((rc = tbcollAllReduce(&x, &x, 1, tbcollInt32, tbcollSum, child)) != tbcollSuccess) return failed("all_reduce", rc);
+  if ((rc = tbcollCommSplit(child, 0, rank, &grandchild)) != tbcollSuccess) return failed("split of the child", rc);
+  int y = 1;
+  if ((rc = tbcollAllReduce(&y, &y, 1, tbcollInt32, tbcollSum, grandchild)) != tbcollSuccess) {
+    return failed("all_reduce on the grandchild", rc);
+  }
+  tbcollCommDestroy(grandchild);
+  tbcollCommDestroy(child);
+  std::printf("rank %d: x=%d y=%d\n", rank, x, y);
+  return x == 2 && y == 2 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "check";
+  if (mode == "c_split" && argc > 3) return c_split(std::atoi(argv[2]), argv[3]);
   if (mode == "mixed") {
     int rank = std::atoi(std::getenv("TBCOLL_RANK") ? std::getenv("TBCOLL_RANK") : "0");
     int size = std::atoi(std::getenv("TBCOLL_WORLD_SIZE") ? std::getenv("TBCOLL_WORLD_SIZE") : "1");
