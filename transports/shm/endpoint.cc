@@ -106,7 +106,7 @@ bool Endpoint::progress_sends() {
       // seq_cst, not release: the store must not pass the load of the sleeping flag below (StoreLoad), or a
       // consumer that just announced its sleep would miss the wake and sleep to its timeout.
       out_->head.store(++out_head_, std::memory_order_seq_cst);
-      if (out_->consumer_sleeping.load(std::memory_order_seq_cst) != 0) futex_wake(&out_->head);
+      wake(out_->consumer_sleeping.load(std::memory_order_seq_cst), &out_->head);
       moved = true;
       if (op.done == op.bytes) op.complete = true;
     }
@@ -145,10 +145,7 @@ bool Endpoint::progress_recvs() {
       if (take > 0 && op.buf != nullptr) std::memcpy(op.buf + op.done, frame.payload, take);
       op.done += take;
       in_->tail.store(++in_tail_, std::memory_order_seq_cst);  // seq_cst: see progress_sends
-      // The producer sleeps on this queue's tail, or (also waiting to receive) on the head of our outgoing queue.
-      const uint32_t producer = in_->producer_sleeping.load(std::memory_order_seq_cst);
-      if (producer == kProducerAsleepOnTail) futex_wake(&in_->tail);
-      if (producer == kProducerAsleepOnHead) futex_wake(&out_->head);
+      wake(in_->producer_sleeping.load(std::memory_order_seq_cst), &in_->tail);
       moved = true;
       if (op.done == op.bytes) op.complete = true;
     }
@@ -177,28 +174,41 @@ void Endpoint::block(std::chrono::microseconds max_wait) {
   check_peer_call();  // first: a peer that spotted the mismatch may already have closed its end
   check_peer();
   long timeout_us = std::max<long>(1, static_cast<long>(max_wait.count()));
-  // Announce the sleep, then re-check: the other side wakes us only if it sees the flag after publishing. With
-  // a receive and a send both waiting (a group, or a receive whose data needs our send first), either side's
-  // progress must wake us: we sleep on the incoming head, and kProducerAsleepOnHead asks the consumer of our
-  // outgoing queue to wake that word when it frees frames.
+  // Announce the sleep, then re-check: the other side wakes us only if it sees the flag after publishing. With a
+  // receive and a send both waiting (a group, or a receive whose data needs our send first), either side's
+  // progress must wake us, so we sleep on our doorbell, read before the announcement: a ring after that read
+  // changes it, and the futex then does not sleep.
   const bool receiving = !recvs_.empty(), sending = !sends_.empty();
-  if (receiving) in_->consumer_sleeping.store(1, std::memory_order_seq_cst);
-  if (sending) {
-    out_->producer_sleeping.store(receiving ? kProducerAsleepOnHead : kProducerAsleepOnTail, std::memory_order_seq_cst);
-  }
+  const bool both = receiving && sending;
+  const uint64_t bell = out_->doorbell.load(std::memory_order_seq_cst);
+  const uint32_t how = both ? kAsleepOnDoorbell : kAsleepOnCounter;
+  if (receiving) in_->consumer_sleeping.store(how, std::memory_order_seq_cst);
+  if (sending) out_->producer_sleeping.store(how, std::memory_order_seq_cst);
   const uint64_t head = in_->head.load(std::memory_order_seq_cst);
   const uint64_t tail = out_->tail.load(std::memory_order_seq_cst);
   const bool nothing_to_receive = !receiving || head == in_tail_;
   const bool no_room = !sending || out_head_ - tail >= kFrames;
   if (nothing_to_receive && no_room) {
-    if (receiving) {
+    if (both) {
+      futex_wait(&out_->doorbell, bell, timeout_us);
+    } else if (receiving) {
       futex_wait(&in_->head, head, timeout_us);
-    } else if (sending) {
+    } else {
       futex_wait(&out_->tail, tail, timeout_us);
     }
   }
-  if (receiving) in_->consumer_sleeping.store(0, std::memory_order_relaxed);
-  if (sending) out_->producer_sleeping.store(0, std::memory_order_relaxed);
+  if (receiving) in_->consumer_sleeping.store(kAwake, std::memory_order_relaxed);
+  if (sending) out_->producer_sleeping.store(kAwake, std::memory_order_relaxed);
+}
+
+void Endpoint::wake(uint32_t sleep, const std::atomic<uint64_t>* counter) {
+  if (sleep == kAsleepOnCounter) {
+    futex_wake(counter);
+  } else if (sleep == kAsleepOnDoorbell) {
+    // The peer's doorbell is on its outgoing queue, our incoming one.
+    in_->doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex_wake(&in_->doorbell);
+  }
 }
 
 }  // namespace tbcoll::shm

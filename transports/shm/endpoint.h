@@ -34,6 +34,8 @@ class Endpoint final : public transport::Endpoint {
  private:
   bool progress_sends();
   bool progress_recvs();
+  // Wakes the peer if it sleeps (a Sleep value read from one of its flags): on counter, or on its doorbell.
+  void wake(uint32_t sleep, const std::atomic<uint64_t>* counter);
   void check_peer();
   bool peer_alive() const;
   void check_peer_call();

@@ -20,8 +20,8 @@
 namespace tbcoll::shm {
 
 constexpr uint32_t kSegmentMagic = 0x5442534d;  // "TBSM"
-constexpr uint32_t kSegmentVersion = 4;  // 2: call announcement, flagged slots, two-shot buffers; 3: abandoned;
-                                         // 4: a producer may sleep on the other queue's head
+constexpr uint32_t kSegmentVersion = 5;  // 2: call announcement, flagged slots, two-shot buffers; 3: abandoned;
+                                         // 4, 5: a rank waiting both ways sleeps on its doorbell
 constexpr size_t kFrames = 16;
 constexpr size_t kFrameBytes = 32 * 1024;
 
@@ -38,15 +38,18 @@ struct Frame {
   uint8_t payload[kFrameBytes];
 };
 
-// Queue::producer_sleeping: on this queue's tail, or, when it also waits to receive, on the head of the queue in
-// the other direction (the consumer then wakes that word when it frees frames).
-enum ProducerSleep : uint32_t { kProducerAwake = 0, kProducerAsleepOnTail = 1, kProducerAsleepOnHead = 2 };
+// Queue::consumer_sleeping / producer_sleeping: where a sleeping end waits. On the queue's own head (consumer) or
+// tail (producer), which the other end changes before it wakes it; or, for a rank waiting to send and to receive
+// at once, on the doorbell of its outgoing queue, which the peer rings (increments, then wakes) after publishing
+// frames to it or freeing frames of it.
+enum Sleep : uint32_t { kAwake = 0, kAsleepOnCounter = 1, kAsleepOnDoorbell = 2 };
 
 struct Queue {
   alignas(64) std::atomic<uint64_t> head;  ///< frames published by the producer
   alignas(64) std::atomic<uint64_t> tail;  ///< frames consumed by the consumer
-  alignas(64) std::atomic<uint32_t> consumer_sleeping;  ///< consumer waits on head (futex)
-  std::atomic<uint32_t> producer_sleeping;               ///< a ProducerSleep: where the producer waits (futex)
+  alignas(64) std::atomic<uint32_t> consumer_sleeping;  ///< a Sleep: the consumer waits (futex)
+  std::atomic<uint32_t> producer_sleeping;               ///< a Sleep: the producer waits (futex)
+  alignas(64) std::atomic<uint64_t> doorbell;            ///< rung for the producer's rank (kAsleepOnDoorbell)
   alignas(64) Frame frames[kFrames];
 };
 
