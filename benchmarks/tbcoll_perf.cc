@@ -194,7 +194,9 @@ bool is_reduction(const std::string& collective) {
 long long count_wrong(const Options& o, int rank, int n, const Buffers& b, size_t count, bool in_place) {
   // reduce_scatter in place leaves this rank's block in its block of send.
   const uint8_t* out = b.recv.data();
-  if (o.kind == Collective::kReduceScatter && in_place) out = b.send.data() + rank * count * tbcoll::dtype_size(o.dtype);
+  if (o.kind == Collective::kReduceScatter && in_place) {
+    out = b.send.data() + rank * count * tbcoll::dtype_size(o.dtype);
+  }
   return tbcoll::bench::count_wrong(check_spec(o, n), rank, out, count);
 }
 

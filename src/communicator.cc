@@ -68,7 +68,8 @@ int take_inherited_listener(int port) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   int bound_port = -1;
-  if (fd >= 0 && fd <= INT_MAX && getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+  if (fd >= 0 && fd <= INT_MAX &&
+      getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&address), &length) == 0) {
     if (address.ss_family == AF_INET) bound_port = ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
     if (address.ss_family == AF_INET6) bound_port = ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
   }
@@ -347,8 +348,9 @@ std::string Communicator::all_reduce_algorithm(size_t bytes) const { return algo
 
 std::string Communicator::algorithm(const std::string& collective, size_t bytes) const {
   const std::pair<const char*, OpKind> kinds[] = {
-      {"all_reduce", OpKind::kAllReduce}, {"all_gather", OpKind::kAllGather}, {"reduce_scatter", OpKind::kReduceScatter},
-      {"reduce", OpKind::kReduce},       {"broadcast", OpKind::kBroadcast}, {"barrier", OpKind::kBarrier}};
+      {"all_reduce", OpKind::kAllReduce}, {"all_gather", OpKind::kAllGather},
+      {"reduce_scatter", OpKind::kReduceScatter}, {"reduce", OpKind::kReduce},
+      {"broadcast", OpKind::kBroadcast}, {"barrier", OpKind::kBarrier}};
   for (const auto& [name, kind] : kinds) {
     if (collective == name) return algorithm_name(choose_algorithm(kind, bytes, impl_->size, impl_->tuner));
   }

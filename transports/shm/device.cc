@@ -125,8 +125,9 @@ class Context final : public transport::Context {
           if (theirs.cma_ok.load(std::memory_order_acquire) == 0) missing.push_back(peers[i].rank);
         }
         throw TimeoutError(fmt::format("[shm] rank {}: only {} of {} peers mapped segment {} before the deadline "
-                                       "(still setting up: peer(s) {})", args_.rank, mapping_.header()->mapped_by.load(),
-                                       peers.size(), name_, fmt::join(missing, ", ")));
+                                       "(still setting up: peer(s) {})",
+                                       args_.rank, mapping_.header()->mapped_by.load(), peers.size(), name_,
+                                       fmt::join(missing, ", ")));
       }
       if (polls % 50 == 0) check_peers();  // every ~10 ms
       std::this_thread::sleep_for(std::chrono::microseconds(200));

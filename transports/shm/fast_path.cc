@@ -152,14 +152,17 @@ void FastPath::prepare_next_slot(size_t bytes) {
   // calls ago. Taking them exclusive now (prefetchw) moves that invalidation round trip off the next call's
   // critical path, where it would stall the store of seq behind the data stores. Safe: every peer finished
   // reading that slot before publishing the input we just consumed; this changes cache state, not data.
-  take_exclusive(&areas_[rank_]->slots[(calls_ + 1) & 1], std::min<size_t>(bytes + offsetof(CollectiveSlot, data), 4096));
+  take_exclusive(&areas_[rank_]->slots[(calls_ + 1) & 1],
+                 std::min<size_t>(bytes + offsetof(CollectiveSlot, data), 4096));
 }
 
 void FastPath::prepare_next_flagged(size_t lines) {
   // As prepare_next_slot, for the flagged lines the next call writes (a call of the same size, most likely).
   // Only a few lines: a peer already polling all of them would pull each back shared, and many such round
   // trips cost more than they save.
-  if (lines <= kPrepareFlaggedLines) take_exclusive(&areas_[rank_]->flagged[(calls_ + 1) & 1], lines * sizeof(FlaggedLine));
+  if (lines <= kPrepareFlaggedLines) {
+    take_exclusive(&areas_[rank_]->flagged[(calls_ + 1) & 1], lines * sizeof(FlaggedLine));
+  }
 }
 
 void FastPath::take_exclusive(const void* at, size_t bytes) {

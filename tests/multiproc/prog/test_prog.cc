@@ -61,7 +61,9 @@ static int c_split(int rank, const char* id_text) {
   if ((rc = tbcollCommSplit(comm, 0, rank, &child)) != tbcollSuccess) return failed("split", rc);
   tbcollCommDestroy(comm);
   int x = 1;
-  if ((rc = tbcollAllReduce(&x, &x, 1, tbcollInt32, tbcollSum, child)) != tbcollSuccess) return failed("all_reduce", rc);
+  if ((rc = tbcollAllReduce(&x, &x, 1, tbcollInt32, tbcollSum, child)) != tbcollSuccess) {
+    return failed("all_reduce", rc);
+  }
   if ((rc = tbcollCommSplit(child, 0, rank, &grandchild)) != tbcollSuccess) return failed("split of the child", rc);
   int y = 1;
   if ((rc = tbcollAllReduce(&y, &y, 1, tbcollInt32, tbcollSum, grandchild)) != tbcollSuccess) {
