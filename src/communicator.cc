@@ -88,12 +88,13 @@ struct Published {
   transport::PeerInfo info;
   std::string kernel;     // kernel_id()
   std::vector<int> cpus;  // CPUs the initialising thread may run on (empty: unknown)
+  int world_size = 0;     // the world size the rank was started with
   std::map<std::string, std::string> addresses;
 };
 
 std::string encode(const Published& p) {
-  std::string out = fmt::format("host={}\npid={}\nkernel={}\ncpus={}\n", p.info.host_id, p.info.process_id,
-                                p.kernel, format_cpus(p.cpus));
+  std::string out = fmt::format("host={}\npid={}\nkernel={}\ncpus={}\nworld={}\n", p.info.host_id,
+                                p.info.process_id, p.kernel, format_cpus(p.cpus), p.world_size);
   for (const auto& [device, address] : p.addresses) out += fmt::format("dev.{}={}\n", device, address);
   return out;
 }
@@ -116,6 +117,7 @@ Published decode(int rank, const std::string& text) {
       }
     }
     else if (key == "kernel") p.kernel = value;
+    else if (key == "world") p.world_size = std::atoi(value.c_str());
     else if (key == "cpus") {
       try {
         p.cpus = parse_cpus(value);
@@ -241,6 +243,7 @@ Communicator Communicator::connect(const Config& config) {
   self.info = {rank, host_id(), process_id()};
   self.kernel = kernel_id();
   self.cpus = allowed_cpus();
+  self.world_size = size;
   std::map<std::string, std::shared_ptr<transport::Device>> devices;
   std::map<std::string, std::unique_ptr<transport::Context>> contexts;
   std::vector<std::string> order;
@@ -277,6 +280,10 @@ Communicator Communicator::connect(const Config& config) {
     if (peer == rank) continue;
     Published& other = everyone[static_cast<size_t>(peer)];
     other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
+    if (other.world_size != size) {
+      throw InvalidUsage(fmt::format("rank {}: peer {} was started with world size {}, this rank with {}", rank, peer,
+                                     other.world_size, size));
+    }
     if (other.kernel == self.kernel) same_machine_cpus.push_back(other.cpus);
     std::string chosen;
     for (const std::string& name : order) {

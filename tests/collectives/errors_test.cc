@@ -253,6 +253,31 @@ TEST(Errors, TransportForcedOnOneRankOnlyStillWorks) {
   for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
 }
 
+// Ranks started with different world sizes are told at init (they used to meet only a timeout, later).
+TEST(Errors, RanksWithDifferentWorldSizesAreToldAtInit) {
+  auto store = make_in_memory_store();
+  std::vector<std::string> errors(2);
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Config config;
+      config.rank = rank;
+      config.world_size = rank == 0 ? 2 : 3;
+      config.store = store;
+      config.prefix = "worlds";
+      config.timeout_s = 20;
+      errors[rank] = error_of([&] { Communicator::init(config); });
+    });
+  }
+  for (std::thread& rank : ranks) rank.join();
+  EXPECT_NE(errors[0].find("peer 1 was started with world size 3, this rank with 2"), std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[1].find("peer 0 was started with world size 2, this rank with 3"), std::string::npos)
+      << errors[1];
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 20 s deadline";
+}
+
 // A rank that never shows up: init fails at its deadline, naming the rank and the call like a collective's error.
 TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
   Config config;

@@ -73,7 +73,7 @@ TEST(Security, DataPortRejectsBadHandshakesAndTheJobGoesOn) {
   };
   // Rank 0 accepts rank 1's connection. A placeholder record for rank 1 lets rank 0 reach its accept loop
   // before the real rank 1 starts, so the rogue connections below get there first.
-  std::string placeholder = "host=elsewhere\npid=1\ndev.tcp=127.0.0.1:1\n";
+  std::string placeholder = "host=elsewhere\npid=1\nworld=2\ndev.tcp=127.0.0.1:1\n";
   store->set("security/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
   std::thread rank0(rank_body, 0);
   auto text = store->get("security/peer/0", deadline_after(10));
