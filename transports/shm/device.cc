@@ -4,11 +4,7 @@
 // the name; every peer maps it and counts itself in the segment's mapped_by; once all peers have, the owner
 // unlinks the name, so nothing is left in /dev/shm even if the job is killed later. Segments left by jobs
 // killed during set-up carry a dead pid in their name and are removed by the next context created.
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <mutex>
@@ -22,6 +18,7 @@
 #include "transports/registry.h"
 #include "transports/shm/endpoint.h"
 #include "transports/shm/fast_path.h"
+#include "transports/shm/process_watch.h"
 
 namespace tbcoll::shm {
 namespace {
@@ -83,32 +80,13 @@ class Context final : public transport::Context {
     }
     DirectControl& mine = collective_area(mapping_.base(), args_.world_size)->direct;
     mine.cma_ok.store(can_read_all ? 1 : 2, std::memory_order_release);
-    // A peer that died or closed during set-up fails it at once, naming the peer, instead of at the deadline. A
-    // pidfd turns readable when the peer exits, even before its parent reaps it (kill(pid, 0) still succeeds on a
-    // zombie); kill() where pidfds are missing.
-    std::vector<int> pidfds;
-    struct ClosePidfds {
-      std::vector<int>& fds;
-      ~ClosePidfds() {
-        for (int fd : fds) {
-          if (fd >= 0) close(fd);
-        }
-      }
-    } close_pidfds{pidfds};
-    for (size_t i = 0; i < peers.size(); ++i) {
-      const int pid = peer_mappings_[i].header()->owner_pid;
-      pidfds.push_back(pid == getpid() ? -1 : static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
-    }
+    // A peer that died or closed during set-up fails it at once, naming the peer, instead of at the deadline.
+    std::vector<ProcessWatch> processes;
+    for (size_t i = 0; i < peers.size(); ++i) processes.emplace_back(peer_mappings_[i].header()->owner_pid);
     auto check_peers = [&] {
       for (size_t i = 0; i < peers.size(); ++i) {
         const SegmentHeader* header = peer_mappings_[i].header();
-        bool dead = false;
-        if (pidfds[i] >= 0) {
-          pollfd pfd{pidfds[i], POLLIN, 0};
-          dead = poll(&pfd, 1, 0) > 0;
-        } else if (header->owner_pid != getpid()) {
-          dead = kill(header->owner_pid, 0) != 0 && errno == ESRCH;
-        }
+        const bool dead = processes[i].exited();
         if (dead || header->closed.load(std::memory_order_acquire) != 0) {
           throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) {} during set-up", args_.rank, peers[i].rank,
                                     header->owner_pid, dead ? "died" : "closed its end"));

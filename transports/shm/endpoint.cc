@@ -1,9 +1,5 @@
 #include "transports/shm/endpoint.h"
 
-#include <errno.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,28 +13,13 @@
 namespace tbcoll::shm {
 
 Endpoint::Endpoint(int rank, int peer, Queue* out, Queue* in, SegmentHeader* own, SegmentHeader* remote)
-    : rank_(rank), peer_(peer), out_(out), in_(in), own_(own), remote_(remote) {
+    : rank_(rank), peer_(peer), out_(out), in_(in), own_(own), remote_(remote), peer_process_(remote->owner_pid) {
   out_head_ = out_->head.load(std::memory_order_relaxed);
   out_tail_cached_ = out_->tail.load(std::memory_order_acquire);
   in_tail_ = in_->tail.load(std::memory_order_relaxed);
-  // A pidfd turns readable when the peer exits, even before its parent reaps it (kill(pid, 0) still
-  // succeeds on a zombie). Falls back to kill() where pidfds are missing.
-  if (remote_->owner_pid != static_cast<int32_t>(getpid())) {
-    peer_pidfd_ = static_cast<int>(syscall(SYS_pidfd_open, remote_->owner_pid, 0));
-  }
 }
 
-Endpoint::~Endpoint() {
-  if (peer_pidfd_ >= 0) close(peer_pidfd_);
-}
-
-bool Endpoint::peer_alive() const {
-  if (peer_pidfd_ >= 0) {
-    pollfd pfd{peer_pidfd_, POLLIN, 0};
-    return poll(&pfd, 1, 0) == 0;
-  }
-  return !(kill(remote_->owner_pid, 0) != 0 && errno == ESRCH);
-}
+Endpoint::~Endpoint() = default;
 
 void Endpoint::fail(const std::string& message) {
   if (broken_.empty()) broken_ = message;
@@ -71,7 +52,7 @@ void Endpoint::check_peer() {
   if (own_->closed.load(std::memory_order_relaxed) != 0) {
     fail(fmt::format("[shm] rank {}: connection to peer {} was aborted", rank_, peer_));
   }
-  if (!peer_alive()) {
+  if (peer_process_.exited()) {
     fail(fmt::format("[shm] rank {}: peer {} (pid {}) died", rank_, peer_, remote_->owner_pid));
   }
 }

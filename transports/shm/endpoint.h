@@ -9,6 +9,7 @@
 
 #include "tbcoll/transport.h"
 #include "transports/queued_request.h"
+#include "transports/shm/process_watch.h"
 #include "transports/shm/segment.h"
 
 namespace tbcoll::shm {
@@ -37,7 +38,6 @@ class Endpoint final : public transport::Endpoint {
   // Wakes the peer if it sleeps (a Sleep value read from one of its flags): on counter, or on its doorbell.
   void wake(uint32_t sleep, const std::atomic<uint64_t>* counter);
   void check_peer();
-  bool peer_alive() const;
   void check_peer_call();
   [[noreturn]] void fail(const std::string& message);
 
@@ -54,7 +54,7 @@ class Endpoint final : public transport::Endpoint {
   std::deque<std::shared_ptr<Operation>> recvs_;
   std::string broken_;
   unsigned idle_polls_ = 0;
-  int peer_pidfd_ = -1;
+  ProcessWatch peer_process_;
 };
 
 }  // namespace tbcoll::shm

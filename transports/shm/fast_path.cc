@@ -1,10 +1,7 @@
 #include "transports/shm/fast_path.h"
 
 #include <errno.h>
-#include <poll.h>
 #include <sched.h>
-#include <signal.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -27,19 +24,11 @@ constexpr size_t kPrepareFlaggedLines = 8;
 
 FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct)
     : rank_(rank), size_(static_cast<int>(areas.size())), areas_(std::move(areas)), headers_(std::move(headers)),
-      pidfds_(size_, -1), direct_(direct), inputs_(size_) {
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_ && headers_[p]->owner_pid != static_cast<int32_t>(getpid())) {
-      pidfds_[p] = static_cast<int>(syscall(SYS_pidfd_open, headers_[p]->owner_pid, 0));
-    }
-  }
+      direct_(direct), inputs_(size_) {
+  for (int p = 0; p < size_; ++p) processes_.emplace_back(headers_[p]->owner_pid);
 }
 
-FastPath::~FastPath() {
-  for (int fd : pidfds_) {
-    if (fd >= 0) close(fd);
-  }
-}
+FastPath::~FastPath() = default;
 
 void FastPath::check_peer(int peer) {
   if (headers_[peer]->closed.load(std::memory_order_acquire) != 0) {
@@ -48,14 +37,7 @@ void FastPath::check_peer(int peer) {
   if (headers_[rank_]->closed.load(std::memory_order_relaxed) != 0) {
     throw IoError(fmt::format("[shm] rank {}: communicator aborted", rank_));
   }
-  bool dead = false;
-  if (pidfds_[peer] >= 0) {
-    pollfd pfd{pidfds_[peer], POLLIN, 0};
-    dead = poll(&pfd, 1, 0) > 0;
-  } else if (headers_[peer]->owner_pid != static_cast<int32_t>(getpid())) {
-    dead = kill(headers_[peer]->owner_pid, 0) != 0 && errno == ESRCH;
-  }
-  if (dead) throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) died", rank_, peer, headers_[peer]->owner_pid));
+  if (processes_[peer].exited()) throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) died", rank_, peer, headers_[peer]->owner_pid));
 }
 
 void FastPath::check_peer_call(int peer, const transport::Tag& tag) {

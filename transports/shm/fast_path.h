@@ -41,6 +41,7 @@
 #include "reduce/reduce.h"
 #include "tbcoll/transport.h"
 #include "transports/shm/announce.h"
+#include "transports/shm/process_watch.h"
 #include "transports/shm/segment.h"
 
 namespace tbcoll::shm {
@@ -122,7 +123,7 @@ class FastPath final : public transport::CollectiveFastPath {
   int size_;
   std::vector<CollectiveArea*> areas_;
   std::vector<SegmentHeader*> headers_;
-  std::vector<int> pidfds_;
+  std::vector<ProcessWatch> processes_;  // by rank
   bool direct_;
   bool spin_yields_ = true;  // sched_yield now and then while spinning (set_spin_yields)
   uint64_t calls_ = 0;
