@@ -130,10 +130,12 @@ Published decode(int rank, const std::string& text) {
   return p;
 }
 
-// The transport ranks a and b pick for each other (the first device, in the build's order, that both published
-// and that can join them; as the plan below), or "" if none.
-std::string transport_between(const Published& a, const Published& b) {
-  for (const auto& device : transport::available_devices()) {
+// The transport ranks a and b pick for each other: the first device (best first, the build's order) that both
+// published and that can join them, or "" if none. Symmetric, so every rank computes every pair alike.
+using Devices = std::vector<std::shared_ptr<transport::Device>>;
+
+std::string transport_between(const Devices& devices, const Published& a, const Published& b) {
+  for (const auto& device : devices) {
     const std::string& name = device->name();
     if (a.addresses.count(name) != 0 && b.addresses.count(name) != 0 && device->can_connect(a.info, b.info)) {
       return name;
@@ -142,10 +144,11 @@ std::string transport_between(const Published& a, const Published& b) {
   return "";
 }
 
-bool one_transport_for_all_pairs(const std::vector<Published>& everyone, const std::string& name) {
+bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Published>& everyone,
+                                 const std::string& name) {
   for (size_t a = 0; a < everyone.size(); ++a) {
     for (size_t b = a + 1; b < everyone.size(); ++b) {
-      if (transport_between(everyone[a], everyone[b]) != name) return false;
+      if (transport_between(devices, everyone[a], everyone[b]) != name) return false;
     }
   }
   return true;
@@ -244,10 +247,9 @@ Communicator Communicator::connect(const Config& config) {
   self.kernel = kernel_id();
   self.cpus = allowed_cpus();
   self.world_size = size;
-  std::map<std::string, std::shared_ptr<transport::Device>> devices;
+  const Devices devices = transport::available_devices();
   std::map<std::string, std::unique_ptr<transport::Context>> contexts;
-  std::vector<std::string> order;
-  for (const auto& device : transport::available_devices()) {
+  for (const auto& device : devices) {
     if (!config.transport.empty() && device->name() != config.transport) continue;
     transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s};
     try {
@@ -261,17 +263,15 @@ Communicator Communicator::connect(const Config& config) {
       log::warn("rank {}: transport {} unavailable, using the next one: {}", rank, device->name(), error.what());
       continue;
     }
-    devices[device->name()] = device;
     self.addresses[device->name()] = contexts[device->name()]->address();
-    order.push_back(device->name());
   }
-  if (order.empty()) {
+  if (contexts.empty()) {
     throw InvalidArgument(fmt::format("rank {}: transport {:?} is not available in this build (TBCOLL_TRANSPORT)",
                                       rank, config.transport));
   }
   store.set(fmt::format("{}/peer/{}", prefix, rank), bytes_of(encode(self)), deadline);
 
-  // The first device (best first) that both ranks have and that can connect them; symmetric by construction.
+  // Each peer over transport_between(self, peer).
   std::map<std::string, std::vector<transport::PeerAddress>> plan;
   std::vector<std::vector<int>> same_machine_cpus;  // of the peers that run on this kernel
   std::vector<Published> everyone(static_cast<size_t>(size));
@@ -285,18 +285,12 @@ Communicator Communicator::connect(const Config& config) {
                                      other.world_size, size));
     }
     if (other.kernel == self.kernel) same_machine_cpus.push_back(other.cpus);
-    std::string chosen;
-    for (const std::string& name : order) {
-      if (other.addresses.count(name) != 0 && devices[name]->can_connect(self.info, other.info)) {
-        chosen = name;
-        plan[name].push_back({peer, other.addresses[name]});
-        break;
-      }
-    }
+    const std::string chosen = transport_between(devices, self, other);
     if (chosen.empty()) {
       throw InvalidArgument(fmt::format("rank {}: no transport can reach peer {}{}", rank, peer,
                                         config.transport.empty() ? "" : " with TBCOLL_TRANSPORT=" + config.transport));
     }
+    plan[chosen].push_back({peer, other.addresses[chosen]});
     impl->transport_names[peer] = chosen;
   }
   impl->spin_yields = spin_should_yield(self.cpus, same_machine_cpus);
@@ -315,7 +309,7 @@ Communicator Communicator::connect(const Config& config) {
   // of ranks: decided from everyone's records, so every rank decides alike (TBCOLL_TRANSPORT set on one rank only
   // would otherwise give that rank a fast path its peers do not take).
   if (plan.size() == 1 && impl->contexts.size() == 1 && link_delay.count() == 0 &&
-      one_transport_for_all_pairs(everyone, plan.begin()->first)) {
+      one_transport_for_all_pairs(devices, everyone, plan.begin()->first)) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
       impl->fast_path->set_spin_yields(impl->spin_yields);
