@@ -67,7 +67,19 @@ void check_rank(int rank, int size, const char* op, const char* which, int value
 // An f16 sum overflows at 65504 long before the average of the same inputs does. So an f16 average divides every
 // input by the world size first (rounded once, to nearest even) and sums the quotients, as NCCL pre-multiplies
 // its floating-point averages; the other types sum, then divide once.
-bool divides_first(DataType dtype, ReduceOp op) { return op == ReduceOp::kAvg && dtype == DataType::kFloat16; }
+// For such an average: writes the quotients of send's `elements` to `into` (to `storage` if null), makes op a sum
+// and returns the quotients; otherwise returns send.
+const void* divide_first(const void* send, void* into, std::vector<uint8_t>& storage, size_t elements,
+                         DataType dtype, ReduceOp& op, int world_size) {
+  if (op != ReduceOp::kAvg || dtype != DataType::kFloat16) return send;
+  if (into == nullptr) {
+    storage.resize(elements * dtype_size(dtype));
+    into = storage.data();
+  }
+  reduce::divide(into, send, elements, dtype, world_size);
+  op = ReduceOp::kSum;
+  return into;
+}
 
 }  // namespace
 
@@ -143,11 +155,8 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
     return;
   }
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};  // the caller's op
-  if (divides_first(dtype, op)) {
-    reduce::divide(recv, send, count, dtype, c.size);
-    send = recv;
-    op = ReduceOp::kSum;
-  }
+  std::vector<uint8_t> unused;
+  send = divide_first(send, recv, unused, count, dtype, op, c.size);
   algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
   if (algorithm == Algorithm::kCma) {
     c.guard(what, [&] {
@@ -232,12 +241,7 @@ void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t cou
   }
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
   std::vector<uint8_t> quotients;
-  if (divides_first(dtype, op)) {
-    quotients.resize(total);
-    reduce::divide(quotients.data(), send, count * static_cast<size_t>(c.size), dtype, c.size);
-    send = quotients.data();
-    op = ReduceOp::kSum;
-  }
+  send = divide_first(send, nullptr, quotients, count * static_cast<size_t>(c.size), dtype, op, c.size);
   algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
   c.run(what, tag, Algorithm::kDirect, [&](algo::Exec& exec) { algo::reduce_scatter_direct(exec, args); });
 }
@@ -259,12 +263,7 @@ void Communicator::Impl::reduce(const void* send, void* recv, size_t count, Data
   }
   transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
   std::vector<uint8_t> quotients;
-  if (divides_first(dtype, op)) {
-    quotients.resize(bytes);
-    reduce::divide(quotients.data(), send, count, dtype, c.size);
-    send = quotients.data();
-    op = ReduceOp::kSum;
-  }
+  send = divide_first(send, nullptr, quotients, count, dtype, op, c.size);
   algo::Args args{send, recv, count, dtype, op, root, dtype_size(dtype)};
   c.run(what, tag, Algorithm::kDirect, [&](algo::Exec& exec) { algo::reduce_direct(exec, args); });
 }
