@@ -6,8 +6,9 @@
 // TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT (127.0.0.1 and a
 // free port) and TBCOLL_TOKEN; rank 0 also inherits the socket the launcher bound and listens on at that port
 // (TBCOLL_ROOT_FD), so no other process can take the port before rank 0 serves the store. The first rank to
-// fail ends the job: every rank's group gets SIGTERM, then SIGKILL after 3 s (or as soon as all ranks are gone, for what is left in their groups), and the
-// launcher exits with the failing rank's status (128+signal if it was killed). SIGINT, SIGTERM, SIGHUP
+// fail ends the job: every rank's group gets SIGTERM, then SIGKILL after 3 s (or as soon as all ranks are gone,
+// for what is left in their groups), and the launcher exits with the failing rank's status (128+signal if it
+// was killed). SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
 // kills at once. SIGTSTP (ctrl-Z) stops every rank's group and then the launcher; SIGCONT continues them.
 // Ranks die with the launcher (PR_SET_PDEATHSIG). Started from a terminal's foreground, ranks ignore SIGTTOU, so
