@@ -48,4 +48,12 @@ double raw_shm_floor_us(Communicator& comm);
 /// bytes/2 out. Returns bytes / median time, comparable to a 2-rank all-reduce's busbw (valid on rank 0).
 double raw_shm_exchange_gbps(Communicator& comm, size_t bytes);
 
+/// The ceiling of moving `bytes` from each of ranks 0 and 1 to the other at once, through shared memory: the
+/// producer writes 64 KiB slots of a 4-slot ring with stores only (data born in its cache, as if just computed;
+/// no source is read), the consumer only loads them (checking every word; throws IoError on a wrong one). A
+/// 2-rank all-reduce must move `bytes` each way between the two cores (the peer's half of the input, then its
+/// half of the result; or its whole input), so its busbw cannot exceed this. Returns bytes / median time per
+/// direction (valid on rank 0).
+double raw_shm_stream_gbps(Communicator& comm, size_t bytes);
+
 }  // namespace tbcoll::bench

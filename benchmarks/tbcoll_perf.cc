@@ -315,6 +315,14 @@ int main(int argc, char** argv) {
                       "KiB without reducing: %.2f GB/s busbw-equivalent\n", bytes >> 10, exchange);
         }
       }
+      for (size_t bytes : {size_t{1} << 20, size_t{16} << 20}) {
+        double ceiling = tbcoll::bench::raw_shm_stream_gbps(comm, bytes);
+        if (lead) {
+          std::printf("# raw shared-memory streaming, stores on one core and loads on the other, both ways at once, "
+                      "%zu KiB each way: %.2f GB/s per direction (the ceiling of a 2-rank all-reduce's busbw)\n",
+                      bytes >> 10, ceiling);
+        }
+      }
     }
     if (o.pingpong && n >= 2) {
       tbcoll::bench::PingPongResult floor = tbcoll::bench::raw_tcp_floor(comm);
