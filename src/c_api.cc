@@ -196,11 +196,10 @@ tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId
     config.world_size = nranks;
     config.root = text.substr(0, newline);
     config.token = text.substr(newline + 1);
-    if (nranks > 1) {
-      config.store = tbcoll::connect_tcp_store(config.root, config.token, tbcoll::deadline_after(config.timeout_s));
-    }
+    const tbcoll::Deadline deadline = tbcoll::deadline_after(config.timeout_s);  // the store's connection included
+    if (nranks > 1) config.store = tbcoll::connect_tcp_store(config.root, config.token, deadline);
     config.server = server_of(text);
-    *comm = new tbcollComm{tbcoll::Communicator::init(config)};
+    *comm = new tbcollComm{tbcoll::Communicator::init(config, deadline)};
   });
 }
 

@@ -169,15 +169,19 @@ void Communicator::Impl::throw_broken(const algo::CallInfo& call) {
 }
 
 Communicator Communicator::init(const Config& config) {
+  return init(config, deadline_after(config.timeout_s));
+}
+
+Communicator Communicator::init(const Config& config, Deadline deadline) {
   try {
-    return connect(config);
+    return connect(config, deadline);
   } catch (const Error& error) {
     // Errors of set-up (rendezvous, handshakes, segments) name the rank and the call, as those of collectives do.
     rethrow_with_context(error, fmt::format("rank {}: init(world_size={})", config.rank, config.world_size));
   }
 }
 
-Communicator Communicator::connect(const Config& config) {
+Communicator Communicator::connect(const Config& config, Deadline deadline) {
   if (config.world_size < 1) throw InvalidArgument(fmt::format("world size {} must be at least 1", config.world_size));
   if (config.rank < 0 || config.rank >= config.world_size) {
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
@@ -207,7 +211,6 @@ Communicator Communicator::connect(const Config& config) {
   const int size = config.world_size;
   if (size == 1) return Communicator(std::move(impl));
 
-  Deadline deadline = deadline_after(config.timeout_s);
   if (config.store) {
     impl->store = config.store;
     impl->server = config.server;
@@ -220,7 +223,7 @@ Communicator Communicator::connect(const Config& config) {
     if (rank == 0) {
       const int listener = take_inherited_listener(root.port);
       impl->server = listener >= 0 ? std::make_shared<TcpStoreServer>(listener, config.token)
-                                   : std::make_shared<TcpStoreServer>(root.host, root.port, config.token);
+                                   : std::make_shared<TcpStoreServer>(root.host, root.port, config.token, deadline);
     }
     impl->store = connect_tcp_store(config.root, config.token, deadline);
   }
@@ -360,6 +363,7 @@ std::string Communicator::algorithm(const std::string& collective, size_t bytes)
 
 std::optional<Communicator> Communicator::split(int color, int key) {
   Impl& c = *impl_;
+  const Deadline deadline = deadline_after(c.config.timeout_s);  // for the whole split, as one init
   // Everyone's (color, key) through this communicator; then each color's members ordered by (key, rank).
   int32_t mine[2] = {color < 0 ? -1 : color, key};
   std::vector<int32_t> all(2 * static_cast<size_t>(c.size));
@@ -379,7 +383,7 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   config.server = c.server;  // the child needs the store as long as it lives, not as long as the parent
   config.root.clear();
   config.prefix = fmt::format("{}/split{}/color{}", c.config.prefix, split_index, color);
-  return Communicator::init(config);
+  return Communicator::init(config, deadline);
 }
 
 void Communicator::abort() {

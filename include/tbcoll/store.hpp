@@ -34,8 +34,10 @@ std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std
 /// The TCP store server (hosted by rank 0). Serves until destroyed; malformed clients are dropped.
 class TcpStoreServer {
  public:
-  /// Listens on host:port (port 0 picks a free one).
-  TcpStoreServer(const std::string& host, int port, const std::string& token);
+  /// Listens on host:port (port 0 picks a free one). A host name must resolve before the deadline
+  /// (TimeoutError otherwise).
+  TcpStoreServer(const std::string& host, int port, const std::string& token,
+                 Deadline deadline = Clock::now() + std::chrono::seconds(60));
   /// Serves on listening_fd, a TCP socket already bound and listening (a launcher's, so no other process can
   /// take the port between picking and binding it). Takes ownership of the descriptor.
   TcpStoreServer(int listening_fd, const std::string& token);

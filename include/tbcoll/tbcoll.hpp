@@ -109,6 +109,9 @@ class Communicator {
   /// Builds a communicator: rendezvous through the store, transport choice per peer, connections.
   /// Collective over all ranks; blocks until every peer is connected or the timeout passes.
   static Communicator init(const Config& config);
+  /// As init(config), with the whole set-up bounded by `deadline` instead of config.timeout_s from now: for a
+  /// caller that already spent part of its time (connecting to the store, agreeing on a split).
+  static Communicator init(const Config& config, Deadline deadline);
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;
@@ -177,7 +180,7 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
-  static Communicator connect(const Config& config);  // init without the error context
+  static Communicator connect(const Config& config, Deadline deadline);  // init without the error context
   std::unique_ptr<Impl> impl_;
 };
 

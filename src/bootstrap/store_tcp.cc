@@ -1,12 +1,14 @@
 // The TCP rendezvous store: a single-threaded Boost.Asio server hosted by rank 0, and a blocking client.
 // The protocol is in store_protocol.h; anything malformed closes that one connection and nothing else.
 #include <fcntl.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -213,16 +215,19 @@ struct TcpStoreServer::Impl {
   }
 };
 
-TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token)
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token, Deadline deadline)
     : impl_(std::make_unique<Impl>()) {
   impl_->token = token;
   boost::system::error_code ec;
   auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
   if (ec) {
-    tcp::resolver resolver(impl_->io);
-    auto results = resolver.resolve(host, std::to_string(port), ec);
-    if (ec || results.empty()) throw IoError(fmt::format("[store] cannot resolve {:?}: {}", host, ec.message()));
-    address = results.begin()->endpoint().address();
+    addrinfo* found = net::resolve(host, std::to_string(port), AI_PASSIVE, deadline, "[store]");
+    tcp::endpoint resolved;
+    const size_t length = std::min<size_t>(found->ai_addrlen, resolved.capacity());
+    std::memcpy(resolved.data(), found->ai_addr, length);
+    freeaddrinfo(found);
+    resolved.resize(length);
+    address = resolved.address();
   }
   tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
   impl_->acceptor.open(endpoint.protocol(), ec);

@@ -10,7 +10,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -47,16 +51,55 @@ void make_fast(int fd) {
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who) {
+addrinfo* resolve(const std::string& host, const std::string& port, int flags, Deadline deadline,
+                  const std::string& who) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = flags | AI_NUMERICHOST;
   addrinfo* found = nullptr;
-  std::string port = std::to_string(where.port);
-  int rc = getaddrinfo(where.host.c_str(), port.c_str(), &hints, &found);
-  if (rc != 0) {
-    throw IoError(fmt::format("{}: cannot resolve {}: {}", who, where.host, gai_strerror(rc)));
+  if (getaddrinfo(host.c_str(), port.c_str(), &hints, &found) == 0) return found;
+  hints.ai_flags = flags;
+  struct Lookup {
+    std::mutex mutex;
+    std::condition_variable finished;
+    bool done = false;
+    bool abandoned = false;
+    int rc = 0;
+    addrinfo* found = nullptr;
+  };
+  auto lookup = std::make_shared<Lookup>();
+  try {
+    std::thread([lookup, host, port, hints] {
+      addrinfo* result = nullptr;
+      const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &result);
+      std::lock_guard<std::mutex> lock(lookup->mutex);
+      if (lookup->abandoned) {
+        if (rc == 0) freeaddrinfo(result);
+        return;
+      }
+      lookup->rc = rc;
+      lookup->found = rc == 0 ? result : nullptr;
+      lookup->done = true;
+      lookup->finished.notify_all();
+    }).detach();
+  } catch (const std::system_error& error) {
+    throw IoError(fmt::format("{}: cannot resolve {}: no thread for the lookup: {}", who, host, error.what()));
   }
+  std::unique_lock<std::mutex> lock(lookup->mutex);
+  const bool done = deadline == Deadline::max()
+                        ? (lookup->finished.wait(lock, [&] { return lookup->done; }), true)
+                        : lookup->finished.wait_until(lock, deadline, [&] { return lookup->done; });
+  if (!done) {
+    lookup->abandoned = true;
+    throw TimeoutError(fmt::format("{}: looking up host {:?} did not finish before the deadline", who, host));
+  }
+  if (lookup->rc != 0) throw IoError(fmt::format("{}: cannot resolve {}: {}", who, host, gai_strerror(lookup->rc)));
+  return lookup->found;
+}
+
+int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who) {
+  addrinfo* found = resolve(where.host, std::to_string(where.port), 0, deadline, who);
   std::string last_error = "no address";
   auto backoff = std::chrono::milliseconds(1);
   while (true) {

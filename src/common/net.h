@@ -7,6 +7,8 @@
 
 #include "tbcoll/store.hpp"
 
+struct addrinfo;
+
 namespace tbcoll::net {
 
 struct HostPort {
@@ -16,6 +18,13 @@ struct HostPort {
 
 /// Parses "host:port" or "[v6]:port"; throws InvalidArgument naming what is wrong.
 HostPort parse_host_port(const std::string& text, const char* what);
+
+/// getaddrinfo for TCP (hints: any family, SOCK_STREAM, ai_flags = flags) that gives up at the deadline. Numeric
+/// hosts are converted directly; names are looked up on a helper thread, which is abandoned (it frees its own
+/// result) when the deadline passes first: a lookup can take many seconds (an unreachable DNS server, mDNS
+/// names). Free the list with freeaddrinfo. Throws IoError (unknown name, no thread) or TimeoutError.
+addrinfo* resolve(const std::string& host, const std::string& port, int flags, Deadline deadline,
+                  const std::string& who);
 
 /// Connects a TCP socket (TCP_NODELAY, non-blocking, close-on-exec). Retries refused connections until the
 /// deadline (the peer may not listen yet). Returns the fd; throws TimeoutError/IoError.

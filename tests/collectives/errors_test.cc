@@ -296,6 +296,19 @@ TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
+// Split and the C API's init spend part of the timeout before init (agreeing on colours, connecting to the
+// store): they pass what is left as a deadline, so the whole call stays within one timeout.
+TEST(Errors, InitWithADeadlineEndsThere) {
+  Config config;
+  config.rank = 0;
+  config.world_size = 2;
+  config.store = make_in_memory_store();
+  config.timeout_s = 60;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THROW(Communicator::init(config, Clock::now() + std::chrono::milliseconds(300)), TimeoutError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
 // A timeout too large for the clock's nanosecond count (someone meaning "never") used to wrap into the past.
 TEST(Errors, HugeTimeoutsMeanNoDeadline) {
   for (double timeout : {1e10, std::numeric_limits<double>::infinity()}) {

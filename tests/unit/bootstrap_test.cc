@@ -1,6 +1,8 @@
 // Stores, schedules' partition maths, tuner and signatures.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -8,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 #include "algorithms/chunking.h"
@@ -18,6 +21,21 @@
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tuner.h"
+
+// This binary's getaddrinfo: the name "slow-lookup.invalid" takes 2 s to fail, like a lookup through an
+// unreachable DNS server, and "unknown-host.invalid" fails at once (no network needed); every other call goes
+// to the C library's (or a sanitizer's) getaddrinfo.
+extern "C" int getaddrinfo(const char* node, const char* service, const addrinfo* hints, addrinfo** found) {
+  using Real = int (*)(const char*, const char*, const addrinfo*, addrinfo**);
+  static const Real real = reinterpret_cast<Real>(dlsym(RTLD_NEXT, "getaddrinfo"));
+  if (node != nullptr && std::strcmp(node, "slow-lookup.invalid") == 0 &&
+      (hints == nullptr || (hints->ai_flags & AI_NUMERICHOST) == 0)) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    return EAI_NONAME;
+  }
+  if (node != nullptr && std::strcmp(node, "unknown-host.invalid") == 0) return EAI_NONAME;
+  return real(node, service, hints, found);
+}
 
 namespace tbcoll {
 namespace {
@@ -109,6 +127,36 @@ TEST(Store, ConnectToNothingTimesOut) {
   auto start = Clock::now();
   EXPECT_THROW(connect_tcp_store("127.0.0.1:1", "t", deadline_after(0.3)), TimeoutError);
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(3));
+}
+
+TEST(Store, ASlowHostLookupEndsAtTheDeadline) {
+  auto start = Clock::now();
+  EXPECT_THROW(connect_tcp_store("slow-lookup.invalid:29500", "t", deadline_after(0.2)), TimeoutError);
+  EXPECT_THROW(TcpStoreServer("slow-lookup.invalid", 0, "t", deadline_after(0.2)), TimeoutError);
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1500)) << "waited for the lookup, not the deadline";
+  Config config;
+  config.rank = 0;
+  config.world_size = 2;
+  config.root = "slow-lookup.invalid:1";
+  config.timeout_s = 0.2;
+  start = Clock::now();
+  try {
+    Communicator::init(config);
+    ADD_FAILURE() << "init resolved a name that never resolves";
+  } catch (const TimeoutError& error) {
+    EXPECT_NE(std::string(error.what()).find("slow-lookup.invalid"), std::string::npos) << error.what();
+  }
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(1500));
+  // A name that resolves in time still works, and an unknown one is reported as such.
+  TcpStoreServer server("localhost", 0, "t", deadline_after(5));
+  auto store = connect_tcp_store("localhost:" + std::to_string(server.port()), "t", deadline_after(5));
+  store->set("k", {1}, deadline_after(5));
+  try {
+    connect_tcp_store("unknown-host.invalid:1", "t", deadline_after(10));
+    ADD_FAILURE() << "an unknown host resolved";
+  } catch (const IoError& error) {
+    EXPECT_NE(std::string(error.what()).find("unknown-host.invalid"), std::string::npos) << error.what();
+  }
 }
 
 TEST(HostPort, ParsesAndRejects) {
