@@ -18,6 +18,12 @@ namespace {
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" little-endian
 constexpr uint64_t kDefaultAlignment = 32;
 constexpr uint32_t kMaxDims = 4;
+// Metadata arrays hold at most this many elements: the largest real ones (vocabularies, BPE merges) hold a few
+// hundred thousand, and an element costs more in memory than in the file (a double per byte of a uint8 array),
+// so a corrupt count must not get to size an allocation on its own.
+constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
+// Tensor infos reserved up front at most; more are appended as they are read (and validated).
+constexpr uint64_t kReserveTensors = 4096;
 constexpr uint64_t kQ8Block = 32;
 constexpr uint64_t kQ8BlockBytes = 2 + kQ8Block;
 
@@ -179,13 +185,18 @@ float f16_to_f32(uint16_t half) {
 }
 
 GgufFile::GgufFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Non-blocking: opening a FIFO for reading would otherwise wait for a writer, forever.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) throw GgufError("gguf: cannot open " + path + ": " + std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
     throw GgufError("gguf: cannot stat " + path + ": " + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw GgufError("gguf: " + path + " is not a regular file");
   }
   size_ = static_cast<uint64_t>(st.st_size);
   if (size_ < 4) {
@@ -238,20 +249,25 @@ void GgufFile::parse() {
     } else if (v.type == GgufValueType::kArray) {
       v.array_type = static_cast<GgufValueType>(c.read<uint32_t>(what + " element type"));
       v.count = c.read<uint64_t>(what + " element count");
+      if (v.count > kMaxArrayElements) {
+        throw GgufError("gguf: " + path_ + ": " + what + " claims " + std::to_string(v.count) +
+                        " elements, more than this reader accepts (" + std::to_string(kMaxArrayElements) +
+                        "; corrupt?)");
+      }
       if (v.array_type == GgufValueType::kString) {
         // Each string takes at least its 8-byte length: more than the rest of the file can hold is corrupt.
         if (v.count > c.left() / 8) {
           throw GgufError("gguf: " + path_ + ": " + what + " claims " + std::to_string(v.count) +
                           " strings, more than the rest of the file can hold (truncated or corrupt)");
         }
-        v.strings.reserve(static_cast<size_t>(v.count));
+        v.strings.reserve(static_cast<size_t>(std::min<uint64_t>(v.count, 1 << 16)));
         for (uint64_t j = 0; j < v.count; ++j) v.strings.push_back(c.read_string(what));
       } else if (scalar_size(v.array_type) != 0) {
         const uint64_t elem = scalar_size(v.array_type);
         if (v.count > c.left() / elem) c.need(c.left() + 1, what + " (" + std::to_string(v.count) + " elements)");
-        v.numbers.resize(static_cast<size_t>(v.count));
+        v.numbers.reserve(static_cast<size_t>(v.count));  // <= kMaxArrayElements, and in the file
         int64_t ignored = 0;
-        for (uint64_t j = 0; j < v.count; ++j) v.numbers[j] = read_number(c, v.array_type, &ignored, what);
+        for (uint64_t j = 0; j < v.count; ++j) v.numbers.push_back(read_number(c, v.array_type, &ignored, what));
       } else {
         throw GgufError("gguf: " + path_ + ": " + what + " has unsupported array element type " +
                         std::to_string(static_cast<uint32_t>(v.array_type)));
@@ -262,7 +278,7 @@ void GgufFile::parse() {
       throw GgufError("gguf: " + path_ + ": " + what + " has unknown value type " +
                       std::to_string(static_cast<uint32_t>(v.type)));
     }
-    kv_[key] = std::move(v);
+    if (!kv_.emplace(key, std::move(v)).second) throw GgufError("gguf: " + path_ + ": duplicate " + what);
   }
 
   uint64_t alignment = kDefaultAlignment;
@@ -273,7 +289,7 @@ void GgufFile::parse() {
     alignment = static_cast<uint64_t>(a->integer);
   }
 
-  tensors_.reserve(static_cast<size_t>(n_tensors));
+  tensors_.reserve(static_cast<size_t>(std::min(n_tensors, kReserveTensors)));
   for (uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensor t;
     t.name = c.read_string("tensor info " + std::to_string(i) + " name");
@@ -323,9 +339,10 @@ void GgufFile::parse() {
   for (GgufTensor& t : tensors_) {
     const uint64_t avail = size_ - data_start;
     if (t.offset > avail || t.n_bytes > avail - t.offset) {
-      throw GgufError("gguf: " + path_ + ": tensor '" + t.name + "' out of bounds: bytes [" +
-                      std::to_string(data_start + t.offset) + ", " + std::to_string(data_start + t.offset + t.n_bytes) +
-                      ") but the file is " + std::to_string(size_) + " bytes (truncated or corrupt)");
+      // (Offset and size apart: their sum, the end, may not fit in 64 bits.)
+      throw GgufError("gguf: " + path_ + ": tensor '" + t.name + "' out of bounds: " + std::to_string(t.n_bytes) +
+                      " bytes at offset " + std::to_string(t.offset) + " of the data section, which holds " +
+                      std::to_string(avail) + " bytes (truncated or corrupt)");
     }
     t.data = base_ + data_start + t.offset;
   }

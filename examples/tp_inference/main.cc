@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -94,7 +95,7 @@ Options parse_options(int argc, char** argv) {
       o.prompt = value;
     } else if (flag == "--tokens" || flag == "-n") {
       const double n = parse_number(flag, value);
-      if (n < 0 || n > 1e7 || n != static_cast<int>(n)) throw UsageError("--tokens must be a non-negative integer");
+      if (!(n >= 0 && n <= 1e7) || n != std::floor(n)) throw UsageError("--tokens must be a non-negative integer");
       o.tokens = static_cast<int>(n);
     } else if (flag == "--temperature" || flag == "-t") {
       o.temperature = static_cast<float>(parse_number(flag, value));
@@ -106,7 +107,7 @@ Options parse_options(int argc, char** argv) {
       o.have_seed = true;
     } else if (flag == "--prefill-batch") {
       const double n = parse_number(flag, value);
-      if (n < 1 || n > 1e6 || n != static_cast<int>(n)) throw UsageError("--prefill-batch must be a positive integer");
+      if (!(n >= 1 && n <= 1e6) || n != std::floor(n)) throw UsageError("--prefill-batch must be a positive integer");
       o.prefill_batch = static_cast<int>(n);
     } else if (flag == "--mode") {
       const std::string mode = value;

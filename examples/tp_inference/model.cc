@@ -262,6 +262,10 @@ LlamaConfig LlamaConfig::from_gguf(const GgufFile& file) {
   if (!(theta > 0 && theta < 1e12)) throw bad("rope.freq_base " + std::to_string(theta) + " is not in (0, 1e12)");
   c.rms_eps = static_cast<float>(eps);
   c.rope_theta = static_cast<float>(theta);
+  // Checked again as floats: a double such as 1e-300 passes above but narrows to 0 (or a subnormal), and a zero
+  // base makes every rotary angle infinite (all logits NaN).
+  if (!std::isnormal(c.rms_eps)) throw bad("layer_norm_rms_epsilon " + std::to_string(eps) + " is below float's range");
+  if (!std::isnormal(c.rope_theta)) throw bad("rope.freq_base " + std::to_string(theta) + " is below float's range");
   if (c.dim % c.n_heads != 0) throw bad("embedding_length is not a multiple of head_count");
   if (c.n_heads % c.n_kv_heads != 0) throw bad("head_count is not a multiple of head_count_kv");
   c.head_dim = c.dim / c.n_heads;

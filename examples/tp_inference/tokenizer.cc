@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <queue>
 
 namespace tp_inference {
 namespace {
@@ -142,29 +143,73 @@ std::vector<int> Tokenizer::encode(const std::string& text, bool add_bos, bool a
     }
     i += len;
   }
-  // Merge the best-scoring adjacent pair until none merges.
-  std::string merged;
-  while (work.size() > 1) {
-    float best_score = -1e30f;
-    int best_id = -1;
-    size_t best_at = 0;
-    for (size_t i = 0; i + 1 < work.size(); ++i) {
-      merged = pieces_[static_cast<size_t>(work[i])];
-      merged += pieces_[static_cast<size_t>(work[i + 1])];
-      const int id = lookup(merged);
-      if (id >= 0 && scores_[static_cast<size_t>(id)] > best_score) {
-        best_score = scores_[static_cast<size_t>(id)];
-        best_id = id;
-        best_at = i;
-      }
-    }
-    if (best_id < 0) break;
-    work[best_at] = best_id;
-    work.erase(work.begin() + static_cast<std::ptrdiff_t>(best_at) + 1);
-  }
+  merge(work);
   tokens.insert(tokens.end(), work.begin(), work.end());
   if (add_eos) tokens.push_back(eos_);
   return tokens;
+}
+
+// Merges the best-scoring adjacent pair (the leftmost of equal scores) until none merges, as run.c's loop that
+// rescans the whole text for every merge, but in O(n log n): the candidate pairs wait in a heap, ordered by score
+// and then position, and a candidate whose symbols changed since it was pushed is dropped when it comes up.
+// (Positions are indices into `work`, whose order merging keeps.)
+void Tokenizer::merge(std::vector<int>& work) const {
+  const size_t n = work.size();
+  if (n < 2) return;
+  std::vector<size_t> next(n), prev(n);
+  std::vector<uint32_t> version(n, 0);
+  std::vector<bool> alive(n, true);
+  for (size_t i = 0; i < n; ++i) {
+    next[i] = i + 1;  // n: none
+    prev[i] = i == 0 ? n : i - 1;
+  }
+  struct Candidate {
+    float score;
+    size_t left;
+    size_t right;
+    uint32_t left_version;
+    uint32_t right_version;
+    int id;
+  };
+  auto after = [](const Candidate& a, const Candidate& b) {  // pops the highest score, then the leftmost
+    return a.score != b.score ? a.score < b.score : a.left > b.left;
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(after)> heap(after);
+  std::string merged;
+  auto offer = [&](size_t left, size_t right) {
+    if (left >= n || right >= n) return;
+    const std::string& a = pieces_[static_cast<size_t>(work[left])];
+    const std::string& b = pieces_[static_cast<size_t>(work[right])];
+    if (a.size() + b.size() > max_piece_bytes_) return;  // no token is that long
+    merged.assign(a);
+    merged += b;
+    const int id = lookup(merged);
+    // run.c's scan starts from a best score of -1e30 and takes only a strictly greater one: NaN never merges.
+    if (id >= 0 && scores_[static_cast<size_t>(id)] > -1e30f) {
+      heap.push({scores_[static_cast<size_t>(id)], left, right, version[left], version[right], id});
+    }
+  };
+  for (size_t i = 0; i + 1 < n; ++i) offer(i, i + 1);
+  while (!heap.empty()) {
+    const Candidate c = heap.top();
+    heap.pop();
+    if (!alive[c.left] || !alive[c.right] || next[c.left] != c.right || version[c.left] != c.left_version ||
+        version[c.right] != c.right_version) {
+      continue;  // a symbol of this pair merged with another since
+    }
+    work[c.left] = c.id;
+    ++version[c.left];
+    alive[c.right] = false;
+    next[c.left] = next[c.right];
+    if (next[c.right] < n) prev[next[c.right]] = c.left;
+    offer(prev[c.left], c.left);
+    offer(c.left, next[c.left]);
+  }
+  size_t kept = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (alive[i]) work[kept++] = work[i];
+  }
+  work.resize(kept);
 }
 
 std::string_view Tokenizer::decode(int prev, int token) const {

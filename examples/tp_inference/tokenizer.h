@@ -24,13 +24,15 @@ class Tokenizer {
   /// Token ids for text, with BOS first and/or EOS last when asked.
   std::vector<int> encode(const std::string& text, bool add_bos, bool add_eos) const;
   /// Fewest tokens encode() can give `bytes` bytes of text (without BOS/EOS): each token spells at most the
-  /// longest piece. Lets a caller refuse a text too long for the context before the quadratic merge loop.
+  /// longest piece. Lets a caller refuse a text too long for the context before encoding it.
   size_t min_tokens(size_t bytes) const { return (bytes + max_piece_bytes_ - 1) / max_piece_bytes_; }
   /// Text to print for `token` when it follows `prev` (see the header comment); empty for control tokens. A
   /// view into the tokenizer (no allocation per generated token), valid while it lives.
   std::string_view decode(int prev, int token) const;
   /// The stored piece (U+2581 turned into spaces), for tests and debugging.
   const std::string& piece(int token) const { return pieces_.at(static_cast<size_t>(token)); }
+  /// The merge score of `token` (for tests).
+  float score(int token) const { return scores_.at(static_cast<size_t>(token)); }
   /// -1 when the string is not a token.
   int lookup(const std::string& piece) const;
 
@@ -39,6 +41,8 @@ class Tokenizer {
   int eos() const { return eos_; }
 
  private:
+  void merge(std::vector<int>& work) const;
+
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
   std::vector<int> byte_token_;  // byte value -> token id, -1 when the vocabulary lacks it

@@ -2,10 +2,12 @@
 // tbcoll-run. Needs TP_INFERENCE_PATH and TBCOLL_RUN_PATH (binaries) and TBCOLL_SHARED_DIR (holding
 // models/stories260K.gguf and models/stories260K.greedy.txt), as compile definitions or environment variables.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -391,6 +393,95 @@ TEST_F(LoaderErrors, PromptTooLongIsRefusedBeforeEncoding) {
   const Result r = run({binary(), "--model", model_path(), "--prompt", prompt, "--tokens", "4"});
   EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
   EXPECT_NE(r.err.find("exceeds the context"), std::string::npos) << r.err;
+}
+
+// A metadata record: u64 key length, key, u32 value type, value bytes.
+std::string metadata(const std::string& key, uint32_t type, const std::string& value) {
+  const uint64_t len = key.size();
+  std::string kv(reinterpret_cast<const char*>(&len), sizeof len);
+  kv += key;
+  kv.append(reinterpret_cast<const char*>(&type), sizeof type);
+  return kv + value;
+}
+
+template <typename T>
+std::string bytes_of(T value) {
+  return std::string(reinterpret_cast<const char*>(&value), sizeof value);
+}
+
+// The model with `records` added to its metadata (before the first tensor info). Their total length must be a
+// multiple of the data alignment (32), so the tensor data stays aligned without touching any offset.
+std::string with_metadata(const std::string& model, const std::vector<std::string>& records) {
+  std::string added;
+  for (const std::string& r : records) added += r;
+  EXPECT_EQ(added.size() % 32, 0u) << "pad the records to a multiple of 32 bytes";
+  std::string out = model;
+  const size_t first_tensor = after_tensor_name(out, "token_embd.weight") - 8 - std::string("token_embd.weight").size();
+  uint64_t n_kv = 0;
+  std::memcpy(&n_kv, &out[16], sizeof n_kv);
+  patch<uint64_t>(out, 16, n_kv + records.size());
+  out.insert(first_tensor, added);
+  return out;
+}
+
+TEST_F(LoaderErrors, ValuesThatNarrowToNothingAsFloats) {
+  // A float64 rope base of 1e-300 is positive, but 0 as the float the model computes with: every rotary angle
+  // became infinite and every logit NaN (the run printed nothing and exited 0). 40 + 24 bytes of records.
+  const std::string pad = metadata("general.pad", 0, std::string(1, '\0'));
+  expect_error(with_metadata(bytes_, {metadata("llama.rope.freq_base", 12, bytes_of(1e-300)), pad}),
+               "rope.freq_base");
+  // The model with a valid one still runs (the records themselves are fine).
+  const std::string path = dir_.path() + "/rope.gguf";
+  write_file(path, with_metadata(bytes_, {metadata("llama.rope.freq_base", 12, bytes_of(10000.0)), pad}));
+  const Result r = run({binary(), "--model", path, "--tokens", "8"});
+  EXPECT_TRUE(r.exited && r.code == 0) << describe(r);
+}
+
+TEST_F(LoaderErrors, DuplicateMetadataKey) {
+  // 33 + 31 bytes of records; the last of two llama.block_count values used to win silently.
+  expect_error(with_metadata(bytes_, {metadata("llama.block_count", 4, bytes_of(uint32_t{5})),
+                                      metadata("general.padding123", 0, std::string(1, '\0'))}),
+               "duplicate metadata 'llama.block_count'");
+}
+
+TEST_F(LoaderErrors, ArrayCountBeyondTheReadersLimit) {
+  // A corrupt count sized an allocation of 8 bytes per element (uint8 arrays: 8x the file) before any check.
+  std::string damaged = bytes_;
+  const size_t at = after_key(damaged, "tokenizer.ggml.token_type");
+  ASSERT_NE(at, std::string::npos);
+  patch<uint64_t>(damaged, at + 4 + 4, uint64_t{1} << 30);  // value type (array) | element type | count
+  expect_error(damaged, "more than this reader accepts");
+}
+
+TEST_F(LoaderErrors, NotARegularFile) {
+  const std::string fifo = dir_.path() + "/model.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const Result r = run({binary(), "--model", fifo, "--tokens", "8"});  // opening it used to wait for a writer
+  EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+  EXPECT_NE(r.err.find("not a regular file"), std::string::npos) << r.err;
+  const Result nan = run({binary(), "--model", model_path(), "--tokens", "nan"});
+  EXPECT_TRUE(nan.exited && nan.code == 2) << describe(nan);
+}
+
+TEST_F(LoaderErrors, LongVocabularyPieceDoesNotMakeEncodingQuadratic) {
+  // One 200 kB piece (replacing the last token, 3 bytes, by 3 + 32 * 6250 bytes: the data stays aligned) let a
+  // 120 kB prompt through the early length check, into a merge loop that took 95 s before the real check.
+  std::string damaged = bytes_;
+  const std::string last = "\xe2\x80\x8a";
+  const size_t at = damaged.find(bytes_of(uint64_t{3}) + last);
+  ASSERT_NE(at, std::string::npos);
+  const std::string piece(3 + 32 * 6250, 'z');
+  damaged.replace(at, 8 + last.size(), bytes_of(uint64_t{piece.size()}) + piece);
+  const std::string path = dir_.path() + "/long-piece.gguf";
+  write_file(path, damaged);
+  std::string prompt;
+  while (prompt.size() < 120000) prompt += "Once upon a time there was a girl. ";
+  prompt.resize(120000);
+  const auto start = std::chrono::steady_clock::now();
+  const Result r = run({binary(), "--model", path, "--prompt", prompt, "--tokens", "8"});
+  EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+  EXPECT_NE(r.err.find("exceeds the context"), std::string::npos) << r.err;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30)) << "encoding is quadratic again";
 }
 
 TEST_F(LoaderErrors, MissingFile) {
