@@ -19,6 +19,7 @@
 #include "common/time.h"
 #include "tbcoll/tbcoll.h"
 #include "tbcoll/tbcoll.hpp"
+#include "communicator.h"
 
 struct tbcollComm {
   tbcoll::Communicator communicator;
@@ -196,8 +197,19 @@ tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId
     config.world_size = nranks;
     config.root = text.substr(0, newline);
     config.token = text.substr(newline + 1);
+    // Checked before anything is sent (init checks them too, but after the store's connection).
+    if (nranks < 1) throw tbcoll::InvalidArgument(fmt::format("nranks {} must be at least 1", nranks));
+    if (rank < 0 || rank >= nranks) {
+      throw tbcoll::InvalidArgument(fmt::format("rank {} out of range for nranks {}", rank, nranks));
+    }
     const tbcoll::Deadline deadline = tbcoll::deadline_after(config.timeout_s);  // the store's connection included
-    if (nranks > 1) config.store = tbcoll::connect_tcp_store(config.root, config.token, deadline);
+    if (nranks > 1) {
+      try {
+        config.store = tbcoll::connect_tcp_store(config.root, config.token, deadline);
+      } catch (const tbcoll::Error& error) {
+        tbcoll::rethrow_with_context(error, fmt::format("rank {}: init(world_size={})", rank, nranks));
+      }
+    }
     config.server = server_of(text);
     *comm = new tbcollComm{tbcoll::Communicator::init(config, deadline)};
   });

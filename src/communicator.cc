@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <climits>
 #include <cstdlib>
 #include <map>
@@ -99,6 +100,17 @@ std::string encode(const Published& p) {
   return out;
 }
 
+// A decimal number of a rendezvous record (as the ranks write them); IoError naming the record otherwise.
+uint64_t record_number(const std::string& value, const std::string& what) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long parsed = std::strtoull(value.c_str(), &end, 10);
+  if (value.empty() || value[0] < '0' || value[0] > '9' || *end != '\0' || errno == ERANGE) {
+    throw IoError(fmt::format("{} is malformed ({:?}): another program wrote to the rendezvous store?", what, value));
+  }
+  return parsed;
+}
+
 Published decode(int rank, const std::string& text) {
   Published p;
   p.info.rank = rank;
@@ -109,15 +121,12 @@ Published decode(int rank, const std::string& text) {
     if (eq == std::string::npos) continue;
     std::string key = line.substr(0, eq), value = line.substr(eq + 1);
     if (key == "host") p.info.host_id = value;
-    else if (key == "pid") {
-      char* end = nullptr;
-      p.info.process_id = std::strtoull(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0') {
-        throw IoError(fmt::format("rendezvous record of rank {} is malformed (pid {:?})", rank, value));
-      }
-    }
+    else if (key == "pid") p.info.process_id = record_number(value, fmt::format("rendezvous record of rank {}: pid", rank));
     else if (key == "kernel") p.kernel = value;
-    else if (key == "world") p.world_size = std::atoi(value.c_str());
+    else if (key == "world") {
+      const uint64_t world = record_number(value, fmt::format("rendezvous record of rank {}: world size", rank));
+      p.world_size = world > static_cast<uint64_t>(INT32_MAX) ? -1 : static_cast<int>(world);
+    }
     else if (key == "cpus") {
       try {
         p.cpus = parse_cpus(value);
@@ -238,7 +247,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline) {
     comm_id = random_u64();
     store.set(prefix + "/comm_id", bytes_of(std::to_string(comm_id)), deadline);
   } else {
-    comm_id = std::stoull(text_of(store.get(prefix + "/comm_id", deadline)));
+    comm_id = record_number(text_of(store.get(prefix + "/comm_id", deadline)), "the communicator id rank 0 published");
   }
 
   const std::chrono::microseconds link_delay(std::max<long long>(0, env::get_int("TBCOLL_LINK_DELAY_US")));

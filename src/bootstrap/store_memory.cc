@@ -34,9 +34,14 @@ class InMemoryStore final : public Store {
     int64_t result = 0;
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      auto found = values_.find(key);
+      if (found != values_.end() && found->second.size() == sizeof(int64_t)) {
+        std::memcpy(&result, found->second.data(), sizeof(result));
+      }
+      if (__builtin_add_overflow(result, delta, &result)) {
+        throw InvalidArgument(fmt::format("[store] add of {} to key {:?} would overflow 64 bits", delta, key));
+      }
       std::vector<uint8_t>& value = values_[key];
-      if (value.size() == sizeof(int64_t)) std::memcpy(&result, value.data(), sizeof(result));
-      result += delta;
       value.resize(sizeof(result));
       std::memcpy(value.data(), &result, sizeof(result));
     }

@@ -17,9 +17,23 @@ constexpr uint16_t kVersion = 1;
 constexpr uint32_t kMaxTokenBytes = 1024;
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxValueBytes = 16u << 20;
+constexpr uint64_t kMaxStoredBytes = uint64_t{256} << 20;  ///< keys and values held by the server, in total
 
 enum class Op : uint32_t { kSet = 1, kGet = 2, kAdd = 3 };
-enum class Status : uint32_t { kOk = 0, kBadToken = 1, kBadVersion = 2, kBadRequest = 3 };
+enum class Status : uint32_t { kOk = 0, kBadToken = 1, kBadVersion = 2, kBadRequest = 3, kOverflow = 4, kFull = 5 };
+
+/// What a non-zero status means, for the client's error message.
+inline std::string status_text(uint32_t status) {
+  switch (static_cast<Status>(status)) {
+    case Status::kOk: return "ok";
+    case Status::kBadToken: return "wrong job token";
+    case Status::kBadVersion: return "protocol version mismatch";
+    case Status::kBadRequest: return "malformed request";
+    case Status::kOverflow: return "the counter would overflow 64 bits";
+    case Status::kFull: return "the store is full";
+  }
+  return "unknown status " + std::to_string(status);
+}
 
 struct Hello {
   uint32_t magic;

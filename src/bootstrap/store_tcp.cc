@@ -36,6 +36,10 @@ struct TcpStoreServer::Impl {
   class Session;
 
   static constexpr std::chrono::seconds kHelloTimeout{10};
+  // A request's key and value must arrive within this long of its header; they are read (and memory is taken)
+  // in pieces of kBodyPiece as they come, so a header alone costs nothing.
+  static constexpr std::chrono::seconds kBodyTimeout{10};
+  static constexpr size_t kBodyPiece = 64 << 10;
 
   asio::io_context io;
   tcp::acceptor acceptor{io};
@@ -45,6 +49,7 @@ struct TcpStoreServer::Impl {
   std::atomic<uint64_t> rejected{0};
   std::atomic<size_t> sessions{0};  // open connections
   std::map<std::string, std::vector<uint8_t>> values;                     // io thread only
+  uint64_t stored_bytes = 0;                                              // keys and values in `values`
   std::map<std::string, std::vector<std::shared_ptr<Session>>> waiters;  // io thread only
 
   class Session : public std::enable_shared_from_this<Session> {
@@ -117,12 +122,18 @@ struct TcpStoreServer::Impl {
       });
     }
 
+    // Tells the client why and closes (the hello timer is cancelled: this rejection is the one counted).
     void reject(const char* why, sp::Status status) {
       server_.rejected++;
+      hello_timer_.cancel();
       log::warn("[store] rejected a connection from {}: {}", peer_name(), why);
       auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, static_cast<uint32_t>(status)});
       auto self = shared_from_this();
-      asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)), [self, welcome](auto, size_t) {});
+      asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)), [this, self, welcome](auto, size_t) {
+        boost::system::error_code ignored;
+        socket_.shutdown(tcp::socket::shutdown_both, ignored);
+        socket_.close(ignored);
+      });
     }
 
     std::string peer_name() {
@@ -141,10 +152,35 @@ struct TcpStoreServer::Impl {
           log::warn("[store] dropped client {}: malformed request ({})", peer_name(), problem);
           return;
         }
-        body_.resize(request_.key_len + request_.value_len);
-        asio::async_read(socket_, asio::buffer(body_), [this, self](auto ec2, size_t) {
-          if (!ec2) handle();
+        body_.clear();
+        body_timer_.expires_after(kBodyTimeout);
+        body_timer_.async_wait([this, self](auto timer_ec) {
+          if (timer_ec) return;  // cancelled: the body arrived
+          server_.rejected++;
+          log::warn("[store] dropped client {}: a request's {} bytes did not arrive within {} s", peer_name(),
+                    request_.key_len + request_.value_len, kBodyTimeout.count());
+          boost::system::error_code ignored;
+          socket_.close(ignored);
         });
+        read_body();
+      });
+    }
+
+    void read_body() {
+      const size_t total = size_t{request_.key_len} + request_.value_len;
+      if (body_.size() == total) {
+        body_timer_.cancel();
+        return handle();
+      }
+      const size_t have = body_.size(), piece = std::min(kBodyPiece, total - have);
+      body_.resize(have + piece);
+      auto self = shared_from_this();
+      asio::async_read(socket_, asio::buffer(body_.data() + have, piece), [this, self](auto ec, size_t) {
+        if (ec) {
+          body_timer_.cancel();
+          return;
+        }
+        read_body();
       });
     }
 
@@ -153,6 +189,16 @@ struct TcpStoreServer::Impl {
       std::vector<uint8_t> value(body_.begin() + request_.key_len, body_.end());
       switch (static_cast<sp::Op>(request_.op)) {
         case sp::Op::kSet: {
+          auto existing = server_.values.find(key);
+          const uint64_t before = existing == server_.values.end() ? 0 : key.size() + existing->second.size();
+          const uint64_t after = key.size() + value.size();
+          if (server_.stored_bytes - before + after > sp::kMaxStoredBytes) {
+            log::warn("[store] refused a set of {:?} from {}: the store would hold more than {} bytes", key,
+                      peer_name(), sp::kMaxStoredBytes);
+            reply(sp::Status::kFull, {});
+            break;
+          }
+          server_.stored_bytes = server_.stored_bytes - before + after;
           server_.values[key] = value;
           reply(sp::Status::kOk, {});
           auto parked = std::move(server_.waiters[key]);
@@ -174,9 +220,21 @@ struct TcpStoreServer::Impl {
         case sp::Op::kAdd: {
           int64_t delta = 0, current = 0;
           std::memcpy(&delta, value.data(), sizeof(delta));
+          auto existing = server_.values.find(key);
+          if (existing != server_.values.end() && existing->second.size() == sizeof(current)) {
+            std::memcpy(&current, existing->second.data(), sizeof(current));
+          }
+          if (__builtin_add_overflow(current, delta, &current)) {
+            reply(sp::Status::kOverflow, {});
+            break;
+          }
+          const uint64_t before = existing == server_.values.end() ? 0 : key.size() + existing->second.size();
+          if (server_.stored_bytes - before + key.size() + sizeof(current) > sp::kMaxStoredBytes) {
+            reply(sp::Status::kFull, {});
+            break;
+          }
+          server_.stored_bytes = server_.stored_bytes - before + key.size() + sizeof(current);
           std::vector<uint8_t>& stored = server_.values[key];
-          if (stored.size() == sizeof(current)) std::memcpy(&current, stored.data(), sizeof(current));
-          current += delta;
           stored.resize(sizeof(current));
           std::memcpy(stored.data(), &current, sizeof(current));
           reply(sp::Status::kOk, stored);
@@ -188,6 +246,7 @@ struct TcpStoreServer::Impl {
     Impl& server_;
     tcp::socket socket_;
     asio::steady_timer hello_timer_{socket_.get_executor()};
+    asio::steady_timer body_timer_{socket_.get_executor()};
     bool authenticated_ = false;
     std::optional<std::string> parked_on_;  // key of a get waiting for its set
     uint64_t parkings_ = 0;                 // gets parked so far: tells a stale watch from the current one
@@ -368,8 +427,14 @@ class TcpStoreClient final : public Store {
       net::write_all(fd, out.data(), out.size(), deadline, who_);
       sp::ResponseHeader response{};
       net::read_exact(fd, &response, sizeof(response), deadline, who_);
-      if (response.status != 0 || response.value_len > sp::kMaxValueBytes) {
-        throw RemoteError(fmt::format("{}: request for key {:?} failed with status {}", who_, key, response.status));
+      if (response.status != 0) {
+        throw RemoteError(fmt::format("{}: the store refused the {} of key {:?}: {}", who_,
+                                      op == sp::Op::kSet ? "set" : op == sp::Op::kGet ? "get" : "add", key,
+                                      sp::status_text(response.status)));
+      }
+      if (response.value_len > sp::kMaxValueBytes) {
+        throw RemoteError(fmt::format("{}: the store answered key {:?} with {} bytes (at most {} allowed)", who_, key,
+                                      response.value_len, sp::kMaxValueBytes));
       }
       std::vector<uint8_t> result(response.value_len);
       net::read_exact(fd, result.data(), result.size(), deadline, who_);

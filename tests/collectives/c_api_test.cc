@@ -154,6 +154,16 @@ TEST(CApi, NullArgumentsAndStrings) {
   tbcollComm_t comm = nullptr;
   EXPECT_EQ(tbcollCommInitRank(&comm, 2, tbcollUniqueId{}, 0), tbcollInvalidArgument) << "garbage unique id";
   EXPECT_EQ(comm, nullptr);
+  // Rank and size are checked before the store is contacted (this id's store does not exist: reaching for it
+  // took the whole timeout, then reported the connection instead of the rank).
+  tbcollUniqueId dead{};
+  std::snprintf(dead.internal, sizeof(dead.internal), "127.0.0.1:1\ntoken");
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(tbcollCommInitRank(&comm, 2, dead, 7), tbcollInvalidArgument);
+  EXPECT_NE(std::string(tbcollGetLastError(nullptr)).find("rank 7 out of range for nranks 2"), std::string::npos)
+      << tbcollGetLastError(nullptr);
+  EXPECT_EQ(tbcollCommInitRank(&comm, 0, dead, 0), tbcollInvalidArgument);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   int version = 0;
   EXPECT_EQ(tbcollGetVersion(&version), tbcollSuccess);
   EXPECT_EQ(version, 100);

@@ -4,6 +4,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -133,6 +135,98 @@ TEST(Security, StoreRejectsWrongTokenAndGarbage) {
   EXPECT_EQ(store->get("key", deadline_after(5)), (std::vector<uint8_t>{1, 2, 3}));
   EXPECT_EQ(store->add("counter", 5, deadline_after(5)), 5);
   EXPECT_EQ(store->add("counter", -2, deadline_after(5)), 3);
+}
+
+// Resident memory of this process, in bytes.
+size_t resident_bytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  unsigned long pages = 0, resident = 0;
+  if (f != nullptr) {
+    if (std::fscanf(f, "%lu %lu", &pages, &resident) != 2) resident = 0;
+    std::fclose(f);
+  }
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A client that knows the token (the default one is no secret) must still not be able to crash, bloat or
+// confuse rank 0's store.
+TEST(Security, StoreSurvivesAbusiveClients) {
+  TcpStoreServer server("127.0.0.1", 0, "store-token");
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  auto store = connect_tcp_store(address, "store-token", deadline_after(5));
+
+  // A counter past 2^63 - 1 (signed overflow: undefined behaviour, which killed a sanitized rank 0).
+  EXPECT_EQ(store->add("counter", INT64_MAX, deadline_after(5)), INT64_MAX);
+  try {
+    store->add("counter", 1, deadline_after(5));
+    ADD_FAILURE() << "the counter wrapped";
+  } catch (const RemoteError& error) {
+    EXPECT_NE(std::string(error.what()).find("overflow"), std::string::npos) << error.what();
+  }
+  EXPECT_EQ(store->add("counter", -1, deadline_after(5)), INT64_MAX - 1);
+  auto memory = make_in_memory_store();
+  memory->add("counter", INT64_MIN, deadline_after(5));
+  EXPECT_THROW(memory->add("counter", -1, deadline_after(5)), InvalidArgument);
+
+  // Request headers announcing 16 MiB values with no value behind them: the server used to allocate (and zero)
+  // each value on the header alone.
+  const size_t before = resident_bytes();
+  std::vector<int> clients;
+  for (int i = 0; i < 16; ++i) {
+    store_protocol::Hello hello{store_protocol::kMagic, store_protocol::kVersion, 0, 11};
+    std::string bytes(reinterpret_cast<const char*>(&hello), sizeof(hello));
+    bytes += "store-token";
+    store_protocol::RequestHeader header{static_cast<uint32_t>(store_protocol::Op::kSet), 4,
+                                         store_protocol::kMaxValueBytes, 0};
+    bytes.append(reinterpret_cast<const char*>(&header), sizeof(header));
+    bytes += "big" + std::to_string(i % 10);
+    const int fd = net::connect_tcp(net::parse_host_port(address, "test"), deadline_after(5), "test");
+    net::write_all(fd, bytes.data(), bytes.size(), deadline_after(5), "test");
+    clients.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_LT(resident_bytes(), before + (size_t{64} << 20)) << "the server sized values from their headers";
+  for (int fd : clients) close(fd);
+  store->set("key", {1}, deadline_after(5));
+  EXPECT_EQ(store->get("key", deadline_after(5)), std::vector<uint8_t>{1});
+
+  // A rejected client is told why and disconnected at once, not 10 s later; counted once.
+  const uint64_t rejected = server.rejected_connections();
+  store_protocol::Hello hello{store_protocol::kMagic, store_protocol::kVersion, 0, 5};
+  std::string wrong(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  const auto start = Clock::now();
+  EXPECT_EQ(poke(address, wrong + "wrong").size(), sizeof(store_protocol::Welcome));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(900)) << "the connection stayed open";
+  EXPECT_EQ(server.rejected_connections(), rejected + 1);
+}
+
+// Records in the store that no rank wrote (another program, a stale job) are reported, not thrown as
+// std::invalid_argument out of init.
+TEST(Security, MalformedRendezvousRecordsAreReported) {
+  auto store = make_in_memory_store();
+  Config config;
+  config.rank = 1;
+  config.world_size = 2;
+  config.store = store;
+  config.timeout_s = 5;
+  config.prefix = "bad-id";
+  store->set("bad-id/comm_id", {'z', 'z', 'z'}, deadline_after(5));
+  try {
+    Communicator::init(config);
+    ADD_FAILURE() << "init accepted a malformed communicator id";
+  } catch (const IoError& error) {
+    EXPECT_NE(std::string(error.what()).find("communicator id"), std::string::npos) << error.what();
+  }
+  config.prefix = "bad-world";
+  store->set("bad-world/comm_id", {'1', '2'}, deadline_after(5));
+  const std::string record = "host=x\npid=1\nworld=2abc\n";
+  store->set("bad-world/peer/0", {record.begin(), record.end()}, deadline_after(5));
+  try {
+    Communicator::init(config);
+    ADD_FAILURE() << "init accepted a malformed world size";
+  } catch (const IoError& error) {
+    EXPECT_NE(std::string(error.what()).find("world size is malformed"), std::string::npos) << error.what();
+  }
 }
 
 TEST(Security, WrongTokenBetweenRanksFailsInit) {
