@@ -278,16 +278,21 @@ TEST(Errors, RanksWithDifferentWorldSizesAreToldAtInit) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 20 s deadline";
 }
 
-// A rank that never shows up: init fails at its deadline, naming the rank and the call like a collective's error.
-TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
+// Rank 0 of two, whose peer never shows up.
+Config alone_of_two(double timeout_s) {
   Config config;
   config.rank = 0;
   config.world_size = 2;
   config.store = make_in_memory_store();
-  config.timeout_s = 0.5;
+  config.timeout_s = timeout_s;
+  return config;
+}
+
+// A rank that never shows up: init fails at its deadline, naming the rank and the call like a collective's error.
+TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
   const auto start = std::chrono::steady_clock::now();
   try {
-    Communicator::init(config);
+    Communicator::init(alone_of_two(0.5));
     FAIL() << "init without the other rank succeeded";
   } catch (const TimeoutError& error) {
     EXPECT_NE(std::string(error.what()).find("rank 0: init(world_size=2) failed: "), std::string::npos)
@@ -299,13 +304,8 @@ TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
 // Split and the C API's init spend part of the timeout before init (agreeing on colours, connecting to the
 // store): they pass what is left as a deadline, so the whole call stays within one timeout.
 TEST(Errors, InitWithADeadlineEndsThere) {
-  Config config;
-  config.rank = 0;
-  config.world_size = 2;
-  config.store = make_in_memory_store();
-  config.timeout_s = 60;
   const auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(Communicator::init(config, Clock::now() + std::chrono::milliseconds(300)), TimeoutError);
+  EXPECT_THROW(Communicator::init(alone_of_two(60), Clock::now() + std::chrono::milliseconds(300)), TimeoutError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
