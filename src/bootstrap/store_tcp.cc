@@ -153,9 +153,13 @@ struct TcpStoreServer::Impl {
           return;
         }
         body_.clear();
+        reading_body_ = true;
+        const uint64_t request = ++requests_;
         body_timer_.expires_after(kBodyTimeout);
-        body_timer_.async_wait([this, self](auto timer_ec) {
-          if (timer_ec) return;  // cancelled: the body arrived
+        // The expiry may already be queued when the body completes (cancel() cannot recall it then): only a
+        // body still outstanding for this very request counts.
+        body_timer_.async_wait([this, self, request](auto timer_ec) {
+          if (timer_ec || !reading_body_ || request != requests_) return;
           server_.rejected++;
           log::warn("[store] dropped client {}: a request's {} bytes did not arrive within {} s", peer_name(),
                     request_.key_len + request_.value_len, kBodyTimeout.count());
@@ -169,6 +173,7 @@ struct TcpStoreServer::Impl {
     void read_body() {
       const size_t total = size_t{request_.key_len} + request_.value_len;
       if (body_.size() == total) {
+        reading_body_ = false;
         body_timer_.cancel();
         return handle();
       }
@@ -247,6 +252,8 @@ struct TcpStoreServer::Impl {
     tcp::socket socket_;
     asio::steady_timer hello_timer_{socket_.get_executor()};
     asio::steady_timer body_timer_{socket_.get_executor()};
+    bool reading_body_ = false;  // a request's key and value are being read
+    uint64_t requests_ = 0;      // requests begun on this connection
     bool authenticated_ = false;
     std::optional<std::string> parked_on_;  // key of a get waiting for its set
     uint64_t parkings_ = 0;                 // gets parked so far: tells a stale watch from the current one
