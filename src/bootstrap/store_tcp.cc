@@ -189,21 +189,30 @@ struct TcpStoreServer::Impl {
       });
     }
 
+    // Accounts for key's value becoming `size` bytes; false, changing nothing, if the store would then hold
+    // more than kMaxStoredBytes.
+    bool make_room(const std::string& key, size_t size) {
+      auto existing = server_.values.find(key);
+      const uint64_t before = existing == server_.values.end() ? 0 : key.size() + existing->second.size();
+      const uint64_t after = key.size() + size;
+      if (server_.stored_bytes - before + after > sp::kMaxStoredBytes) {
+        log::warn("[store] refused to store {} bytes under {:?} for {}: the store would hold more than {} bytes",
+                  size, key, peer_name(), sp::kMaxStoredBytes);
+        return false;
+      }
+      server_.stored_bytes = server_.stored_bytes - before + after;
+      return true;
+    }
+
     void handle() {
       std::string key(body_.begin(), body_.begin() + request_.key_len);
       std::vector<uint8_t> value(body_.begin() + request_.key_len, body_.end());
       switch (static_cast<sp::Op>(request_.op)) {
         case sp::Op::kSet: {
-          auto existing = server_.values.find(key);
-          const uint64_t before = existing == server_.values.end() ? 0 : key.size() + existing->second.size();
-          const uint64_t after = key.size() + value.size();
-          if (server_.stored_bytes - before + after > sp::kMaxStoredBytes) {
-            log::warn("[store] refused a set of {:?} from {}: the store would hold more than {} bytes", key,
-                      peer_name(), sp::kMaxStoredBytes);
+          if (!make_room(key, value.size())) {
             reply(sp::Status::kFull, {});
             break;
           }
-          server_.stored_bytes = server_.stored_bytes - before + after;
           server_.values[key] = value;
           reply(sp::Status::kOk, {});
           auto parked = std::move(server_.waiters[key]);
@@ -233,12 +242,10 @@ struct TcpStoreServer::Impl {
             reply(sp::Status::kOverflow, {});
             break;
           }
-          const uint64_t before = existing == server_.values.end() ? 0 : key.size() + existing->second.size();
-          if (server_.stored_bytes - before + key.size() + sizeof(current) > sp::kMaxStoredBytes) {
+          if (!make_room(key, sizeof(current))) {
             reply(sp::Status::kFull, {});
             break;
           }
-          server_.stored_bytes = server_.stored_bytes - before + key.size() + sizeof(current);
           std::vector<uint8_t>& stored = server_.values[key];
           stored.resize(sizeof(current));
           std::memcpy(stored.data(), &current, sizeof(current));
