@@ -138,8 +138,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
   const ShardSpec shard = options.pipeline ? pipeline_shard(config, rank, world)
                                            : tensor_parallel_shard(config, rank, world);
 
-  // The merge loop is quadratic in the text: refuse a prompt that cannot fit before encoding it (a non-empty
-  // text gets a space prefix).
+  // Refuse a prompt that cannot fit before spending time encoding it (a non-empty text gets a space prefix).
   const size_t least = tokenizer.min_tokens(options.prompt.empty() ? 0 : options.prompt.size() + 1);
   if (static_cast<double>(least) + options.tokens > static_cast<double>(config.context_length)) {
     throw GgufError("prompt of " + std::to_string(options.prompt.size()) + " bytes (at least " +
