@@ -295,6 +295,9 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
   c.run(what, tag, algorithm, [&](algo::Exec& exec) {
     if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
     else algo::broadcast_tree(exec, args);
+    // The root only sends, so no receive checks its call: ranks that each named themselves root would all
+    // return. Where announcements exist, look at the peers'; elsewhere the stray message fails a later call.
+    if (root == c.rank && c.fast_path != nullptr) c.fast_path->check_peer_calls(tag);
   });
 }
 

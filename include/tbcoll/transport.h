@@ -96,6 +96,10 @@ class CollectiveFastPath {
   /// communicator calls it for collectives that do not go through the fast path; fast-path calls announce
   /// themselves. Cheap (a few stores to memory only this rank writes).
   virtual void announce(const Tag& tag) = 0;
+  /// Throws MismatchError when a peer announced the call with tag.tag under another signature (InvalidUsage
+  /// when under another algorithm). For ranks that only send in a call (a broadcast's root), which no receive
+  /// check covers. Best effort: a peer that has not announced the call yet, or has moved on, passes.
+  virtual void check_peer_calls(const Tag& tag) = 0;
   /// Largest all_reduce input, in bytes per rank, that all_reduce_one_shot() takes.
   virtual size_t max_one_shot_bytes() const = 0;
   /// Whether the direct collectives (peers read each other's buffers in place) are available.

@@ -109,6 +109,35 @@ TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
   });
 }
 
+// Ranks that each name themselves the root of a broadcast only send, so no receive checks the call: each used
+// to return with its own data, and on shm no later call failed either. Now every rank fails, at the broadcast
+// or at its next call, long before the deadline. Small messages (tree, then one-shot all-reduces on shm) and
+// messages larger than what the transports buffer (a sender blocks).
+TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
+  const std::string transport = GetParam();
+  for (int n : {2, 3}) {
+    for (size_t count : {size_t{64}, size_t{1} << 21}) {
+      std::vector<std::string> messages(n);
+      const auto start = std::chrono::steady_clock::now();
+      run_ranks(n, {transport, count > 64 ? "tree" : "", 30}, [&](Communicator& comm) {
+        std::vector<float> buf(count, static_cast<float>(comm.rank()));
+        messages[comm.rank()] = error_of([&] {
+          comm.broadcast(buf.data(), buf.data(), count, DataType::kFloat32, comm.rank());
+          float x = 1.0f;
+          for (int i = 0; i < 3; ++i) comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+        });
+      });
+      bool named = false;
+      for (int r = 0; r < n; ++r) {
+        EXPECT_NE(messages[r], "") << transport << ", " << n << " ranks, count " << count << ": rank " << r;
+        named = named || messages[r].find("root=") != std::string::npos;
+      }
+      EXPECT_TRUE(named) << "some rank names the other root";
+      EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("loopback", "shm", "tcp"));
 
 TEST(Errors, ShmOneShotMismatchIsReported) {

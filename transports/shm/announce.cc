@@ -36,6 +36,20 @@ void check_announcement(const CallAnnounce& announced, int rank, int peer, const
   if (theirs != algorithm) throw_tuned_differently(rank, peer, theirs, algorithm);
 }
 
+void check_unreceived(const Queue& queue, int rank, int peer, const transport::Tag& tag) {
+  const uint64_t tail = queue.tail.load(std::memory_order_relaxed);  // ours: we are the consumer
+  const uint64_t head = queue.head.load(std::memory_order_acquire);
+  for (uint64_t i = tail; i != head; ++i) {  // published frames stay put until we advance tail
+    const FrameHeader& frame = queue.frames[i % kFrames].header;
+    const bool collective = (frame.tag >> 63) == 0;  // send/recv tags have the top bit set
+    if (frame.first != 1 || !collective || frame.tag >= tag.tag) continue;
+    throw InvalidUsage(fmt::format(
+        "[shm] rank {}: peer {} sent a message for an earlier collective call (call {}, {}) that this rank "
+        "finished without receiving it: the ranks' calls did not match there (a broadcast or reduce whose "
+        "ranks named different roots?)", rank, peer, frame.tag, describe_meta(frame.meta)));
+  }
+}
+
 void throw_tuned_differently(int rank, int peer, uint64_t theirs, uint64_t ours) {
   throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
                                  "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "

@@ -137,9 +137,9 @@ bool Endpoint::progress_recvs() {
 
 void Endpoint::check_peer_call() {
   // A peer that announced the collective our receive belongs to, with another signature or in a fast path,
-  // is not going to send it.
-  if (recvs_.empty() || remote_->world_size <= 0) return;
-  const Operation& op = *recvs_.front();
+  // is not going to send it; nor to receive our send (whose queue may be full).
+  if ((recvs_.empty() && sends_.empty()) || remote_->world_size <= 0) return;
+  const Operation& op = recvs_.empty() ? *sends_.front() : *recvs_.front();
   try {
     check_announcement(collective_area(remote_, remote_->world_size)->call, rank_, peer_, op.tag, kPointToPoint,
                        op.bytes);

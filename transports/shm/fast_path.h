@@ -69,12 +69,11 @@ class FastPath final : public transport::CollectiveFastPath {
   void broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag, Deadline deadline,
                         std::chrono::microseconds spin) override;
 
-  // Tells peers which call this rank is in and how it runs it (see CallAnnounce).
+  // Tells peers which call this rank is in and how it runs it (see CallAnnounce), after checking that no peer
+  // sent a message of an earlier call this rank never received (check_unreceived).
   void announce(const transport::Tag& tag) override { announce(tag, kPointToPoint); }
-  void announce(const transport::Tag& tag, uint64_t algorithm) {
-    announce_call(areas_[rank_]->call, tag, algorithm);
-    current_algorithm_ = algorithm;
-  }
+  void announce(const transport::Tag& tag, uint64_t algorithm);
+  void check_peer_calls(const transport::Tag& tag) override;
 
   /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
   static void read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer);
