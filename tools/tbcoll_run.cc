@@ -14,7 +14,8 @@
 // Ranks die with the launcher (PR_SET_PDEATHSIG). Started from a terminal's foreground, ranks ignore SIGTTOU, so
 // `stty tostop` does not stop them at their first line. Signals reach the single poll() loop through a self-pipe;
 // children are reaped with waitpid(WNOHANG); tagged output is written only when the target has room, so a
-// stalled reader never blocks the loop. Deliberately standalone: POSIX and the standard library only.
+// stalled reader never blocks the loop. When the job is over, shared-memory segments of ranks that died during
+// set-up are removed. Deliberately standalone: POSIX, the standard library and that header-only sweep only.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -41,6 +42,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "transports/shm/stale_segments.h"
 
 namespace {
 
@@ -254,6 +257,12 @@ class Launcher {
     for (Rank& rank : ranks_) {
       close_stream(rank.out);
       close_stream(rank.err);
+    }
+    // A rank killed during set-up (by us, or by anyone) leaves its shared-memory segment, which is unlinked
+    // only once every peer mapped it: remove those whose owner is gone.
+    if (int removed = tbcoll::shm::remove_stale_segments(); removed > 0) {
+      std::fprintf(stderr, "tbcoll-run: removed %d shared-memory segment(s) of ranks that died during set-up\n",
+                   removed);
     }
     return exit_code_.value_or(0);
   }

@@ -1,7 +1,9 @@
 // Real processes: tbcoll-run and OpenMPI's mpirun launching the checking program, and a SIGKILLed rank.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -12,6 +14,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -215,6 +218,44 @@ TEST_P(KilledRank, MakesTheOthersFailWithinTheDeadlineAndLeavesNoSegments) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, KilledRank, ::testing::Values("shm", "tcp"));
+
+// A rank killed during set-up, after creating its segment (unlinked only once every peer mapped it), while rank 2
+// never arrives: rank 0 fails at the deadline and removes the dead rank's segment on its way out (it used to stay
+// until the next set-up on the machine).
+TEST(Processes, RankKilledDuringSetUpLeavesNoSegments) {
+  const int n = 3, victim = 1, absent = 2;
+  std::string root = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < n; ++rank) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      int null = open("/dev/null", O_WRONLY);
+      dup2(null, STDOUT_FILENO);
+      dup2(null, STDERR_FILENO);
+      setenv("TBCOLL_RANK", std::to_string(rank).c_str(), 1);
+      setenv("TBCOLL_WORLD_SIZE", std::to_string(n).c_str(), 1);
+      setenv("TBCOLL_ROOT", root.c_str(), 1);
+      setenv("TBCOLL_TIMEOUT", "2", 1);
+      setenv("TBCOLL_TRANSPORT", "shm", 1);
+      execl(TBCOLL_TEST_PROG_PATH, TBCOLL_TEST_PROG_PATH, "late", std::to_string(absent).c_str(), "60", nullptr);
+      _exit(127);
+    }
+    pids.push_back(pid);
+  }
+  auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (segments_of({pids[victim]}).empty() && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(segments_of({pids[victim]}).size(), 1u) << "rank 1 did not reach set-up in time";
+  kill(pids[victim], SIGKILL);
+  waitpid(pids[victim], nullptr, 0);  // reaped at once, as a launcher would: a zombie still owns its pid
+  int status = 0;
+  waitpid(pids[0], &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << "rank 0 fails at the deadline";
+  EXPECT_EQ(segments_of(pids), std::vector<std::string>{}) << "shared memory left behind";
+  kill(pids[absent], SIGKILL);  // still asleep before init: it has no segment
+  waitpid(pids[absent], nullptr, 0);
+}
 
 
 }  // namespace

@@ -2,6 +2,7 @@
 // and the tests check what the ranks saw, what the launcher printed, its exit status, and that no
 // rank (or child of a rank) outlives a stopped job.
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -240,6 +241,20 @@ void expect_all_gone(const std::vector<pid_t>& pids) {
     EXPECT_FALSE(process_running(pid)) << "process " << pid << " outlived the job";
     if (process_running(pid)) kill(pid, SIGKILL);  // do not leak it into later tests
   }
+}
+
+// Names in /dev/shm of the tbcoll segments owned by pid (tbcoll-<pid namespace>-<pid>-<id>-<rank>).
+std::vector<std::string> shm_segments_of(pid_t pid) {
+  std::vector<std::string> found;
+  DIR* dir = opendir("/dev/shm");
+  if (dir == nullptr) return found;
+  while (dirent* entry = readdir(dir)) {
+    unsigned long ns = 0;
+    int owner = 0;
+    if (std::sscanf(entry->d_name, "tbcoll-%lx-%d-", &ns, &owner) == 2 && owner == pid) found.push_back(entry->d_name);
+  }
+  closedir(dir);
+  return found;
 }
 
 // The pids from every "pid A B ..." line of `out`.
@@ -575,6 +590,29 @@ TEST(TbcollRun, SigtermToLauncherTerminatesEveryRankAndItsChildren) {
   EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
   EXPECT_LT(result.seconds, 5);
   expect_all_gone(pids);
+}
+
+// Stopped while a rank is still in set-up: the ranks die without unlinking their segments (a segment is
+// unlinked once every peer mapped it); tbcoll-run removes them when the job is over.
+TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
+  Launcher launcher({"-n", "2", "-x", "TBCOLL_TRANSPORT=shm", "--", TBCOLL_TEST_PROG_PATH, "late", "1", "30"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 2; }));
+  const std::vector<pid_t> pids = pids_in(launcher.out());
+  auto has_segment = [&] {
+    for (pid_t pid : pids) {
+      if (!shm_segments_of(pid).empty()) return true;
+    }
+    return false;
+  };
+  auto until = Clock::now() + std::chrono::seconds(5);
+  while (!has_segment() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_TRUE(has_segment()) << "rank 0 did not reach set-up";
+  ASSERT_EQ(kill(launcher.pid(), SIGTERM), 0);
+  RunResult result = launcher.finish();
+  EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
+  expect_all_gone(pids);
+  for (pid_t pid : pids) EXPECT_EQ(shm_segments_of(pid), std::vector<std::string>{}) << result.err;
+  EXPECT_TRUE(contains(result.err, "removed 1 shared-memory segment")) << result.err;
 }
 
 TEST(TbcollRun, ForwardsTheSignalItReceived) {

@@ -2,8 +2,9 @@
 //
 // Set-up: each rank creates its segment (named after its pid, the communicator and its rank) and publishes
 // the name; every peer maps it and counts itself in the segment's mapped_by; once all peers have, the owner
-// unlinks the name, so nothing is left in /dev/shm even if the job is killed later. Segments left by jobs
-// killed during set-up carry a dead pid in their name and are removed by the next context created.
+// unlinks the name, so nothing is left in /dev/shm even if the job is killed later. Segments of ranks killed
+// during set-up carry a dead pid in their name: their peers remove them when the set-up fails, tbcoll-run when
+// the job ends, and the next context created on the machine in any case.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "transports/shm/endpoint.h"
 #include "transports/shm/fast_path.h"
 #include "transports/shm/process_watch.h"
+#include "transports/shm/stale_segments.h"
 
 namespace tbcoll::shm {
 namespace {
@@ -44,7 +46,10 @@ class Context final : public transport::Context {
 
   ~Context() override {
     if (mapping_.base() != nullptr) mapping_.header()->closed.store(1, std::memory_order_release);
-    if (!unlinked_) shm_unlink(name_.c_str());
+    if (!unlinked_) {  // set-up failed: perhaps because a peer died, leaving its segment
+      shm_unlink(name_.c_str());
+      remove_stale_segments();
+    }
   }
 
   std::string address() const override { return name_; }

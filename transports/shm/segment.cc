@@ -1,17 +1,14 @@
 #include "transports/shm/segment.h"
 
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/futex.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -23,24 +20,6 @@ namespace tbcoll::shm {
 
 std::string segment_name(int pid, uint64_t comm_id, int rank) {
   return fmt::format("/tbcoll-{:x}-{}-{:016x}-{}", pid_namespace(), pid, comm_id, rank);
-}
-
-void remove_stale_segments() {
-  // Without our pid namespace (no /proc) no pid can be judged: sweep nothing.
-  const unsigned long mine = pid_namespace();
-  if (mine == 0) return;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return;
-  while (dirent* entry = readdir(dir)) {
-    unsigned long ns = 0;
-    int pid = 0;
-    if (std::sscanf(entry->d_name, "tbcoll-%lx-%d-", &ns, &pid) != 2 || pid <= 0) continue;
-    // Only segments of this pid namespace: elsewhere (another container sharing /dev/shm) the pid means
-    // another process, and a live peer's segment would go.
-    if (ns != mine) continue;
-    if (kill(pid, 0) != 0 && errno == ESRCH) shm_unlink((std::string("/") + entry->d_name).c_str());
-  }
-  closedir(dir);
 }
 
 Mapping Mapping::map(int fd, size_t bytes, const std::string& name) {

@@ -159,11 +159,8 @@ inline Queue* queue_at(void* base, int index) {
   return reinterpret_cast<Queue*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader)) + index;
 }
 
-/// "/tbcoll-<pid>-<comm id>-<rank>"
+/// "/tbcoll-<pid namespace>-<pid>-<comm id>-<rank>" (stale_segments.h removes those of dead owners)
 std::string segment_name(int pid, uint64_t comm_id, int rank);
-
-/// Removes segments in /dev/shm named by segment_name whose owner process no longer exists.
-void remove_stale_segments();
 
 /// A mapping of a segment; unmaps on destruction.
 class Mapping {

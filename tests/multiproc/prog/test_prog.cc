@@ -5,6 +5,7 @@
 //   test_prog mismatch                 rank 1 calls all_reduce with a different count
 //   test_prog mixed                    ranks split over two pretend hosts (TBCOLL_HOST_ID): shm inside a host,
 //                                      tcp across; prints each rank's transports, then runs check
+//   test_prog late RANK SECONDS        prints "pid <pid>"; RANK sleeps SECONDS before init; then as check 1
 //   test_prog c_split RANK ID          C API, 3 ranks from unique id ID (its text): splits with colour 0 and
 //                                      all-reduces on the child, then splits the child (rank 0 runs elsewhere)
 #include <signal.h>
@@ -83,8 +84,15 @@ int main(int argc, char** argv) {
     int size = std::atoi(std::getenv("TBCOLL_WORLD_SIZE") ? std::getenv("TBCOLL_WORLD_SIZE") : "1");
     setenv("TBCOLL_HOST_ID", rank < size / 2 ? "hostA" : "hostB", 1);
   }
+  if (mode == "late" && argc > 3) {  // the others wait in set-up meanwhile, their segments created
+    std::printf("pid %d\n", static_cast<int>(getpid()));
+    std::fflush(stdout);
+    const char* rank = std::getenv("TBCOLL_RANK");
+    if (rank != nullptr && std::atoi(rank) == std::atoi(argv[2])) sleep(static_cast<unsigned>(std::atoi(argv[3])));
+  }
   try {
     auto comm = tbcoll::Communicator::init(tbcoll::Config::from_env());
+    if (mode == "late") return check(comm, 1);
     if (mode == "check") return check(comm, argc > 2 ? std::atoi(argv[2]) : 2);
     if (mode == "mixed" || mode == "transports") {  // transports: as the library picks them on its own
       std::string names;
