@@ -5,7 +5,8 @@
 # tcp: tbcoll over TCP vs OpenMPI ob1 + tcp BTL (loopback).
 # shm: tbcoll shm vs OpenMPI ob1 + vader BTL (shm + CMA) and vs OpenMPI's UCX PML (shared memory).
 # Every process is pinned to its own core (tbcoll-run and mpirun --bind-to core); time = median over
-# ITERATIONS of the slowest rank, as in tbcoll-perf.
+# ITERATIONS of the slowest rank, as in tbcoll-perf. shm all_reduce also measures the cross-core streaming ceiling
+# each round (column max: the highest bw ratio any 2-rank all-reduce could reach against that flavour).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 transport=${1:-tcp}
@@ -30,6 +31,10 @@ trap 'rm -rf "$out"' EXIT
 for round in $(seq "$rounds"); do
   "$build/tbcoll-run" -n 2 -- "$build/benchmarks/tbcoll-perf" --transport "$transport" -c "$collective" \
     -b 8 -e "$max_bytes" -f 2 -n "$iterations" --csv "$out/tbcoll.$round.csv" > /dev/null
+  if [ "$transport" = shm ] && [ "$collective" = all_reduce ]; then  # the cross-core streaming ceiling
+    "$build/tbcoll-run" -n 2 -- "$build/benchmarks/tbcoll-perf" --transport shm --pingpong -b 8 -e 8 -n 10 |
+      sed -nE 's/.*raw shared-memory streaming.*: ([0-9.]+) GB\/s per direction.*/\1/p' > "$out/ceiling.$round.txt"
+  fi
   for peer in "${peers[@]}"; do
     name=${peer%%:*}
     # shellcheck disable=SC2086  # the flavour's arguments are split on purpose
@@ -53,12 +58,24 @@ for r in range(1, rounds + 1):
             size, us, bw, wrong = line.split()
             theirs[name].setdefault(int(size), []).append((float(us), float(bw), int(wrong)))
 med = lambda rows, i: statistics.median(x[i] for x in rows)
+ceilings = []
+for r in range(1, rounds + 1):
+    try:
+        ceilings += [float(x) for x in open(f"{out}/ceiling.{r}.txt").read().split()]
+    except FileNotFoundError:
+        pass
+if ceilings:
+    # A 2-rank all-reduce moves its whole size each way between the cores: its busbw cannot pass this.
+    ceiling = statistics.median(ceilings)
+    print(f"# cross-core streaming ceiling (tbcoll-perf --pingpong, both ways at once), median of {len(ceilings)}: "
+          f"{ceiling:.2f} GB/s per direction = the highest busbw any 2-rank all-reduce can reach here; "
+          f"'max' = that ceiling / OpenMPI's busbw, the highest bw ratio possible")
 print(f"# {collective}, 2 ranks, f32 sum, out of place, tbcoll {transport} vs OpenMPI {', '.join(names)}; "
       f"medians of {rounds} interleaved rounds")
 print("# time ratio = tbcoll time / OpenMPI time (lower is better); bw ratio = tbcoll busbw / OpenMPI busbw")
 head = f"# {'size':>10} {'tbcoll us':>10} {'busbw':>7}"
 for name in names:
-    head += f" | {name + ' us':>10} {'busbw':>7} {'t ratio':>7} {'bw ratio':>8}"
+    head += f" | {name + ' us':>10} {'busbw':>7} {'t ratio':>7} {'bw ratio':>8}" + (f" {'max':>6}" if ceilings else "")
 print(head + f" {'#wrong':>6}")
 for size in sorted(set(ours).intersection(*(theirs[n] for n in names))):
     t, w = med(ours[size], 0), med(ours[size], 1)
@@ -69,5 +86,7 @@ for size in sorted(set(ours).intersection(*(theirs[n] for n in names))):
         t2, w2 = med(rows, 0), med(rows, 1)
         wrong += sum(x[2] for x in rows)
         line += f" | {t2:>10.2f} {w2:>7.3f} {t / t2:>7.2f} {w / w2:>8.2f}"
+        if ceilings:
+            line += f" {ceiling / w2:>6.2f}"
     print(line + f" {wrong:>6}")
 PY
