@@ -612,7 +612,8 @@ TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
   EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
   expect_all_gone(pids);
   for (pid_t pid : pids) EXPECT_EQ(shm_segments_of(pid), std::vector<std::string>{}) << result.err;
-  EXPECT_TRUE(contains(result.err, "removed 1 shared-memory segment")) << result.err;
+  // At least rank 0's (tests running alongside may have left more).
+  EXPECT_TRUE(contains(result.err, "shared-memory segment(s) of ranks that died during set-up")) << result.err;
 }
 
 TEST(TbcollRun, ForwardsTheSignalItReceived) {
