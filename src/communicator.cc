@@ -163,6 +163,20 @@ bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Publi
   return true;
 }
 
+// The rendezvous records of a communicator (its id, every rank's record) are read once, during init. Each rank
+// counts itself once it read them all; the last removes them, so a job creating communicators by the thousand
+// (splits) does not grow rank 0's store. Only cleaning: a failure is logged, not fatal.
+void forget_records(Store& store, const std::string& prefix, int rank, int size, Deadline deadline) {
+  try {
+    if (store.add(prefix + "/read", 1, deadline) != size) return;
+    store.erase(prefix + "/comm_id", deadline);
+    for (int r = 0; r < size; ++r) store.erase(fmt::format("{}/peer/{}", prefix, r), deadline);
+    store.erase(prefix + "/read", deadline);
+  } catch (const Error& error) {
+    log::warn("rank {}: could not remove the rendezvous records of {:?}: {}", rank, prefix, error.what());
+  }
+}
+
 }  // namespace
 
 void Communicator::Impl::mark_broken(const std::string& reason) {
@@ -305,6 +319,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline) {
     plan[chosen].push_back({peer, other.addresses[chosen]});
     impl->transport_names[peer] = chosen;
   }
+  forget_records(store, prefix, rank, size, deadline);
   impl->spin_yields = spin_should_yield(self.cpus, same_machine_cpus);
   log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine; spinning waits {}", rank,
             format_cpus(self.cpus), same_machine_cpus.size(), impl->spin_yields ? "yield now and then" : "never yield");

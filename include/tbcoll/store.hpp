@@ -23,6 +23,13 @@ class Store {
   virtual std::vector<uint8_t> get(const std::string& key, Deadline deadline) = 0;
   /// Atomically adds delta to the integer stored at key (0 if absent) and returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta, Deadline deadline) = 0;
+  /// Removes key if it is set. Communicators remove their rendezvous records once every rank read them, so a
+  /// job creating communicators by the thousand does not grow the store. Stores that cannot remove (this
+  /// default) keep the records until they go away.
+  virtual void erase(const std::string& key, Deadline deadline) {
+    (void)key;
+    (void)deadline;
+  }
 };
 
 /// A store living in this process, for ranks that are threads. Share one instance among the ranks.
@@ -50,6 +57,8 @@ class TcpStoreServer {
   uint64_t rejected_connections() const;
   /// Clients connected now (every communicator that rendezvoused through this store keeps one while it lives).
   size_t connections() const;
+  /// Bytes of keys and values held now.
+  uint64_t stored_bytes() const;
 
  private:
   void start();

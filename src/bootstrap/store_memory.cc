@@ -30,6 +30,11 @@ class InMemoryStore final : public Store {
     return values_[key];
   }
 
+  void erase(const std::string& key, Deadline) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    values_.erase(key);
+  }
+
   int64_t add(const std::string& key, int64_t delta, Deadline) override {
     int64_t result = 0;
     {

@@ -4,6 +4,7 @@
 //   server welcome : magic u32 | status u32                      (status 0 = accepted; else closed)
 //   request        : op u32 | key_len u32 | value_len u32 | reserved u32 | key | value
 //   response       : status u32 | value_len u32 | value          (get waits until the key is set)
+// Ops: set (key, value), get (key), add (key, 8-byte delta; answers the sum), erase (key; absent is fine).
 #pragma once
 
 #include <cstdint>
@@ -13,13 +14,23 @@
 namespace tbcoll::store_protocol {
 
 constexpr uint32_t kMagic = 0x54425354;  // "TBST"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;  // 2: erase
 constexpr uint32_t kMaxTokenBytes = 1024;
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxValueBytes = 16u << 20;
 constexpr uint64_t kMaxStoredBytes = uint64_t{256} << 20;  ///< keys and values held by the server, in total
 
-enum class Op : uint32_t { kSet = 1, kGet = 2, kAdd = 3 };
+enum class Op : uint32_t { kSet = 1, kGet = 2, kAdd = 3, kErase = 4 };
+
+inline const char* op_name(Op op) {
+  switch (op) {
+    case Op::kSet: return "set";
+    case Op::kGet: return "get";
+    case Op::kAdd: return "add";
+    case Op::kErase: return "erase";
+  }
+  return "unknown op";
+}
 enum class Status : uint32_t { kOk = 0, kBadToken = 1, kBadVersion = 2, kBadRequest = 3, kOverflow = 4, kFull = 5 };
 
 /// What a non-zero status means, for the client's error message.
@@ -62,11 +73,12 @@ struct ResponseHeader {
 
 /// Validates a request header; returns an empty string when fine, else why not.
 inline std::string check_request(const RequestHeader& header) {
-  if (header.op < 1 || header.op > 3) return "unknown op " + std::to_string(header.op);
+  if (header.op < 1 || header.op > 4) return "unknown op " + std::to_string(header.op);
   if (header.key_len == 0 || header.key_len > kMaxKeyBytes) return "key length " + std::to_string(header.key_len);
   if (header.value_len > kMaxValueBytes) return "value length " + std::to_string(header.value_len);
   if (header.op == static_cast<uint32_t>(Op::kAdd) && header.value_len != 8) return "add value must be 8 bytes";
   if (header.op == static_cast<uint32_t>(Op::kGet) && header.value_len != 0) return "get carries no value";
+  if (header.op == static_cast<uint32_t>(Op::kErase) && header.value_len != 0) return "erase carries no value";
   if (header.reserved != 0) return "reserved field set";
   return {};
 }

@@ -49,7 +49,7 @@ struct TcpStoreServer::Impl {
   std::atomic<uint64_t> rejected{0};
   std::atomic<size_t> sessions{0};  // open connections
   std::map<std::string, std::vector<uint8_t>> values;                     // io thread only
-  uint64_t stored_bytes = 0;                                              // keys and values in `values`
+  std::atomic<uint64_t> stored_bytes{0};  // keys and values in `values`; written by the io thread only
   std::map<std::string, std::vector<std::shared_ptr<Session>>> waiters;  // io thread only
 
   class Session : public std::enable_shared_from_this<Session> {
@@ -231,6 +231,15 @@ struct TcpStoreServer::Impl {
           }
           break;
         }
+        case sp::Op::kErase: {
+          auto found = server_.values.find(key);
+          if (found != server_.values.end()) {  // set: so no get is parked on it
+            server_.stored_bytes = server_.stored_bytes - key.size() - found->second.size();
+            server_.values.erase(found);
+          }
+          reply(sp::Status::kOk, {});
+          break;
+        }
         case sp::Op::kAdd: {
           int64_t delta = 0, current = 0;
           std::memcpy(&delta, value.data(), sizeof(delta));
@@ -346,6 +355,7 @@ TcpStoreServer::~TcpStoreServer() {
 int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(); }
 uint64_t TcpStoreServer::rejected_connections() const { return impl_->rejected.load(); }
 size_t TcpStoreServer::connections() const { return impl_->sessions.load(); }
+uint64_t TcpStoreServer::stored_bytes() const { return impl_->stored_bytes.load(); }
 
 // ---- client ------------------------------------------------------------------------------------------------
 
@@ -382,6 +392,7 @@ class TcpStoreClient final : public Store {
     std::memcpy(&out, result.data(), sizeof(out));
     return out;
   }
+  void erase(const std::string& key, Deadline deadline) override { call(sp::Op::kErase, key, {}, deadline); }
 
   const std::string& local_address() const { return local_address_; }
 
@@ -442,8 +453,7 @@ class TcpStoreClient final : public Store {
       sp::ResponseHeader response{};
       net::read_exact(fd, &response, sizeof(response), deadline, who_);
       if (response.status != 0) {
-        throw RemoteError(fmt::format("{}: the store refused the {} of key {:?}: {}", who_,
-                                      op == sp::Op::kSet ? "set" : op == sp::Op::kGet ? "get" : "add", key,
+        throw RemoteError(fmt::format("{}: the store refused the {} of key {:?}: {}", who_, sp::op_name(op), key,
                                       sp::status_text(response.status)));
       }
       if (response.value_len > sp::kMaxValueBytes) {
@@ -456,13 +466,13 @@ class TcpStoreClient final : public Store {
       return result;
     } catch (const TimeoutError&) {
       close(fd);
-      // A get waits for its key (another rank must set it); a set or an add only for the store itself.
+      // A get waits for its key (another rank must set it); the other ops only for the store itself.
       if (op == sp::Op::kGet) {
         throw TimeoutError(fmt::format("{}: key {:?} was not set before the deadline (a rank did not get this far, "
                                        "or the store's host, rank 0, stopped answering)", who_, key));
       }
       throw TimeoutError(fmt::format("{}: the store at {} (hosted by rank 0) did not answer a {} of key {:?} before "
-                                     "the deadline", who_, where_, op == sp::Op::kSet ? "set" : "add", key));
+                                     "the deadline", who_, where_, sp::op_name(op), key));
     } catch (...) {
       close(fd);
       throw;

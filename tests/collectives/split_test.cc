@@ -47,6 +47,40 @@ TEST_P(Split, GroupsByColorOrdersByKeyAndWorks) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, Split, ::testing::Values("loopback", "shm", "tcp"));
 
+// Every init removes its rendezvous records once all ranks read them: rank 0's store does not grow with the number
+// of communicators a job creates (it kept every record, and a long job could fill its 256 MiB).
+TEST(SplitStore, RendezvousRecordsAreRemovedOnceRead) {
+  TcpStoreServer server("127.0.0.1", 0, "records");
+  const std::string where = "127.0.0.1:" + std::to_string(server.port());
+  std::vector<std::thread> ranks;
+  std::vector<uint64_t> after_init(3), after_splits(3);
+  for (int rank = 0; rank < 3; ++rank) {
+    ranks.emplace_back([&, rank] {
+      Config config;
+      config.rank = rank;
+      config.world_size = 3;
+      config.store = connect_tcp_store(where, "records", Clock::now() + std::chrono::seconds(10));
+      config.transport = "loopback";
+      config.timeout_s = 20;
+      Communicator comm = Communicator::init(config);
+      comm.barrier();  // every rank is past init, so the last reader removed the records
+      after_init[rank] = server.stored_bytes();
+      for (int i = 0; i < 20; ++i) {
+        std::optional<Communicator> part = comm.split(rank % 2, rank);
+        ASSERT_TRUE(part.has_value());
+        part->barrier();
+      }
+      comm.barrier();
+      after_splits[rank] = server.stored_bytes();
+    });
+  }
+  for (auto& thread : ranks) thread.join();
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_EQ(after_init[rank], 0u) << "rank " << rank;
+    EXPECT_EQ(after_splits[rank], 0u) << "rank " << rank;
+  }
+}
+
 TEST(SplitCApi, NoColorGivesNullAndOthersAPair) {
   tbcollUniqueId id;
   ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);

@@ -123,6 +123,24 @@ TEST(Store, TcpClientServesThreadsConcurrently) {
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << "the set waited for the get's deadline";
 }
 
+// erase frees what the key held (the 256 MiB cap counts it no more); erasing an absent key is fine. Both stores.
+TEST(Store, EraseRemovesKeysAndFreesTheirRoom) {
+  TcpStoreServer server("127.0.0.1", 0, "t");
+  auto tcp = connect_tcp_store("127.0.0.1:" + std::to_string(server.port()), "t", deadline_after(5));
+  for (const auto& store : {tcp, make_in_memory_store()}) {
+    store->set("a", std::vector<uint8_t>(1000, 7), deadline_after(5));
+    store->add("n", 5, deadline_after(5));
+    store->erase("a", deadline_after(5));
+    store->erase("never-set", deadline_after(5));
+    EXPECT_THROW(store->get("a", deadline_after(0.1)), TimeoutError) << "erased";
+    EXPECT_EQ(store->add("n", 1, deadline_after(5)), 6) << "other keys stay";
+    store->erase("n", deadline_after(5));
+    EXPECT_EQ(store->add("n", 1, deadline_after(5)), 1) << "a counter starts over once erased";
+    store->erase("n", deadline_after(5));
+  }
+  EXPECT_EQ(server.stored_bytes(), 0u);
+}
+
 TEST(Store, ConnectToNothingTimesOut) {
   auto start = Clock::now();
   EXPECT_THROW(connect_tcp_store("127.0.0.1:1", "t", deadline_after(0.3)), TimeoutError);
