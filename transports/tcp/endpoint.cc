@@ -185,7 +185,30 @@ void Endpoint::progress_recvs() {
   }
 }
 
+void Endpoint::check_blocked_send() {
+  // Only sends wait, the socket is full, and the peer sent a message under our send's tag: if its signature
+  // differs, the peer runs another call and will not receive ours (ranks that each named themselves the root
+  // of a large broadcast used to wait for the deadline here).
+  const Operation& op = *sends_.front();
+  MessageHeader header{};
+  if (staging_end_ - staging_begin_ >= sizeof(header)) {
+    std::memcpy(&header, staging_.data() + staging_begin_, sizeof(header));
+  } else if (staging_end_ == staging_begin_) {
+    if (recv(fd_, &header, sizeof(header), MSG_PEEK | MSG_DONTWAIT) != static_cast<ssize_t>(sizeof(header))) return;
+  } else {
+    return;  // part of a header in staging: look again next time
+  }
+  if (header.magic != kMessageMagic || header.tag != op.tag.tag || header.meta == op.tag.meta) return;
+  std::string what = fmt::format(
+      "[tcp] rank {}: peer {} sent a message under the tag of this rank's pending send, with another signature "
+      "(ours: tag {} meta {:#x} {} B; theirs: meta {:#x} {} B): it runs another call", rank_, peer_, op.tag.tag,
+      op.tag.meta, op.bytes, header.meta, header.bytes);
+  broken_ = what;
+  throw MismatchError(what, peer_, op.tag.meta, header.meta, op.bytes, header.bytes);
+}
+
 void Endpoint::block(std::chrono::microseconds max_wait) {
+  if (recvs_.empty() && !sends_.empty()) check_blocked_send();
   pollfd pfd{fd_, 0, 0};
   if (!recvs_.empty()) pfd.events |= POLLIN;
   if (!sends_.empty()) pfd.events |= POLLOUT;

@@ -44,6 +44,7 @@ class Endpoint final : public transport::Endpoint {
   void progress_recvs();
   bool fill_staging();
   void check_header(Operation& op, const MessageHeader& header);
+  void check_blocked_send();
   [[noreturn]] void fail(const std::string& message);
 
   static constexpr size_t kStagingBytes = 64 * 1024;
