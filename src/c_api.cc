@@ -108,18 +108,26 @@ void refuse_in_group(const char* call) {
   }
 }
 
+// A communicator in this thread's group counts as a running call until the group ends (or it leaves the group),
+// so tbcollCommAbort or tbcollCommDestroy from another thread does not free it while tbcollGroupEnd still has
+// to reach it.
 void join_group(tbcollComm_t comm) {
   if (c_group_depth == 0 || comm == nullptr) return;
   for (tbcollComm_t seen : c_group_comms) {
     if (seen == comm) return;
   }
   comm->communicator.group_start();
+  comm->calls.fetch_add(1, std::memory_order_acq_rel);
   c_group_comms.push_back(comm);
 }
 
-// A communicator destroyed inside a group leaves it (its recorded operations go with it).
+// A communicator destroyed or aborted inside a group, on the group's thread, leaves it (its recorded operations go
+// with it).
 void leave_group(tbcollComm_t comm) {
-  c_group_comms.erase(std::remove(c_group_comms.begin(), c_group_comms.end(), comm), c_group_comms.end());
+  auto at = std::find(c_group_comms.begin(), c_group_comms.end(), comm);
+  if (at == c_group_comms.end()) return;
+  c_group_comms.erase(at);
+  comm->calls.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 // Store servers started by tbcollGetUniqueId, by id. A server runs as long as a communicator anywhere may still
@@ -435,8 +443,12 @@ tbcollResult_t tbcollGroupEnd(void) {
     // Every communicator leaves the group, even after one failed; the first error is reported.
     std::exception_ptr first;
     for (tbcollComm_t comm : comms) {
+      struct Leave {  // the count join_group took
+        tbcollComm_t comm;
+        ~Leave() { comm->calls.fetch_sub(1, std::memory_order_acq_rel); }
+      } leave{comm};
       try {
-        counted(comm, [](tbcoll::Communicator& c) { c.group_end(); });
+        comm->communicator.group_end();
       } catch (...) {
         if (!first) first = std::current_exception();
       }

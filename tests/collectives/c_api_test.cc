@@ -236,6 +236,37 @@ TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
   });
 }
 
+// A watchdog aborts the communicators of a group while tbcollGroupEnd is blocked in the first one's part: the
+// second, idle one used to be freed at once, and tbcollGroupEnd then ran its part on freed memory. A group member
+// now counts as a running call until the group ends: its abort waits for that, and nothing is freed under it.
+TEST(CApi, AbortOfAGroupMemberWaitsForTheGroup) {
+  setenv("TBCOLL_TIMEOUT", "2", 1);  // the blocked part ends at its deadline
+  tbcollUniqueId id_a, id_b;
+  ASSERT_EQ(tbcollGetUniqueId(&id_a), tbcollSuccess);
+  ASSERT_EQ(tbcollGetUniqueId(&id_b), tbcollSuccess);
+  tbcollComm_t a = nullptr, a1 = nullptr, b = nullptr;
+  std::thread rank0([&] { tbcollCommInitRank(&a, 2, id_a, 0); });
+  EXPECT_EQ(tbcollCommInitRank(&a1, 2, id_a, 1), tbcollSuccess);  // rank 1 of A: never sends
+  rank0.join();
+  EXPECT_EQ(tbcollCommInitRank(&b, 1, id_b, 0), tbcollSuccess);   // B: one rank, sends to itself
+  unsetenv("TBCOLL_TIMEOUT");
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  std::vector<float> in(1024), out(1024, 1.0f), self(1024);
+  std::thread watchdog([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(tbcollCommAbort(b), tbcollSuccess);  // idle in the group: waits until the group is done with it
+    EXPECT_EQ(tbcollCommAbort(a), tbcollSuccess);
+  });
+  ASSERT_EQ(tbcollGroupStart(), tbcollSuccess);
+  EXPECT_EQ(tbcollRecv(in.data(), in.size(), tbcollFloat32, 1, a), tbcollSuccess);
+  EXPECT_EQ(tbcollSend(out.data(), out.size(), tbcollFloat32, 0, b), tbcollSuccess);
+  EXPECT_EQ(tbcollRecv(self.data(), self.size(), tbcollFloat32, 0, b), tbcollSuccess);
+  EXPECT_NE(tbcollGroupEnd(), tbcollSuccess) << "A's receive never completes";
+  watchdog.join();
+  EXPECT_EQ(tbcollCommDestroy(a1), tbcollSuccess);
+}
+
 // Groups take send and recv only: a collective or a split inside one is refused, whatever came before it.
 TEST(CApi, CollectivesInsideAGroupAreRefused) {
   tbcollUniqueId id;
