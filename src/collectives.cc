@@ -139,8 +139,8 @@ void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
 }
 
 void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  impl_->async.drain();
-  impl_->all_reduce(send, recv, count, dtype, op);
+  impl().async.drain();
+  impl().all_reduce(send, recv, count, dtype, op);
 }
 
 void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
@@ -187,8 +187,8 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-  impl_->async.drain();
-  impl_->all_gather(send, recv, count, dtype);
+  impl().async.drain();
+  impl().all_gather(send, recv, count, dtype);
 }
 
 void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
@@ -225,8 +225,8 @@ void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, 
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  impl_->async.drain();
-  impl_->reduce_scatter(send, recv, count, dtype, op);
+  impl().async.drain();
+  impl().reduce_scatter(send, recv, count, dtype, op);
 }
 
 void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
@@ -247,8 +247,8 @@ void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t cou
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  impl_->async.drain();
-  impl_->reduce(send, recv, count, dtype, op, root);
+  impl().async.drain();
+  impl().reduce(send, recv, count, dtype, op, root);
 }
 
 void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
@@ -269,8 +269,8 @@ void Communicator::Impl::reduce(const void* send, void* recv, size_t count, Data
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  impl_->async.drain();
-  impl_->broadcast(send, recv, count, dtype, root);
+  impl().async.drain();
+  impl().broadcast(send, recv, count, dtype, root);
 }
 
 void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -302,8 +302,8 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
 }
 
 void Communicator::barrier() {
-  impl_->async.drain();
-  impl_->barrier();
+  impl().async.drain();
+  impl().barrier();
 }
 
 void Communicator::Impl::barrier() {
@@ -342,12 +342,12 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
 
 void Communicator::group_start() {
   // Queued asynchronous calls run before the group (call order), and none runs while it records.
-  impl_->async.drain();
-  impl_->group_depth++;
+  impl().async.drain();
+  impl().group_depth++;
 }
 
 void Communicator::group_end() {
-  Impl& c = *impl_;
+  Impl& c = impl();
   c.async.drain();
   if (c.group_depth == 0) throw InvalidUsage(fmt::format("rank {}: group_end without group_start", c.rank));
   if (--c.group_depth > 0) return;
@@ -389,9 +389,9 @@ void Communicator::group_end() {
 }
 
 void Communicator::send(const void* buf, size_t count, DataType dtype, int peer) {
-  impl_->p2p(true, const_cast<void*>(buf), count, dtype, peer);  // only read
+  impl().p2p(true, const_cast<void*>(buf), count, dtype, peer);  // only read
 }
 
-void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) { impl_->p2p(false, buf, count, dtype, peer); }
+void Communicator::recv(void* buf, size_t count, DataType dtype, int peer) { impl().p2p(false, buf, count, dtype, peer); }
 
 }  // namespace tbcoll

@@ -362,14 +362,19 @@ Communicator::Communicator(Communicator&&) noexcept = default;
 Communicator& Communicator::operator=(Communicator&&) noexcept = default;
 Communicator::~Communicator() = default;
 
-int Communicator::rank() const { return impl_->rank; }
-int Communicator::size() const { return impl_->size; }
+Communicator::Impl& Communicator::impl() const {
+  if (impl_ == nullptr) throw InvalidUsage("use of a moved-from Communicator");
+  return *impl_;
+}
+
+int Communicator::rank() const { return impl().rank; }
+int Communicator::size() const { return impl().size; }
 
 std::string Communicator::transport_name(int peer) const {
-  if (peer < 0 || peer >= impl_->size) {
-    throw InvalidArgument(fmt::format("rank {}: peer {} out of range for world size {}", impl_->rank, peer, impl_->size));
+  if (peer < 0 || peer >= impl().size) {
+    throw InvalidArgument(fmt::format("rank {}: peer {} out of range for world size {}", impl().rank, peer, impl().size));
   }
-  return impl_->transport_names[peer];
+  return impl().transport_names[peer];
 }
 
 std::string Communicator::all_reduce_algorithm(size_t bytes) const { return algorithm("all_reduce", bytes); }
@@ -380,13 +385,14 @@ std::string Communicator::algorithm(const std::string& collective, size_t bytes)
       {"reduce_scatter", OpKind::kReduceScatter}, {"reduce", OpKind::kReduce},
       {"broadcast", OpKind::kBroadcast}, {"barrier", OpKind::kBarrier}};
   for (const auto& [name, kind] : kinds) {
-    if (collective == name) return algorithm_name(choose_algorithm(kind, bytes, impl_->size, impl_->tuner));
+    if (collective == name) return algorithm_name(choose_algorithm(kind, bytes, impl().size, impl().tuner));
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
 }
 
 std::optional<Communicator> Communicator::split(int color, int key) {
-  Impl& c = *impl_;
+  Impl& c = impl();
+  c.async.drain();  // the queued calls first: their time is theirs, not the split's
   const Deadline deadline = deadline_after(c.config.timeout_s);  // for the whole split, as one init
   // Everyone's (color, key) through this communicator; then each color's members ordered by (key, rank).
   int32_t mine[2] = {color < 0 ? -1 : color, key};
@@ -411,10 +417,10 @@ std::optional<Communicator> Communicator::split(int color, int key) {
 }
 
 void Communicator::abort() {
-  impl_->mark_broken("aborted by the user");
-  for (auto& context : impl_->contexts) context->abort();
+  impl().mark_broken("aborted by the user");
+  for (auto& context : impl().contexts) context->abort();
 }
 
-bool Communicator::broken() const { return impl_->broken; }
+bool Communicator::broken() const { return impl().broken; }
 
 }  // namespace tbcoll

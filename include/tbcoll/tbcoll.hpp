@@ -181,6 +181,7 @@ class Communicator {
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
   static Communicator connect(const Config& config, Deadline deadline);  // init without the error context
+  Impl& impl() const;  // InvalidUsage on a moved-from communicator
   std::unique_ptr<Impl> impl_;
 };
 

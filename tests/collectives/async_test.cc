@@ -1,6 +1,11 @@
 // Asynchronous collectives: queued calls complete in order, mix with blocking calls, report errors.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <optional>
+#include <thread>
+#include <vector>
+
 #include "collectives/harness.h"
 
 namespace tbcoll::test {
@@ -93,6 +98,45 @@ TEST(AsyncErrors, AnErrorReachesTheWorkAndLaterCallsFailFast) {
 
 // Bad arguments are refused before anything is queued, so the calls queued after them stay in step with the
 // peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
+// A split waits for the queued calls before its deadline starts: their time is theirs. Rank 0's queue takes
+// ~1.6 s against a 1 s timeout, each call well in time (the split used to time out in the child's set-up).
+TEST(AsyncSplit, QueuedCallsDoNotEatTheSplitsTime) {
+  for (const char* transport : {"loopback", "shm", "tcp"}) {
+    run_ranks(2, {transport, "", 1}, [&](Communicator& comm) {
+      std::vector<float> x(16, 1.0f);
+      std::vector<Work> works;
+      for (int i = 0; i < 4; ++i) {
+        if (comm.rank() == 0) {
+          works.push_back(comm.all_reduce_async(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum));
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a slow peer
+          comm.all_reduce(x.data(), x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum);
+        }
+      }
+      std::optional<Communicator> child = comm.split(0, comm.rank());
+      for (Work& work : works) work.wait();
+      ASSERT_TRUE(child.has_value());
+      child->barrier();
+    });
+  }
+}
+
+// Every call on a moved-from communicator is a clear error (it used to dereference null).
+TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
+  run_ranks(1, {"loopback", ""}, [&](Communicator& comm) {
+    Communicator moved = std::move(comm);
+    float x = 1.0f;
+    EXPECT_THROW(comm.rank(), InvalidUsage);
+    EXPECT_THROW(comm.broken(), InvalidUsage);
+    EXPECT_THROW(comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum), InvalidUsage);
+    EXPECT_THROW(comm.all_reduce_async(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum), InvalidUsage);
+    EXPECT_THROW(comm.split(0, 0), InvalidUsage);
+    moved.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(x, 1.0f);
+    comm = std::move(moved);  // the harness still uses it
+  });
+}
+
 TEST(AsyncErrors, BadArgumentsAreRefusedBeforeQueuing) {
   for (const char* transport : {"loopback", "tcp", "shm"}) {
     run_ranks(2, {transport, "", 10}, [&](Communicator& comm) {
