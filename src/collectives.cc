@@ -58,6 +58,18 @@ void check_buffer(int rank, const char* op, const char* which, const void* buf, 
   }
 }
 
+// Buffers that overlap in any way other than the collective's in-place layout: the algorithms read inputs
+// after writing outputs, and ranks would end with different, wrong results.
+void check_overlap(int rank, const char* op, const void* send, size_t send_bytes, const void* recv,
+                   size_t recv_bytes, bool in_place, const char* layout) {
+  if (in_place || send == nullptr || recv == nullptr || send_bytes == 0 || recv_bytes == 0) return;
+  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
+  if (s < r + recv_bytes && r < s + send_bytes) {
+    throw InvalidArgument(fmt::format("rank {}: {}: send and recv buffers overlap without being in place (in place "
+                                      "means {})", rank, op, layout));
+  }
+}
+
 void check_rank(int rank, int size, const char* op, const char* which, int value) {
   if (value < 0 || value >= size) {
     throw InvalidArgument(fmt::format("rank {}: {}: {} {} out of range for world size {}", rank, op, which, value, size));
@@ -93,8 +105,30 @@ size_t Communicator::Impl::check_arguments(OpKind kind, const void* send, const 
   if (reduces) check_op(rank, name, op);
   if (rooted) check_rank(rank, size, name, "root", root);
   const size_t bytes = checked_bytes(rank, name, count, dtype, per_rank ? static_cast<size_t>(size) : 1);
-  if (kind != OpKind::kBroadcast || rank == root) check_buffer(rank, name, "send", send, count);
-  if (kind != OpKind::kReduce || rank == root) check_buffer(rank, name, "recv", recv, count);
+  const bool reads_send = kind != OpKind::kBroadcast || rank == root;
+  const bool writes_recv = kind != OpKind::kReduce || rank == root;
+  if (reads_send) check_buffer(rank, name, "send", send, count);
+  if (writes_recv) check_buffer(rank, name, "recv", recv, count);
+  if (reads_send && writes_recv) {
+    const size_t block = bytes / (per_rank ? static_cast<size_t>(size) : 1);  // one rank's part
+    const size_t mine = block * static_cast<size_t>(rank);
+    const auto* s = static_cast<const uint8_t*>(send);
+    const auto* r = static_cast<const uint8_t*>(recv);
+    if (kind == OpKind::kAllGather) {
+      check_overlap(rank, name, s, block, r, bytes, s == r + mine, "send == recv + rank * count");
+    } else if (kind == OpKind::kReduceScatter) {
+      check_overlap(rank, name, s, bytes, r, block, r == s + mine, "recv == send + rank * count");
+    } else {
+      check_overlap(rank, name, s, bytes, r, bytes, s == r, "send == recv");
+    }
+  }
+  // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
+  // here, before anything is queued or sent, naming the call.
+  try {
+    choose_algorithm(kind, bytes, size, tuner);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
+  }
   return bytes;
 }
 

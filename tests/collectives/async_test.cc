@@ -96,8 +96,6 @@ TEST(AsyncErrors, AnErrorReachesTheWorkAndLaterCallsFailFast) {
   });
 }
 
-// Bad arguments are refused before anything is queued, so the calls queued after them stay in step with the
-// peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
 // A split waits for the queued calls before its deadline starts: their time is theirs. Rank 0's queue takes
 // ~1.6 s against a 1 s timeout, each call well in time (the split used to time out in the child's set-up).
 TEST(AsyncSplit, QueuedCallsDoNotEatTheSplitsTime) {
@@ -121,6 +119,26 @@ TEST(AsyncSplit, QueuedCallsDoNotEatTheSplitsTime) {
   }
 }
 
+// A forced algorithm that cannot run a call (oneshot beyond its 64 KiB slots) is refused by the async call itself,
+// as by the blocking one, naming the call; the communicator stays usable (it used to fail in the queue, breaking
+// the communicator).
+TEST(AsyncErrors, ForcedAlgorithmThatCannotRunIsRefusedBeforeQueuing) {
+  run_ranks(2, {"shm", "oneshot", 10}, [&](Communicator& comm) {
+    std::vector<float> big(20000, 1.0f);
+    const std::string blocking = error_of([&] {
+      comm.all_reduce(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum);
+    });
+    EXPECT_NE(blocking.find("rank " + std::to_string(comm.rank()) + ": all_reduce: algorithm \"oneshot\""),
+              std::string::npos) << blocking;
+    EXPECT_THROW(comm.all_reduce_async(big.data(), big.data(), big.size(), DataType::kFloat32, ReduceOp::kSum),
+                 InvalidArgument);
+    EXPECT_FALSE(comm.broken());
+    float x = 1.0f;
+    comm.all_reduce_async(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum).wait();
+    EXPECT_EQ(x, 2.0f);
+  });
+}
+
 // Every call on a moved-from communicator is a clear error (it used to dereference null).
 TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
   run_ranks(1, {"loopback", ""}, [&](Communicator& comm) {
@@ -137,12 +155,16 @@ TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
   });
 }
 
+// Bad arguments are refused before anything is queued, so the calls queued after them stay in step with the
+// peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
 TEST(AsyncErrors, BadArgumentsAreRefusedBeforeQueuing) {
   for (const char* transport : {"loopback", "tcp", "shm"}) {
     run_ranks(2, {transport, "", 10}, [&](Communicator& comm) {
       std::vector<float> a(4, comm.rank() == 0 ? 100.0f : 20.0f), b(4, comm.rank() == 0 ? 100.0f : 200.0f);
       if (comm.rank() == 0) {
         EXPECT_THROW(comm.all_reduce_async(a.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
+        EXPECT_THROW(comm.all_reduce_async(a.data(), a.data() + 1, 3, DataType::kFloat32, ReduceOp::kSum),
+                     InvalidArgument);
         EXPECT_THROW(comm.broadcast_async(a.data(), b.data(), 4, DataType::kFloat32, 5), InvalidArgument);
         EXPECT_THROW(comm.reduce_async(a.data(), a.data(), 4, static_cast<DataType>(99), ReduceOp::kSum, 0),
                      InvalidArgument);

@@ -10,16 +10,6 @@
 namespace tbcoll::test {
 namespace {
 
-template <typename Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& error) {
-    return error.what();
-  }
-  return "";
-}
-
 TEST(Errors, BadArgumentsAreRejectedBeforeAnyCommunication) {
   run_ranks(2, {"loopback", ""}, [&](Communicator& comm) {
     std::vector<float> buf(16);
@@ -45,11 +35,32 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyCommunication) {
     EXPECT_THROW(comm.reduce_scatter(buf.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kMax), InvalidArgument);
     EXPECT_THROW(comm.reduce_scatter(buf.data(), buf.data(), SIZE_MAX / 4, DataType::kFloat32, ReduceOp::kMax),
                  InvalidArgument);
+    // Buffers that overlap other than in place (they used to give wrong, rank-dependent results silently).
+    std::vector<float> big(64);
+    float* at = big.data();
+    EXPECT_NE(error_of([&] { comm.all_reduce(at, at + 1, 8, DataType::kFloat32, ReduceOp::kSum); })
+                  .find("overlap without being in place (in place means send == recv)"), std::string::npos);
+    EXPECT_NE(error_of([&] { comm.broadcast(at + 3, at, 8, DataType::kFloat32, comm.rank()); }).find("overlap"),
+              std::string::npos);
+    // all_gather in place is send == recv + rank * count: send == recv is that on rank 0 only (which would run).
+    if (comm.rank() == 1) {
+      EXPECT_NE(error_of([&] { comm.all_gather(at, at, 8, DataType::kFloat32); })
+                    .find("in place means send == recv + rank * count"), std::string::npos);
+    }
+    EXPECT_THROW(comm.reduce_scatter(at, at + 1, 8, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
+    EXPECT_THROW(comm.reduce(at, at + 2, 8, DataType::kFloat32, ReduceOp::kSum, comm.rank()), InvalidArgument);
     // Argument errors don't break the communicator: a correct call still works.
     EXPECT_FALSE(comm.broken());
     std::vector<float> ones(16, 1.0f);
     comm.all_reduce(ones.data(), ones.data(), ones.size(), DataType::kFloat32, ReduceOp::kSum);
     EXPECT_EQ(ones[15], 2.0f);
+    // The in-place layouts still work: all_gather from recv + rank * count, reduce_scatter into send + rank * count.
+    std::vector<float> blocks(16, 0.0f);
+    std::fill(blocks.begin() + 8 * comm.rank(), blocks.begin() + 8 * comm.rank() + 8, 1.0f + comm.rank());
+    comm.all_gather(blocks.data() + 8 * comm.rank(), blocks.data(), 8, DataType::kFloat32);
+    EXPECT_EQ(blocks[0] + blocks[15], 3.0f);
+    comm.reduce_scatter(blocks.data(), blocks.data() + 8 * comm.rank(), 8, DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(blocks[8 * comm.rank()], 2.0f * (1.0f + comm.rank()));
   });
 }
 

@@ -31,6 +31,17 @@ std::vector<uint8_t> reference_all_reduce(DataType dtype, ReduceOp op, int n, si
 /// Number of elements of got that differ from want beyond the dtype's tolerance.
 size_t count_wrong(DataType dtype, const std::vector<uint8_t>& got, const std::vector<uint8_t>& want);
 
+/// What fn throws (a tbcoll::Error's message), or "" when it returns.
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& error) {
+    return error.what();
+  }
+  return "";
+}
+
 /// All dtypes and ops, for sweeps.
 std::vector<DataType> all_dtypes();
 std::vector<ReduceOp> all_ops();
