@@ -163,6 +163,21 @@ bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Publi
   return true;
 }
 
+// store.get of a rendezvous record; when something may cancel the wait, asked in slices of kCancelPollMs.
+std::vector<uint8_t> wait_record(Store& store, const std::string& key, Deadline deadline,
+                                 const std::atomic<bool>* cancelled) {
+  if (cancelled == nullptr) return store.get(key, deadline);
+  for (;;) {
+    check_cancelled(cancelled, fmt::format("[store] waiting for {:?}", key));
+    const Deadline slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(kCancelPollMs));
+    try {
+      return store.get(key, slice);
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) throw;
+    }
+  }
+}
+
 // The rendezvous records of a communicator (its id, every rank's record) are read once, during init. Each rank
 // counts itself once it read them all; the last removes them, so a job creating communicators by the thousand
 // (splits) does not grow rank 0's store. Only cleaning: a failure is logged, not fatal.
@@ -195,16 +210,18 @@ Communicator Communicator::init(const Config& config) {
   return init(config, deadline_after(config.timeout_s));
 }
 
-Communicator Communicator::init(const Config& config, Deadline deadline) {
+Communicator Communicator::init(const Config& config, Deadline deadline) { return init(config, deadline, nullptr); }
+
+Communicator Communicator::init(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled) {
   try {
-    return connect(config, deadline);
+    return connect(config, deadline, cancelled);
   } catch (const Error& error) {
     // Errors of set-up (rendezvous, handshakes, segments) name the rank and the call, as those of collectives do.
     rethrow_with_context(error, fmt::format("rank {}: init(world_size={})", config.rank, config.world_size));
   }
 }
 
-Communicator Communicator::connect(const Config& config, Deadline deadline) {
+Communicator Communicator::connect(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled) {
   if (config.world_size < 1) throw InvalidArgument(fmt::format("world size {} must be at least 1", config.world_size));
   if (config.rank < 0 || config.rank >= config.world_size) {
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
@@ -261,7 +278,8 @@ Communicator Communicator::connect(const Config& config, Deadline deadline) {
     comm_id = random_u64();
     store.set(prefix + "/comm_id", bytes_of(std::to_string(comm_id)), deadline);
   } else {
-    comm_id = record_number(text_of(store.get(prefix + "/comm_id", deadline)), "the communicator id rank 0 published");
+    comm_id = record_number(text_of(wait_record(store, prefix + "/comm_id", deadline, cancelled)),
+                            "the communicator id rank 0 published");
   }
 
   const std::chrono::microseconds link_delay(std::max<long long>(0, env::get_int("TBCOLL_LINK_DELAY_US")));
@@ -277,7 +295,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline) {
   std::map<std::string, std::unique_ptr<transport::Context>> contexts;
   for (const auto& device : devices) {
     if (!config.transport.empty() && device->name() != config.transport) continue;
-    transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s};
+    transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s, cancelled};
     try {
       contexts[device->name()] = device->create_context(args);
     } catch (const InvalidArgument&) {
@@ -305,7 +323,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline) {
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Published& other = everyone[static_cast<size_t>(peer)];
-    other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline)));
+    other = decode(peer, text_of(wait_record(store, fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
     if (other.world_size != size) {
       throw InvalidUsage(fmt::format("rank {}: peer {} was started with world size {}, this rank with {}", rank, peer,
                                      other.world_size, size));
@@ -413,7 +431,8 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   config.server = c.server;  // the child needs the store as long as it lives, not as long as the parent
   config.root.clear();
   config.prefix = fmt::format("{}/split{}/color{}", c.config.prefix, split_index, color);
-  return Communicator::init(config, deadline);
+  // An abort() of this communicator from another thread ends the child's set-up too.
+  return Communicator::init(config, deadline, &c.broken);
 }
 
 void Communicator::abort() {

@@ -9,6 +9,7 @@
 // A Communicator is used by one thread at a time.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -180,7 +181,10 @@ class Communicator {
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
-  static Communicator connect(const Config& config, Deadline deadline);  // init without the error context
+  // init(config, deadline) that gives up once *cancelled is set (a split whose parent is aborted); may be null.
+  static Communicator init(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled);
+  static Communicator connect(const Config& config, Deadline deadline,
+                              const std::atomic<bool>* cancelled);  // init without the error context
   Impl& impl() const;  // InvalidUsage on a moved-from communicator
   std::unique_ptr<Impl> impl_;
 };

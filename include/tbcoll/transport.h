@@ -14,6 +14,7 @@
 // Context::abort(), which any thread may call.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -78,6 +79,9 @@ struct ContextArgs {
   std::string bind_host;    ///< local address that reached the rendezvous (where to listen)
   uint64_t comm_id = 0;     ///< identifies the communicator in handshakes
   double timeout_s = 60;
+  /// When set (by another thread), connect() gives up within ~100 ms with InvalidUsage: a split's child set-up
+  /// whose parent communicator was aborted. May be null. Outlives connect().
+  const std::atomic<bool>* cancelled = nullptr;
 };
 
 struct PeerAddress {

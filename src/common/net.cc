@@ -98,7 +98,7 @@ addrinfo* resolve(const std::string& host, const std::string& port, int flags, D
   return lookup->found;
 }
 
-int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who) {
+int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who, const std::atomic<bool>* cancelled) {
   addrinfo* found = resolve(where.host, std::to_string(where.port), 0, deadline, who);
   std::string last_error = "no address";
   auto backoff = std::chrono::milliseconds(1);
@@ -109,7 +109,13 @@ int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who
       int result = connect(fd, ai->ai_addr, ai->ai_addrlen);
       if (result != 0 && errno == EINPROGRESS) {
         pollfd pfd{fd, POLLOUT, 0};
-        int ready = poll(&pfd, 1, std::max(1, remaining_ms(deadline)));
+        int ready = 0;
+        for (;;) {  // in slices, when something may cancel the wait
+          const int left = std::max(1, remaining_ms(deadline));
+          ready = poll(&pfd, 1, cancelled != nullptr ? std::min(left, kCancelPollMs) : left);
+          if (ready != 0 || cancelled == nullptr || Clock::now() >= deadline) break;
+          if (cancelled->load(std::memory_order_acquire)) break;
+        }
         int err = 0;
         socklen_t len = sizeof(err);
         if (ready == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
@@ -125,6 +131,10 @@ int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who
       }
       last_error = std::strerror(errno);
       close(fd);
+      if (cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
+        freeaddrinfo(found);
+        check_cancelled(cancelled, who);
+      }
     }
     if (Clock::now() + backoff >= deadline) break;
     std::this_thread::sleep_for(backoff);
@@ -146,16 +156,23 @@ std::string local_address(int fd) {
   return host;
 }
 
-static void wait_ready(int fd, short events, Deadline deadline, const std::string& who, const char* doing) {
+static void wait_ready(int fd, short events, Deadline deadline, const std::string& who, const char* doing,
+                       const std::atomic<bool>* cancelled) {
   pollfd pfd{fd, events, 0};
-  int left = remaining_ms(deadline);
-  if (left == 0) throw TimeoutError(fmt::format("{}: timed out {}", who, doing));
-  int ready = poll(&pfd, 1, left);
-  if (ready < 0 && errno != EINTR) throw IoError(fmt::format("{}: poll failed {}: {}", who, doing, strerror(errno)));
-  if (ready == 0) throw TimeoutError(fmt::format("{}: timed out {}", who, doing));
+  for (;;) {
+    check_cancelled(cancelled, who);
+    const int left = remaining_ms(deadline);
+    if (left == 0) throw TimeoutError(fmt::format("{}: timed out {}", who, doing));
+    const int ready = poll(&pfd, 1, cancelled != nullptr ? std::min(left, kCancelPollMs) : left);
+    if (ready < 0 && errno != EINTR) {
+      throw IoError(fmt::format("{}: poll failed {}: {}", who, doing, strerror(errno)));
+    }
+    if (ready != 0) return;
+  }
 }
 
-void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who) {
+void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who,
+                const std::atomic<bool>* cancelled) {
   char* at = static_cast<char*>(buf);
   while (n > 0) {
     ssize_t got = recv(fd, at, n, MSG_DONTWAIT);
@@ -165,14 +182,15 @@ void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::strin
     } else if (got == 0) {
       throw IoError(fmt::format("{}: connection closed by the other side", who));
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      wait_ready(fd, POLLIN, deadline, who, "reading");
+      wait_ready(fd, POLLIN, deadline, who, "reading", cancelled);
     } else {
       throw IoError(fmt::format("{}: read failed: {}", who, strerror(errno)));
     }
   }
 }
 
-void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who) {
+void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who,
+               const std::atomic<bool>* cancelled) {
   const char* at = static_cast<const char*>(buf);
   while (n > 0) {
     ssize_t put = send(fd, at, n, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -180,7 +198,7 @@ void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::
       at += put;
       n -= static_cast<size_t>(put);
     } else if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) {
-      wait_ready(fd, POLLOUT, deadline, who, "writing");
+      wait_ready(fd, POLLOUT, deadline, who, "writing", cancelled);
     } else {
       throw IoError(fmt::format("{}: write failed: {}", who, strerror(errno)));
     }

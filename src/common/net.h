@@ -2,6 +2,7 @@
 // deadline, and exact reads/writes on non-blocking sockets that honour a deadline.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <string>
 
@@ -27,16 +28,21 @@ addrinfo* resolve(const std::string& host, const std::string& port, int flags, D
                   const std::string& who);
 
 /// Connects a TCP socket (TCP_NODELAY, non-blocking, close-on-exec). Retries refused connections until the
-/// deadline (the peer may not listen yet). Returns the fd; throws TimeoutError/IoError.
-int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who);
+/// deadline (the peer may not listen yet). Returns the fd; throws TimeoutError/IoError, InvalidUsage once
+/// `cancelled` is set (see check_cancelled).
+int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who,
+                const std::atomic<bool>* cancelled = nullptr);
 
 /// Local address (numeric host) a connected socket uses, e.g. to listen on the interface that reaches the root.
 std::string local_address(int fd);
 
-/// Reads exactly n bytes; throws IoError on EOF/error, TimeoutError past the deadline.
-void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who);
+/// Reads exactly n bytes; throws IoError on EOF/error, TimeoutError past the deadline, InvalidUsage once
+/// `cancelled` is set.
+void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who,
+                const std::atomic<bool>* cancelled = nullptr);
 /// Writes exactly n bytes (MSG_NOSIGNAL); throws like read_exact.
-void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who);
+void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who,
+               const std::atomic<bool>* cancelled = nullptr);
 
 /// Sets O_NONBLOCK and TCP_NODELAY.
 void make_fast(int fd);

@@ -3,8 +3,11 @@
 
 #include <time.h>
 
+#include <atomic>
 #include <chrono>
+#include <string>
 
+#include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
 
 namespace tbcoll {
@@ -26,6 +29,15 @@ inline Deadline deadline_after(double seconds) {
   constexpr double kNever = 1e9;
   if (!(seconds < kNever)) return Deadline::max();
   return coarse_now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+/// Set-up waits another thread may cut short: a split's child set-up when the communicator being split is aborted.
+/// Waits that take a `cancelled` flag look at it at least every kCancelPollMs. Null: nothing cancels.
+constexpr int kCancelPollMs = 100;
+inline void check_cancelled(const std::atomic<bool>* cancelled, const std::string& who) {
+  if (cancelled != nullptr && cancelled->load(std::memory_order_acquire)) {
+    throw InvalidUsage(who + ": set-up abandoned: the communicator was aborted");
+  }
 }
 
 /// Milliseconds left until deadline (0 when passed), for poll() timeouts.

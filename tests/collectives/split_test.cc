@@ -1,6 +1,8 @@
 // Communicator::split: groups by color, order by key, collectives inside each group, nested splits.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
 #include <thread>
 
 #include "collectives/harness.h"
@@ -42,6 +44,32 @@ TEST_P(Split, GroupsByColorOrdersByKeyAndWorks) {
     EXPECT_EQ(everyone->size(), n);
     EXPECT_EQ(everyone->rank(), r);
     everyone->barrier();
+  });
+}
+
+// abort() from another thread ends a split waiting in the child's set-up: here rank 1 takes part in the split's
+// exchange of colours (an all_gather of two int32, as split runs it), then stalls. The split used to wait for
+// its whole timeout, and a watchdog's tbcollCommAbort with it.
+TEST_P(Split, AbortEndsASplitWaitingInTheChildsSetUp) {
+  std::atomic<bool> done{false};
+  run_ranks(2, {GetParam(), "", 30}, [&](Communicator& comm) {
+    if (comm.rank() == 1) {
+      int32_t mine[2] = {0, 1}, all[4];
+      comm.all_gather(mine, all, 2, DataType::kInt32);
+      for (int i = 0; i < 3000 && !done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
+    std::thread watchdog([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      comm.abort();
+    });
+    const auto start = std::chrono::steady_clock::now();
+    const std::string error = error_of([&] { comm.split(0, 0); });
+    const auto waited = std::chrono::steady_clock::now() - start;
+    watchdog.join();
+    done = true;
+    EXPECT_NE(error.find("aborted"), std::string::npos) << error;
+    EXPECT_LT(waited, std::chrono::seconds(5)) << "the split waited for its deadline";
   });
 }
 

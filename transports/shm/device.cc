@@ -16,6 +16,7 @@
 
 #include "common/env.h"
 #include "common/log.h"
+#include "common/time.h"
 #include "transports/registry.h"
 #include "transports/shm/endpoint.h"
 #include "transports/shm/fast_path.h"
@@ -112,7 +113,10 @@ class Context final : public transport::Context {
                                        args_.rank, mapping_.header()->mapped_by.load(), peers.size(), name_,
                                        fmt::join(missing, ", ")));
       }
-      if (polls % 50 == 0) check_peers();  // every ~10 ms
+      if (polls % 50 == 0) {  // every ~10 ms
+        check_peers();
+        check_cancelled(args_.cancelled, fmt::format("[shm] rank {}", args_.rank));
+      }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
     shm_unlink(name_.c_str());
@@ -126,7 +130,10 @@ class Context final : public transport::Context {
           throw TimeoutError(fmt::format("[shm] rank {}: peer {} did not finish set-up before the deadline", args_.rank,
                                          peers[i].rank));
         }
-        if (polls % 100 == 0) check_peers();
+        if (polls % 100 == 0) {
+          check_peers();
+          check_cancelled(args_.cancelled, fmt::format("[shm] rank {}", args_.rank));
+        }
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
       direct &= answer == 1;

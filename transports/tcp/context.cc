@@ -123,7 +123,7 @@ class Context final : public transport::Context {
  private:
   int connect_to(const transport::PeerAddress& peer, Deadline deadline) {
     std::string who = fmt::format("[tcp] rank {}: connecting to peer {} at {}", args_.rank, peer.rank, peer.address);
-    int fd = net::connect_tcp(net::parse_host_port(peer.address, "peer address"), deadline, who);
+    int fd = net::connect_tcp(net::parse_host_port(peer.address, "peer address"), deadline, who, args_.cancelled);
     try {
       set_buffers(fd, buffer_bytes_);
       Hello hello{kHelloMagic, kProtocolVersion, static_cast<uint16_t>(args_.token.size()), args_.rank, peer.rank,
@@ -131,9 +131,9 @@ class Context final : public transport::Context {
       std::vector<uint8_t> out(sizeof(hello) + args_.token.size());
       std::memcpy(out.data(), &hello, sizeof(hello));
       std::memcpy(out.data() + sizeof(hello), args_.token.data(), args_.token.size());
-      net::write_all(fd, out.data(), out.size(), deadline, who);
+      net::write_all(fd, out.data(), out.size(), deadline, who, args_.cancelled);
       Welcome welcome{};
-      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who);
+      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who, args_.cancelled);
       if (welcome.magic != kHelloMagic) throw RemoteError(who + ": the peer does not speak the tbcoll protocol");
       if (welcome.status != 0) {
         throw InvalidUsage(fmt::format("{}: rejected by the peer: {}", who, welcome_status_name(welcome.status)));
@@ -224,6 +224,7 @@ class Context final : public transport::Context {
     try {
       size_t accepted = 0;
       while (accepted < expected.size()) {
+        check_cancelled(args_.cancelled, fmt::format("[tcp] rank {}: accepting peers", args_.rank));
         std::vector<pollfd> pfds{{listen_fd_, POLLIN, 0}};
         for (const Pending& p : pending) pfds.push_back({p.fd, POLLIN, 0});
         int left = remaining_ms(deadline);
