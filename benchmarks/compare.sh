@@ -15,6 +15,11 @@ rounds=${3:-3}
 max_bytes=${4:-67108864}
 iterations=${5:-100}
 build=${BUILD_DIR:-build}
+case "$transport" in tcp | shm) ;; *) echo "compare.sh: transport must be tcp or shm, not '$transport'" >&2; exit 2 ;; esac
+case "$collective" in all_reduce | all_gather) ;; *)
+  echo "compare.sh: collective must be all_reduce or all_gather (what the OpenMPI side runs), not '$collective'" >&2
+  exit 2 ;;
+esac
 [ -x "$build/benchmarks/mpi_allreduce_bench" ] || { echo "build first (tools/build.sh) with OpenMPI installed"; exit 1; }
 gather=""
 [ "$collective" = all_gather ] && gather=gather
@@ -39,8 +44,9 @@ for round in $(seq "$rounds"); do
     name=${peer%%:*}
     # shellcheck disable=SC2086  # the flavour's arguments are split on purpose
     mpirun --allow-run-as-root -np 2 --bind-to core ${peer#*:} \
-      "$build/benchmarks/mpi_allreduce_bench" 8 "$max_bytes" "$iterations" $gather > "$out/$name.$round.txt" 2>&1 ||
-      { echo "OpenMPI $name failed:"; cat "$out/$name.$round.txt"; exit 1; }
+      "$build/benchmarks/mpi_allreduce_bench" 8 "$max_bytes" "$iterations" $gather > "$out/$name.$round.txt" \
+      2> "$out/$name.$round.err" ||
+      { echo "OpenMPI $name failed:"; cat "$out/$name.$round.txt" "$out/$name.$round.err"; exit 1; }
   done
 done
 names=""
@@ -55,7 +61,10 @@ for r in range(1, rounds + 1):
             ours.setdefault(int(row["size"]), []).append((float(row["median_us"]), float(row["busbw"]), int(row["wrong"])))
     for name in names:
         for line in open(f"{out}/{name}.{r}.txt"):
-            size, us, bw, wrong = line.split()
+            fields = line.split()
+            if len(fields) != 4 or not fields[0].isdigit():
+                continue  # anything OpenMPI printed besides the rows
+            size, us, bw, wrong = fields
             theirs[name].setdefault(int(size), []).append((float(us), float(bw), int(wrong)))
 med = lambda rows, i: statistics.median(x[i] for x in rows)
 ceilings = []
@@ -72,7 +81,8 @@ if ceilings:
           f"'max' = that ceiling / OpenMPI's busbw, the highest bw ratio possible")
 print(f"# {collective}, 2 ranks, f32 sum, out of place, tbcoll {transport} vs OpenMPI {', '.join(names)}; "
       f"medians of {rounds} interleaved rounds")
-print("# time ratio = tbcoll time / OpenMPI time (lower is better); bw ratio = tbcoll busbw / OpenMPI busbw")
+print("# time ratio = tbcoll time / OpenMPI time (lower is better); bw ratio = OpenMPI time / tbcoll time, i.e. "
+      "tbcoll busbw / OpenMPI busbw at this size (from the median times, not the rounded busbw columns)")
 head = f"# {'size':>10} {'tbcoll us':>10} {'busbw':>7}"
 for name in names:
     head += f" | {name + ' us':>10} {'busbw':>7} {'t ratio':>7} {'bw ratio':>8}" + (f" {'max':>6}" if ceilings else "")
@@ -85,8 +95,8 @@ for size in sorted(set(ours).intersection(*(theirs[n] for n in names))):
         rows = theirs[name][size]
         t2, w2 = med(rows, 0), med(rows, 1)
         wrong += sum(x[2] for x in rows)
-        line += f" | {t2:>10.2f} {w2:>7.3f} {t / t2:>7.2f} {w / w2:>8.2f}"
+        line += f" | {t2:>10.2f} {w2:>7.3f} {t / t2:>7.2f} {t2 / t:>8.2f}"
         if ceilings:
-            line += f" {ceiling / w2:>6.2f}"
+            line += f" {ceiling / (size / t2 / 1e3):>6.2f}"  # OpenMPI's busbw from its median time (2 ranks)
     print(line + f" {wrong:>6}")
 PY

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/net.h"
 #include "common/time.h"
 
 namespace tbcoll::bench {
@@ -102,22 +103,36 @@ void PhaseDeadline::check_now(const char* what) {
   throw TimeoutError(std::string("floor measurement: timed out waiting for ") + what + " (TBCOLL_TIMEOUT)");
 }
 
+// Where rank 1 reaches rank 0: the interface rank 0 was told to use (TBCOLL_SOCKET_ADDR), else the host of the
+// rendezvous rank 0 serves (TBCOLL_ROOT), else this machine.
+std::string rank0_host() {
+  const std::string socket_addr = env::get("TBCOLL_SOCKET_ADDR");
+  if (!socket_addr.empty()) return socket_addr;
+  const std::string root = env::get("TBCOLL_ROOT");
+  return root.empty() ? "127.0.0.1" : net::parse_host_port(root, "TBCOLL_ROOT").host;
+}
+
 PingPongResult raw_tcp_floor(Communicator& comm) {
   PingPongResult result;
   const int rank = comm.rank();
   int port = 0;
   int listener = -1;
+  char host[256] = {};
   if (rank == 0) {
-    listener = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    listener = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);  // any interface, IPv4 too: rank 1 may be elsewhere
+    sockaddr_in6 addr{};
+    addr.sin6_family = AF_INET6;
+    addr.sin6_addr = in6addr_any;
+    int off = 0;
+    setsockopt(listener, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off));
     if (bind(listener, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(listener, 1) != 0) die("listen");
     socklen_t len = sizeof(addr);
     getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len);
-    port = ntohs(addr.sin_port);
+    port = ntohs(addr.sin6_port);
+    std::strncpy(host, rank0_host().c_str(), sizeof(host) - 1);
   }
   comm.broadcast(&port, &port, 1, DataType::kInt32, 0);
+  comm.broadcast(host, host, sizeof(host), DataType::kUint8, 0);
   int fd = -1;
   if (rank == 0) {
     PhaseDeadline deadline;
@@ -126,12 +141,9 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
     fd = accept(listener, nullptr, nullptr);
     close(listener);
   } else if (rank == 1) {
-    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) die("connect");
+    fd = net::connect_tcp({host, port}, Clock::now() + std::chrono::seconds(30), "pingpong: connecting to rank 0");
+    const int flags = fcntl(fd, F_GETFL);  // connect_tcp leaves it non-blocking; the measurements poll themselves
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
   }
   if (rank <= 1) {
     if (fd < 0) die("accept");

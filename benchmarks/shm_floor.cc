@@ -11,11 +11,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "benchmarks/pingpong.h"
+#include "common/identity.h"
 
 namespace tbcoll::bench {
 namespace {
@@ -34,19 +36,29 @@ class SharedMapping {
     const int rank = comm.rank();
     int32_t pid = rank == 0 ? static_cast<int32_t>(getpid()) : 0;
     comm.broadcast(&pid, &pid, 1, DataType::kInt32, 0);
-    const std::string name = "/tbcoll-floor-" + std::to_string(pid);
-    for (int turn = 0; turn < 2; ++turn) {
-      if (rank == turn) {
-        int fd = turn == 0 ? shm_open(name.c_str(), O_CREAT | O_RDWR, 0600) : shm_open(name.c_str(), O_RDWR, 0600);
-        if (fd < 0 || (turn == 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0)) {
-          throw IoError("shm floor: cannot create " + name + ": " + strerror(errno));
+    // Named like the transport's segments (tbcoll-<pid namespace>-<pid>-...), so the sweep of segments whose
+    // owner died (transports/shm/stale_segments.h: tbcoll-run, the next set-up) removes it if we are killed.
+    char name_buf[96];
+    std::snprintf(name_buf, sizeof(name_buf), "/tbcoll-%lx-%d-floor", pid_namespace(), static_cast<int>(pid));
+    const std::string name = name_buf;
+    try {
+      for (int turn = 0; turn < 2; ++turn) {
+        if (rank == turn) {
+          int fd = turn == 0 ? shm_open(name.c_str(), O_CREAT | O_RDWR, 0600) : shm_open(name.c_str(), O_RDWR, 0600);
+          if (fd < 0 || (turn == 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0)) {
+            throw IoError("shm floor: cannot create " + name + ": " + strerror(errno));
+          }
+          void* at = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          close(fd);
+          if (at == MAP_FAILED) throw IoError("shm floor: cannot map " + name + ": " + strerror(errno));
+          base_ = static_cast<uint8_t*>(at);
         }
-        void* at = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        close(fd);
-        if (at == MAP_FAILED) throw IoError("shm floor: cannot map " + name + ": " + strerror(errno));
-        base_ = static_cast<uint8_t*>(at);
+        comm.barrier();
       }
-      comm.barrier();
+    } catch (...) {
+      if (rank == 0) shm_unlink(name.c_str());
+      if (base_ != nullptr) munmap(base_, bytes_);
+      throw;
     }
     if (rank == 0) shm_unlink(name.c_str());
   }

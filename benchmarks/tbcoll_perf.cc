@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,9 @@ size_t parse_size(const std::string& text) {
                  : suffix == "M" || suffix == "MB" || suffix == "MiB" ? 1024.0 * 1024
                  : suffix == "G" || suffix == "GB" || suffix == "GiB" ? 1024.0 * 1024 * 1024
                  : -1;
-  if (scale < 0 || value < 0) throw tbcoll::InvalidArgument("bad size " + text + " (use 8, 1K, 64M, 1G)");
+  if (scale < 0 || !(value >= 0)) throw tbcoll::InvalidArgument("bad size " + text + " (use 8, 1K, 64M, 1G)");
+  constexpr double kMaxBytes = 1ull << 40;  // 1 TiB: beyond any buffer this benchmark can allocate
+  if (value * scale > kMaxBytes) throw tbcoll::InvalidArgument("size " + text + " is beyond 1 TiB");
   return static_cast<size_t>(value * scale);
 }
 
@@ -213,12 +216,21 @@ Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_
   long long wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place);
   comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
   for (int i = 0; i < o.warmup; ++i) call(comm, o, b, count, in_place);
+  // Out of place, the timed calls must produce the result again: recv is cleared first (outside the timing) and
+  // checked after the last one, so calls that stopped working cannot hide behind the first one's result. (In
+  // place, every call feeds the next: only the first is checked.)
+  if (!in_place) std::memset(b.recv.data(), 0, b.recv.size());
   std::vector<double> times(o.iterations);
   comm.barrier();
   for (int i = 0; i < o.iterations; ++i) {
     auto start = Clock::now();
     call(comm, o, b, count, in_place);
     times[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
+  }
+  if (!in_place) {
+    long long timed_wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place), all = 0;
+    comm.all_reduce(&timed_wrong, &all, 1, DataType::kInt64, ReduceOp::kSum);
+    m.wrong += all;
   }
   // Per iteration, the slowest rank's time: a collective is done when the last rank is done.
   comm.all_reduce(times.data(), times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
@@ -253,7 +265,10 @@ int main(int argc, char** argv) {
     std::FILE* csv = nullptr;
     if (lead && !o.csv.empty()) {
       csv = std::fopen(o.csv.c_str(), "w");
-      if (csv) std::fprintf(csv, "collective,ranks,transport,algo,size,count,type,redop,inplace,median_us,mean_us,algbw,busbw,wrong\n");
+      if (csv == nullptr) {
+        throw tbcoll::InvalidArgument("--csv " + o.csv + ": cannot open for writing: " + std::strerror(errno));
+      }
+      std::fprintf(csv, "collective,ranks,transport,algo,size,count,type,redop,inplace,median_us,mean_us,algbw,busbw,wrong\n");
     }
     if (lead) {
       std::printf("# tbcoll-perf: %s, %d ranks, transport %s, dtype %s, op %s, %d iterations (+%d warm-up)\n",
@@ -266,13 +281,16 @@ int main(int argc, char** argv) {
                   "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
     }
     long long total_wrong = 0;
+    size_t rows = 0, last_count = 0;
     for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
          size *= o.factor) {
       size_t total = static_cast<size_t>(size);
       // nccl-tests sizes: the gathered total (all_gather), the scattered input (reduce_scatter), else the buffer.
       const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter";
       size_t count = per_block ? total / es / n : total / es;
-      if (count == 0) continue;
+      if (count == 0 || count == last_count) continue;  // -f close to 1: each count once
+      last_count = count;
+      ++rows;
       size_t bytes = per_block ? count * es * n : count * es;
       Buffers b;
       b.send.resize(o.collective == "reduce_scatter" ? count * es * n : count * es);
@@ -295,14 +313,25 @@ int main(int argc, char** argv) {
           double algbw = bytes / m.median_us / 1e3;
           std::fprintf(csv, "%s,%d,%s,%s,%zu,%zu,%s,%s,%d,%.3f,%.3f,%.4f,%.4f,%lld\n", o.collective.c_str(), n,
                        n > 1 ? comm.transport_name(1).c_str() : "self", algo.c_str(), bytes, count,
-                       tbcoll::to_string(o.dtype).c_str(), tbcoll::to_string(o.op).c_str(), place, m.median_us,
+                       tbcoll::to_string(o.dtype).c_str(),
+                       is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none", place, m.median_us,
                        m.mean_us, algbw, algbw * factor, m.wrong);
         }
       }
     }
-    if (csv) std::fclose(csv);
+    if (csv != nullptr && std::fclose(csv) != 0) {
+      throw tbcoll::IoError("--csv " + o.csv + ": writing failed: " + std::strerror(errno));
+    }
+    if (rows == 0) {
+      throw tbcoll::InvalidArgument("no size between -b and -e holds a whole element per rank: nothing measured");
+    }
     if (lead) std::printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "WRONG");
-    if (o.pingpong && n >= 2 && comm.transport_name(comm.rank() == 0 ? 1 : 0) == "shm") {
+    std::fflush(stdout);
+    // The shm floors run between ranks 0 and 1 when they share memory: rank 0 decides for everyone, since every
+    // rank takes part in the floors' collectives (ranks elsewhere see another transport to rank 0).
+    int32_t shm_floors = o.pingpong && n >= 2 && lead && comm.transport_name(1) == "shm" ? 1 : 0;
+    if (o.pingpong && n >= 2) comm.broadcast(&shm_floors, &shm_floors, 1, DataType::kInt32, 0);
+    if (shm_floors != 0) {
       double floor_us = tbcoll::bench::raw_shm_floor_us(comm);
       if (lead) {
         std::printf("# raw shared-memory floor between ranks 0 and 1: cache-line hand-off one way %.3f us "
@@ -337,8 +366,16 @@ int main(int argc, char** argv) {
                     " buffers, %.2f GB/s with 64 MiB buffers\n", floor.bidir_gbps, floor.bidir_large_gbps);
       }
     }
+    // Every rank leaves together: a rank exiting 1 first would get the launcher to stop rank 0 before it printed.
+    comm.barrier();
     return total_wrong == 0 ? 0 : 1;
   } catch (const tbcoll::Error& error) {
+    std::fprintf(stderr, "tbcoll-perf: %s\n", error.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "tbcoll-perf: out of memory for the buffers (lower -e)\n");
+    return 1;
+  } catch (const std::exception& error) {
     std::fprintf(stderr, "tbcoll-perf: %s\n", error.what());
     return 1;
   }
