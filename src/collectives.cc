@@ -135,13 +135,16 @@ size_t Communicator::Impl::check_arguments(OpKind kind, const void* send, const 
 template <typename Body>
 void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, std::optional<Algorithm> schedule,
                              Body&& body) {
-  // For peers waiting in a fast-path call. Not send/recv: their tags count per peer pair, so another rank's
-  // receive could take ours for its own call.
-  if (fast_path != nullptr && (tag.tag >> 63) == 0) fast_path->announce(tag);
-  if (schedule) tag.meta = with_schedule(tag.meta, static_cast<unsigned>(*schedule) + 1);
-  algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, spin_yields, chunk_bytes, scratch,
-                  request_table, call);
-  guard(call, [&] { body(exec); });
+  guard(call, [&] {
+    // For peers waiting in a fast-path call (and it checks for messages of earlier calls never received: an
+    // error that breaks the communicator, as any mismatch). Not send/recv: their tags count per peer pair, so
+    // another rank's receive could take ours for its own call.
+    if (fast_path != nullptr && (tag.tag >> 63) == 0) fast_path->announce(tag);
+    if (schedule) tag.meta = with_schedule(tag.meta, static_cast<unsigned>(*schedule) + 1);
+    algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, spin_yields, chunk_bytes,
+                    scratch, request_table, call);
+    body(exec);
+  });
 }
 
 template <typename Body>
@@ -327,11 +330,10 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
     return;
   }
   c.run(what, tag, algorithm, [&](algo::Exec& exec) {
+    // The root only sends, so no receive checks its call: ranks that each named themselves root all return,
+    // and the message nobody received fails the next call (see check_unreceived in the shm transport).
     if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
     else algo::broadcast_tree(exec, args);
-    // The root only sends, so no receive checks its call: ranks that each named themselves root would all
-    // return. Where announcements exist, look at the peers'; elsewhere the stray message fails a later call.
-    if (root == c.rank && c.fast_path != nullptr) c.fast_path->check_peer_calls(tag);
   });
 }
 

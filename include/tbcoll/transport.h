@@ -45,6 +45,8 @@ struct Capabilities {
 };
 
 /// Message identity: tag orders messages, meta is a signature the receiver checks (e.g. op, dtype, count).
+/// The communicator's tags: collective calls count up from 1 (the same on every rank); send/recv tags have the
+/// top bit set and count each direction of a pair on its own. Transports use this only to spot mismatched calls.
 struct Tag {
   uint64_t tag = 0;
   uint64_t meta = 0;
@@ -100,10 +102,6 @@ class CollectiveFastPath {
   /// communicator calls it for collectives that do not go through the fast path; fast-path calls announce
   /// themselves. Cheap (a few stores to memory only this rank writes).
   virtual void announce(const Tag& tag) = 0;
-  /// Throws MismatchError when a peer announced the call with tag.tag under another signature (InvalidUsage
-  /// when under another algorithm). For ranks that only send in a call (a broadcast's root), which no receive
-  /// check covers. Best effort: a peer that has not announced the call yet, or has moved on, passes.
-  virtual void check_peer_calls(const Tag& tag) = 0;
   /// Largest all_reduce input, in bytes per rank, that all_reduce_one_shot() takes.
   virtual size_t max_one_shot_bytes() const = 0;
   /// Whether the direct collectives (peers read each other's buffers in place) are available.

@@ -130,6 +130,7 @@ TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
     for (size_t count : {size_t{64}, size_t{1} << 21, size_t{1} << 24}) {
       if (count > (size_t{1} << 21) && transport != "tcp") continue;  // beyond the sockets' buffers: senders block
       std::vector<std::string> messages(n);
+      std::vector<int> broken(n);
       const auto start = std::chrono::steady_clock::now();
       run_ranks(n, {transport, count > 64 ? "tree" : "", 30}, [&](Communicator& comm) {
         std::vector<float> buf(count, static_cast<float>(comm.rank()));
@@ -138,10 +139,12 @@ TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
           float x = 1.0f;
           for (int i = 0; i < 3; ++i) comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
         });
+        broken[comm.rank()] = comm.broken();
       });
       bool named = false;
       for (int r = 0; r < n; ++r) {
         EXPECT_NE(messages[r], "") << transport << ", " << n << " ranks, count " << count << ": rank " << r;
+        EXPECT_TRUE(broken[r]) << "a mismatch breaks the communicator: " << messages[r];
         named = named || messages[r].find("root=") != std::string::npos;
       }
       EXPECT_TRUE(named) << "some rank names the other root";

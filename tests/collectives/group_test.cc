@@ -79,6 +79,25 @@ TEST_P(Group, DestroyingACommunicatorFinishesItsQueuedCalls) {
   });
 }
 
+// Each rank sends first, then receives: rank 0 a message larger than the socket buffers, rank 1 a small one. Legal
+// (sends are buffered or progress while waiting); both directions' first send/recv tags are equal. tcp used to
+// take the peer's small message for a mismatched call while its own large send waited.
+TEST_P(Group, LargeSendCrossingASmallOneIsNoMismatch) {
+  run_ranks(2, {GetParam(), "", 30}, [&](Communicator& comm) {
+    std::vector<float> big(size_t{1} << 24, static_cast<float>(comm.rank() + 1));
+    float small = static_cast<float>(comm.rank() + 10);
+    if (comm.rank() == 0) {
+      comm.send(big.data(), big.size(), DataType::kFloat32, 1);
+      comm.recv(&small, 1, DataType::kFloat32, 1);
+      EXPECT_EQ(small, 11.0f);
+    } else {
+      comm.send(&small, 1, DataType::kFloat32, 0);
+      comm.recv(big.data(), big.size(), DataType::kFloat32, 0);
+      EXPECT_EQ(big.back(), 1.0f);
+    }
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Group, ::testing::Values("loopback", "shm", "tcp"));
 
 // Send/recv tags count per peer pair, so they must not be announced like a collective's sequence number: rank 2,

@@ -42,7 +42,8 @@ void check_unreceived(const Queue& queue, int rank, int peer, const transport::T
   for (uint64_t i = tail; i != head; ++i) {  // published frames stay put until we advance tail
     const FrameHeader& frame = queue.frames[i % kFrames].header;
     const bool collective = (frame.tag >> 63) == 0;  // send/recv tags have the top bit set
-    if (frame.first != 1 || !collective || frame.tag >= tag.tag) continue;
+    if (frame.first != 1 || !collective) continue;
+    if (frame.tag >= tag.tag) return;  // collective messages queue in call order: no earlier one behind it
     throw InvalidUsage(fmt::format(
         "[shm] rank {}: peer {} sent a message for an earlier collective call (call {}, {}) that this rank "
         "finished without receiving it: the ranks' calls did not match there (a broadcast or reduce whose "

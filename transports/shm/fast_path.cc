@@ -48,14 +48,6 @@ void FastPath::announce(const transport::Tag& tag, uint64_t algorithm) {
   current_algorithm_ = algorithm;
 }
 
-void FastPath::check_peer_calls(const transport::Tag& tag) {
-  // Our announcement before their reads: of two ranks doing this, at least one sees the other's.
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  for (int p = 0; p < size_; ++p) {
-    if (p != rank_) check_announcement(areas_[p]->call, rank_, p, tag, current_algorithm_, 0);
-  }
-}
-
 void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
   check_announcement(areas_[peer]->call, rank_, peer, tag, current_algorithm_, 0);
   Queue* queue = queue_at(headers_[peer], rank_);

@@ -73,7 +73,6 @@ class FastPath final : public transport::CollectiveFastPath {
   // sent a message of an earlier call this rank never received (check_unreceived).
   void announce(const transport::Tag& tag) override { announce(tag, kPointToPoint); }
   void announce(const transport::Tag& tag, uint64_t algorithm);
-  void check_peer_calls(const transport::Tag& tag) override;
 
   /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
   static void read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer);

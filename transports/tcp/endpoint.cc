@@ -190,6 +190,8 @@ void Endpoint::check_blocked_send() {
   // differs, the peer runs another call and will not receive ours (ranks that each named themselves the root
   // of a large broadcast used to wait for the deadline here).
   const Operation& op = *sends_.front();
+  // Only collectives: send/recv tags count per direction, so the peer's own first send carries ours too.
+  if ((op.tag.tag >> 63) != 0) return;
   MessageHeader header{};
   if (staging_end_ - staging_begin_ >= sizeof(header)) {
     std::memcpy(&header, staging_.data() + staging_begin_, sizeof(header));
