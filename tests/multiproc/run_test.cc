@@ -611,9 +611,9 @@ TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
   RunResult result = launcher.finish();
   EXPECT_EQ(result.exit_code, 128 + SIGTERM) << result.err;
   expect_all_gone(pids);
+  // tbcoll-run removed rank 0's segment, or a set-up running alongside (tests under ctest -j) swept it first:
+  // either way, none is left.
   for (pid_t pid : pids) EXPECT_EQ(shm_segments_of(pid), std::vector<std::string>{}) << result.err;
-  // At least rank 0's (tests running alongside may have left more).
-  EXPECT_TRUE(contains(result.err, "shared-memory segment(s) of ranks that died during set-up")) << result.err;
 }
 
 TEST(TbcollRun, ForwardsTheSignalItReceived) {
