@@ -23,7 +23,9 @@
 
 struct tbcollComm {
   tbcoll::Communicator communicator;
-  std::atomic<int> calls{0};  ///< C calls running on it (tbcollCommAbort from another thread waits for them)
+  /// The handle (until tbcollCommDestroy/Abort) plus the C calls running on it and the groups it is in; whoever
+  /// drops the last one frees it, so a destroy or an abort never waits for a call, and never frees under one.
+  std::atomic<int> refs{1};
 };
 
 namespace {
@@ -63,38 +65,32 @@ int raw(const CEnum& value) {
 tbcoll::DataType dtype_of(const tbcollDataType_t& datatype) { return static_cast<tbcoll::DataType>(raw(datatype)); }
 tbcoll::ReduceOp op_of(const tbcollRedOp_t& op) { return static_cast<tbcoll::ReduceOp>(raw(op)); }
 
-// body(comm's Communicator), counted while it runs: tbcollCommAbort (allowed from another thread) and
-// tbcollCommDestroy free the communicator only once such calls have left it. Every call that uses a communicator
-// goes through here.
+void retain(tbcollComm_t comm) { comm->refs.fetch_add(1, std::memory_order_acq_rel); }
+
+void release(tbcollComm_t comm) {
+  if (comm->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete comm;
+}
+
+// Drops a reference when it goes out of scope.
+struct Release {
+  tbcollComm_t comm;
+  ~Release() { release(comm); }
+};
+
+// body(comm's Communicator), holding a reference while it runs: tbcollCommAbort (allowed from another thread) or
+// tbcollCommDestroy meanwhile leaves the freeing to the call. Every call that uses a communicator goes through
+// here.
 template <typename Body>
 auto counted(tbcollComm_t comm, Body&& body) -> decltype(body(comm->communicator)) {
   if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
-  comm->calls.fetch_add(1, std::memory_order_acq_rel);
-  struct Leave {
-    tbcollComm_t comm;
-    ~Leave() { comm->calls.fetch_sub(1, std::memory_order_acq_rel); }
-  } leave{comm};
+  retain(comm);
+  Release leave{comm};
   return body(comm->communicator);
 }
 
 template <typename Body>
 tbcollResult_t with_comm(tbcollComm_t comm, Body&& body) {
   return guarded([&] { counted(comm, body); });
-}
-
-// Frees comm once no call runs on it. Calls on an aborted communicator fail within milliseconds, others within
-// their deadline; one still running after that is a bug, and the communicator is left allocated rather than
-// freed under it.
-void free_when_idle(tbcollComm_t comm) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  while (comm->calls.load(std::memory_order_acquire) != 0) {
-    if (std::chrono::steady_clock::now() > give_up) {
-      throw std::runtime_error("calls still run on the communicator 120 s after it was destroyed or aborted: it "
-                               "is left allocated");
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  delete comm;
 }
 
 // Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
@@ -108,16 +104,16 @@ void refuse_in_group(const char* call) {
   }
 }
 
-// A communicator in this thread's group counts as a running call until the group ends (or it leaves the group),
-// so tbcollCommAbort or tbcollCommDestroy from another thread does not free it while tbcollGroupEnd still has
-// to reach it.
+// A communicator in this thread's group holds a reference until the group ends (or it leaves the group), so
+// tbcollCommAbort or tbcollCommDestroy from another thread does not free it while tbcollGroupEnd still has to
+// reach it.
 void join_group(tbcollComm_t comm) {
   if (c_group_depth == 0 || comm == nullptr) return;
   for (tbcollComm_t seen : c_group_comms) {
     if (seen == comm) return;
   }
   comm->communicator.group_start();
-  comm->calls.fetch_add(1, std::memory_order_acq_rel);
+  retain(comm);
   c_group_comms.push_back(comm);
 }
 
@@ -127,7 +123,7 @@ void leave_group(tbcollComm_t comm) {
   auto at = std::find(c_group_comms.begin(), c_group_comms.end(), comm);
   if (at == c_group_comms.end()) return;
   c_group_comms.erase(at);
-  comm->calls.fetch_sub(1, std::memory_order_acq_rel);
+  release(comm);
 }
 
 // Store servers started by tbcollGetUniqueId, by id. A server runs as long as a communicator anywhere may still
@@ -244,17 +240,18 @@ tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm
 
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
   return guarded([&] {
+    if (comm == nullptr) return;
     leave_group(comm);
-    if (comm != nullptr) free_when_idle(comm);
+    release(comm);  // freed now, or by the last call or group still using it
   });
 }
 
 tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
   return guarded([&] {
-    leave_group(comm);
     if (comm == nullptr) return;
+    leave_group(comm);
     comm->communicator.abort();  // calls running on other threads fail fast now
-    free_when_idle(comm);
+    release(comm);
   });
 }
 
@@ -443,10 +440,7 @@ tbcollResult_t tbcollGroupEnd(void) {
     // Every communicator leaves the group, even after one failed; the first error is reported.
     std::exception_ptr first;
     for (tbcollComm_t comm : comms) {
-      struct Leave {  // the count join_group took
-        tbcollComm_t comm;
-        ~Leave() { comm->calls.fetch_sub(1, std::memory_order_acq_rel); }
-      } leave{comm};
+      Release leave{comm};  // the reference join_group took
       try {
         comm->communicator.group_end();
       } catch (...) {
