@@ -12,9 +12,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <random>
 #include <sstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -163,28 +165,40 @@ bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Publi
   return true;
 }
 
-// store.get of a rendezvous record; when something may cancel the wait, asked in slices of kCancelPollMs.
-std::vector<uint8_t> wait_record(Store& store, const std::string& key, Deadline deadline,
-                                 const std::atomic<bool>* cancelled) {
-  if (cancelled == nullptr) return store.get(key, deadline);
+// What forget_records leaves under <prefix>/comm_id, followed by the world size: "formed:<size>".
+constexpr const char* kFormedTombstone = "formed:";
+
+// The communicator id rank 0 published under prefix. A tombstone of a communicator already formed with this world
+// size means a new one reuses the prefix: its rank 0 overwrites it, so wait for that; another size is an error.
+uint64_t read_comm_id(Store& store, const std::string& prefix, int rank, int size, Deadline deadline,
+                      const std::atomic<bool>* cancelled) {
+  const std::string key = prefix + "/comm_id";
   for (;;) {
-    check_cancelled(cancelled, fmt::format("[store] waiting for {:?}", key));
-    const Deadline slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(kCancelPollMs));
-    try {
-      return store.get(key, slice);
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) throw;
+    const std::string text = text_of(get_cancellable(store, key, deadline, cancelled));
+    if (text.rfind(kFormedTombstone, 0) != 0) return record_number(text, "the communicator id rank 0 published");
+    const uint64_t formed = record_number(text.substr(std::strlen(kFormedTombstone)), "a formed communicator's size");
+    if (formed != static_cast<uint64_t>(size)) {
+      throw InvalidUsage(fmt::format("rank {}: a communicator of {} ranks was already formed under rendezvous prefix "
+                                     "{:?}; this rank was started with world size {}", rank, formed, prefix, size));
     }
+    if (Clock::now() >= deadline) {
+      throw TimeoutError(fmt::format("[store] key {:?} still names a communicator formed earlier at the deadline "
+                                     "(rank 0 of this one did not get this far)", key));
+    }
+    check_cancelled(cancelled, fmt::format("[store] waiting for {:?}", key));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
 // The rendezvous records of a communicator (its id, every rank's record) are read once, during init. Each rank
 // counts itself once it read them all; the last removes them, so a job creating communicators by the thousand
-// (splits) does not grow rank 0's store. Only cleaning: a failure is logged, not fatal.
+// (splits) does not grow rank 0's store (but for a tombstone of the id). Only cleaning: a failure is logged.
 void forget_records(Store& store, const std::string& prefix, int rank, int size, Deadline deadline) {
   try {
     if (store.add(prefix + "/read", 1, deadline) != size) return;
-    store.erase(prefix + "/comm_id", deadline);
+    // The id stays as a tombstone with the size, so a rank started with another world size that comes late is
+    // told at once (it would otherwise wait its whole timeout for an id nobody sets).
+    store.set(prefix + "/comm_id", bytes_of(fmt::format("{}{}", kFormedTombstone, size)), deadline);
     for (int r = 0; r < size; ++r) store.erase(fmt::format("{}/peer/{}", prefix, r), deadline);
     store.erase(prefix + "/read", deadline);
   } catch (const Error& error) {
@@ -278,8 +292,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     comm_id = random_u64();
     store.set(prefix + "/comm_id", bytes_of(std::to_string(comm_id)), deadline);
   } else {
-    comm_id = record_number(text_of(wait_record(store, prefix + "/comm_id", deadline, cancelled)),
-                            "the communicator id rank 0 published");
+    comm_id = read_comm_id(store, prefix, rank, size, deadline, cancelled);
   }
 
   const std::chrono::microseconds link_delay(std::max<long long>(0, env::get_int("TBCOLL_LINK_DELAY_US")));
@@ -323,7 +336,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Published& other = everyone[static_cast<size_t>(peer)];
-    other = decode(peer, text_of(wait_record(store, fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
+    other = decode(peer, text_of(get_cancellable(store, fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
     if (other.world_size != size) {
       throw InvalidUsage(fmt::format("rank {}: peer {} was started with world size {}, this rank with {}", rank, peer,
                                      other.world_size, size));

@@ -21,6 +21,8 @@
 #include "bootstrap/store_protocol.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/time.h"
+#include "communicator.h"
 #include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
 
@@ -383,6 +385,9 @@ class TcpStoreClient final : public Store {
   std::vector<uint8_t> get(const std::string& key, Deadline deadline) override {
     return call(sp::Op::kGet, key, {}, deadline);
   }
+  std::vector<uint8_t> get(const std::string& key, Deadline deadline, const std::atomic<bool>* cancelled) {
+    return call(sp::Op::kGet, key, {}, deadline, cancelled);
+  }
   int64_t add(const std::string& key, int64_t delta, Deadline deadline) override {
     std::vector<uint8_t> value(sizeof(delta));
     std::memcpy(value.data(), &delta, sizeof(delta));
@@ -438,7 +443,8 @@ class TcpStoreClient final : public Store {
     idle_.push_back(fd);
   }
 
-  std::vector<uint8_t> call(sp::Op op, const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) {
+  std::vector<uint8_t> call(sp::Op op, const std::string& key, const std::vector<uint8_t>& value, Deadline deadline,
+                            const std::atomic<bool>* cancelled = nullptr) {
     sp::RequestHeader header{static_cast<uint32_t>(op), static_cast<uint32_t>(key.size()),
                              static_cast<uint32_t>(value.size()), 0};
     std::string problem = sp::check_request(header);
@@ -449,9 +455,9 @@ class TcpStoreClient final : public Store {
     if (!value.empty()) std::memcpy(out.data() + sizeof(header) + key.size(), value.data(), value.size());
     const int fd = take(deadline);
     try {
-      net::write_all(fd, out.data(), out.size(), deadline, who_);
+      net::write_all(fd, out.data(), out.size(), deadline, who_, cancelled);
       sp::ResponseHeader response{};
-      net::read_exact(fd, &response, sizeof(response), deadline, who_);
+      net::read_exact(fd, &response, sizeof(response), deadline, who_, cancelled);
       if (response.status != 0) {
         throw RemoteError(fmt::format("{}: the store refused the {} of key {:?}: {}", who_, sp::op_name(op), key,
                                       sp::status_text(response.status)));
@@ -491,6 +497,21 @@ class TcpStoreClient final : public Store {
 
 std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline) {
   return std::make_shared<TcpStoreClient>(host_port, token, deadline);
+}
+
+std::vector<uint8_t> get_cancellable(Store& store, const std::string& key, Deadline deadline,
+                                     const std::atomic<bool>* cancelled) {
+  if (cancelled == nullptr) return store.get(key, deadline);
+  if (auto* client = dynamic_cast<TcpStoreClient*>(&store)) return client->get(key, deadline, cancelled);
+  for (;;) {  // a store of unknown kind: short gets, looking at the flag between them
+    check_cancelled(cancelled, fmt::format("[store] waiting for {:?}", key));
+    const Deadline slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(kCancelPollMs));
+    try {
+      return store.get(key, slice);
+    } catch (const TimeoutError&) {
+      if (Clock::now() >= deadline) throw;
+    }
+  }
 }
 
 std::string tcp_store_local_address(const Store& store) {

@@ -322,6 +322,34 @@ TEST(Errors, RanksWithDifferentWorldSizesAreToldAtInit) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 20 s deadline";
 }
 
+// A rank started with another world size that arrives after the others formed their communicator (and removed its
+// records) is told at once, not at its deadline.
+TEST(Errors, ALateRankWithAnotherWorldSizeIsToldAtInit) {
+  auto store = make_in_memory_store();
+  auto config_of = [&](int rank, int size) {
+    Config config;
+    config.rank = rank;
+    config.world_size = size;
+    config.store = store;
+    config.prefix = "late";
+    config.timeout_s = 20;
+    return config;
+  };
+  std::thread other([&] { Communicator::init(config_of(1, 2)).barrier(); });
+  Communicator::init(config_of(0, 2)).barrier();
+  other.join();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { Communicator::init(config_of(2, 3)); });
+  EXPECT_NE(error.find("a communicator of 2 ranks was already formed under rendezvous prefix \"late\"; this rank was "
+                       "started with world size 3"), std::string::npos) << error;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "not the 20 s deadline";
+  // The same prefix and size again: a new communicator, whose ranks wait for its own rank 0's id.
+  std::thread again([&] { Communicator::init(config_of(1, 2)).barrier(); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // rank 1 first: it sees the tombstone
+  Communicator::init(config_of(0, 2)).barrier();
+  again.join();
+}
+
 // Rank 0 of two, whose peer never shows up.
 Config alone_of_two(double timeout_s) {
   Config config;

@@ -75,8 +75,9 @@ TEST_P(Split, AbortEndsASplitWaitingInTheChildsSetUp) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, Split, ::testing::Values("loopback", "shm", "tcp"));
 
-// Every init removes its rendezvous records once all ranks read them: rank 0's store does not grow with the number
-// of communicators a job creates (it kept every record, and a long job could fill its 256 MiB).
+// Every init removes its rendezvous records once all ranks read them, but for a tombstone of its id (tens of
+// bytes, so a late rank with another world size is told at once): rank 0's store kept every record (~460 B per
+// communicator of 3 ranks here), and a long job could fill its 256 MiB.
 TEST(SplitStore, RendezvousRecordsAreRemovedOnceRead) {
   TcpStoreServer server("127.0.0.1", 0, "records");
   const std::string where = "127.0.0.1:" + std::to_string(server.port());
@@ -104,8 +105,8 @@ TEST(SplitStore, RendezvousRecordsAreRemovedOnceRead) {
   }
   for (auto& thread : ranks) thread.join();
   for (int rank = 0; rank < 3; ++rank) {
-    EXPECT_EQ(after_init[rank], 0u) << "rank " << rank;
-    EXPECT_EQ(after_splits[rank], 0u) << "rank " << rank;
+    EXPECT_LE(after_init[rank], 32u) << "rank " << rank;
+    EXPECT_LE(after_splits[rank], 21u * 48u) << "rank " << rank << ": 21 communicators used the store";
   }
 }
 

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -18,6 +19,7 @@
 #include "common/env.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "communicator.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tuner.h"
@@ -139,6 +141,28 @@ TEST(Store, EraseRemovesKeysAndFreesTheirRoom) {
     store->erase("n", deadline_after(5));
   }
   EXPECT_EQ(server.stored_bytes(), 0u);
+}
+
+// A get that another thread cancels gives up within ~100 ms, on the TCP client (waiting on its one connection, not
+// reconnecting in slices) and on the in-process store; without the flag set it times out as usual.
+TEST(Store, CancelledGetGivesUp) {
+  TcpStoreServer server("127.0.0.1", 0, "t");
+  auto tcp = connect_tcp_store("127.0.0.1:" + std::to_string(server.port()), "t", deadline_after(5));
+  for (const auto& store : {tcp, make_in_memory_store()}) {
+    std::atomic<bool> cancelled{false};
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      cancelled = true;
+    });
+    const auto start = Clock::now();
+    EXPECT_THROW(get_cancellable(*store, "never", deadline_after(20), &cancelled), InvalidUsage);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
+    canceller.join();
+    std::atomic<bool> quiet{false};
+    EXPECT_THROW(get_cancellable(*store, "never", deadline_after(0.3), &quiet), TimeoutError);
+    store->set("there", {1}, deadline_after(5));
+    EXPECT_EQ(get_cancellable(*store, "there", deadline_after(5), &quiet), (std::vector<uint8_t>{1}));
+  }
 }
 
 TEST(Store, ConnectToNothingTimesOut) {
