@@ -41,7 +41,10 @@ void FastPath::check_peer(int peer) {
 }
 
 void FastPath::announce(const transport::Tag& tag, uint64_t algorithm) {
-  for (int p = 0; p < size_; ++p) {
+  // Fast paths never read the message queues, so a message of an earlier call nobody received (ranks that named
+  // different broadcast roots) would go unnoticed: look first. Point-to-point schedules need not: their receives
+  // meet such a message, and there the extra read of a queue the peer keeps writing cost small broadcasts 0.13 us.
+  for (int p = 0; p < size_ && algorithm != kPointToPoint; ++p) {
     if (p != rank_) check_unreceived(*queue_at(headers_[p], rank_), rank_, p, tag);
   }
   announce_call(areas_[rank_]->call, tag, algorithm);

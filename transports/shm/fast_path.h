@@ -69,8 +69,8 @@ class FastPath final : public transport::CollectiveFastPath {
   void broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag, Deadline deadline,
                         std::chrono::microseconds spin) override;
 
-  // Tells peers which call this rank is in and how it runs it (see CallAnnounce), after checking that no peer
-  // sent a message of an earlier call this rank never received (check_unreceived).
+  // Tells peers which call this rank is in and how it runs it (see CallAnnounce); for fast-path calls, after
+  // checking that no peer sent a message of an earlier call this rank never received (check_unreceived).
   void announce(const transport::Tag& tag) override { announce(tag, kPointToPoint); }
   void announce(const transport::Tag& tag, uint64_t algorithm);
 
