@@ -95,7 +95,8 @@ const void* divide_first(const void* send, void* into, std::vector<uint8_t>& sto
 
 }  // namespace
 
-size_t Communicator::Impl::check_arguments(OpKind kind, const void* send, const void* recv, size_t count,
+Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, const void* send, const void* recv,
+                                                                size_t count,
                                            DataType dtype, ReduceOp op, int root) const {
   const char* name = op_kind_name(static_cast<unsigned>(kind));
   const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
@@ -125,11 +126,10 @@ size_t Communicator::Impl::check_arguments(OpKind kind, const void* send, const 
   // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
   // here, before anything is queued or sent, naming the call.
   try {
-    choose_algorithm(kind, bytes, size, tuner);
+    return {bytes, choose_algorithm(kind, bytes, size, tuner)};
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
   }
-  return bytes;
 }
 
 template <typename Body>
@@ -182,11 +182,12 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl& c = *this;
-  const size_t bytes = c.check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
+  const Checked checked = c.check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
+  const size_t bytes = checked.bytes;
+  const Algorithm algorithm = checked.algorithm;  // a variable, not a structured binding: lambdas capture it
   algo::CallInfo what{"all_reduce", count, dtype, op, true};
   c.check_usable(what);
   if (count == 0) return;
-  Algorithm algorithm = choose_algorithm(OpKind::kAllReduce, bytes, c.size, c.tuner);
   if (algorithm == Algorithm::kSelf) {
     if (send != recv) std::memcpy(recv, send, bytes);
     return;
@@ -230,11 +231,12 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
 
 void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
   Impl& c = *this;
-  const size_t total = c.check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
+  const Checked checked = c.check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
+  const size_t total = checked.bytes;
+  const Algorithm algorithm = checked.algorithm;
   algo::CallInfo what{"all_gather", count, dtype};
   c.check_usable(what);
   if (count == 0) return;
-  Algorithm algorithm = choose_algorithm(OpKind::kAllGather, total, c.size, c.tuner);
   algo::Args args{send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)};
   if (algorithm == Algorithm::kSelf) {
     if (send != recv) std::memcpy(recv, send, total);
@@ -268,7 +270,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, Da
 
 void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl& c = *this;
-  const size_t total = c.check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
+  const size_t total = c.check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0).bytes;
   algo::CallInfo what{"reduce_scatter", count, dtype, op, true};
   c.check_usable(what);
   if (count == 0) return;
@@ -290,7 +292,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 
 void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
   Impl& c = *this;
-  const size_t bytes = c.check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root);
+  const size_t bytes = c.check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root).bytes;
   algo::CallInfo what{"reduce", count, dtype, op, true, root};
   c.check_usable(what);
   if (count == 0) return;
@@ -312,11 +314,12 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 
 void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl& c = *this;
-  const size_t bytes = c.check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
+  const Checked checked = c.check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
+  const size_t bytes = checked.bytes;
+  const Algorithm algorithm = checked.algorithm;
   algo::CallInfo what{"broadcast", count, dtype, ReduceOp::kSum, false, root};
   c.check_usable(what);
   if (count == 0) return;
-  Algorithm algorithm = choose_algorithm(OpKind::kBroadcast, bytes, c.size, c.tuner);
   if (algorithm == Algorithm::kSelf) {
     if (send != recv) std::memcpy(recv, send, bytes);
     return;
@@ -331,7 +334,7 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
   }
   c.run(what, tag, algorithm, [&](algo::Exec& exec) {
     // The root only sends, so no receive checks its call: ranks that each named themselves root all return,
-    // and the message nobody received fails the next call (see check_unreceived in the shm transport).
+    // and the message nobody received fails a later call (see README: "A call in which some ranks only send").
     if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
     else algo::broadcast_tree(exec, args);
   });

@@ -79,11 +79,15 @@ struct Communicator::Impl {
     }
   }
   [[noreturn]] void throw_broken(const algo::CallInfo& call);
-  /// The argument checks of a collective (dtype, op, root, byte count overflow, null buffers); returns the bytes
-  /// per rank (gathered/scattered total for all_gather and reduce_scatter). Throws InvalidArgument naming what
-  /// is wrong. Asynchronous calls run them before queuing.
-  size_t check_arguments(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
-                         int root) const;
+  /// The argument checks of a collective (dtype, op, root, byte count overflow, null buffers, overlapping
+  /// buffers, a forced algorithm that cannot run the call). Throws InvalidArgument naming what is wrong.
+  /// Asynchronous calls run them before queuing.
+  struct Checked {
+    size_t bytes;         ///< per rank (the gathered/scattered total for all_gather and reduce_scatter)
+    Algorithm algorithm;  ///< the tuner's choice for the call
+  };
+  Checked check_arguments(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
+                          int root) const;
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op. The call's
   /// messages carry its signature with the schedule (an algorithm; none for send/recv) added: ranks tuned to
   /// different schedules are told so.
