@@ -102,6 +102,7 @@ Options parse_options(int argc, char** argv) {
       if (!(o.temperature >= 0.0f)) throw UsageError("--temperature must be >= 0");
     } else if (flag == "--top-p" || flag == "-p") {
       o.top_p = static_cast<float>(parse_number(flag, value));
+      if (!(o.top_p >= 0.0f && o.top_p <= 1.0f)) throw UsageError("--top-p must be in [0, 1] (a probability mass)");
     } else if (flag == "--seed" || flag == "-s") {
       o.seed = parse_seed(flag, value);
       o.have_seed = true;
@@ -239,6 +240,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
   }
   const double prefill_end = now_seconds();
   const double prefill_comm = counter.seconds();
+  const CommCounter at_prefill_end = counter;  // the per-token figures below are decode's
   int forwards = n_prefill;
   bool stopped = false;
   const int n_echo = n_prompt - 1 < positions ? n_prompt - 1 : positions;
@@ -264,18 +266,24 @@ int run(const Options& options, tbcoll::Communicator& comm) {
   pending.flush();
   if (rank == 0) {
     std::fputs("\n", stdout);
-    std::fflush(stdout);
+    // A full disk or a closed stdout must not look like success: the text is lost.
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+      throw std::runtime_error(std::string("writing the text to stdout failed: ") + std::strerror(errno));
+    }
     const int prefill_tokens = n_prefill;
     const int decode_tokens = forwards - prefill_tokens;
     const double prefill_s = prefill_end - start;
     const double decode_s = end - prefill_end;
     const double total_s = end - start;
     const double decode_comm = counter.seconds() - prefill_comm;
-    const double per_token = forwards > 0 ? 1.0 / forwards : 0.0;
+    const double per_token = decode_tokens > 0 ? 1.0 / decode_tokens : 0.0;
+    auto decode_only = [&](uint64_t CommCounter::*field) {
+      return static_cast<double>(counter.*field - at_prefill_end.*field) * per_token;
+    };
     std::fprintf(stderr,
                  "tp_inference: model=%s%s mode=%s ranks=%d | prefill %d tok %.0f tok/s | decode %d tok %.0f tok/s "
-                 "%.4f ms/tok | comm %.1f%% of time, %.1f%% of decode (%.1f us/tok) | all_reduce %.1f calls %.0f B "
-                 "all_gather %.1f calls %.0f B per token | p2p %.0f B per token\n",
+                 "%.4f ms/tok | comm %.1f%% of time, %.1f%% of decode (%.1f us/tok) | per decode token: all_reduce "
+                 "%.1f calls %.0f B, all_gather %.1f calls %.0f B, p2p %.0f B\n",
                  model_name.c_str(), synthetic ? " [SYNTHETIC random weights]" : "",
                  options.pipeline ? "pipeline" : "tensor", world, prefill_tokens,
                  prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_tokens,
@@ -284,11 +292,9 @@ int run(const Options& options, tbcoll::Communicator& comm) {
                  total_s > 0 ? 100.0 * counter.seconds() / total_s : 0.0,
                  decode_s > 0 ? 100.0 * decode_comm / decode_s : 0.0,
                  decode_tokens > 0 ? decode_comm * 1e6 / decode_tokens : 0.0,
-                 static_cast<double>(counter.all_reduce_calls) * per_token,
-                 static_cast<double>(counter.all_reduce_bytes) * per_token,
-                 static_cast<double>(counter.all_gather_calls) * per_token,
-                 static_cast<double>(counter.all_gather_bytes) * per_token,
-                 static_cast<double>(counter.p2p_bytes) * per_token);
+                 decode_only(&CommCounter::all_reduce_calls), decode_only(&CommCounter::all_reduce_bytes),
+                 decode_only(&CommCounter::all_gather_calls), decode_only(&CommCounter::all_gather_bytes),
+                 decode_only(&CommCounter::p2p_bytes));
   }
   return 0;
 }

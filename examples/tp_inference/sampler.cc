@@ -33,14 +33,16 @@ int Sampler::argmax(const float* values, int n) {
 
 int Sampler::sample(float* logits) {
   if (temperature_ <= 0.0f) return argmax(logits, vocab_size_);
-  // Scale first, then take the largest scaled logit (exp of the rest stays in range). NaN counts as -inf.
+  // With no finite largest scaled logit below, the choice is the unscaled argmax: a temperature so small that
+  // logits / T overflow (1e-38, say) is greedy decoding, and the first +inf by index would be any token.
+  const int raw_best = argmax(logits, vocab_size_);
+  // Scale first, then take the largest scaled logit (exp of the rest stays in range), as run.c. NaN counts as -inf.
   float max_val = -INFINITY;
   for (int i = 0; i < vocab_size_; ++i) {
     logits[i] = std::isnan(logits[i]) ? -INFINITY : logits[i] / temperature_;
     max_val = std::max(max_val, logits[i]);
   }
-  // No finite largest value: the first +inf wins, or (all -inf) the first token, as argmax would pick.
-  if (!std::isfinite(max_val)) return argmax(logits, vocab_size_);
+  if (!std::isfinite(max_val)) return raw_best;
   float sum = 0.0f;
   for (int i = 0; i < vocab_size_; ++i) {
     logits[i] = std::exp(logits[i] - max_val);

@@ -55,6 +55,16 @@ TEST(Sampler, TemperatureScalesBeforeTheMaximum) {
   EXPECT_EQ(last, 0);
 }
 
+// A temperature so small that logits / T overflow is greedy decoding. The sampler used to take the first +inf by
+// index (token 0 here: 4 / 1e-38 overflows as 5 / 1e-38 does) instead of the largest logit (token 1).
+TEST(Sampler, TinyTemperatureIsGreedy) {
+  Sampler sampler(4, 1e-38f, 1.0f, 5);
+  for (int draw = 0; draw < 100; ++draw) {
+    std::vector<float> logits = {4.0f, 5.0f, 1.0f, 3.5f};
+    EXPECT_EQ(sampler.sample(logits.data()), 1);
+  }
+}
+
 // A flat distribution with p below 1/n: no probability reaches the cutoff through rounding, and the sampler used to
 // index before its candidates; the most likely token is always in the nucleus.
 TEST(Sampler, TopPWithNoCandidateAboveTheCutoffPicksTheBest) {

@@ -190,6 +190,16 @@ TEST_F(TpInference, RejectsBadArgumentsAndShapes) {
   r = generate(3, "tensor", {"--tokens", "4"});  // 8 heads over 3 ranks
   EXPECT_TRUE(r.exited && r.code != 0) << describe(r);
   EXPECT_NE(r.err.find("does not divide"), std::string::npos) << r.err;
+  for (const char* top_p : {"2", "-0.5", "nan"}) {  // silently meant "off" before
+    r = generate(1, "tensor", {"--tokens", "4", "--temperature", "1", "--top-p", top_p});
+    EXPECT_TRUE(r.exited && r.code == 2) << top_p << ": " << describe(r);
+  }
+  // Text that cannot be written is an error, not a run that looks fine (it exited 0, the text lost).
+  if (exists("/dev/full")) {
+    r = run({"/bin/sh", "-c", "exec '" + binary() + "' --model '" + model_path() + "' --tokens 20 > /dev/full"});
+    EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+    EXPECT_NE(r.err.find("writing the text to stdout failed"), std::string::npos) << r.err;
+  }
 }
 
 // A prompt of ~330 tokens: more than LlamaModel::kMaxBatch, so batched prefill also runs in chunks.
