@@ -43,9 +43,11 @@ tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
 #define TBCOLL_SPLIT_NOCOLOR (-1)
 /** Collective: a communicator per color, ranks ordered by key; color TBCOLL_SPLIT_NOCOLOR gives *newcomm = NULL. */
 tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm);
-/** Frees the communicator (after the last call on it). */
+/** Releases the communicator: freed at once, or by the last call or group still using it on another thread
+ *  (destroy never waits for them). The handle is invalid afterwards. */
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm);
-/** Breaks the communicator (peers see the failure) and frees it. */
+/** Breaks the communicator (peers see the failure; calls on it, on any thread, fail within milliseconds) and
+ *  releases it as tbcollCommDestroy does. Allowed from another thread, e.g. a watchdog. */
 tbcollResult_t tbcollCommAbort(tbcollComm_t comm);
 tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
