@@ -237,8 +237,11 @@ Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_
   double sum = 0;
   for (double t : times) sum += t;
   m.mean_us = sum / times.size();
-  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
-  m.median_us = times[times.size() / 2];
+  // The median; of an even count, the mean of the two middle values.
+  const size_t mid = times.size() / 2;
+  std::nth_element(times.begin(), times.begin() + mid, times.end());
+  m.median_us = times[mid];
+  if (times.size() % 2 == 0) m.median_us = (m.median_us + *std::max_element(times.begin(), times.begin() + mid)) / 2;
   return m;
 }
 
