@@ -17,7 +17,11 @@
 #include <thread>
 #include <vector>
 
+#include "multiproc/segments.h"
+
 namespace {
+
+using tbcoll::test::segments_of;
 
 struct Result {
   int status = -1;
@@ -157,23 +161,6 @@ TEST(Processes, MismatchedCountsFailWithAClearError) {
 // Starts n ranks directly (not through tbcoll-run, which would kill the survivors itself), each writing its
 // output to a file; rank `victim` SIGKILLs itself mid-run; the others must exit with a clear error well
 // within the deadline.
-// Segments in /dev/shm that belong to one of pids.
-std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
-  std::vector<std::string> found;
-  Result listing = run("ls /dev/shm");
-  std::istringstream in(listing.output);
-  std::string name;
-  while (in >> name) {
-    unsigned long pid_namespace = 0;  // names are tbcoll-<pid namespace, hex>-<pid>-<communicator>-<rank>
-    int owner = 0;
-    if (std::sscanf(name.c_str(), "tbcoll-%lx-%d-", &pid_namespace, &owner) != 2) continue;
-    for (pid_t pid : pids) {
-      if (owner == pid) found.push_back(name);
-    }
-  }
-  return found;
-}
-
 class KilledRank : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(KilledRank, MakesTheOthersFailWithinTheDeadlineAndLeavesNoSegments) {

@@ -2,7 +2,6 @@
 // and the tests check what the ranks saw, what the launcher printed, its exit status, and that no
 // rank (or child of a rank) outlives a stopped job.
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <poll.h>
@@ -28,6 +27,8 @@
 #ifndef TBCOLL_RUN_PATH
 #error "TBCOLL_RUN_PATH must name the tbcoll-run executable"
 #endif
+
+#include "multiproc/segments.h"
 
 namespace {
 
@@ -241,20 +242,6 @@ void expect_all_gone(const std::vector<pid_t>& pids) {
     EXPECT_FALSE(process_running(pid)) << "process " << pid << " outlived the job";
     if (process_running(pid)) kill(pid, SIGKILL);  // do not leak it into later tests
   }
-}
-
-// Names in /dev/shm of the tbcoll segments owned by pid (tbcoll-<pid namespace>-<pid>-<id>-<rank>).
-std::vector<std::string> shm_segments_of(pid_t pid) {
-  std::vector<std::string> found;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return found;
-  while (dirent* entry = readdir(dir)) {
-    unsigned long ns = 0;
-    int owner = 0;
-    if (std::sscanf(entry->d_name, "tbcoll-%lx-%d-", &ns, &owner) == 2 && owner == pid) found.push_back(entry->d_name);
-  }
-  closedir(dir);
-  return found;
 }
 
 // The pids from every "pid A B ..." line of `out`.
@@ -598,12 +585,7 @@ TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
   Launcher launcher({"-n", "2", "-x", "TBCOLL_TRANSPORT=shm", "--", TBCOLL_TEST_PROG_PATH, "late", "1", "30"});
   ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 2; }));
   const std::vector<pid_t> pids = pids_in(launcher.out());
-  auto has_segment = [&] {
-    for (pid_t pid : pids) {
-      if (!shm_segments_of(pid).empty()) return true;
-    }
-    return false;
-  };
+  auto has_segment = [&] { return !tbcoll::test::segments_of(pids).empty(); };
   auto until = Clock::now() + std::chrono::seconds(5);
   while (!has_segment() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
   ASSERT_TRUE(has_segment()) << "rank 0 did not reach set-up";
@@ -613,7 +595,7 @@ TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
   expect_all_gone(pids);
   // tbcoll-run removed rank 0's segment, or a set-up running alongside (tests under ctest -j) swept it first:
   // either way, none is left.
-  for (pid_t pid : pids) EXPECT_EQ(shm_segments_of(pid), std::vector<std::string>{}) << result.err;
+  EXPECT_EQ(tbcoll::test::segments_of(pids), std::vector<std::string>{}) << result.err;
 }
 
 TEST(TbcollRun, ForwardsTheSignalItReceived) {

@@ -15,6 +15,11 @@
 
 namespace tbcoll::shm {
 
+/// Reads the owner of a segment from its name in /dev/shm (no leading '/'); false for other names.
+inline bool segment_owner(const char* name, unsigned long* pid_namespace, int* pid) {
+  return std::sscanf(name, "tbcoll-%lx-%d-", pid_namespace, pid) == 2 && *pid > 0;
+}
+
 /// Removes the segments in /dev/shm whose owner process no longer exists; returns how many. Only segments of
 /// this pid namespace: elsewhere (another container sharing /dev/shm) the pid means another process, and a
 /// live rank's segment would go. Without our pid namespace (no /proc) no pid can be judged: sweeps nothing.
@@ -27,7 +32,7 @@ inline int remove_stale_segments() {
   while (dirent* entry = readdir(dir)) {
     unsigned long ns = 0;
     int pid = 0;
-    if (std::sscanf(entry->d_name, "tbcoll-%lx-%d-", &ns, &pid) != 2 || pid <= 0 || ns != mine) continue;
+    if (!segment_owner(entry->d_name, &ns, &pid) || ns != mine) continue;
     if (kill(pid, 0) != 0 && errno == ESRCH && shm_unlink((std::string("/") + entry->d_name).c_str()) == 0) {
       ++removed;
     }
