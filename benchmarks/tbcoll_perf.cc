@@ -21,8 +21,10 @@
 
 #include "benchmarks/perf_check.h"
 #include "benchmarks/pingpong.h"
+#include "algorithms/registry.h"
 #include "reduce/reduce.h"
 #include "tbcoll/tbcoll.hpp"
+#include "tbcoll/transport.h"
 
 namespace {
 
@@ -96,7 +98,19 @@ void usage() {
       "                   [--algo A]\n"
       "                   [--csv FILE] [--pingpong]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
-      "  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
+      "  --algo takes TBCOLL_ALGO's forms: a name, or collective:name[,collective:name...]. Algorithms:\n");
+  const auto devices = tbcoll::transport::available_devices();
+  for (tbcoll::OpKind kind : tbcoll::algo::collectives()) {
+    std::string names;
+    for (const auto& device : devices) {
+      for (const auto& fast : device->fast_path_algorithms()) {
+        if (fast.kind == kind) names += " " + fast.name + " (" + device->name() + ")";
+      }
+    }
+    for (const auto& row : tbcoll::algo::algorithms_for(kind)) names += std::string(" ") + row.name;
+    std::printf("    %-15s%s\n", tbcoll::op_kind_name(kind), names.c_str());
+  }
+  std::printf("  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
 }
 
 Options parse(int argc, char** argv) {

@@ -126,36 +126,6 @@ void leave_group(tbcollComm_t comm) {
   release(comm);
 }
 
-// Store servers started by tbcollGetUniqueId, by id. A server runs as long as a communicator anywhere may still
-// rendezvous through it (a split needs the store): while a communicator of this process holds it, or a client is
-// connected (every communicator keeps its connection while it lives, in whatever process). Servers that neither
-// holds any more are stopped at the next tbcollGetUniqueId, so rebuilding communicators does not pile them up.
-struct IdServers {
-  std::mutex mutex;
-  std::map<std::string, std::shared_ptr<tbcoll::TcpStoreServer>> unused;  // no rank of this process used the id yet
-  std::map<std::string, std::shared_ptr<tbcoll::TcpStoreServer>> used;
-};
-
-IdServers& id_servers() {
-  static IdServers servers;
-  return servers;
-}
-
-// The server of id if this process started it, else null.
-std::shared_ptr<tbcoll::TcpStoreServer> server_of(const std::string& id) {
-  IdServers& servers = id_servers();
-  std::lock_guard<std::mutex> lock(servers.mutex);
-  auto unused = servers.unused.find(id);
-  if (unused != servers.unused.end()) {
-    std::shared_ptr<tbcoll::TcpStoreServer> server = std::move(unused->second);
-    servers.unused.erase(unused);
-    servers.used[id] = server;
-    return server;
-  }
-  auto used = servers.used.find(id);
-  return used == servers.used.end() ? nullptr : used->second;
-}
-
 }  // namespace
 
 extern "C" {
@@ -170,22 +140,9 @@ tbcollResult_t tbcollGetVersion(int* version) {
 tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* unique_id) {
   return guarded([&] {
     if (unique_id == nullptr) throw tbcoll::InvalidArgument("uniqueId pointer is NULL");
-    std::string host = tbcoll::env::get("TBCOLL_SOCKET_ADDR");
-    if (host.empty()) host = "127.0.0.1";
-    std::random_device random;
-    std::string token = fmt::format("{:08x}{:08x}", random(), random());
-    auto server = std::make_unique<tbcoll::TcpStoreServer>(host, 0, token);
-    std::string text = fmt::format("{}:{}\n{}", host, server->port(), token);
-    if (text.size() >= TBCOLL_UNIQUE_ID_BYTES) throw tbcoll::InvalidArgument("TBCOLL_SOCKET_ADDR is too long");
+    const std::string text = tbcoll::UniqueId::create().to_string();
     std::memset(unique_id->internal, 0, sizeof(unique_id->internal));
     std::memcpy(unique_id->internal, text.data(), text.size());
-    IdServers& servers = id_servers();
-    std::lock_guard<std::mutex> lock(servers.mutex);
-    for (auto it = servers.used.begin(); it != servers.used.end();) {  // stop those nobody can need any more
-      const bool idle = it->second.use_count() == 1 && it->second->connections() == 0;
-      it = idle ? servers.used.erase(it) : std::next(it);
-    }
-    servers.unused[text] = std::move(server);
   });
 }
 
@@ -193,29 +150,13 @@ tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId
   return guarded([&] {
     if (comm == nullptr) throw tbcoll::InvalidArgument("comm pointer is NULL");
     *comm = nullptr;
-    std::string text(comm_id.internal, strnlen(comm_id.internal, sizeof(comm_id.internal)));
-    size_t newline = text.find('\n');
-    if (newline == std::string::npos) throw tbcoll::InvalidArgument("unique id is malformed (not from tbcollGetUniqueId)");
-    tbcoll::Config config = tbcoll::Config::from_env();
-    config.rank = rank;
-    config.world_size = nranks;
-    config.root = text.substr(0, newline);
-    config.token = text.substr(newline + 1);
-    // Checked before anything is sent (init checks them too, but after the store's connection).
+    const tbcoll::UniqueId id = tbcoll::UniqueId::from_string(
+        std::string(comm_id.internal, strnlen(comm_id.internal, sizeof(comm_id.internal))));
     if (nranks < 1) throw tbcoll::InvalidArgument(fmt::format("nranks {} must be at least 1", nranks));
     if (rank < 0 || rank >= nranks) {
       throw tbcoll::InvalidArgument(fmt::format("rank {} out of range for nranks {}", rank, nranks));
     }
-    const tbcoll::Deadline deadline = tbcoll::deadline_after(config.timeout_s);  // the store's connection included
-    if (nranks > 1) {
-      try {
-        config.store = tbcoll::connect_tcp_store(config.root, config.token, deadline);
-      } catch (const tbcoll::Error& error) {
-        tbcoll::rethrow_with_context(error, fmt::format("rank {}: init(world_size={})", rank, nranks));
-      }
-    }
-    config.server = server_of(text);
-    *comm = new tbcollComm{tbcoll::Communicator::init(config, deadline)};
+    *comm = new tbcollComm{tbcoll::Communicator::init(id, rank, nranks)};
   });
 }
 

@@ -98,7 +98,7 @@ const void* divide_first(const void* send, void* into, std::vector<uint8_t>& sto
 Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, const void* send, const void* recv,
                                                                 size_t count,
                                            DataType dtype, ReduceOp op, int root) const {
-  const char* name = op_kind_name(static_cast<unsigned>(kind));
+  const char* name = op_kind_name(kind);
   const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
   const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast;
   const bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
@@ -123,27 +123,41 @@ Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, con
       check_overlap(rank, name, s, bytes, r, bytes, s == r, "send == recv");
     }
   }
+  if (size == 1) return {bytes, nullptr};
   // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
   // here, before anything is queued or sent, naming the call.
   try {
-    return {bytes, choose_algorithm(kind, bytes, size, tuner)};
+    return {bytes, &tuner.choose({kind, bytes, size, dtype})};
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
   }
 }
 
 template <typename Body>
-void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, std::optional<Algorithm> schedule,
-                             Body&& body) {
+void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, unsigned schedule, Body&& body) {
   guard(call, [&] {
     // For peers waiting in a fast-path call (and it checks for messages of earlier calls never received: an
     // error that breaks the communicator, as any mismatch). Not send/recv: their tags count per peer pair, so
     // another rank's receive could take ours for its own call.
     if (fast_path != nullptr && (tag.tag >> 63) == 0) fast_path->announce(tag);
-    if (schedule) tag.meta = with_schedule(tag.meta, static_cast<unsigned>(*schedule) + 1);
-    algo::Exec exec(rank, size, peers, tag, deadline_after(config.timeout_s), spin, spin_yields, chunk_bytes,
-                    scratch, request_table, call);
+    if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
+    const TunerConfig& tuning = tuner.config();
+    algo::Exec exec(rank, size, peers, max_message, tag, deadline_after(config.timeout_s), tuning.spin, spin_yields,
+                    tuning.chunk_bytes, scratch, request_table, call);
     body(exec);
+  });
+}
+
+void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice,
+                                 const algo::Args& args) {
+  if (choice.fast_path_index < 0) {
+    run(call, tag, choice.schedule, [&](algo::Exec& exec) { choice.run(exec, args); });
+    return;
+  }
+  guard(call, [&] {  // the transport's fast path: no requests, no Exec
+    transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag,
+                                   deadline_after(config.timeout_s), tuner.config().spin, spin_yields};
+    fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }
 
@@ -153,10 +167,7 @@ void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
     body();
   } catch (const MismatchError& error) {
     const uint64_t differs = error.expected_meta() ^ error.got_meta();
-    auto schedule = [](uint64_t meta) {
-      const unsigned id = schedule_of(meta);
-      return id == 0 ? "none" : algorithm_name(static_cast<Algorithm>(id - 1));
-    };
+    auto schedule = [&](uint64_t meta) { return tuner.schedule_name(kind_of(meta), schedule_of(meta)); };
     std::string detail =
         differs == 0 ? fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)", error.peer(),
                                    error.got_bytes(), error.expected_bytes())
@@ -181,47 +192,18 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 }
 
 void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  Impl& c = *this;
-  const Checked checked = c.check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
-  const size_t bytes = checked.bytes;
-  const Algorithm algorithm = checked.algorithm;  // a variable, not a structured binding: lambdas capture it
+  const Checked checked = check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
   algo::CallInfo what{"all_reduce", count, dtype, op, true};
-  c.check_usable(what);
+  check_usable(what);
   if (count == 0) return;
-  if (algorithm == Algorithm::kSelf) {
-    if (send != recv) std::memcpy(recv, send, bytes);
+  if (checked.choice == nullptr) {
+    if (send != recv) std::memcpy(recv, send, checked.bytes);
     return;
   }
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};  // the caller's op
+  transport::Tag tag{++collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};  // the caller's op
   std::vector<uint8_t> unused;
-  send = divide_first(send, recv, unused, count, dtype, op, c.size);
-  algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
-  if (algorithm == Algorithm::kCma) {
-    c.guard(what, [&] {
-      c.fast_path->all_reduce_direct(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
-    });
-    return;
-  }
-  if (algorithm == Algorithm::kTwoShot) {
-    c.guard(what, [&] {
-      c.fast_path->all_reduce_two_shot(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s), c.spin);
-    });
-    return;
-  }
-  if (algorithm == Algorithm::kOneShot) {  // the transport's fast path: no requests, no Exec
-    c.guard(what, [&] {
-      c.fast_path->all_reduce_one_shot(send, recv, count, dtype, op, tag, deadline_after(c.config.timeout_s),
-                                       c.spin);
-    });
-    return;
-  }
-  c.run(what, tag, algorithm, [&](algo::Exec& exec) {
-    if (algorithm == Algorithm::kDirect) {
-      algo::all_reduce_direct(exec, args);
-    } else {
-      algo::all_reduce_ring(exec, args);
-    }
-  });
+  send = divide_first(send, recv, unused, count, dtype, op, size);
+  execute(what, tag, *checked.choice, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
@@ -230,37 +212,16 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
 }
 
 void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-  Impl& c = *this;
-  const Checked checked = c.check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
-  const size_t total = checked.bytes;
-  const Algorithm algorithm = checked.algorithm;
+  const Checked checked = check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
   algo::CallInfo what{"all_gather", count, dtype};
-  c.check_usable(what);
+  check_usable(what);
   if (count == 0) return;
-  algo::Args args{send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)};
-  if (algorithm == Algorithm::kSelf) {
-    if (send != recv) std::memcpy(recv, send, total);
+  if (checked.choice == nullptr) {
+    if (send != recv) std::memcpy(recv, send, checked.bytes);
     return;
   }
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
-  if (algorithm == Algorithm::kOneShot) {
-    c.guard(what, [&] {
-      c.fast_path->all_gather_one_shot(send, recv, count * dtype_size(dtype), tag,
-                                       deadline_after(c.config.timeout_s), c.spin);
-    });
-    return;
-  }
-  if (algorithm == Algorithm::kCma) {
-    c.guard(what, [&] {
-      c.fast_path->all_gather_direct(send, recv, count * dtype_size(dtype), tag, deadline_after(c.config.timeout_s),
-                                     c.spin);
-    });
-    return;
-  }
-  c.run(what, tag, algorithm, [&](algo::Exec& exec) {
-    if (algorithm == Algorithm::kDirect) algo::all_gather_direct(exec, args);
-    else algo::all_gather_ring(exec, args);
-  });
+  transport::Tag tag{++collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
+  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
@@ -269,20 +230,18 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, Da
 }
 
 void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  Impl& c = *this;
-  const size_t total = c.check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0).bytes;
+  const Checked checked = check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
   algo::CallInfo what{"reduce_scatter", count, dtype, op, true};
-  c.check_usable(what);
+  check_usable(what);
   if (count == 0) return;
-  if (c.size == 1) {
-    if (send != recv) std::memcpy(recv, send, total);
+  if (checked.choice == nullptr) {
+    if (send != recv) std::memcpy(recv, send, checked.bytes);
     return;
   }
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
+  transport::Tag tag{++collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
   std::vector<uint8_t> quotients;
-  send = divide_first(send, nullptr, quotients, count * static_cast<size_t>(c.size), dtype, op, c.size);
-  algo::Args args{send, recv, count, dtype, op, 0, dtype_size(dtype)};
-  c.run(what, tag, Algorithm::kDirect, [&](algo::Exec& exec) { algo::reduce_scatter_direct(exec, args); });
+  send = divide_first(send, nullptr, quotients, count * static_cast<size_t>(size), dtype, op, size);
+  execute(what, tag, *checked.choice, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
@@ -291,20 +250,18 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 }
 
 void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  Impl& c = *this;
-  const size_t bytes = c.check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root).bytes;
+  const Checked checked = check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root);
   algo::CallInfo what{"reduce", count, dtype, op, true, root};
-  c.check_usable(what);
+  check_usable(what);
   if (count == 0) return;
-  if (c.size == 1) {
-    if (send != recv) std::memcpy(recv, send, bytes);
+  if (checked.choice == nullptr) {
+    if (send != recv) std::memcpy(recv, send, checked.bytes);
     return;
   }
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
+  transport::Tag tag{++collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
   std::vector<uint8_t> quotients;
-  send = divide_first(send, nullptr, quotients, count, dtype, op, c.size);
-  algo::Args args{send, recv, count, dtype, op, root, dtype_size(dtype)};
-  c.run(what, tag, Algorithm::kDirect, [&](algo::Exec& exec) { algo::reduce_direct(exec, args); });
+  send = divide_first(send, nullptr, quotients, count, dtype, op, size);
+  execute(what, tag, *checked.choice, {send, recv, count, dtype, op, root, dtype_size(dtype)});
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -313,31 +270,18 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 }
 
 void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  Impl& c = *this;
-  const Checked checked = c.check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
-  const size_t bytes = checked.bytes;
-  const Algorithm algorithm = checked.algorithm;
+  const Checked checked = check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
   algo::CallInfo what{"broadcast", count, dtype, ReduceOp::kSum, false, root};
-  c.check_usable(what);
+  check_usable(what);
   if (count == 0) return;
-  if (algorithm == Algorithm::kSelf) {
-    if (send != recv) std::memcpy(recv, send, bytes);
+  if (checked.choice == nullptr) {
+    if (send != recv) std::memcpy(recv, send, checked.bytes);
     return;
   }
-  algo::Args args{send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)};
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
-  if (algorithm == Algorithm::kCma) {
-    c.guard(what, [&] {
-      c.fast_path->broadcast_direct(send, recv, bytes, root, tag, deadline_after(c.config.timeout_s), c.spin);
-    });
-    return;
-  }
-  c.run(what, tag, algorithm, [&](algo::Exec& exec) {
-    // The root only sends, so no receive checks its call: ranks that each named themselves root all return,
-    // and the message nobody received fails a later call (see README: "A call in which some ranks only send").
-    if (algorithm == Algorithm::kChain) algo::broadcast_chain(exec, args);
-    else algo::broadcast_tree(exec, args);
-  });
+  // The root only sends, so no receive checks its call: ranks that each named themselves root all return,
+  // and the message nobody received fails a later call (see README: "A call in which some ranks only send").
+  transport::Tag tag{++collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
+  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
 }
 
 void Communicator::barrier() {
@@ -346,12 +290,11 @@ void Communicator::barrier() {
 }
 
 void Communicator::Impl::barrier() {
-  Impl& c = *this;
   const algo::CallInfo what{"barrier"};
-  c.check_usable(what);
-  if (c.size == 1) return;
-  transport::Tag tag{++c.collective_seq, make_meta(OpKind::kBarrier, DataType::kUint8, ReduceOp::kSum, 0, 0)};
-  c.run(what, tag, Algorithm::kDissemination, [&](algo::Exec& exec) { algo::barrier_dissemination(exec); });
+  check_usable(what);
+  if (size == 1) return;
+  transport::Tag tag{++collective_seq, make_meta(OpKind::kBarrier, DataType::kUint8, ReduceOp::kSum, 0, 0)};
+  execute(what, tag, tuner.choose({OpKind::kBarrier, 0, size, DataType::kUint8}), {});
 }
 
 // send and recv: point to point, matched in call order per peer pair (tags count the pair's messages).
@@ -374,7 +317,7 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
     group_ops.push_back({is_send, buf, bytes, peer, tag});
     return;
   }
-  run(what, tag, std::nullopt, [&](algo::Exec& exec) {
+  run(what, tag, 0, [&](algo::Exec& exec) {
     exec.wait(is_send ? exec.isend(peer, buf, bytes) : exec.irecv(peer, buf, bytes));
   });
 }
@@ -416,7 +359,7 @@ void Communicator::group_end() {
   }
   const algo::CallInfo what{"group_end"};
   c.check_usable(what);
-  c.run(what, transport::Tag{}, std::nullopt, [&](algo::Exec& exec) {
+  c.run(what, transport::Tag{}, 0, [&](algo::Exec& exec) {
     for (const auto& op : ops) {  // receives first, so the peers' sends find them posted
       if (!op.is_send && op.peer != c.rank) exec.irecv(op.peer, op.buf, op.bytes, op.tag);
     }

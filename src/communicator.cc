@@ -21,6 +21,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "algorithms/registry.h"
+#include "bootstrap/peer_exchange.h"
 #include "common/cpu.h"
 #include "common/env.h"
 #include "common/identity.h"
@@ -42,9 +44,9 @@ uint64_t random_u64() {
 // pids mean different processes), and the /dev/shm file system itself (containers that share the pids but
 // mount a /dev/shm of their own cannot open each other's segments). Ranks that differ in any of these use the
 // next transport; so does a process that cannot read its pid namespace (no /proc), since it cannot tell.
-std::string host_id() {
+std::string host_id(const env::Settings& settings) {
   // Tests (and unusual set-ups, e.g. containers sharing nothing but a name) can set the identity.
-  std::string forced = env::get("TBCOLL_HOST_ID");
+  std::string forced = settings.get("TBCOLL_HOST_ID");
   if (!forced.empty()) return forced;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
@@ -249,18 +251,15 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   impl->transport_names.assign(config.world_size, "self");
   impl->p2p_sent.assign(config.world_size, 0);
   impl->p2p_received.assign(config.world_size, 0);
-  impl->spin = std::chrono::microseconds(env::get_int("TBCOLL_SPIN_US"));
-  // Ring schedules keep 4 chunks of scratch in flight: a chunk size beyond this would ask for absurd scratch
-  // (and, near 2^62, wrap its size).
-  constexpr long long kMinChunk = 4096, kMaxChunk = 64ll << 20;
-  const long long chunk = env::get_int("TBCOLL_CHUNK_BYTES");
-  if (chunk < kMinChunk || chunk > kMaxChunk) {
-    throw InvalidArgument(fmt::format("[env] TBCOLL_CHUNK_BYTES={} is outside [{}, {}]", chunk, kMinChunk, kMaxChunk));
+  const env::Settings settings(config.knobs);
+  const TunerConfig tuning = TunerConfig::from_env(settings);
+  const Devices devices = transport::available_devices();
+  std::vector<KnownFastPath> known_fast_paths;
+  for (const auto& device : devices) {
+    for (const auto& algorithm : device->fast_path_algorithms()) known_fast_paths.push_back({device->name(), algorithm});
   }
-  impl->chunk_bytes = static_cast<size_t>(chunk);
-  impl->tuner.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_DIRECT_MAX_BYTES")));
-  impl->tuner.forced = config.algo;
-  check_algorithm_name(config.algo);
+  const ForcedAlgorithms forced = parse_forced(config.algo, known_fast_paths);
+  impl->tuner = Tuner(tuning, config.world_size, forced, {}, known_fast_paths);
   const int rank = config.rank;
   const int size = config.world_size;
   if (size == 1) return Communicator(std::move(impl));
@@ -295,20 +294,24 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     comm_id = read_comm_id(store, prefix, rank, size, deadline, cancelled);
   }
 
-  const std::chrono::microseconds link_delay(std::max<long long>(0, env::get_int("TBCOLL_LINK_DELAY_US")));
+  const std::chrono::microseconds link_delay(std::max<long long>(0, settings.get_int("TBCOLL_LINK_DELAY_US")));
   if (link_delay.count() > 0) log::info("rank {}: emulating a link with {} us extra latency", rank, link_delay.count());
 
   // A context per usable device; publish identity and addresses.
   Published self;
-  self.info = {rank, host_id(), process_id()};
+  self.info = {rank, host_id(settings), process_id()};
   self.kernel = kernel_id();
   self.cpus = allowed_cpus();
   self.world_size = size;
-  const Devices devices = transport::available_devices();
   std::map<std::string, std::unique_ptr<transport::Context>> contexts;
   for (const auto& device : devices) {
     if (!config.transport.empty() && device->name() != config.transport) continue;
-    transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s, cancelled};
+    const transport::Capabilities caps = device->capabilities();
+    if (!caps.reliable || !caps.ordered) {  // the schedules need both (transport.h)
+      log::warn("rank {}: transport {} is not {}: not used", rank, device->name(), caps.reliable ? "ordered" : "reliable");
+      continue;
+    }
+    transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s, cancelled, config.knobs};
     try {
       contexts[device->name()] = device->create_context(args);
     } catch (const InvalidArgument&) {
@@ -347,16 +350,20 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
       throw InvalidArgument(fmt::format("rank {}: no transport can reach peer {}{}", rank, peer,
                                         config.transport.empty() ? "" : " with TBCOLL_TRANSPORT=" + config.transport));
     }
-    plan[chosen].push_back({peer, other.addresses[chosen]});
+    plan[chosen].push_back({peer, other.addresses[chosen], "", other.info});
     impl->transport_names[peer] = chosen;
   }
+  bootstrap::exchange_per_peer_addresses(store, prefix, rank, devices, contexts, plan, deadline, cancelled);
   forget_records(store, prefix, rank, size, deadline);
   impl->spin_yields = spin_should_yield(self.cpus, same_machine_cpus);
   log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine; spinning waits {}", rank,
             format_cpus(self.cpus), same_machine_cpus.size(), impl->spin_yields ? "yield now and then" : "never yield");
+  impl->max_message.assign(static_cast<size_t>(size), SIZE_MAX);
   for (auto& [name, peers] : plan) {
+    const size_t max_message = bootstrap::device_named(devices, name).capabilities().max_message_bytes;
     auto endpoints = contexts[name]->connect(peers, deadline);
     for (auto& endpoint : endpoints) {
+      impl->max_message[static_cast<size_t>(endpoint->peer())] = std::max<size_t>(1, max_message);
       endpoint = transport::with_delay(std::move(endpoint), link_delay);
       impl->peers[endpoint->peer()] = endpoint.get();
       impl->owned_endpoints.push_back(std::move(endpoint));
@@ -370,17 +377,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
       one_transport_for_all_pairs(devices, everyone, plan.begin()->first)) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
-      impl->fast_path->set_spin_yields(impl->spin_yields);
-      impl->tuner.one_shot_limit_bytes = impl->fast_path->max_one_shot_bytes();
-      impl->tuner.cma = impl->fast_path->has_direct();
-      impl->tuner.two_shot = true;
-      impl->tuner.cma_min_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_MIN_BYTES")));
-      impl->tuner.cma_max_bytes = static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_MAX_BYTES")));
-      impl->tuner.cma_gather_min_bytes =
-          static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_CMA_GATHER_MIN_BYTES")));
-      impl->tuner.one_shot_max_bytes = std::min<size_t>(
-          impl->tuner.one_shot_limit_bytes,
-          static_cast<size_t>(std::max<long long>(0, env::get_int("TBCOLL_ONESHOT_MAX_BYTES"))));
+      impl->tuner = Tuner(tuning, size, forced, impl->fast_path->algorithms(), known_fast_paths);
     }
   }
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
@@ -411,12 +408,10 @@ std::string Communicator::transport_name(int peer) const {
 std::string Communicator::all_reduce_algorithm(size_t bytes) const { return algorithm("all_reduce", bytes); }
 
 std::string Communicator::algorithm(const std::string& collective, size_t bytes) const {
-  const std::pair<const char*, OpKind> kinds[] = {
-      {"all_reduce", OpKind::kAllReduce}, {"all_gather", OpKind::kAllGather},
-      {"reduce_scatter", OpKind::kReduceScatter}, {"reduce", OpKind::kReduce},
-      {"broadcast", OpKind::kBroadcast}, {"barrier", OpKind::kBarrier}};
-  for (const auto& [name, kind] : kinds) {
-    if (collective == name) return algorithm_name(choose_algorithm(kind, bytes, impl().size, impl().tuner));
+  for (OpKind kind : algo::collectives()) {
+    if (collective != op_kind_name(kind)) continue;
+    if (impl().size == 1) return algo::self_algorithm_name();
+    return impl().tuner.choose({kind, bytes, impl().size, DataType::kFloat32}).name;
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
 }

@@ -57,10 +57,9 @@ struct Communicator::Impl {
   algo::Scratch scratch;
   algo::RequestTable request_table;
   transport::CollectiveFastPath* fast_path = nullptr;  // owned by one of contexts
-  TunerConfig tuner;
-  std::chrono::microseconds spin{50};
+  Tuner tuner;
+  std::vector<size_t> max_message;  // by peer: the largest message its transport takes
   bool spin_yields = true;  // spin_should_yield() for this communicator's ranks on this host
-  size_t chunk_bytes = 256 * 1024;
   // Declared last, so destroyed first: queued calls finish while every member above still exists.
   AsyncQueue async;
 
@@ -83,16 +82,18 @@ struct Communicator::Impl {
   /// buffers, a forced algorithm that cannot run the call). Throws InvalidArgument naming what is wrong.
   /// Asynchronous calls run them before queuing.
   struct Checked {
-    size_t bytes;         ///< per rank (the gathered/scattered total for all_gather and reduce_scatter)
-    Algorithm algorithm;  ///< the tuner's choice for the call
+    size_t bytes;          ///< per rank (the gathered/scattered total for all_gather and reduce_scatter)
+    const Choice* choice;  ///< the tuner's choice for the call (null on one rank: nothing to run)
   };
   Checked check_arguments(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root) const;
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op. The call's
-  /// messages carry its signature with the schedule (an algorithm; none for send/recv) added: ranks tuned to
-  /// different schedules are told so.
+  /// messages carry its signature with the schedule's number (0 for send/recv) added: ranks tuned to different
+  /// schedules are told so.
   template <typename Body>
-  void run(const algo::CallInfo& call, transport::Tag tag, std::optional<Algorithm> schedule, Body&& body);
+  void run(const algo::CallInfo& call, transport::Tag tag, unsigned schedule, Body&& body);
+  /// Runs the chosen algorithm for a collective: its schedule through run(), or the transport's fast path.
+  void execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice, const algo::Args& args);
   /// The calls themselves; the public methods drain queued asynchronous calls first.
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void all_gather(const void* send, void* recv, size_t count, DataType dtype);

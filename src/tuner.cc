@@ -1,95 +1,195 @@
 #include "tuner.h"
 
-#include <fmt/format.h>
+#include <algorithm>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "common/env.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll {
+namespace {
 
-const char* algorithm_name(Algorithm algorithm) {
-  switch (algorithm) {
-    case Algorithm::kSelf: return "self";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kDirect: return "direct";
-    case Algorithm::kTree: return "tree";
-    case Algorithm::kChain: return "chain";
-    case Algorithm::kDissemination: return "dissemination";
-    case Algorithm::kOneShot: return "oneshot";
-    case Algorithm::kCma: return "cma";
-    case Algorithm::kTwoShot: return "twoshot";
+size_t slot(OpKind kind) { return static_cast<size_t>(kind); }
+
+// "direct, ring" and, for fast paths, "oneshot (shm)": the names a collective has in this build.
+std::string names_of(OpKind kind, const std::vector<KnownFastPath>& known) {
+  std::vector<std::string> names;
+  for (const KnownFastPath& fast : known) {
+    if (fast.algorithm.kind == kind) names.push_back(fmt::format("{} ({} fast path)", fast.algorithm.name, fast.device));
   }
-  return "unknown";
+  for (const algo::Algorithm& row : algo::algorithms_for(kind)) names.push_back(row.name);
+  return fmt::format("{}", fmt::join(names, ", "));
 }
 
-void check_algorithm_name(const std::string& name) {
-  for (const char* known : {"", "ring", "direct", "oneshot", "twoshot", "cma", "tree", "chain"}) {
-    if (name == known) return;
+bool has_name(OpKind kind, const std::string& name, const std::vector<KnownFastPath>& known) {
+  for (const algo::Algorithm& row : algo::algorithms_for(kind)) {
+    if (name == row.name) return true;
   }
-  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, twoshot, cma, tree, chain)", name));
+  for (const KnownFastPath& fast : known) {
+    if (fast.algorithm.kind == kind && fast.algorithm.name == name) return true;
+  }
+  return false;
 }
 
-Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config) {
-  if (world_size == 1) return Algorithm::kSelf;
-  if (kind == OpKind::kBarrier) return Algorithm::kDissemination;
-  if (kind == OpKind::kReduceScatter || kind == OpKind::kReduce) return Algorithm::kDirect;
-  const std::string& forced = config.forced;
-  if ((kind == OpKind::kAllReduce || kind == OpKind::kAllGather) && forced.empty() &&
-      bytes <= config.one_shot_max_bytes) {
-    return Algorithm::kOneShot;
+std::string every_name(const std::vector<KnownFastPath>& known) {
+  std::string out;
+  for (OpKind kind : algo::collectives()) {
+    out += fmt::format("{}{}: {}", out.empty() ? "" : "; ", op_kind_name(kind), names_of(kind, known));
   }
-  if (kind == OpKind::kAllGather && forced == "oneshot") {
-    if (bytes / world_size <= config.one_shot_limit_bytes && config.one_shot_limit_bytes > 0) return Algorithm::kOneShot;
-    throw InvalidArgument(fmt::format("algorithm \"oneshot\" needs every rank on shared memory and blocks of at most "
-                                      "{} B", config.one_shot_limit_bytes));
+  return out;
+}
+
+}  // namespace
+
+TunerConfig TunerConfig::from_env(const env::Settings& settings) {
+  TunerConfig config;
+  config.spin = std::chrono::microseconds(std::max<long long>(0, settings.get_int("TBCOLL_SPIN_US")));
+  // Ring schedules keep 4 chunks of scratch in flight: a chunk size beyond this would ask for absurd scratch
+  // (and, near 2^62, wrap its size).
+  constexpr long long kMinChunk = 4096, kMaxChunk = 64ll << 20;
+  const long long chunk = settings.get_int("TBCOLL_CHUNK_BYTES");
+  if (chunk < kMinChunk || chunk > kMaxChunk) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_CHUNK_BYTES={} is outside [{}, {}]", chunk, kMinChunk, kMaxChunk));
   }
-  if (kind == OpKind::kAllReduce && forced == "oneshot") {
-    if (bytes <= config.one_shot_limit_bytes) return Algorithm::kOneShot;
-    throw InvalidArgument(fmt::format("algorithm \"oneshot\" needs every rank on shared memory and at most {} B "
-                                      "(this all_reduce has {} B)", config.one_shot_limit_bytes, bytes));
-  }
-  if (kind == OpKind::kAllReduce && forced == "twoshot") {
-    if (config.two_shot) return Algorithm::kTwoShot;
-    throw InvalidArgument("algorithm \"twoshot\" needs every rank on shared memory");
-  }
-  if (kind == OpKind::kAllReduce && forced.empty() && config.two_shot && bytes > config.direct_max_bytes &&
-      !(config.cma && bytes >= config.cma_min_bytes && bytes < config.cma_max_bytes)) {
-    return Algorithm::kTwoShot;
-  }
-  if (kind == OpKind::kAllReduce || kind == OpKind::kAllGather) {
-    if (forced == "cma") {
-      if (config.cma) return Algorithm::kCma;
-      throw InvalidArgument("algorithm \"cma\" needs every rank on one host with cross-memory attach permitted");
+  config.chunk_bytes = static_cast<size_t>(chunk);
+  config.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, settings.get_int("TBCOLL_DIRECT_MAX_BYTES")));
+  return config;
+}
+
+ForcedAlgorithms parse_forced(const std::string& spec, const std::vector<KnownFastPath>& known) {
+  ForcedAlgorithms forced;
+  std::array<bool, kNumOpKinds> named_explicitly{};
+  size_t start = 0;
+  while (start < spec.size()) {
+    size_t comma = spec.find(',', start);
+    if (comma == std::string::npos) comma = spec.size();
+    const std::string item = spec.substr(start, comma - start);
+    start = comma + 1;
+    if (item.empty()) continue;
+    const size_t colon = item.find(':');
+    if (colon == std::string::npos) {  // a bare name: every collective that has it, unless named on its own
+      bool any = false;
+      for (OpKind kind : algo::collectives()) {
+        if (!has_name(kind, item, known)) continue;
+        any = true;
+        if (!named_explicitly[slot(kind)]) forced[slot(kind)] = item;
+      }
+      if (!any) throw InvalidArgument(fmt::format("unknown algorithm {:?} (TBCOLL_ALGO; {})", item, every_name(known)));
+      continue;
     }
-    size_t cma_from = kind == OpKind::kAllReduce ? config.cma_min_bytes : config.cma_gather_min_bytes;
-    if (forced.empty() && config.cma && bytes >= cma_from) return Algorithm::kCma;
-    if (forced == "ring") return Algorithm::kRing;
-    if (forced == "direct") return Algorithm::kDirect;
-    if (forced.empty()) return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
-  } else if (kind == OpKind::kBroadcast) {
-    if (forced == "cma") {
-      if (config.cma) return Algorithm::kCma;
-      throw InvalidArgument("algorithm \"cma\" needs every rank on one host with cross-memory attach permitted");
+    const std::string collective = item.substr(0, colon), name = item.substr(colon + 1);
+    OpKind kind{};
+    if (!algo::parse_collective(collective, &kind)) {
+      throw InvalidArgument(fmt::format("unknown collective {:?} in TBCOLL_ALGO {:?} (all_reduce, all_gather, "
+                                        "reduce_scatter, reduce, broadcast, barrier)", collective, spec));
     }
-    if (forced.empty() && config.cma && bytes >= config.cma_gather_min_bytes) return Algorithm::kCma;
-    if (forced == "tree") return Algorithm::kTree;
-    if (forced == "chain") return Algorithm::kChain;
-    if (forced.empty() || forced == "ring" || forced == "direct" || forced == "oneshot" || forced == "twoshot") {
-      // A forced all_reduce algorithm leaves broadcast to the tuner.
-      return bytes <= config.tree_max_bytes || world_size == 2 ? Algorithm::kTree : Algorithm::kChain;
+    if (named_explicitly[slot(kind)]) {
+      throw InvalidArgument(fmt::format("TBCOLL_ALGO {:?} names {} twice", spec, op_kind_name(kind)));
     }
-  } else {
-    return Algorithm::kDirect;
+    if (!has_name(kind, name, known)) {
+      throw InvalidArgument(fmt::format("{} has no algorithm {:?} (TBCOLL_ALGO; it has {})", op_kind_name(kind), name,
+                                        names_of(kind, known)));
+    }
+    named_explicitly[slot(kind)] = true;
+    forced[slot(kind)] = name;
   }
-  if (kind == OpKind::kAllGather && (forced == "tree" || forced == "chain")) {
-    return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  return forced;
+}
+
+std::string Choice::refusal(const algo::CallShape& call) const {
+  if (call.bytes > max_bytes) return fmt::format("it takes at most {} B (this call has {} B)", max_bytes, call.bytes);
+  if ((dtypes >> static_cast<int>(call.dtype) & 1u) == 0) return fmt::format("it does not take {}", to_string(call.dtype));
+  return cannot_run != nullptr ? cannot_run(call) : std::string();
+}
+
+Tuner::Tuner(const TunerConfig& config, int world_size, const ForcedAlgorithms& forced,
+             const std::vector<transport::FastPathAlgorithm>& fast_path, std::vector<KnownFastPath> known)
+    : config_(config), forced_names_(forced), known_(std::move(known)) {
+  for (size_t i = 0; i < fast_path.size(); ++i) {
+    const transport::FastPathAlgorithm& offered = fast_path[i];
+    Choice choice;
+    choice.name = offered.name;
+    choice.fast_path_index = static_cast<int>(i);
+    choice.auto_range = {offered.auto_min_bytes, offered.auto_max_bytes};
+    choice.max_bytes = offered.max_bytes;
+    choice.dtypes = offered.dtypes;
+    menu_[slot(offered.kind)].push_back(choice);
   }
-  if (kind == OpKind::kAllReduce && (forced == "tree" || forced == "chain")) {
-    return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  for (OpKind kind : algo::collectives()) {
+    unsigned schedule = 0;
+    for (const algo::Algorithm& row : algo::algorithms_for(kind)) {
+      Choice choice;
+      choice.name = row.name;
+      choice.run = row.run;
+      choice.schedule = ++schedule;
+      choice.auto_range = row.auto_range != nullptr ? row.auto_range(config, world_size) : algo::kAllSizes;
+      choice.cannot_run = row.cannot_run;
+      menu_[slot(kind)].push_back(choice);
+    }
   }
-  if (forced == "oneshot" || forced == "twoshot") {
-    return bytes <= config.direct_max_bytes ? Algorithm::kDirect : Algorithm::kRing;
+  for (size_t k = 0; k < menu_.size(); ++k) {
+    forced_[k] = -1;
+    if (forced_names_[k].empty()) continue;
+    forced_[k] = -2;
+    for (size_t i = 0; i < menu_[k].size(); ++i) {
+      if (menu_[k][i].name == forced_names_[k]) forced_[k] = static_cast<int>(i);
+    }
   }
-  throw InvalidArgument(fmt::format("unknown algorithm {:?} (ring, direct, oneshot, twoshot, cma, tree, chain)", forced));
+}
+
+const Choice& Tuner::choose(const algo::CallShape& call) const {
+  const std::vector<Choice>& menu = menu_[slot(call.kind)];
+  const int forced = forced_[slot(call.kind)];
+  if (forced >= 0) {
+    const Choice& choice = menu[static_cast<size_t>(forced)];
+    if (call.bytes > choice.max_bytes || choice.cannot_run != nullptr ||
+        (choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) {
+      const std::string why = choice.refusal(call);
+      if (!why.empty()) refuse(call, why);
+    }
+    return choice;
+  }
+  if (forced == -2) {
+    std::string device = "a transport";
+    for (const KnownFastPath& fast : known_) {
+      if (fast.algorithm.kind == call.kind && fast.algorithm.name == forced_names_[slot(call.kind)]) {
+        device = "the " + fast.device + " transport";
+      }
+    }
+    refuse(call, fmt::format("it is a fast path of {}, which this communicator does not use between every pair of "
+                             "ranks (or TBCOLL_LINK_DELAY_US is set)", device));
+  }
+  for (const Choice& choice : menu) {
+    if (!choice.auto_range.holds(call.bytes) || call.bytes > choice.max_bytes) continue;
+    if ((choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) continue;
+    if (choice.cannot_run != nullptr && !choice.cannot_run(call).empty()) continue;
+    return choice;
+  }
+  // Unreachable with the built-in rows (each collective's last takes every size); a registered row may narrow it.
+  for (const Choice& choice : menu) {
+    if (choice.refusal(call).empty()) return choice;
+  }
+  throw Error(tbcollInternalError, fmt::format("no algorithm can run {} of {} B", op_kind_name(call.kind), call.bytes));
+}
+
+void Tuner::refuse(const algo::CallShape& call, const std::string& why) const {
+  std::vector<std::string> can;
+  for (const Choice& choice : menu_[slot(call.kind)]) {
+    if (choice.refusal(call).empty()) can.push_back(choice.name);
+  }
+  throw InvalidArgument(fmt::format("algorithm {:?} cannot run this call: {}; algorithms that can: {}",
+                                    forced_names_[slot(call.kind)], why, fmt::join(can, ", ")));
+}
+
+std::string Tuner::schedule_name(OpKind kind, unsigned schedule) const {
+  if (schedule == 0) return "none";
+  if (slot(kind) >= menu_.size()) return "?";
+  for (const Choice& choice : menu_[slot(kind)]) {
+    if (choice.schedule == schedule) return choice.name;
+  }
+  return "?";
 }
 
 }  // namespace tbcoll

@@ -1,34 +1,86 @@
-// Tuner: picks the schedule for a call from the op, its size in bytes and the world size; TBCOLL_ALGO or
-// Config::algo overrides it (a name that does not apply to the op is an error).
+// Tuner: a communicator's table of algorithms per collective (the transport's fast paths, then the rows of
+// src/algorithms/registry.cc) and the choice among them per call, by size, dtype and world size. TBCOLL_ALGO
+// (or Config::algo) forces algorithms, for every collective that has one of that name ("ring") or per
+// collective ("allreduce:ring,broadcast:chain"); a forced algorithm that cannot run a call is refused, naming
+// those that can. Nothing is substituted silently.
 #pragma once
 
+#include <array>
+#include <chrono>
 #include <cstddef>
 #include <string>
+#include <vector>
 
+#include "algorithms/registry.h"
 #include "signature.h"
+#include "tbcoll/fast_path.h"
 
 namespace tbcoll {
 
-enum class Algorithm { kSelf, kRing, kDirect, kTree, kChain, kDissemination, kOneShot, kCma, kTwoShot };
+namespace env {
+class Settings;
+}
 
+/// The knobs the tuner and the schedules read (tbcoll-info lists them with their defaults).
 struct TunerConfig {
   size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
-  size_t one_shot_max_bytes = 0;        ///< all_reduce up to this uses the transport's one-shot fast path (0: none)
-  size_t one_shot_limit_bytes = 0;      ///< largest all_reduce the fast path takes when forced (TBCOLL_ALGO=oneshot)
-  bool two_shot = false;  ///< the transport's two-shot all_reduce through shared memory (above direct_max_bytes)
-  bool cma = false;                     ///< the transport's direct (cross-memory attach) collectives are available
-  size_t cma_min_bytes = 4 << 20;      ///< all_reduce from this size reads peers' buffers in place
-  size_t cma_max_bytes = 32 << 20;     ///< ... below this size (beyond, the two-shot with streaming stores)
-  size_t cma_gather_min_bytes = 16 * 1024;  ///< all_gather (total bytes) and broadcast from this size do
-  std::string forced;                   ///< algorithm name, or empty
+  size_t chunk_bytes = 256 * 1024;      ///< pipelining chunk of the ring and chain schedules
+  std::chrono::microseconds spin{50};   ///< how long a wait busy-polls before it blocks
+
+  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US from settings (the communicator's knobs, then
+  /// the environment). Throws InvalidArgument naming a knob out of range.
+  static TunerConfig from_env(const env::Settings& settings);
 };
 
-/// Algorithm for kind with bytes (per rank: the input of all_reduce/broadcast, the gathered total of
-/// all_gather) on world_size ranks. Throws InvalidArgument for a forced name that does not fit the op.
-Algorithm choose_algorithm(OpKind kind, size_t bytes, int world_size, const TunerConfig& config);
-const char* algorithm_name(Algorithm algorithm);
-/// Throws InvalidArgument unless name is empty or one of the algorithm names.
-void check_algorithm_name(const std::string& name);
+/// A fast-path algorithm some device of this build may offer, with that device's name.
+struct KnownFastPath {
+  std::string device;
+  transport::FastPathAlgorithm algorithm;
+};
+
+/// TBCOLL_ALGO parsed: per collective, the forced name or "". Throws InvalidArgument for a name no collective
+/// has (bare) or that collective lacks ("allreduce:chain"), listing the names there are; known: the fast paths
+/// of the build's devices.
+using ForcedAlgorithms = std::array<std::string, kNumOpKinds>;
+ForcedAlgorithms parse_forced(const std::string& spec, const std::vector<KnownFastPath>& known);
+
+/// One algorithm a communicator can run for a collective: a table row or one of its fast path's.
+struct Choice {
+  std::string name;
+  algo::Schedule run = nullptr;  ///< a point-to-point schedule, or
+  int fast_path_index = -1;      ///< ... the fast path's algorithm of this index
+  unsigned schedule = 0;         ///< carried in the messages' signatures (1.. for schedules; 0 for fast paths)
+  algo::ByteRange auto_range = algo::kAllSizes;
+  size_t max_bytes = SIZE_MAX;
+  uint32_t dtypes = (1u << kNumDataTypes) - 1;
+  std::string (*cannot_run)(const algo::CallShape& call) = nullptr;
+
+  /// Why it cannot run call ("" if it can).
+  std::string refusal(const algo::CallShape& call) const;
+};
+
+class Tuner {
+ public:
+  Tuner() = default;
+  /// fast_path: what the communicator's fast path offers (empty if none); known: every device's fast paths.
+  Tuner(const TunerConfig& config, int world_size, const ForcedAlgorithms& forced,
+        const std::vector<transport::FastPathAlgorithm>& fast_path, std::vector<KnownFastPath> known);
+
+  /// The algorithm for call. Throws InvalidArgument when the forced algorithm cannot run it.
+  const Choice& choose(const algo::CallShape& call) const;
+  /// Name of a point-to-point schedule by its signature number ("none" for 0, "?" if unknown).
+  std::string schedule_name(OpKind kind, unsigned schedule) const;
+  const TunerConfig& config() const { return config_; }
+
+ private:
+  [[noreturn]] void refuse(const algo::CallShape& call, const std::string& why) const;
+
+  TunerConfig config_;
+  std::array<std::vector<Choice>, kNumOpKinds> menu_;  // by OpKind, in the order the tuner asks them
+  std::array<int, kNumOpKinds> forced_{};              // index into menu_, -1: none, -2: forced, not offered here
+  ForcedAlgorithms forced_names_;
+  std::vector<KnownFastPath> known_;
+};
 
 }  // namespace tbcoll

@@ -1,8 +1,10 @@
-// tbcoll-info: prints the version, the transports in this build and every TBCOLL_* knob with its default,
-// its current value and a line of help.
+// tbcoll-info: prints the version, the transports in this build, the algorithms of every collective (the
+// algorithm table and the transports' fast paths) and every TBCOLL_* knob with its default, its current value
+// and a line of help.
 #include <cstdio>
 #include <cstring>
 
+#include "algorithms/registry.h"
 #include "common/env.h"
 #include "tbcoll/transport.h"
 
@@ -10,7 +12,8 @@ int main(int argc, char** argv) {
   if (argc > 1) {
     const bool help = std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0;
     if (!help) std::fprintf(stderr, "tbcoll-info: unknown argument '%s'\n", argv[1]);
-    std::fprintf(help ? stdout : stderr, "usage: tbcoll-info   (prints transports and every TBCOLL_* knob)\n");
+    std::fprintf(help ? stdout : stderr,
+                 "usage: tbcoll-info   (prints transports, algorithms and every TBCOLL_* knob)\n");
     return help ? 0 : 2;
   }
   std::printf("tbcoll %s\n\ntransports in this build (best first):\n", TBCOLL_VERSION);
@@ -18,6 +21,19 @@ int main(int argc, char** argv) {
     auto caps = device->capabilities();
     std::printf("  %-10s ~%.1f us, ~%.1f GB/s%s\n", device->name().c_str(), caps.latency_us, caps.bandwidth_gbps,
                 caps.same_process_only ? " (ranks in one process)" : caps.same_host_only ? " (same host)" : "");
+  }
+  std::printf("\nalgorithms (TBCOLL_ALGO=name, or collective:name; the tuner asks them in this order):\n");
+  const auto devices = tbcoll::transport::available_devices();
+  for (tbcoll::OpKind kind : tbcoll::algo::collectives()) {
+    std::printf("  %s\n", tbcoll::op_kind_name(kind));
+    for (const auto& device : devices) {
+      for (const auto& fast : device->fast_path_algorithms()) {
+        if (fast.kind != kind) continue;
+        const std::string name = fast.name + " (" + device->name() + ")";
+        std::printf("    %-18s %s\n", name.c_str(), fast.description.c_str());
+      }
+    }
+    for (const auto& row : tbcoll::algo::algorithms_for(kind)) std::printf("    %-18s %s\n", row.name, row.description);
   }
   std::printf("\nknobs (environment variables):\n");
   for (const auto& knob : tbcoll::env::knobs()) {

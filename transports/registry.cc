@@ -1,16 +1,47 @@
 #include "transports/registry.h"
 
+#include <mutex>
+
+#include <fmt/format.h>
+
 namespace tbcoll::transport {
+namespace {
+
+struct Devices {
+  std::mutex mutex;
+  std::vector<std::shared_ptr<Device>> list;
+
+  Devices() {
+    for (auto device : {make_loopback_device(), make_shm_device(), make_tcp_device()}) {
+      if (device) list.push_back(device);
+    }
+  }
+};
+
+Devices& devices() {
+  static Devices instance;
+  return instance;
+}
+
+}  // namespace
 
 std::vector<std::shared_ptr<Device>> available_devices() {
-  static const std::vector<std::shared_ptr<Device>> devices = [] {
-    std::vector<std::shared_ptr<Device>> out;
-    for (auto device : {make_loopback_device(), make_shm_device(), make_tcp_device()}) {
-      if (device) out.push_back(device);
+  Devices& all = devices();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  return all.list;
+}
+
+void register_device(std::shared_ptr<Device> device, size_t position) {
+  if (!device) throw InvalidArgument("register_device: no device");
+  Devices& all = devices();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  for (const auto& existing : all.list) {
+    if (existing->name() == device->name()) {
+      throw InvalidArgument(fmt::format("register_device: a transport named {:?} is registered already", device->name()));
     }
-    return out;
-  }();
-  return devices;
+  }
+  all.list.insert(all.list.begin() + static_cast<std::ptrdiff_t>(std::min(position, all.list.size())),
+                  std::move(device));
 }
 
 }  // namespace tbcoll::transport

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -73,9 +74,15 @@ struct Config {
   /// Forces a transport for every peer pair: "tcp", "shm", "loopback" ("ibverbs" is not built yet); empty = best
   /// per pair.
   std::string transport;
-  /// Forces an algorithm ("ring", "direct", "oneshot", "twoshot", "cma", "tree", "chain"; see TBCOLL_ALGO in
-  /// tbcoll-info for which collectives each applies to); empty = the tuner's choice.
+  /// Forces algorithms (TBCOLL_ALGO): a name ("ring") applies to every collective that has an algorithm of
+  /// that name; "allreduce:ring,broadcast:chain" names them per collective (tbcoll-info lists them all). Empty:
+  /// the tuner's choice. A name no collective has, or that a named collective lacks, fails init; a forced
+  /// algorithm that cannot run a call (too large, say) fails that call, naming those that can.
   std::string algo;
+  /// Tuning knobs for this communicator, by their TBCOLL_* names ({"TBCOLL_CHUNK_BYTES", "65536"}): they take
+  /// precedence over the environment. Any knob tbcoll-info lists, except those with a field above or that act on
+  /// the whole process (TBCOLL_DEBUG); others fail init with InvalidArgument. Splits inherit them.
+  std::map<std::string, std::string> knobs;
   /// Optional store to rendezvous through instead of the TCP store (ranks as threads share an in-memory store).
   std::shared_ptr<Store> store;
   /// Optional: the server of that store, when this process hosts it. The communicator and those split from it
@@ -87,6 +94,28 @@ struct Config {
   /// Reads TBCOLL_RANK/WORLD_SIZE/ROOT/TOKEN/TIMEOUT/TRANSPORT/ALGO, falling back to OpenMPI
   /// (OMPI_COMM_WORLD_RANK/SIZE), PMI (PMI_RANK/PMI_SIZE) and Slurm (SLURM_PROCID/SLURM_NTASKS).
   static Config from_env();
+};
+
+/// What the ranks of a new communicator need to meet, made by one of them and passed to the others out of band
+/// (MPI_Bcast, a file, the command line), as NCCL's unique id: the address of a rendezvous store this process
+/// serves, and a job token drawn at random.
+class UniqueId {
+ public:
+  /// Starts a rendezvous store on TBCOLL_SOCKET_ADDR (default 127.0.0.1; set it to an address the other hosts
+  /// reach) at a free port. It runs while this process holds a communicator made from the id or another process is
+  /// connected to it; stores nobody needs any more are stopped by later create() calls. Throws IoError.
+  static UniqueId create();
+  /// The id as text ("host:port\ntoken"), shorter than 256 bytes (TBCOLL_UNIQUE_ID_BYTES): what to send to the other ranks.
+  const std::string& to_string() const { return text_; }
+  /// Reads an id made by to_string(). Throws InvalidArgument if it is malformed.
+  static UniqueId from_string(const std::string& text);
+  /// host:port of the store.
+  std::string root() const;
+  std::string token() const;
+
+ private:
+  explicit UniqueId(std::string text) : text_(std::move(text)) {}
+  std::string text_;
 };
 
 /// Handle of an asynchronous call (like c10d's Work). Copyable; every copy refers to the same call.
@@ -113,6 +142,9 @@ class Communicator {
   /// As init(config), with the whole set-up bounded by `deadline` instead of config.timeout_s from now: for a
   /// caller that already spent part of its time (connecting to the store, agreeing on a split).
   static Communicator init(const Config& config, Deadline deadline);
+  /// Builds a communicator the NCCL way: rank `rank` of `size` ranks that all hold the same id. Settings other
+  /// than rank, size, rendezvous and token come from `config` (default: from the environment).
+  static Communicator init(const UniqueId& id, int rank, int size, Config config = Config::from_env());
 
   Communicator(Communicator&&) noexcept;
   Communicator& operator=(Communicator&&) noexcept;

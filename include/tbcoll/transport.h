@@ -1,7 +1,9 @@
 // The transport plug-in boundary: point-to-point byte movement between two ranks.
 //
-//   Device   one per transport kind in the process; says whether it can reach a peer and how well.
-//   Context  one per communicator and transport; owns listeners, registered memory, connection set-up.
+//   Device   one per transport kind in the process (available_devices() returns the same objects for the
+//            process's life); says whether it can reach a peer and how well. It may own per-process resources
+//            (a device handle, one connection per peer process) that the contexts of every communicator share.
+//   Context  one per communicator and transport; listeners and connection set-up for that communicator.
 //   Endpoint one per peer; ordered, reliable, tagged messages in both directions.
 //   Request  one outstanding isend/irecv; test() never blocks, block() waits a bounded time.
 //
@@ -9,6 +11,17 @@
 // carries a tag and an opaque 64-bit signature (meta) chosen by the caller; a receive whose expected tag,
 // meta or byte count differs from the arriving message fails with MismatchError (it never copies). Algorithms
 // never know which transport they run on; transports never know which collective they serve.
+//
+// Set-up, per communicator: every rank creates a context per device and publishes address() (round 1); the
+// ranks agree on one device per pair; a device whose capabilities say per_peer_addresses then gets a second
+// round: address_for(peer) is delivered to that peer alone (an RDMA queue pair number made for it, say); then
+// connect() with every peer's addresses.
+//
+// Sharing: several communicators of one process (a split and its parent, say) may connect the same pair of
+// processes at once over the same device. A transport may give each its own connection, or multiplex one per
+// pair of processes (where connections are scarce: Apple's Thunderbolt RDMA allows ~10 queue pairs per device in
+// a process); either way the traffic of each context stays apart (ContextArgs::comm_id), and abort() or
+// destruction of one context touches no other. The conformance suite checks this with two contexts at once.
 //
 // Threads: a Context and its Endpoints are driven by one thread at a time (the communicator's caller), except
 // Context::abort(), which any thread may call.
@@ -22,7 +35,10 @@
 #include <string>
 #include <vector>
 
+#include <map>
+
 #include "tbcoll/error.hpp"
+#include "tbcoll/fast_path.h"
 #include "tbcoll/store.hpp"
 #include "tbcoll/tbcoll.hpp"
 
@@ -35,21 +51,27 @@ struct PeerInfo {
   uint64_t process_id = 0;  ///< pid plus a per-process nonce; equal for threads of one process
 };
 
-/// Hints and facts about a transport. Tests check that implementations honour them.
+/// Hints and facts about a transport. The conformance suite checks the facts against what it does.
 struct Capabilities {
-  double latency_us = 0;        ///< typical one-way small-message latency
-  double bandwidth_gbps = 0;    ///< typical single-peer bandwidth, GB/s
+  double latency_us = 0;        ///< hint: typical one-way small-message latency
+  double bandwidth_gbps = 0;    ///< hint: typical single-peer bandwidth, GB/s
   bool same_process_only = false;
   bool same_host_only = false;
-  size_t max_message_bytes = SIZE_MAX;  ///< largest single message; larger transfers must be split by the caller
-};
-
-/// Message identity: tag orders messages, meta is a signature the receiver checks (e.g. op, dtype, count).
-/// The communicator's tags: collective calls count up from 1 (the same on every rank); send/recv tags have the
-/// top bit set and count each direction of a pair on its own. Transports use this only to spot mismatched calls.
-struct Tag {
-  uint64_t tag = 0;
-  uint64_t meta = 0;
+  /// Largest single message an endpoint takes. The caller splits larger transfers (the algorithm executor
+  /// sends them as consecutive messages of at most this size under the same tag); isend/irecv of more is
+  /// refused with InvalidArgument.
+  size_t max_message_bytes = SIZE_MAX;
+  /// Every message arrives once and intact, or the request fails; a peer's death fails pending requests within
+  /// the deadline. The core uses only reliable transports: one on lossy hardware (UC queue pairs) adds its own
+  /// sequence numbers and loss detection before it may claim this.
+  bool reliable = true;
+  /// Messages of one endpoint and direction arrive in the order they were sent. The core needs it.
+  bool ordered = true;
+  /// False: isend/irecv use any user buffer as it is. True: the transport moves bytes only from memory it
+  /// registered; it copies user buffers through its own registered buffers (one more copy per byte).
+  bool needs_registered_memory = false;
+  /// The transport wants a second set-up round: Context::address_for(peer), delivered to that peer alone.
+  bool per_peer_addresses = false;
 };
 
 class Request {
@@ -66,9 +88,10 @@ class Request {
 class Endpoint {
  public:
   virtual ~Endpoint() = default;
-  /// Queues a send of bytes from buf. buf must stay valid and unchanged until the request completes.
+  /// Queues a send of bytes (at most Capabilities::max_message_bytes) from buf. buf must stay valid and
+  /// unchanged until the request completes. Never blocks.
   virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, Tag tag) = 0;
-  /// Queues a receive of exactly bytes into buf, matched FIFO against arriving messages.
+  /// Queues a receive of exactly bytes into buf, matched FIFO against arriving messages. Never blocks.
   virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, Tag tag) = 0;
   /// Rank of the peer.
   virtual int peer() const = 0;
@@ -79,68 +102,35 @@ struct ContextArgs {
   int world_size = 0;
   std::string token;        ///< job token checked by the connection handshake
   std::string bind_host;    ///< local address that reached the rendezvous (where to listen)
-  uint64_t comm_id = 0;     ///< identifies the communicator in handshakes
+  uint64_t comm_id = 0;     ///< identifies the communicator in handshakes; unique per communicator in the job
   double timeout_s = 60;
   /// When set (by another thread), connect() gives up within ~100 ms with InvalidUsage: a split's child set-up
   /// whose parent communicator was aborted. May be null. Outlives connect().
   const std::atomic<bool>* cancelled = nullptr;
+  /// The communicator's knob overrides (Config::knobs, TBCOLL_* name -> value): a transport reads its knobs
+  /// there first, then in the environment.
+  std::map<std::string, std::string> knobs;
 };
 
 struct PeerAddress {
   int rank = -1;
   std::string address;  ///< bytes the peer's Context::address() returned
-};
-
-/// A whole-collective fast path a transport may offer when it connects every rank of the communicator (all
-/// ranks on one host sharing memory, say). The tuner picks it like any algorithm; the conformance and
-/// collective suites test it like any algorithm.
-class CollectiveFastPath {
- public:
-  virtual ~CollectiveFastPath() = default;
-  /// Tells the peers which collective this rank is in (tag and signature), so one waiting in a fast-path call
-  /// for a rank that is in another call can report the mismatch instead of waiting for the deadline. The
-  /// communicator calls it for collectives that do not go through the fast path; fast-path calls announce
-  /// themselves. Cheap (a few stores to memory only this rank writes).
-  virtual void announce(const Tag& tag) = 0;
-  /// Largest all_reduce input, in bytes per rank, that all_reduce_one_shot() takes.
-  virtual size_t max_one_shot_bytes() const = 0;
-  /// Whether the direct collectives (peers read each other's buffers in place) are available.
-  virtual bool has_direct() const = 0;
-  /// Whether spinning waits hand the CPU over (sched_yield) now and then: the communicator's decision, from
-  /// where all ranks run (src/common/cpu.h). Until called: yes.
-  virtual void set_spin_yields(bool yields) = 0;
-
-  // Every method is collective over every rank and called in the same order everywhere. tag is the call's
-  // tag and signature: a peer in a different call gets MismatchError. They block: spin for `spin`, then
-  // sleep; TimeoutError past the deadline, IoError when a peer died or aborted. Caller's thread only.
-  // Reductions run in rank order, so every rank holds bitwise identical results. send == recv is in place.
-
-  /// One-shot all_reduce for small inputs: inputs copied into shared slots, each rank reduces all of them.
-  virtual void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
-                                   Deadline deadline, std::chrono::microseconds spin) = 0;
-  /// One-shot all_gather for small blocks (bytes_per_rank <= max_one_shot_bytes()), through the same slots.
-  virtual void all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, Tag tag, Deadline deadline,
-                                   std::chrono::microseconds spin) = 0;
-  /// Two-shot all_reduce through shared staging buffers, pipelined in rounds: each rank stages the slices its
-  /// peers reduce, reduces its own slice of every rank's input, and copies the peers' reduced slices out.
-  virtual void all_reduce_two_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
-                                   Deadline deadline, std::chrono::microseconds spin) = 0;
-  /// Two-shot all_reduce reading peers' buffers in place: each rank reduces its slice, then gathers the rest.
-  virtual void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, Tag tag,
-                                 Deadline deadline, std::chrono::microseconds spin) = 0;
-  /// all_gather reading every peer's block in place (recv as in Communicator::all_gather).
-  virtual void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, Tag tag, Deadline deadline,
-                                 std::chrono::microseconds spin) = 0;
-  /// broadcast where every rank reads the root's buffer in place (root copies send to recv if they differ).
-  virtual void broadcast_direct(const void* send, void* recv, size_t bytes, int root, Tag tag, Deadline deadline,
-                                std::chrono::microseconds spin) = 0;
+  std::string for_me;   ///< what the peer's address_for(this rank) returned (per_peer_addresses), else empty
+  PeerInfo info;        ///< the peer's identity: its process, to find a connection the device already has
 };
 
 class Context {
  public:
   virtual ~Context() = default;
-  /// Opaque address other ranks pass to connect() (e.g. "host:port"). Non-blocking.
+  /// Opaque address published to every rank (e.g. "host:port"); the peers pass it to connect(). Non-blocking.
   virtual std::string address() const = 0;
+  /// Second set-up round, for devices whose capabilities say per_peer_addresses: bytes for this one peer (made
+  /// for it, e.g. a queue pair's number), delivered to it as PeerAddress::for_me. Called once per peer this
+  /// context will connect, after address() reached everyone (peer.for_me is still empty). Non-blocking.
+  virtual std::string address_for(const PeerAddress& peer) {
+    (void)peer;
+    return {};
+  }
   /// Connects to every listed peer (each side lists the other). Blocks until all are connected or the
   /// deadline passes (TimeoutError naming the missing peers). Rejects handshakes with the wrong token,
   /// protocol version or communicator, logging them, and keeps waiting for the real peers.
@@ -148,8 +138,8 @@ class Context {
                                                          Deadline deadline) = 0;
   /// Breaks every endpoint: pending and later requests fail, peers see the connection close. Any thread.
   virtual void abort() = 0;
-  /// The fast path, if this transport offers one and connect() reached every other rank; else nullptr.
-  /// Owned by the context.
+  /// The whole-collective fast path (tbcoll/fast_path.h), if this transport offers one and connect() reached
+  /// every other rank; else nullptr. Owned by the context.
   virtual CollectiveFastPath* fast_path() { return nullptr; }
 };
 
@@ -160,10 +150,19 @@ class Device {
   virtual Capabilities capabilities() const = 0;
   /// Whether this transport can connect self and peer. Must be symmetric.
   virtual bool can_connect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  /// The fast-path algorithms its contexts may offer (names, collectives, descriptions; sizes unset), for
+  /// TBCOLL_ALGO's checks, errors and tbcoll-info. A context's fast_path() offers a subset.
+  virtual std::vector<FastPathAlgorithm> fast_path_algorithms() const { return {}; }
   virtual std::unique_ptr<Context> create_context(const ContextArgs& args) = 0;
 };
 
-/// Devices compiled into this build, best first (loopback, then tcp; shm and ibverbs plug in here).
+/// Devices compiled into this build that could start here, best first (loopback, shm, tcp), and those
+/// registered. The same objects for the whole process.
 std::vector<std::shared_ptr<Device>> available_devices();
+
+/// Adds a transport built outside the library (a test's, a plug-in's) at `position` in the best-first order
+/// (SIZE_MAX: last). Communicators created afterwards may use it; TBCOLL_TRANSPORT can name it. Throws
+/// InvalidArgument if a device of that name exists. Thread-safe.
+void register_device(std::shared_ptr<Device> device, size_t position = SIZE_MAX);
 
 }  // namespace tbcoll::transport

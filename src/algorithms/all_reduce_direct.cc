@@ -33,11 +33,8 @@ void all_reduce_direct(Exec& exec, const Args& args) {
   for (int k = 1; k < n; ++k) exec.isend((r + k) % n, args.send, bytes);
   exec.wait_all();
 
-  reduce::Kernel kernel = reduce::kernel(args.dtype, args.op);
-  auto* out = static_cast<uint8_t*>(args.recv);
-  kernel(out, inputs[0], inputs[1], args.count);
-  for (int p = 2; p < n; ++p) kernel(out, out, inputs[p], args.count);
-  if (args.op == ReduceOp::kAvg) reduce::divide(out, out, args.count, args.dtype, n);
+  reduce::reduce_ranks(args.recv, n, args.count, args.dtype, args.op, reduce::kernel(args.dtype, args.op),
+                       [&](int p) { return inputs[p]; });
 }
 
 }  // namespace tbcoll::algo

@@ -21,6 +21,15 @@ inline Piece segment(size_t count, int parts, int i) {
   return {index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
 }
 
+/// Segment i of count elements split into `parts` runs of equal length, each a whole number of align elements
+/// (the last ones shorter or empty): slices that never share a cache line. align >= 1.
+inline Piece aligned_segment(size_t count, int parts, int i, size_t align) {
+  size_t per = (count + static_cast<size_t>(parts) - 1) / static_cast<size_t>(parts);
+  per = (per + align - 1) / align * align;
+  const size_t offset = std::min(count, static_cast<size_t>(i) * per);
+  return {offset, std::min(count, offset + per) - offset};
+}
+
 /// Splits piece into chunks of at most max_elems elements (at least 1); empty piece -> no chunks.
 inline std::vector<Piece> chunks(Piece piece, size_t max_elems) {
   std::vector<Piece> out;

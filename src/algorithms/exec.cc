@@ -48,12 +48,13 @@ void RequestTable::reset(int world_size) {
   for (auto& queue : pending_recvs) queue.clear();
 }
 
-Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
-           std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
-           const CallInfo& call)
+Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
+           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
+           Scratch& scratch, RequestTable& table, const CallInfo& call)
     : rank_(rank),
       size_(size),
       peers_(peers),
+      max_message_(max_message),
       tag_(tag),
       deadline_(deadline),
       spin_(spin),
@@ -71,23 +72,29 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, t
 }
 
 size_t Exec::isend(int peer, const void* buf, size_t bytes, transport::Tag tag) {
-  TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
-  size_t id = requests_.size();
-  requests_.push_back({peers_[peer]->isend(buf, bytes, tag), peer, true, bytes});
-  done_.push_back(0);
-  if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
-  pending_sends_[peer].push_back(id);
-  return id;
+  return post(peer, true, const_cast<void*>(buf), bytes, tag);  // only read
 }
 
-size_t Exec::irecv(int peer, void* buf, size_t bytes, transport::Tag tag) {
+size_t Exec::irecv(int peer, void* buf, size_t bytes, transport::Tag tag) { return post(peer, false, buf, bytes, tag); }
+
+size_t Exec::post(int peer, bool is_send, void* buf, size_t bytes, transport::Tag tag) {
   TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
-  size_t id = requests_.size();
-  requests_.push_back({peers_[peer]->irecv(buf, bytes, tag), peer, false, bytes});
-  done_.push_back(0);
   if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
-  pending_recvs_[peer].push_back(id);
-  return id;
+  std::deque<size_t>& pending = is_send ? pending_sends_[peer] : pending_recvs_[peer];
+  const size_t limit = max_message_[peer];
+  auto* at = static_cast<uint8_t*>(buf);
+  size_t left = bytes;
+  do {
+    const size_t piece = std::min(left, limit);
+    const size_t id = requests_.size();
+    requests_.push_back({is_send ? peers_[peer]->isend(at, piece, tag) : peers_[peer]->irecv(at, piece, tag), peer,
+                         is_send, piece});
+    done_.push_back(0);
+    pending.push_back(id);
+    at = at == nullptr ? at : at + piece;
+    left -= piece;
+  } while (left > 0);
+  return requests_.size() - 1;
 }
 
 bool Exec::sweep() {

@@ -72,16 +72,19 @@ struct RequestTable {
 
 class Exec {
  public:
-  Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, transport::Tag tag, Deadline deadline,
-       std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes, Scratch& scratch, RequestTable& table,
-       const CallInfo& call);
+  /// max_message[p]: the largest message peer p's transport takes (Capabilities::max_message_bytes).
+  Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
+       transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
+       Scratch& scratch, RequestTable& table, const CallInfo& call);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
   size_t chunk_bytes() const { return chunk_bytes_; }
   Scratch& scratch() { return scratch_; }
 
-  /// Posts a send / receive to peer with the call's tag; returns an id for wait().
+  /// Posts a send / receive to peer with the call's tag; returns an id for wait(). A transfer larger than the
+  /// peer's transport takes goes as consecutive messages of at most that size (both sides split alike); the
+  /// id is the last one's, which completes after the others (a peer's requests complete in order).
   size_t isend(int peer, const void* buf, size_t bytes) { return isend(peer, buf, bytes, tag_); }
   size_t irecv(int peer, void* buf, size_t bytes) { return irecv(peer, buf, bytes, tag_); }
   /// The same with an explicit tag (grouped point-to-point calls carry one tag each).
@@ -94,11 +97,13 @@ class Exec {
 
  private:
   bool sweep();  // one progress pass; true if anything completed
+  size_t post(int peer, bool is_send, void* buf, size_t bytes, transport::Tag tag);
   [[noreturn]] void timed_out(size_t id);
 
   int rank_;
   int size_;
   const std::vector<transport::Endpoint*>& peers_;
+  const std::vector<size_t>& max_message_;
   transport::Tag tag_;
   Deadline deadline_;
   std::chrono::microseconds spin_;

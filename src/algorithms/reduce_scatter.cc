@@ -21,10 +21,8 @@ namespace {
 
 // out = inputs[0] op inputs[1] op ... in rank order; then / n for avg.
 void reduce_in_rank_order(const Args& args, int n, const std::vector<const uint8_t*>& inputs, void* out) {
-  reduce::Kernel kernel = reduce::kernel(args.dtype, args.op);
-  kernel(out, inputs[0], inputs[1], args.count);
-  for (int p = 2; p < n; ++p) kernel(out, out, inputs[p], args.count);
-  if (args.op == ReduceOp::kAvg) reduce::divide(out, out, args.count, args.dtype, n);
+  reduce::reduce_ranks(out, n, args.count, args.dtype, args.op, reduce::kernel(args.dtype, args.op),
+                       [&](int p) { return inputs[p]; });
 }
 
 }  // namespace

@@ -16,8 +16,8 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_ROOT_FD", "", "rank 0: an inherited socket already listening on TBCOLL_ROOT's port, to serve the store on (set by tbcoll-run)"},
       {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
       {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call (1e9 or more, or inf: none)"},
-      {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, loopback; ibverbs is not built yet (default: best per pair)"},
-      {"TBCOLL_ALGO", "", "force an algorithm: ring, direct, oneshot, cma (all_reduce, all_gather), twoshot (all_reduce), tree, chain (broadcast)"},
+      {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, loopback (default: best per pair)"},
+      {"TBCOLL_ALGO", "", "force algorithms: a name (ring) for every collective that has it, or per collective (allreduce:ring,broadcast:chain); tbcoll-info lists them"},
       {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
       {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
       {"TBCOLL_SPIN_YIELD", "-1", "1: spinning waits call sched_yield now and then; 0: never; -1: when another rank on this machine may run on one of this rank's CPUs"},
@@ -43,18 +43,46 @@ static const Knob& find(const char* name) {
   throw Error(tbcollInternalError, fmt::format("[env] knob {} is not declared in the knob table", name));
 }
 
-std::string get(const char* name) {
+std::string get(const char* name) { return Settings().get(name); }
+
+bool is_set(const char* name) { return Settings().is_set(name); }
+
+long long get_int(const char* name) { return Settings().get_int(name); }
+
+double get_double(const char* name) { return Settings().get_double(name); }
+
+Settings::Settings(std::map<std::string, std::string> overrides) : overrides_(std::move(overrides)) {
+  // Knobs with a Config field of their own, or that act on the whole process: not settable per communicator.
+  static const char* const kNotPerCommunicator[] = {"TBCOLL_RANK",      "TBCOLL_WORLD_SIZE", "TBCOLL_ROOT",
+                                                    "TBCOLL_ROOT_FD",   "TBCOLL_TOKEN",      "TBCOLL_TIMEOUT",
+                                                    "TBCOLL_TRANSPORT", "TBCOLL_ALGO",       "TBCOLL_DEBUG"};
+  for (const auto& [name, value] : overrides_) {
+    bool known = false;
+    for (const Knob& knob : knobs()) known = known || name == knob.name;
+    if (!known) throw InvalidArgument(fmt::format("[config] {:?} is not a knob (tbcoll-info lists them)", name));
+    for (const char* refused : kNotPerCommunicator) {
+      if (name == refused) {
+        throw InvalidArgument(fmt::format("[config] {} cannot be set per communicator: it has a Config field of its "
+                                          "own or acts on the whole process", name));
+      }
+    }
+  }
+}
+
+std::string Settings::get(const char* name) const {
   const Knob& knob = find(name);
+  auto it = overrides_.find(name);
+  if (it != overrides_.end()) return it->second;
   const char* value = std::getenv(name);
   return value != nullptr ? std::string(value) : std::string(knob.default_value);
 }
 
-bool is_set(const char* name) {
+bool Settings::is_set(const char* name) const {
   find(name);
-  return std::getenv(name) != nullptr;
+  return overrides_.count(name) != 0 || std::getenv(name) != nullptr;
 }
 
-long long get_int(const char* name) {
+long long Settings::get_int(const char* name) const {
   std::string text = get(name);
   char* end = nullptr;
   long long value = std::strtoll(text.c_str(), &end, 10);
@@ -64,7 +92,7 @@ long long get_int(const char* name) {
   return value;
 }
 
-double get_double(const char* name) {
+double Settings::get_double(const char* name) const {
   std::string text = get(name);
   char* end = nullptr;
   double value = std::strtod(text.c_str(), &end);

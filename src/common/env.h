@@ -2,6 +2,7 @@
 // Reading a knob that is not in the table is a programming error and throws.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,5 +23,24 @@ bool is_set(const char* name);
 /// Parses as integer / floating point; throws InvalidArgument naming the knob on junk.
 long long get_int(const char* name);
 double get_double(const char* name);
+
+/// A communicator's view of the knobs: its overrides (Config::knobs) first, then the environment, then the
+/// defaults. Cheap to copy; read at set-up, never on a call's path.
+class Settings {
+ public:
+  Settings() = default;
+  /// Throws InvalidArgument for a name that is not a knob, or one that has a Config field of its own or is
+  /// process-wide (TBCOLL_RANK, TBCOLL_DEBUG, ...), naming it.
+  explicit Settings(std::map<std::string, std::string> overrides);
+  std::string get(const char* name) const;
+  /// Set by an override or in the environment.
+  bool is_set(const char* name) const;
+  long long get_int(const char* name) const;
+  double get_double(const char* name) const;
+  const std::map<std::string, std::string>& overrides() const { return overrides_; }
+
+ private:
+  std::map<std::string, std::string> overrides_;
+};
 
 }  // namespace tbcoll::env

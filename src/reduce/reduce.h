@@ -40,6 +40,20 @@ inline void apply(void* out, const void* a, const void* b, size_t count, DataTyp
 // Signed integers divided by -1 wrap (INT_MIN / -1 == INT_MIN) instead of trapping.
 void divide(void* out, const void* in, size_t count, DataType dtype, int divisor);
 
+// out = input(0) op input(1) op ... op input(n-1) over count elements, folded in rank order, so every rank that
+// reduces the same inputs holds bitwise identical results; for kAvg (kernel is the sum's) divided by n at the end.
+// n >= 2; kernel = kernel(dtype, op). input(p) is called once per rank, in rank order, and returns that rank's
+// elements; the pointer must stay valid until input(p + 2) is called (two buffers taking turns suffice). out may be
+// input(0) or input(1) exactly, never a later input.
+template <typename Input>
+void reduce_ranks(void* out, int n, size_t count, DataType dtype, ReduceOp op, Kernel kernel, Input&& input) {
+  const void* first = input(0);
+  kernel(out, first, input(1), count);
+  for (int p = 2; p < n; ++p) kernel(out, out, input(p), count);
+  if (op == ReduceOp::kAvg) divide(out, out, count, dtype, n);
+}
+
+
 // IEEE half and bfloat16 conversions; float->half/bf16 round to nearest even, NaN stays NaN, overflow -> inf.
 // Subnormals are kept in both directions (no flush to zero). NaNs come out quiet with their top payload bits
 // kept, as x86 F16C instructions do; bf16_to_float is exact (a 16-bit shift), so it keeps signalling NaNs.

@@ -132,7 +132,7 @@ TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
       std::vector<std::string> messages(n);
       std::vector<int> broken(n);
       const auto start = std::chrono::steady_clock::now();
-      run_ranks(n, {transport, count > 64 ? "tree" : "", 30}, [&](Communicator& comm) {
+      run_ranks(n, {transport, count > 64 ? "broadcast:binomial,allreduce:direct" : "", 30}, [&](Communicator& comm) {
         std::vector<float> buf(count, static_cast<float>(comm.rank()));
         messages[comm.rank()] = error_of([&] {
           comm.broadcast(buf.data(), buf.data(), count, DataType::kFloat32, comm.rank());
@@ -235,7 +235,7 @@ TEST(Errors, ShmPeerThatRanTheCallPointToPointAndMovedOnIsSpotted) {
   std::vector<std::string> messages(2);
   auto start = std::chrono::steady_clock::now();
   RankOptions options{"shm", "", 30};
-  options.algo_per_rank = {"tree", "cma"};
+  options.algo_per_rank = {"broadcast:binomial,allreduce:direct", "cma"};
   run_ranks(2, options, [&](Communicator& comm) {
     std::vector<float> buf(16384, 1.0f);
     messages[comm.rank()] = error_of([&] {

@@ -30,6 +30,7 @@ void run_ranks(int n, const RankOptions& options, const std::function<void(Commu
         config.transport = options.transport;
         config.algo = options.algo_per_rank.empty() ? options.algo : options.algo_per_rank[rank];
         config.timeout_s = options.timeout_s;
+        config.knobs = options.knobs;
         Communicator comm = Communicator::init(config);
         body(comm);
       } catch (const std::exception& error) {

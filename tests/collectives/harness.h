@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@ struct RankOptions {
   std::string algo;
   double timeout_s = 60;
   std::vector<std::string> algo_per_rank;  ///< when not empty, rank r uses algo_per_rank[r] instead of algo
+  std::map<std::string, std::string> knobs;  ///< Config::knobs of every rank
 };
 
 /// Builds n communicators (one per thread) sharing an in-memory store and runs body on each. Failures in

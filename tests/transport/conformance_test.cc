@@ -2,6 +2,7 @@
 // detection, aborts, and capability flags that match behaviour.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <future>
 #include <thread>
 
@@ -29,10 +30,16 @@ Pair connect_pair(Device& device, uint64_t comm_id) {
   for (int r = 0; r < 2; ++r) {
     pair.contexts[r] = device.create_context({r, 2, "conformance", "127.0.0.1", comm_id, 10});
   }
-  std::string addresses[2] = {pair.contexts[0]->address(), pair.contexts[1]->address()};
+  // As a communicator sets up: round 1 (address), round 2 (address_for) where the device asks for it.
+  PeerAddress to[2] = {{1, pair.contexts[1]->address()}, {0, pair.contexts[0]->address()}};  // to[r]: r's peer
+  if (device.capabilities().per_peer_addresses) {
+    std::string for_peer[2] = {pair.contexts[0]->address_for(to[0]), pair.contexts[1]->address_for(to[1])};
+    to[0].for_me = for_peer[1];
+    to[1].for_me = for_peer[0];
+  }
   auto deadline = deadline_after(10);
-  auto other = std::async(std::launch::async, [&] { return pair.contexts[1]->connect({{0, addresses[0]}}, deadline); });
-  auto mine = pair.contexts[0]->connect({{1, addresses[1]}}, deadline);
+  auto other = std::async(std::launch::async, [&] { return pair.contexts[1]->connect({to[1]}, deadline); });
+  auto mine = pair.contexts[0]->connect({to[0]}, deadline);
   auto theirs = other.get();
   pair.endpoints[0] = std::move(mine.at(0));
   pair.endpoints[1] = std::move(theirs.at(0));
@@ -152,6 +159,54 @@ TEST_P(Conformance, CapabilitiesMatchBehaviour) {
   EXPECT_EQ(device_->can_connect(self, other_process), device_->can_connect(other_process, self)) << "symmetric";
   EXPECT_GT(caps.latency_us, 0);
   EXPECT_GT(caps.bandwidth_gbps, 0);
+}
+
+// The core's schedules need reliable, ordered endpoints (transport.h), and pass user buffers as they are.
+TEST_P(Conformance, GuaranteesTheCoreNeedsAreClaimedAndHold) {
+  const Capabilities caps = device_->capabilities();
+  EXPECT_TRUE(caps.reliable);
+  EXPECT_TRUE(caps.ordered);
+  EXPECT_GE(caps.max_message_bytes, size_t{1} << 20) << "a limit this small is legal, but no built-in transport has it";
+  // Unaligned buffers at odd offsets, on the stack: no registration, no alignment needed (or the transport copies).
+  alignas(64) uint8_t out[131], in[131] = {};
+  for (int i = 0; i < 131; ++i) out[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto recv = pair_.endpoints[1]->irecv(in + 3, 127, {3, 3});
+  auto send = pair_.endpoints[0]->isend(out + 1, 127, {3, 3});
+  wait(*send);
+  wait(*recv);
+  EXPECT_EQ(0, std::memcmp(in + 3, out + 1, 127));
+  if (!caps.per_peer_addresses) {
+    EXPECT_EQ(pair_.contexts[0]->address_for({1, pair_.contexts[1]->address()}), "") << "no second round asked for";
+  }
+}
+
+// Two communicators of one process joining the same pair of ranks over the same device (a split and its parent)
+// at once: each context's traffic stays its own, whether the transport shares connections or not, and aborting
+// one leaves the other working.
+TEST_P(Conformance, TwoContextsOfOnePairKeepTheirTrafficApart) {
+  static uint64_t other_id = 500000;
+  Pair second = connect_pair(*device_, ++other_id);
+  int first_got = 0, second_got = 0;
+  const int first_value = 111, second_value = 222;
+  // Same tags and signatures on both; the second's receive posted first, the first's send sent first.
+  auto second_recv = second.endpoints[1]->irecv(&second_got, sizeof(int), {9, 9});
+  auto first_send = pair_.endpoints[0]->isend(&first_value, sizeof(int), {9, 9});
+  auto second_send = second.endpoints[0]->isend(&second_value, sizeof(int), {9, 9});
+  auto first_recv = pair_.endpoints[1]->irecv(&first_got, sizeof(int), {9, 9});
+  for (Request* request : {second_recv.get(), first_send.get(), second_send.get(), first_recv.get()}) wait(*request);
+  EXPECT_EQ(first_got, first_value);
+  EXPECT_EQ(second_got, second_value);
+
+  second.contexts[0]->abort();
+  int stray = 0;
+  auto failing = second.endpoints[1]->irecv(&stray, sizeof(int), {10, 10});
+  EXPECT_THROW(wait(*failing), IoError);
+  auto recv = pair_.endpoints[1]->irecv(&first_got, sizeof(int), {10, 10});
+  const int again = 333;
+  auto send = pair_.endpoints[0]->isend(&again, sizeof(int), {10, 10});
+  wait(*send);
+  wait(*recv);
+  EXPECT_EQ(first_got, again) << "the other context's abort touched this one";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values("loopback", "shm", "tcp"));

@@ -1,4 +1,4 @@
-// Stores, schedules' partition maths, tuner and signatures.
+// Stores, schedules' partition maths and signatures.
 #include <arpa/inet.h>
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -22,7 +22,6 @@
 #include "communicator.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
-#include "tuner.h"
 
 // This binary's getaddrinfo: the name "slow-lookup.invalid" takes 2 s to fail, like a lookup through an
 // unreachable DNS server, and "unknown-host.invalid" fails at once (no network needed); every other call goes
@@ -230,19 +229,6 @@ TEST(Chunking, SegmentsCoverTheRangeExactly) {
   EXPECT_EQ(pieces[2].count, 5u);
   EXPECT_TRUE(algo::chunks({0, 0}, 10).empty());
   EXPECT_EQ(algo::mod(-1, 5), 4);
-}
-
-TEST(Tuner, DefaultsAndOverrides) {
-  TunerConfig config;
-  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 1 << 30, 1, config), Algorithm::kSelf);
-  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 8, 4, config), Algorithm::kDirect);
-  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 1 << 20, 4, config), Algorithm::kRing);
-  EXPECT_EQ(choose_algorithm(OpKind::kBroadcast, 8, 4, config), Algorithm::kTree);
-  EXPECT_EQ(choose_algorithm(OpKind::kBroadcast, 1 << 20, 4, config), Algorithm::kChain);
-  config.forced = "ring";
-  EXPECT_EQ(choose_algorithm(OpKind::kAllReduce, 8, 4, config), Algorithm::kRing);
-  config.forced = "nonsense";
-  EXPECT_THROW(choose_algorithm(OpKind::kAllReduce, 8, 4, config), InvalidArgument);
 }
 
 TEST(Signature, DescribesCalls) {

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "signature.h"
+#include "tbcoll/fast_path.h"
 
 namespace tbcoll::shm {
 namespace {
@@ -30,7 +30,7 @@ void check_announcement(const CallAnnounce& announced, int rank, int peer, const
   const uint64_t meta = announced.meta.load(std::memory_order_acquire);
   const uint64_t theirs = announced.algorithm.load(std::memory_order_acquire);
   if (first == 0 || first != tag.tag || announced.tag.load(std::memory_order_acquire) != first) return;
-  if (((meta ^ tag.meta) & ~kScheduleMask) != 0) {  // announced without the schedule point-to-point messages add
+  if (!transport::same_call(meta, tag.meta)) {  // announced without the schedule point-to-point messages add
     throw MismatchError(another_call_message(rank, peer, meta, tag.meta), peer, tag.meta, meta, bytes, 0);
   }
   if (theirs != algorithm) throw_tuned_differently(rank, peer, theirs, algorithm);
@@ -47,7 +47,7 @@ void check_unreceived(const Queue& queue, int rank, int peer, const transport::T
     throw InvalidUsage(fmt::format(
         "[shm] rank {}: peer {} sent a message for an earlier collective call (call {}, {}) that this rank "
         "finished without receiving it: the ranks' calls did not match there (a broadcast or reduce whose "
-        "ranks named different roots?)", rank, peer, frame.tag, describe_meta(frame.meta)));
+        "ranks named different roots?)", rank, peer, frame.tag, transport::describe_signature(frame.meta)));
   }
 }
 

@@ -5,14 +5,16 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <functional>
 
 #include <fmt/format.h>
 
+#include "algorithms/chunking.h"
 #include "common/cpu.h"
-#include "signature.h"
+#include "tbcoll/fast_path.h"
 
 
 namespace tbcoll::shm {
@@ -22,10 +24,70 @@ constexpr size_t kPrepareFlaggedLines = 8;
 
 }  // namespace
 
-FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct)
+std::vector<transport::FastPathAlgorithm> FastPath::catalogue() {
+  std::vector<transport::FastPathAlgorithm> out(6);
+  out[0] = {"oneshot", OpKind::kAllReduce, "inputs copied into shared slots, every rank reduces all n: one "
+            "cache-line hand-off per peer up to 48 B"};
+  out[1] = {"cma", OpKind::kAllReduce, "peers' buffers read in place (cross-memory attach): each rank reduces its "
+            "slice, then gathers the rest; no copy through the segment"};
+  out[2] = {"twoshot", OpKind::kAllReduce, "slices staged in the segment, each rank reduces its slice of every "
+            "input, copies the others' out; pipelined in rounds"};
+  out[3] = {"oneshot", OpKind::kAllGather, "blocks copied into shared slots, every rank copies all n out"};
+  out[4] = {"cma", OpKind::kAllGather, "every rank reads every peer's block in place (cross-memory attach)"};
+  out[5] = {"cma", OpKind::kBroadcast, "every rank reads the root's buffer in place (cross-memory attach)"};
+  return out;
+}
+
+FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct,
+                   const FastPathTuning& tuning)
     : rank_(rank), size_(static_cast<int>(areas.size())), areas_(std::move(areas)), headers_(std::move(headers)),
       direct_(direct), inputs_(size_) {
   for (int p = 0; p < size_; ++p) processes_.emplace_back(headers_[p]->owner_pid);
+  // In the order the tuner asks them: one-shot for small calls, in place where cross-memory attach works,
+  // then two-shot above the direct exchange's sizes.
+  const std::vector<transport::FastPathAlgorithm> all = catalogue();
+  auto offer = [&](size_t row, Kind kind, size_t max_bytes, size_t auto_min, size_t auto_max) {
+    transport::FastPathAlgorithm algorithm = all[row];
+    algorithm.max_bytes = max_bytes;
+    algorithm.auto_min_bytes = auto_min;
+    algorithm.auto_max_bytes = auto_max;
+    algorithms_.push_back(algorithm);
+    kinds_.push_back(kind);
+  };
+  auto above = [](size_t bytes) { return bytes == SIZE_MAX ? SIZE_MAX : bytes + 1; };
+  const size_t one_shot_max = std::min(kSlotBytes, tuning.one_shot_max_bytes);
+  offer(0, Kind::kAllReduceOneShot, kSlotBytes, 0, above(one_shot_max));
+  if (direct_) offer(1, Kind::kAllReduceDirect, SIZE_MAX, tuning.cma_min_bytes, tuning.cma_max_bytes);
+  offer(2, Kind::kAllReduceTwoShot, SIZE_MAX, above(tuning.two_shot_above_bytes), SIZE_MAX);
+  offer(3, Kind::kAllGatherOneShot, kSlotBytes * static_cast<size_t>(size_), 0, above(one_shot_max));
+  if (direct_) {
+    offer(4, Kind::kAllGatherDirect, SIZE_MAX, tuning.cma_gather_min_bytes, SIZE_MAX);
+    offer(5, Kind::kBroadcastDirect, SIZE_MAX, tuning.cma_gather_min_bytes, SIZE_MAX);
+  }
+}
+
+void FastPath::run(size_t index, const transport::CollectiveArgs& args) {
+  spin_yields_ = args.spin_yields;
+  switch (kinds_[index]) {
+    case Kind::kAllReduceOneShot:
+      return all_reduce_one_shot(args.send, args.recv, args.count, args.dtype, args.op, args.tag, args.deadline,
+                                 args.spin);
+    case Kind::kAllReduceTwoShot:
+      return all_reduce_two_shot(args.send, args.recv, args.count, args.dtype, args.op, args.tag, args.deadline,
+                                 args.spin);
+    case Kind::kAllReduceDirect:
+      return all_reduce_direct(args.send, args.recv, args.count, args.dtype, args.op, args.tag, args.deadline,
+                               args.spin);
+    case Kind::kAllGatherOneShot:
+      return all_gather_one_shot(args.send, args.recv, args.count * dtype_size(args.dtype), args.tag, args.deadline,
+                                 args.spin);
+    case Kind::kAllGatherDirect:
+      return all_gather_direct(args.send, args.recv, args.count * dtype_size(args.dtype), args.tag, args.deadline,
+                               args.spin);
+    case Kind::kBroadcastDirect:
+      return broadcast_direct(args.send, args.recv, args.count * dtype_size(args.dtype), args.root, args.tag,
+                              args.deadline, args.spin);
+  }
 }
 
 FastPath::~FastPath() = default;
@@ -60,7 +122,7 @@ void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
   // on since, so its announcement no longer shows it), or ran another call under this sequence number.
   const FrameHeader& frame = queue->frames[tail % kFrames].header;
   if (frame.first != 1 || frame.tag != tag.tag) return;
-  if (((frame.meta ^ tag.meta) & ~kScheduleMask) != 0) {  // a point-to-point message adds its schedule
+  if (!transport::same_call(frame.meta, tag.meta)) {  // a point-to-point message adds its schedule
     throw MismatchError(another_call_message(rank_, peer, frame.meta, tag.meta), peer, tag.meta, frame.meta, 0,
                         frame.message_bytes);
   }
@@ -177,10 +239,8 @@ void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, D
     return;
   }
   const int b = exchange_slots(send, bytes, tag, deadline, spin);
-  reduce::Kernel kernel = reduce::kernel(dtype, op);
-  kernel(recv, areas_[0]->slots[b].data, areas_[1]->slots[b].data, count);
-  for (int p = 2; p < size_; ++p) kernel(recv, recv, areas_[p]->slots[b].data, count);
-  if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, size_);
+  reduce::reduce_ranks(recv, size_, count, dtype, op, reduce::kernel(dtype, op),
+                       [&](int p) { return areas_[p]->slots[b].data; });
   prepare_next_slot(bytes);
 }
 
@@ -283,15 +343,14 @@ void FastPath::all_reduce_direct_body(const void* send, void* recv, size_t count
                                       const Wait& wait, uint64_t k) {
   const size_t es = dtype_size(dtype);
   // My slice of the elements, reduced chunk by chunk in rank order.
-  const size_t base = count / size_, extra = count % size_;
   auto slice = [&](int r) {
-    size_t index = static_cast<size_t>(r);
-    return std::pair<size_t, size_t>{index * base + std::min(index, extra), base + (index < extra ? 1 : 0)};
+    const algo::Piece piece = algo::segment(count, size_, r);
+    return std::pair<size_t, size_t>{piece.offset, piece.count};
   };
   const size_t chunk_elems = std::max<size_t>(1, (256 * 1024) / es);
-  scratch_.resize(2 * chunk_elems * es);
-  uint8_t* incoming = scratch_.data();
-  uint8_t* own_copy = scratch_.data() + chunk_elems * es;
+  scratch_.resize(3 * chunk_elems * es);
+  uint8_t* incoming[2] = {scratch_.data(), scratch_.data() + chunk_elems * es};  // peers' chunks, taking turns
+  uint8_t* own_copy = scratch_.data() + 2 * chunk_elems * es;
   reduce::Kernel kernel = reduce::kernel(dtype, op);
   auto [first, elems] = slice(rank_);
   const auto* own = static_cast<const uint8_t*>(send);
@@ -308,19 +367,11 @@ void FastPath::all_reduce_direct_body(const void* send, void* recv, size_t count
     }
     auto input = [&](int p) -> const uint8_t* {
       if (p == rank_) return mine;
-      read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr + offset, incoming, n * es, rank_, p);
-      return incoming;
+      uint8_t* into = incoming[p & 1];
+      read_peer(headers_[p]->owner_pid, areas_[p]->direct.send_addr + offset, into, n * es, rank_, p);
+      return into;
     };
-    if (rank_ == 0) {
-      kernel(out + offset, mine, input(1), n);
-    } else if (rank_ == 1) {
-      kernel(out + offset, input(0), mine, n);
-    } else {
-      std::memcpy(out + offset, input(0), n * es);
-      kernel(out + offset, out + offset, input(1), n);
-    }
-    for (int p = 2; p < size_; ++p) kernel(out + offset, out + offset, input(p), n);
-    if (op == ReduceOp::kAvg) reduce::divide(out + offset, out + offset, n, dtype, size_);
+    reduce::reduce_ranks(out + offset, size_, n, dtype, op, kernel, input);
   }
   publish(areas_[rank_]->direct.reduced, k, areas_[rank_]->direct.sleepers);
   for (int p = 0; p < size_; ++p) {

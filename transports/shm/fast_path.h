@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "reduce/reduce.h"
+#include "tbcoll/fast_path.h"
 #include "tbcoll/transport.h"
 #include "transports/shm/announce.h"
 #include "transports/shm/process_watch.h"
@@ -46,28 +47,42 @@
 
 namespace tbcoll::shm {
 
+/// The sizes where the tuner picks each fast path by default (TBCOLL_ONESHOT_MAX_BYTES, TBCOLL_CMA_*,
+/// TBCOLL_DIRECT_MAX_BYTES), read by the context from the communicator's knobs.
+struct FastPathTuning {
+  size_t one_shot_max_bytes = 2048;      ///< all_reduce and all_gather (gathered bytes) up to this: one-shot
+  size_t two_shot_above_bytes = 32768;   ///< all_reduce above this (the direct exchange's limit): two-shot
+  size_t cma_min_bytes = 4 << 20;        ///< all_reduce in [cma_min, cma_max): read peers' buffers in place
+  size_t cma_max_bytes = 32 << 20;
+  size_t cma_gather_min_bytes = 16384;   ///< all_gather (gathered bytes) and broadcast from this: in place
+};
+
 class FastPath final : public transport::CollectiveFastPath {
  public:
   /// areas[r] / headers[r]: rank r's collective area and segment header as mapped here (own included).
   /// direct: every rank can read every other rank's memory (decided jointly at set-up).
-  FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct);
+  FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<SegmentHeader*> headers, bool direct,
+           const FastPathTuning& tuning);
   ~FastPath() override;
 
-  size_t max_one_shot_bytes() const override { return kSlotBytes; }
-  bool has_direct() const override { return direct_; }
-  void set_spin_yields(bool yields) override { spin_yields_ = yields; }
+  /// The algorithms of any shm fast path, sizes unset (Device::fast_path_algorithms).
+  static std::vector<transport::FastPathAlgorithm> catalogue();
+
+  const std::vector<transport::FastPathAlgorithm>& algorithms() const override { return algorithms_; }
+  void run(size_t index, const transport::CollectiveArgs& args) override;
+
   void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
+                           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin);
   void all_gather_one_shot(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
-                           std::chrono::microseconds spin) override;
+                           std::chrono::microseconds spin);
   void all_reduce_two_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
-                           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) override;
+                           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin);
   void all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, transport::Tag tag,
-                         Deadline deadline, std::chrono::microseconds spin) override;
+                         Deadline deadline, std::chrono::microseconds spin);
   void all_gather_direct(const void* send, void* recv, size_t bytes_per_rank, transport::Tag tag, Deadline deadline,
-                         std::chrono::microseconds spin) override;
+                         std::chrono::microseconds spin);
   void broadcast_direct(const void* send, void* recv, size_t bytes, int root, transport::Tag tag, Deadline deadline,
-                        std::chrono::microseconds spin) override;
+                        std::chrono::microseconds spin);
 
   // Tells peers which call this rank is in and how it runs it (see CallAnnounce); for fast-path calls, after
   // checking that no peer sent a message of an earlier call this rank never received (check_unreceived).
@@ -117,13 +132,19 @@ class FastPath final : public transport::CollectiveFastPath {
   void wait_two_shot_inputs(uint64_t g, const transport::Tag& tag, size_t bytes, const Wait& wait);
   void wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait, const char* what);
 
+  // What algorithms()[i] runs.
+  enum class Kind { kAllReduceOneShot, kAllGatherOneShot, kAllReduceDirect, kAllGatherDirect, kBroadcastDirect,
+                    kAllReduceTwoShot };
+
   int rank_;
   int size_;
+  std::vector<transport::FastPathAlgorithm> algorithms_;
+  std::vector<Kind> kinds_;  // by algorithms_ index
   std::vector<CollectiveArea*> areas_;
   std::vector<SegmentHeader*> headers_;
   std::vector<ProcessWatch> processes_;  // by rank
   bool direct_;
-  bool spin_yields_ = true;  // sched_yield now and then while spinning (set_spin_yields)
+  bool spin_yields_ = true;  // sched_yield now and then while spinning (the running call's spin_yields)
   uint64_t calls_ = 0;
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;

@@ -127,10 +127,7 @@ void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, Da
       inputs[p] = static_cast<const uint8_t*>(send);
     }
   }
-  const reduce::Kernel kernel = reduce::kernel(dtype, op);
-  kernel(recv, inputs[0], inputs[1], count);
-  for (int p = 2; p < size_; ++p) kernel(recv, recv, inputs[p], count);
-  if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, size_);
+  reduce::reduce_ranks(recv, size_, count, dtype, op, reduce::kernel(dtype, op), [&](int p) { return inputs[p]; });
   prepare_next_flagged(flagged_lines(bytes));
 }
 

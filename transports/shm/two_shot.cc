@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/chunking.h"
 #include "common/copy.h"
 #include "reduce/reduce.h"
 #include "transports/shm/fast_path.h"
@@ -21,11 +22,8 @@ struct Slice {
 constexpr size_t kStreamFromBytes = 16 << 20;
 
 Slice slice_of(int p, size_t elems, int ranks, size_t elem_size) {
-  const size_t line = 64 / elem_size;
-  size_t per = (elems + static_cast<size_t>(ranks) - 1) / static_cast<size_t>(ranks);
-  per = (per + line - 1) / line * line;
-  const size_t lo = std::min(elems, static_cast<size_t>(p) * per);
-  return {lo, std::min(elems, lo + per)};
+  const algo::Piece piece = algo::aligned_segment(elems, ranks, p, 64 / elem_size);
+  return {piece.offset, piece.offset + piece.count};
 }
 
 }  // namespace
@@ -108,9 +106,7 @@ void FastPath::all_reduce_two_shot(const void* send, void* recv, size_t count, D
       return p == rank_ ? in + (base + s.lo) * es : areas_[p]->stage[b] + static_cast<size_t>(rank_) * slice_bytes;
     };
     if (n > 0) {
-      kernel(result, input(0), input(1), n);
-      for (int p = 2; p < size_; ++p) kernel(result, result, input(p), n);
-      if (op == ReduceOp::kAvg) reduce::divide(result, result, n, dtype, size_);
+      reduce::reduce_ranks(result, size_, n, dtype, op, kernel, input);
       copy_out(out + (base + s.lo) * es, result, n * es);
     }
     publish(mine.reduced, g, mine.sleepers);

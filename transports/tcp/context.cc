@@ -25,7 +25,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
-#include "transports/registry.h"
+#include "transports/tcp/context.h"
 #include "transports/tcp/endpoint.h"
 #include "transports/tcp/wire.h"
 
@@ -36,9 +36,9 @@ constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 
 // TBCOLL_TCP_BUFFER_BYTES: 0 keeps the kernel's default; otherwise 64 KiB (one loopback packet: less stalls the
 // stream) to 1 GiB (the kernel doubles the value into an int).
-int socket_buffer_bytes() {
+int socket_buffer_bytes(const env::Settings& settings) {
   constexpr long long kMin = 64 << 10, kMax = 1 << 30;
-  const long long bytes = env::get_int("TBCOLL_TCP_BUFFER_BYTES");
+  const long long bytes = settings.get_int("TBCOLL_TCP_BUFFER_BYTES");
   if (bytes != 0 && (bytes < kMin || bytes > kMax)) {
     throw InvalidArgument(fmt::format("[env] TBCOLL_TCP_BUFFER_BYTES={} is outside [{}, {}] (0: the kernel's default)",
                                       bytes, kMin, kMax));
@@ -54,9 +54,10 @@ void set_buffers(int fd, int bytes) {
 
 class Context final : public transport::Context {
  public:
-  explicit Context(const transport::ContextArgs& args) : args_(args), buffer_bytes_(socket_buffer_bytes()) {
+  explicit Context(const transport::ContextArgs& args)
+      : args_(args), buffer_bytes_(socket_buffer_bytes(env::Settings(args.knobs))) {
     if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
-    std::string host = env::get("TBCOLL_SOCKET_ADDR");
+    std::string host = env::Settings(args.knobs).get("TBCOLL_SOCKET_ADDR");
     if (host.empty()) host = args_.bind_host.empty() ? "127.0.0.1" : args_.bind_host;
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
@@ -283,24 +284,10 @@ class Context final : public transport::Context {
   std::vector<Endpoint*> endpoints_;
 };
 
-class Device final : public transport::Device {
- public:
-  std::string name() const override { return "tcp"; }
-  transport::Capabilities capabilities() const override {
-    transport::Capabilities caps;
-    caps.latency_us = 5;
-    caps.bandwidth_gbps = 3;
-    return caps;
-  }
-  bool can_connect(const transport::PeerInfo&, const transport::PeerInfo&) const override { return true; }
-  std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
-    return std::make_unique<Context>(args);
-  }
-};
-
 }  // namespace
-}  // namespace tbcoll::tcp
 
-namespace tbcoll::transport {
-std::shared_ptr<Device> make_tcp_device() { return std::make_shared<tcp::Device>(); }
-}  // namespace tbcoll::transport
+std::unique_ptr<transport::Context> make_context(const transport::ContextArgs& args) {
+  return std::make_unique<Context>(args);
+}
+
+}  // namespace tbcoll::tcp

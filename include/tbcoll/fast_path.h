@@ -1,0 +1,103 @@
+// A transport's whole-collective fast path: algorithms that run a collective in one piece where the hardware
+// allows far better than point-to-point messages (one-shot reductions through memory all ranks share, say).
+//
+// The transport describes what it offers (FastPathAlgorithm: which collective, up to which size, which dtypes,
+// and the size range where it should be the default); the communicator puts those algorithms in its table
+// next to the point-to-point schedules, the tuner picks among them by that description, TBCOLL_ALGO can force
+// them by name, and the collective suites test them like any algorithm. The core never knows what they do.
+//
+// Threads: one thread at a time drives a fast path (the communicator's caller, or its progress thread).
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tbcoll/store.hpp"
+#include "tbcoll/tbcoll.hpp"
+
+namespace tbcoll {
+
+/// The kinds of call, as every message's signature carries them (Tag::meta).
+enum class OpKind : uint8_t {
+  kAllReduce = 1,
+  kAllGather = 2,
+  kBroadcast = 3,
+  kBarrier = 4,
+  kSendRecv = 5,
+  kReduceScatter = 6,
+  kReduce = 7
+};
+constexpr int kNumOpKinds = 8;  ///< OpKind values are below this
+
+/// "all_reduce", "all_gather", "broadcast", "barrier", "send/recv", "reduce_scatter", "reduce"; "unknown".
+const char* op_kind_name(OpKind kind);
+
+namespace transport {
+
+/// Message identity: tag orders messages, meta is a signature the receiver checks (e.g. op, dtype, count).
+/// The communicator's tags: collective calls count up from 1 (the same on every rank); send/recv tags have the
+/// top bit set and count each direction of a pair on its own. Transports use this only to spot mismatched calls.
+struct Tag {
+  uint64_t tag = 0;
+  uint64_t meta = 0;
+};
+
+/// Whether two signatures describe the same call (the schedule point-to-point messages add is ignored).
+bool same_call(uint64_t meta_a, uint64_t meta_b);
+/// "all_reduce(count=1024 mod 2^32, f32, sum)"-style description of a signature, for error messages.
+std::string describe_signature(uint64_t meta);
+
+/// One algorithm a fast path offers. Sizes are in the tuner's bytes: the input per rank for all_reduce and
+/// broadcast, the gathered total for all_gather.
+struct FastPathAlgorithm {
+  std::string name;         ///< as TBCOLL_ALGO names it; unique among the transport's algorithms
+  OpKind kind = OpKind::kAllReduce;
+  std::string description;  ///< one line: what it does and what it costs
+  size_t max_bytes = SIZE_MAX;  ///< the largest call it can run; larger ones are refused when it is forced
+  /// The tuner picks it for calls of auto_min_bytes <= bytes < auto_max_bytes (checked before the point-to-point
+  /// schedules, in the order of algorithms()); an empty range means only when forced.
+  size_t auto_min_bytes = 0;
+  size_t auto_max_bytes = 0;
+  /// Bit d set: takes DataType d. Reductions take every op of that dtype.
+  uint32_t dtypes = (1u << kNumDataTypes) - 1;
+
+  bool takes(DataType dtype) const { return (dtypes >> static_cast<int>(dtype) & 1u) != 0; }
+};
+
+/// One collective call, as a fast path runs it. send == recv is in place (all_gather: send == recv + rank's block).
+struct CollectiveArgs {
+  const void* send = nullptr;
+  void* recv = nullptr;
+  size_t count = 0;  ///< elements per rank (all_gather: of each rank's block)
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  Tag tag;  ///< the call's tag and signature: a peer in another call gets MismatchError
+  Deadline deadline;
+  std::chrono::microseconds spin{50};  ///< busy-poll this long before sleeping
+  bool spin_yields = true;             ///< whether spinning hands the CPU over (sched_yield) now and then
+};
+
+class CollectiveFastPath {
+ public:
+  virtual ~CollectiveFastPath() = default;
+  /// What this fast path offers on this communicator, best first. Fixed for the communicator's life, and the
+  /// same on every rank (decided jointly at set-up).
+  virtual const std::vector<FastPathAlgorithm>& algorithms() const = 0;
+  /// Runs algorithms()[index] for the call: collective over every rank, called in the same order everywhere,
+  /// with the same algorithm. Blocks: spins for args.spin, then sleeps; TimeoutError past the deadline,
+  /// IoError when a peer died or aborted, MismatchError or InvalidUsage when a peer is in another call or runs
+  /// it differently. Reductions run in rank order, so every rank holds bitwise identical results.
+  virtual void run(size_t index, const CollectiveArgs& args) = 0;
+  /// Tells the peers which collective this rank is in (tag and signature), so one waiting in a fast-path call
+  /// for a rank that is in another call can report the mismatch instead of waiting for the deadline. The
+  /// communicator calls it for collectives that do not go through the fast path; run() announces itself.
+  /// Cheap (a few stores to memory only this rank writes).
+  virtual void announce(const Tag& tag) = 0;
+};
+
+}  // namespace transport
+}  // namespace tbcoll

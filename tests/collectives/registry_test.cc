@@ -1,0 +1,90 @@
+// The algorithm table is the one place an algorithm is added: a schedule written here, in a test, becomes
+// usable by name through register_algorithm() alone, with no other file touched.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "algorithms/registry.h"
+#include "collectives/checks.h"
+#include "collectives/harness.h"
+#include "reduce/reduce.h"
+
+namespace tbcoll::test {
+namespace {
+
+// Star all-reduce: every rank sends its input to rank 0, which reduces them in rank order and sends the result
+// back. 2 steps; rank 0 receives and sends (n-1)S.
+void all_reduce_star(algo::Exec& exec, const algo::Args& args) {
+  const int n = exec.size();
+  const size_t bytes = args.count * args.elem_size;
+  if (exec.rank() != 0) {
+    exec.isend(0, args.send, bytes);
+    exec.wait(exec.irecv(0, args.recv, bytes));
+    return;
+  }
+  std::vector<uint8_t> inputs(bytes * static_cast<size_t>(n));
+  std::memcpy(inputs.data(), args.send, bytes);
+  for (int p = 1; p < n; ++p) exec.irecv(p, inputs.data() + bytes * static_cast<size_t>(p), bytes);
+  exec.wait_all();
+  const reduce::Kernel kernel = reduce::kernel(args.dtype, args.op);
+  kernel(args.recv, inputs.data(), inputs.data() + bytes, args.count);
+  for (int p = 2; p < n; ++p) kernel(args.recv, args.recv, inputs.data() + bytes * static_cast<size_t>(p), args.count);
+  if (args.op == ReduceOp::kAvg) reduce::divide(args.recv, args.recv, args.count, args.dtype, n);
+  for (int p = 1; p < n; ++p) exec.isend(p, args.recv, bytes);
+  exec.wait_all();
+}
+
+std::string refuse_two_ranks(const algo::CallShape& call) {
+  return call.world_size == 2 ? "the star needs at least 3 ranks (a test constraint)" : "";
+}
+
+void register_star() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    algo::register_algorithm({OpKind::kAllReduce, "test_star",
+                              "test only: inputs to rank 0, reduced there, sent back: 2 steps", all_reduce_star,
+                              nullptr, refuse_two_ranks});
+  });
+}
+
+TEST(Registry, TestOnlyAlgorithmRunsByNameThroughTheTableAlone) {
+  register_star();
+  for (const char* transport : {"loopback", "tcp"}) {
+    for (const char* algo : {"allreduce:test_star", "test_star"}) {
+      run_ranks(3, {transport, algo}, [&](Communicator& comm) {
+        EXPECT_EQ(comm.all_reduce_algorithm(8), "test_star");
+        EXPECT_EQ(comm.algorithm("all_gather", 8), "direct") << "the star is an all_reduce only";
+        for (size_t count : {size_t{1}, size_t{7}, size_t{4099}}) {
+          check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, 0);
+          check_all_reduce(comm, DataType::kInt64, ReduceOp::kProd, count, 1);
+        }
+        check_all_reduce(comm, DataType::kFloat16, ReduceOp::kAvg, 33, 2);
+      });
+    }
+  }
+}
+
+TEST(Registry, RegisteredAlgorithmIsNeverTheTunersDefault) {
+  register_star();
+  run_ranks(3, {"loopback", ""}, [&](Communicator& comm) {
+    EXPECT_EQ(comm.all_reduce_algorithm(8), "direct");
+    EXPECT_EQ(comm.all_reduce_algorithm(64 << 20), "ring") << "ring takes every size before the star is asked";
+  });
+}
+
+TEST(Registry, ConstraintsOfARegisteredAlgorithmRefuseTheCall) {
+  register_star();
+  run_ranks(2, {"loopback", "allreduce:test_star"}, [&](Communicator& comm) {
+    float x = 1;
+    const std::string message = error_of([&] { comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum); });
+    EXPECT_NE(message.find("the star needs at least 3 ranks"), std::string::npos) << message;
+    EXPECT_NE(message.find("algorithms that can: direct, ring"), std::string::npos) << message;
+    EXPECT_FALSE(comm.broken()) << "refused before anything was sent";
+  });
+  EXPECT_THROW(algo::register_algorithm({OpKind::kAllReduce, "ring", "again", all_reduce_star}), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace tbcoll::test
