@@ -174,7 +174,7 @@ uint64_t read_comm_id(Store& store, const std::string& prefix, int rank, int siz
                       const std::atomic<bool>* cancelled) {
   const std::string key = prefix + "/comm_id";
   for (;;) {
-    const std::string text = text_of(get_cancellable(store, key, deadline, cancelled));
+    const std::string text = text_of(store.get(key, deadline, cancelled));
     if (text.rfind(kFormedTombstone, 0) != 0) return record_number(text, "the communicator id rank 0 published");
     const uint64_t formed = record_number(text.substr(std::strlen(kFormedTombstone)), "a formed communicator's size");
     if (formed != static_cast<uint64_t>(size)) {
@@ -282,7 +282,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     impl->store = connect_tcp_store(config.root, config.token, deadline);
   }
   // Listen on the interface that reaches the rendezvous (127.0.0.1 for in-process stores).
-  const std::string bind_host = tcp_store_local_address(*impl->store);
+  const std::string bind_host = impl->store->local_address();
   const std::string prefix = config.prefix;
   Store& store = *impl->store;
 
@@ -336,7 +336,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Published& other = everyone[static_cast<size_t>(peer)];
-    other = decode(peer, text_of(get_cancellable(store, fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
+    other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
     if (other.world_size != size) {
       throw InvalidUsage(fmt::format("rank {}: peer {} was started with world size {}, this rank with {}", rank, peer,
                                      other.world_size, size));
