@@ -9,20 +9,16 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <climits>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <random>
-#include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include "algorithms/registry.h"
 #include "bootstrap/peer_exchange.h"
+#include "bootstrap/rendezvous.h"
 #include "common/cpu.h"
 #include "common/env.h"
 #include "common/identity.h"
@@ -32,6 +28,16 @@
 #include "transports/delay/delay.h"
 
 namespace tbcoll {
+
+// The rendezvous records (what ranks publish, read back and remove), by their short names.
+using bootstrap::bytes_of;
+using bootstrap::decode;
+using bootstrap::encode;
+using bootstrap::forget_records;
+using bootstrap::Published;
+using bootstrap::read_comm_id;
+using bootstrap::text_of;
+
 namespace {
 
 uint64_t random_u64() {
@@ -85,64 +91,6 @@ int take_inherited_listener(int port) {
   return static_cast<int>(fd);
 }
 
-std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
-std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }
-
-// What a rank publishes: "host=...\npid=...\nkernel=...\ncpus=...\ndev.<device>=<address>\n..."
-struct Published {
-  transport::PeerInfo info;
-  std::string kernel;     // kernel_id()
-  std::vector<int> cpus;  // CPUs the initialising thread may run on (empty: unknown)
-  int world_size = 0;     // the world size the rank was started with
-  std::map<std::string, std::string> addresses;
-};
-
-std::string encode(const Published& p) {
-  std::string out = fmt::format("host={}\npid={}\nkernel={}\ncpus={}\nworld={}\n", p.info.host_id,
-                                p.info.process_id, p.kernel, format_cpus(p.cpus), p.world_size);
-  for (const auto& [device, address] : p.addresses) out += fmt::format("dev.{}={}\n", device, address);
-  return out;
-}
-
-// A decimal number of a rendezvous record (as the ranks write them); IoError naming the record otherwise.
-uint64_t record_number(const std::string& value, const std::string& what) {
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long parsed = std::strtoull(value.c_str(), &end, 10);
-  if (value.empty() || value[0] < '0' || value[0] > '9' || *end != '\0' || errno == ERANGE) {
-    throw IoError(fmt::format("{} is malformed ({:?}): another program wrote to the rendezvous store?", what, value));
-  }
-  return parsed;
-}
-
-Published decode(int rank, const std::string& text) {
-  Published p;
-  p.info.rank = rank;
-  std::istringstream in(text);
-  std::string line;
-  while (std::getline(in, line)) {
-    size_t eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string key = line.substr(0, eq), value = line.substr(eq + 1);
-    if (key == "host") p.info.host_id = value;
-    else if (key == "pid") p.info.process_id = record_number(value, fmt::format("rendezvous record of rank {}: pid", rank));
-    else if (key == "kernel") p.kernel = value;
-    else if (key == "world") {
-      const uint64_t world = record_number(value, fmt::format("rendezvous record of rank {}: world size", rank));
-      p.world_size = world > static_cast<uint64_t>(INT32_MAX) ? -1 : static_cast<int>(world);
-    }
-    else if (key == "cpus") {
-      try {
-        p.cpus = parse_cpus(value);
-      } catch (const InvalidArgument&) {
-        p.cpus.clear();  // unknown: treated as sharing every CPU
-      }
-    }
-    else if (key.rfind("dev.", 0) == 0) p.addresses[key.substr(4)] = value;
-  }
-  return p;
-}
-
 // The transport ranks a and b pick for each other: the first device (best first, the build's order) that both
 // published and that can join them, or "" if none. Symmetric, so every rank computes every pair alike.
 using Devices = std::vector<std::shared_ptr<transport::Device>>;
@@ -165,47 +113,6 @@ bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Publi
     }
   }
   return true;
-}
-
-// What forget_records leaves under <prefix>/comm_id, followed by the world size: "formed:<size>".
-constexpr const char* kFormedTombstone = "formed:";
-
-// The communicator id rank 0 published under prefix. A tombstone of a communicator already formed with this world
-// size means a new one reuses the prefix: its rank 0 overwrites it, so wait for that; another size is an error.
-uint64_t read_comm_id(Store& store, const std::string& prefix, int rank, int size, Deadline deadline,
-                      const std::atomic<bool>* cancelled) {
-  const std::string key = prefix + "/comm_id";
-  for (;;) {
-    const std::string text = text_of(get_cancellable(store, key, deadline, cancelled));
-    if (text.rfind(kFormedTombstone, 0) != 0) return record_number(text, "the communicator id rank 0 published");
-    const uint64_t formed = record_number(text.substr(std::strlen(kFormedTombstone)), "a formed communicator's size");
-    if (formed != static_cast<uint64_t>(size)) {
-      throw InvalidUsage(fmt::format("rank {}: a communicator of {} ranks was already formed under rendezvous prefix "
-                                     "{:?}; this rank was started with world size {}", rank, formed, prefix, size));
-    }
-    if (Clock::now() >= deadline) {
-      throw TimeoutError(fmt::format("[store] key {:?} still names a communicator formed earlier at the deadline "
-                                     "(rank 0 of this one did not get this far)", key));
-    }
-    check_cancelled(cancelled, fmt::format("[store] waiting for {:?}", key));
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
-// The rendezvous records of a communicator (its id, every rank's record) are read once, during init. Each rank
-// counts itself once it read them all; the last removes them, so a job creating communicators by the thousand
-// (splits) does not grow rank 0's store (but for a tombstone of the id). Only cleaning: a failure is logged.
-void forget_records(Store& store, const std::string& prefix, int rank, int size, Deadline deadline) {
-  try {
-    if (store.add(prefix + "/read", 1, deadline) != size) return;
-    // The id stays as a tombstone with the size, so a rank started with another world size that comes late is
-    // told at once (it would otherwise wait its whole timeout for an id nobody sets).
-    store.set(prefix + "/comm_id", bytes_of(fmt::format("{}{}", kFormedTombstone, size)), deadline);
-    for (int r = 0; r < size; ++r) store.erase(fmt::format("{}/peer/{}", prefix, r), deadline);
-    store.erase(prefix + "/read", deadline);
-  } catch (const Error& error) {
-    log::warn("rank {}: could not remove the rendezvous records of {:?}: {}", rank, prefix, error.what());
-  }
 }
 
 }  // namespace
@@ -281,7 +188,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     impl->store = connect_tcp_store(config.root, config.token, deadline);
   }
   // Listen on the interface that reaches the rendezvous (127.0.0.1 for in-process stores).
-  const std::string bind_host = tcp_store_local_address(*impl->store);
+  const std::string bind_host = impl->store->local_address();
   const std::string prefix = config.prefix;
   Store& store = *impl->store;
 
@@ -339,7 +246,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   for (int peer = 0; peer < size; ++peer) {
     if (peer == rank) continue;
     Published& other = everyone[static_cast<size_t>(peer)];
-    other = decode(peer, text_of(get_cancellable(store, fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
+    other = decode(peer, text_of(store.get(fmt::format("{}/peer/{}", prefix, peer), deadline, cancelled)));
     if (other.world_size != size) {
       throw InvalidUsage(fmt::format("rank {}: peer {} was started with world size {}, this rank with {}", rank, peer,
                                      other.world_size, size));

@@ -18,13 +18,6 @@
 
 namespace tbcoll {
 
-/// Local address of a TCP store client's connection (the interface that reaches the root).
-std::string tcp_store_local_address(const Store& store);
-/// store.get(key, deadline) that gives up (InvalidUsage) once *cancelled is set (may be null). The TCP client waits
-/// on its connection, polling the flag; other stores are asked in slices of kCancelPollMs.
-std::vector<uint8_t> get_cancellable(Store& store, const std::string& key, Deadline deadline,
-                                     const std::atomic<bool>* cancelled);
-
 /// Re-throws error with "what failed: " in front, keeping its type.
 [[noreturn]] void rethrow_with_context(const Error& error, const std::string& what);
 

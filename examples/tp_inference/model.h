@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "gguf.h"
+#include "shard.h"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tp_inference {
@@ -63,21 +64,6 @@ struct LlamaConfig {
   /// Throws GgufError for a missing key, a non-llama architecture or inconsistent sizes.
   static LlamaConfig from_gguf(const GgufFile& file);
 };
-
-/// Which part of the model this rank holds.
-struct ShardSpec {
-  int tp_rank = 0;
-  int tp_size = 1;
-  int layer_begin = 0;
-  int layer_end = 0;  // exclusive
-  bool has_embedding = true;
-  bool has_head = true;
-};
-
-/// Heads, kv heads and FFN units split evenly over `size` ranks; throws GgufError naming what does not divide.
-ShardSpec tensor_parallel_shard(const LlamaConfig& config, int rank, int size);
-/// Layers split into `size` contiguous ranges (the first ranks take one more when they do not divide).
-ShardSpec pipeline_shard(const LlamaConfig& config, int rank, int size);
 
 /// Times and counts the communication the engine does (the only place that calls the communicator).
 class CommCounter {

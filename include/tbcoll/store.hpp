@@ -2,6 +2,7 @@
 // Implementations: InMemoryStore (threads of one process) and the TCP store hosted by rank 0.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -21,6 +22,14 @@ class Store {
   virtual void set(const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) = 0;
   /// Returns the value of key, waiting until some rank set it. Throws TimeoutError past the deadline.
   virtual std::vector<uint8_t> get(const std::string& key, Deadline deadline) = 0;
+  /// get(key, deadline) that another thread can cut short. Blocks until key is set (returns its value), the
+  /// deadline passed (TimeoutError) or *cancelled is set (InvalidUsage: "... set-up abandoned: the communicator was
+  /// aborted"); the flag is looked at at least every 100 ms. cancelled may be null: then nothing cancels, as in
+  /// get(key, deadline). The caller owns the flag (another thread sets it); it must outlive the call. Thread-safe.
+  /// This default asks get(key, deadline) in slices of 100 ms, looking at the flag between them; a store that can
+  /// watch the flag while it waits overrides it (the TCP client waits on its connection, polling the flag).
+  /// A class that overrides one get overrides both or says `using Store::get;` (else it hides the other).
+  virtual std::vector<uint8_t> get(const std::string& key, Deadline deadline, const std::atomic<bool>* cancelled);
   /// Atomically adds delta to the integer stored at key (0 if absent) and returns the new value.
   virtual int64_t add(const std::string& key, int64_t delta, Deadline deadline) = 0;
   /// Removes key if it is set. Communicators remove their rendezvous records once every rank read them, so a
@@ -30,6 +39,10 @@ class Store {
     (void)key;
     (void)deadline;
   }
+  /// The local address of this process's connection to the store, i.e. the interface that reaches the rendezvous
+  /// (transports listen there, so peers that reach the store reach them too); "127.0.0.1" for in-process stores
+  /// (this default). Does not block; any thread may call it.
+  virtual std::string local_address() const { return "127.0.0.1"; }
 };
 
 /// A store living in this process, for ranks that are threads. Share one instance among the ranks.

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "communicator.h"
 
 namespace tbcoll::bootstrap {
 
@@ -29,7 +28,7 @@ void exchange_per_peer_addresses(Store& store, const std::string& prefix, int ra
     }
   }
   for (transport::PeerAddress* peer : waiting) {
-    const std::vector<uint8_t> bytes = get_cancellable(store, key(peer->rank, rank), deadline, cancelled);
+    const std::vector<uint8_t> bytes = store.get(key(peer->rank, rank), deadline, cancelled);
     peer->for_me.assign(bytes.begin(), bytes.end());
     store.erase(key(peer->rank, rank), deadline);
   }

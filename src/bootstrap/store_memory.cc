@@ -14,6 +14,8 @@ namespace {
 
 class InMemoryStore final : public Store {
  public:
+  using Store::get;  // the cancellable get: Store's slices of the one below
+
   void set(const std::string& key, const std::vector<uint8_t>& value, Deadline) override {
     {
       std::lock_guard<std::mutex> lock(mutex_);

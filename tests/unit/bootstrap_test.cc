@@ -154,14 +154,22 @@ TEST(Store, CancelledGetGivesUp) {
       cancelled = true;
     });
     const auto start = Clock::now();
-    EXPECT_THROW(get_cancellable(*store, "never", deadline_after(20), &cancelled), InvalidUsage);
+    EXPECT_THROW(store->get("never", deadline_after(20), &cancelled), InvalidUsage);
     EXPECT_LT(Clock::now() - start, std::chrono::seconds(2));
     canceller.join();
     std::atomic<bool> quiet{false};
-    EXPECT_THROW(get_cancellable(*store, "never", deadline_after(0.3), &quiet), TimeoutError);
+    EXPECT_THROW(store->get("never", deadline_after(0.3), &quiet), TimeoutError);
     store->set("there", {1}, deadline_after(5));
-    EXPECT_EQ(get_cancellable(*store, "there", deadline_after(5), &quiet), (std::vector<uint8_t>{1}));
+    EXPECT_EQ(store->get("there", deadline_after(5), &quiet), (std::vector<uint8_t>{1}));
   }
+}
+
+// Transports listen on the store's local_address(): the interface of the client's connection, 127.0.0.1 in-process.
+TEST(Store, LocalAddressIsTheConnectionsInterface) {
+  EXPECT_EQ(make_in_memory_store()->local_address(), "127.0.0.1");
+  TcpStoreServer server("127.0.0.1", 0, "t");
+  auto tcp = connect_tcp_store("127.0.0.1:" + std::to_string(server.port()), "t", deadline_after(5));
+  EXPECT_EQ(tcp->local_address(), "127.0.0.1");
 }
 
 TEST(Store, ConnectToNothingTimesOut) {

@@ -1,5 +1,6 @@
-// The TCP rendezvous store: a single-threaded Boost.Asio server hosted by rank 0, and a blocking client.
-// The protocol is in store_protocol.h; anything malformed closes that one connection and nothing else.
+// The TCP rendezvous store's server: a single-threaded Boost.Asio server hosted by rank 0 (the blocking client is
+// in store_tcp_client.cc). The protocol is in store_protocol.h; anything malformed closes that one connection and
+// nothing else.
 #include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -9,9 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
-#include <deque>
 #include <map>
-#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -21,8 +20,6 @@
 #include "bootstrap/store_protocol.h"
 #include "common/log.h"
 #include "common/net.h"
-#include "common/time.h"
-#include "communicator.h"
 #include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
 
@@ -31,8 +28,6 @@ namespace tbcoll {
 namespace asio = boost::asio;
 using asio::ip::tcp;
 namespace sp = store_protocol;
-
-// ---- server ------------------------------------------------------------------------------------------------
 
 struct TcpStoreServer::Impl {
   class Session;
@@ -358,165 +353,5 @@ int TcpStoreServer::port() const { return impl_->acceptor.local_endpoint().port(
 uint64_t TcpStoreServer::rejected_connections() const { return impl_->rejected.load(); }
 size_t TcpStoreServer::connections() const { return impl_->sessions.load(); }
 uint64_t TcpStoreServer::stored_bytes() const { return impl_->stored_bytes.load(); }
-
-// ---- client ------------------------------------------------------------------------------------------------
-
-namespace {
-
-// Each call runs on a connection of its own, taken from a pool of idle ones (a new one when none is idle): a get
-// that waits for its key never holds up other threads' calls (communicators split from one parent share this
-// client and may initialise concurrently). A connection whose call failed part-way is closed, not reused: a
-// get that timed out still has its answer coming, which would read as the reply to the next call.
-class TcpStoreClient final : public Store {
- public:
-  TcpStoreClient(const std::string& host_port, const std::string& token, Deadline deadline)
-      : where_(host_port), who_(fmt::format("[store] client of {}", host_port)), token_(token) {
-    const int fd = connect(deadline);
-    local_address_ = net::local_address(fd);
-    idle_.push_back(fd);
-  }
-  ~TcpStoreClient() override {
-    for (int fd : idle_) close(fd);
-  }
-
-  void set(const std::string& key, const std::vector<uint8_t>& value, Deadline deadline) override {
-    call(sp::Op::kSet, key, value, deadline);
-  }
-  std::vector<uint8_t> get(const std::string& key, Deadline deadline) override {
-    return call(sp::Op::kGet, key, {}, deadline);
-  }
-  std::vector<uint8_t> get(const std::string& key, Deadline deadline, const std::atomic<bool>* cancelled) {
-    return call(sp::Op::kGet, key, {}, deadline, cancelled);
-  }
-  int64_t add(const std::string& key, int64_t delta, Deadline deadline) override {
-    std::vector<uint8_t> value(sizeof(delta));
-    std::memcpy(value.data(), &delta, sizeof(delta));
-    auto result = call(sp::Op::kAdd, key, value, deadline);
-    int64_t out = 0;
-    if (result.size() != sizeof(out)) throw RemoteError(who_ + ": malformed add reply");
-    std::memcpy(&out, result.data(), sizeof(out));
-    return out;
-  }
-  void erase(const std::string& key, Deadline deadline) override { call(sp::Op::kErase, key, {}, deadline); }
-
-  const std::string& local_address() const { return local_address_; }
-
- private:
-  // A new authenticated connection.
-  int connect(Deadline deadline) {
-    const int fd = net::connect_tcp(net::parse_host_port(where_, "store address"), deadline, who_);
-    try {
-      if (token_.size() > sp::kMaxTokenBytes) throw InvalidArgument("[store] job token longer than 1024 bytes");
-      sp::Hello hello{sp::kMagic, sp::kVersion, 0, static_cast<uint32_t>(token_.size())};
-      std::vector<uint8_t> out(sizeof(hello) + token_.size());
-      std::memcpy(out.data(), &hello, sizeof(hello));
-      std::memcpy(out.data() + sizeof(hello), token_.data(), token_.size());
-      net::write_all(fd, out.data(), out.size(), deadline, who_);
-      sp::Welcome welcome{};
-      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who_);
-      if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
-      if (welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)) {
-        throw InvalidUsage(who_ + ": the store rejected our job token (TBCOLL_TOKEN differs between ranks?)");
-      }
-      if (welcome.status != 0) throw RemoteError(fmt::format("{}: rejected with status {}", who_, welcome.status));
-    } catch (...) {
-      close(fd);
-      throw;
-    }
-    return fd;
-  }
-
-  int take(Deadline deadline) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!idle_.empty()) {
-        const int fd = idle_.back();
-        idle_.pop_back();
-        return fd;
-      }
-    }
-    return connect(deadline);
-  }
-
-  void give_back(int fd) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    idle_.push_back(fd);
-  }
-
-  std::vector<uint8_t> call(sp::Op op, const std::string& key, const std::vector<uint8_t>& value, Deadline deadline,
-                            const std::atomic<bool>* cancelled = nullptr) {
-    sp::RequestHeader header{static_cast<uint32_t>(op), static_cast<uint32_t>(key.size()),
-                             static_cast<uint32_t>(value.size()), 0};
-    std::string problem = sp::check_request(header);
-    if (!problem.empty()) throw InvalidArgument(fmt::format("{}: bad request for key {:?}: {}", who_, key, problem));
-    std::vector<uint8_t> out(sizeof(header) + key.size() + value.size());
-    std::memcpy(out.data(), &header, sizeof(header));
-    std::memcpy(out.data() + sizeof(header), key.data(), key.size());
-    if (!value.empty()) std::memcpy(out.data() + sizeof(header) + key.size(), value.data(), value.size());
-    const int fd = take(deadline);
-    try {
-      net::write_all(fd, out.data(), out.size(), deadline, who_, cancelled);
-      sp::ResponseHeader response{};
-      net::read_exact(fd, &response, sizeof(response), deadline, who_, cancelled);
-      if (response.status != 0) {
-        throw RemoteError(fmt::format("{}: the store refused the {} of key {:?}: {}", who_, sp::op_name(op), key,
-                                      sp::status_text(response.status)));
-      }
-      if (response.value_len > sp::kMaxValueBytes) {
-        throw RemoteError(fmt::format("{}: the store answered key {:?} with {} bytes (at most {} allowed)", who_, key,
-                                      response.value_len, sp::kMaxValueBytes));
-      }
-      std::vector<uint8_t> result(response.value_len);
-      net::read_exact(fd, result.data(), result.size(), deadline, who_);
-      give_back(fd);
-      return result;
-    } catch (const TimeoutError&) {
-      close(fd);
-      // A get waits for its key (another rank must set it); the other ops only for the store itself.
-      if (op == sp::Op::kGet) {
-        throw TimeoutError(fmt::format("{}: key {:?} was not set before the deadline (a rank did not get this far, "
-                                       "or the store's host, rank 0, stopped answering)", who_, key));
-      }
-      throw TimeoutError(fmt::format("{}: the store at {} (hosted by rank 0) did not answer a {} of key {:?} before "
-                                     "the deadline", who_, where_, sp::op_name(op), key));
-    } catch (...) {
-      close(fd);
-      throw;
-    }
-  }
-
-  std::string where_;
-  std::string who_;
-  std::string token_;
-  std::string local_address_;
-  std::mutex mutex_;
-  std::vector<int> idle_;  // connected, authenticated, no call in flight
-};
-
-}  // namespace
-
-std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline) {
-  return std::make_shared<TcpStoreClient>(host_port, token, deadline);
-}
-
-std::vector<uint8_t> get_cancellable(Store& store, const std::string& key, Deadline deadline,
-                                     const std::atomic<bool>* cancelled) {
-  if (cancelled == nullptr) return store.get(key, deadline);
-  if (auto* client = dynamic_cast<TcpStoreClient*>(&store)) return client->get(key, deadline, cancelled);
-  for (;;) {  // a store of unknown kind: short gets, looking at the flag between them
-    check_cancelled(cancelled, fmt::format("[store] waiting for {:?}", key));
-    const Deadline slice = std::min(deadline, Clock::now() + std::chrono::milliseconds(kCancelPollMs));
-    try {
-      return store.get(key, slice);
-    } catch (const TimeoutError&) {
-      if (Clock::now() >= deadline) throw;
-    }
-  }
-}
-
-std::string tcp_store_local_address(const Store& store) {
-  auto* client = dynamic_cast<const TcpStoreClient*>(&store);
-  return client != nullptr ? client->local_address() : std::string("127.0.0.1");
-}
 
 }  // namespace tbcoll
