@@ -172,7 +172,7 @@ TEST_P(Sweep, AllCollectives) {
 
 std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> out;
-  for (std::string transport : {"loopback", "shm", "tcp"}) {
+  for (const std::string& transport : test_transports()) {
     for (int n : {1, 2, 3, 4, 5, 7, 8}) out.push_back({transport, n});
   }
   return out;
