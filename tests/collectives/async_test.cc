@@ -74,7 +74,7 @@ TEST_P(Async, EveryCollectiveQueuedBackToBack) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Async, ::testing::Values("loopback", "shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Async, ::testing::ValuesIn(test_transports()));
 
 TEST(AsyncErrors, AnErrorReachesTheWorkAndLaterCallsFailFast) {
   run_ranks(2, {"tcp", "", 10}, [&](Communicator& comm) {
@@ -99,7 +99,7 @@ TEST(AsyncErrors, AnErrorReachesTheWorkAndLaterCallsFailFast) {
 // A split waits for the queued calls before its deadline starts: their time is theirs. Rank 0's queue takes
 // ~1.6 s against a 1 s timeout, each call well in time (the split used to time out in the child's set-up).
 TEST(AsyncSplit, QueuedCallsDoNotEatTheSplitsTime) {
-  for (const char* transport : {"loopback", "shm", "tcp"}) {
+  for (const std::string& transport : test_transports()) {
     run_ranks(2, {transport, "", 1}, [&](Communicator& comm) {
       std::vector<float> x(16, 1.0f);
       std::vector<Work> works;
@@ -158,7 +158,7 @@ TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
 // Bad arguments are refused before anything is queued, so the calls queued after them stay in step with the
 // peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
 TEST(AsyncErrors, BadArgumentsAreRefusedBeforeQueuing) {
-  for (const char* transport : {"loopback", "tcp", "shm"}) {
+  for (const std::string& transport : test_transports()) {
     run_ranks(2, {transport, "", 10}, [&](Communicator& comm) {
       std::vector<float> a(4, comm.rank() == 0 ? 100.0f : 20.0f), b(4, comm.rank() == 0 ? 100.0f : 200.0f);
       if (comm.rank() == 0) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <ostream>
 #include <thread>
 
 #include <fmt/format.h>
@@ -38,6 +39,13 @@ struct SweepParam {
   int world_size;
 };
 
+// How gtest prints a parameter, in failures and in --gtest_list_tests, from which ctest names the tests: without
+// it the struct's raw bytes were printed, a heap address among them, so these tests' ctest names changed with
+// every build (and ctest's recorded durations, which order a -j run, never matched them again).
+void PrintTo(const SweepParam& param, std::ostream* os) {
+  *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
+}
+
 class Sweep : public ::testing::TestWithParam<SweepParam> {};
 
 TEST_P(Sweep, AllCollectives) {
@@ -67,7 +75,7 @@ TEST_P(Sweep, AllCollectives) {
 
 std::vector<SweepParam> sweep_params() {
   std::vector<SweepParam> out;
-  for (std::string transport : {"loopback", "shm", "tcp"}) {
+  for (const std::string& transport : test_transports()) {
     for (int n : {1, 2, 3, 4, 5, 7, 8}) out.push_back({transport, n});
   }
   return out;

@@ -153,7 +153,7 @@ TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::Values("loopback", "shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::ValuesIn(test_transports()));
 
 TEST(Errors, ShmOneShotMismatchIsReported) {
   std::vector<std::string> messages(2);
@@ -252,7 +252,7 @@ TEST(Errors, ShmPeerThatRanTheCallPointToPointAndMovedOnIsSpotted) {
 // Ranks whose point-to-point schedules differ are told, even where the messages have the same sizes (2 ranks,
 // one element: the direct exchange and the ring send the same bytes, and each rank used to reduce other data).
 TEST(Errors, RanksTunedToDifferentSchedulesAreTold) {
-  for (const char* transport : {"tcp", "loopback", "shm"}) {
+  for (const std::string& transport : test_transports()) {
     std::vector<std::string> messages(2);
     RankOptions options{transport, "", 10};
     options.algo_per_rank = {"direct", "ring"};

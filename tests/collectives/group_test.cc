@@ -98,13 +98,13 @@ TEST_P(Group, LargeSendCrossingASmallOneIsNoMismatch) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Group, ::testing::Values("loopback", "shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Group, ::testing::ValuesIn(test_transports()));
 
 // Send/recv tags count per peer pair, so they must not be announced like a collective's sequence number: rank 2,
 // waiting for rank 0's second message, used to take rank 0's announced first receive (tag 0 of another pair,
 // another size) for a mismatch of its own call and fail a correct program.
 TEST(PointToPoint, OtherPairsCallsAreNoMismatch) {
-  for (const char* transport : {"shm", "tcp", "loopback"}) {
+  for (const std::string& transport : test_transports()) {
     run_ranks(3, {transport, "", 10}, [&](Communicator& comm) {
       std::vector<float> ten(10, 1.0f), twenty(20, 2.0f);
       if (comm.rank() == 0) {

@@ -9,8 +9,34 @@
 #include <vector>
 
 #include "tbcoll/tbcoll.hpp"
+#include "tbcoll/transport.h"
 
 namespace tbcoll::test {
+
+/// The transports every "for each transport" test runs over: the devices compiled into this build
+/// (loopback, shm and tcp today; ibverbs joins by itself once its device is built), in available_devices()'
+/// order, which fixes the parameter indices of the suites instantiated with ::testing::ValuesIn(test_transports())
+/// (/0 loopback, /1 shm, /2 tcp). Tests that target one transport for a reason name it instead.
+inline const std::vector<std::string>& test_transports() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& device : transport::available_devices()) out.push_back(device->name());
+    return out;
+  }();
+  return names;
+}
+
+/// Those of test_transports() that connect separate processes (every one but loopback), for real-process tests.
+inline const std::vector<std::string>& test_transports_between_processes() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& device : transport::available_devices()) {
+      if (!device->capabilities().same_process_only) out.push_back(device->name());
+    }
+    return out;
+  }();
+  return names;
+}
 
 struct RankOptions {
   std::string transport = "loopback";

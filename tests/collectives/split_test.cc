@@ -73,7 +73,7 @@ TEST_P(Split, AbortEndsASplitWaitingInTheChildsSetUp) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Split, ::testing::Values("loopback", "shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Split, ::testing::ValuesIn(test_transports()));
 
 // Every init removes its rendezvous records once all ranks read them, but for a tombstone of its id (tens of
 // bytes, so a late rank with another world size is told at once): rank 0's store kept every record (~460 B per

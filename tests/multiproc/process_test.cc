@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "collectives/harness.h"
 #include "multiproc/segments.h"
 
 namespace {
@@ -204,7 +205,8 @@ TEST_P(KilledRank, MakesTheOthersFailWithinTheDeadlineAndLeavesNoSegments) {
   EXPECT_EQ(segments_of(pids), std::vector<std::string>{}) << "shared memory left behind";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, KilledRank, ::testing::Values("shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, KilledRank,
+                         ::testing::ValuesIn(tbcoll::test::test_transports_between_processes()));
 
 // A rank killed during set-up, after creating its segment (unlinked only once every peer mapped it), while rank 2
 // never arrives: rank 0 fails at the deadline and removes the dead rank's segment on its way out (it used to stay
@@ -257,7 +259,7 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
                            "TBCOLL_DEBUG", "TBCOLL_SPIN_US", "TBCOLL_ONESHOT_MAX_BYTES", "TBCOLL_SHM_CMA"}) {
     EXPECT_NE(result.output.find(knob), std::string::npos) << knob << " missing:\n" << result.output;
   }
-  for (const char* transport : {"loopback", "shm", "tcp"}) {
+  for (const std::string& transport : tbcoll::test::test_transports()) {
     EXPECT_NE(result.output.find(transport), std::string::npos) << transport;
   }
   Result with_value = run(std::string("TBCOLL_TIMEOUT=7 ") + TBCOLL_INFO_PATH);

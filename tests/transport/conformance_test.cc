@@ -6,6 +6,7 @@
 #include <future>
 #include <thread>
 
+#include "collectives/harness.h"
 #include "common/time.h"
 #include "tbcoll/transport.h"
 
@@ -209,7 +210,7 @@ TEST_P(Conformance, TwoContextsOfOnePairKeepTheirTrafficApart) {
   EXPECT_EQ(first_got, again) << "the other context's abort touched this one";
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::Values("loopback", "shm", "tcp"));
+INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::ValuesIn(test::test_transports()));
 
 // Loopback endpoints attach to their mailboxes without waiting for the peer: a sender may send and be destroyed
 // before its receiver exists (a rank whose last call only sends). The message used to go with the mailbox.
