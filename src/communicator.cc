@@ -135,16 +135,18 @@ Communicator Communicator::init(const Config& config) {
 
 Communicator Communicator::init(const Config& config, Deadline deadline) { return init(config, deadline, nullptr); }
 
-Communicator Communicator::init(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled) {
+Communicator Communicator::init(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled,
+                                int instance) {
   try {
-    return connect(config, deadline, cancelled);
+    return connect(config, deadline, cancelled, instance);
   } catch (const Error& error) {
     // Errors of set-up (rendezvous, handshakes, segments) name the rank and the call, as those of collectives do.
     rethrow_with_context(error, fmt::format("rank {}: init(world_size={})", config.rank, config.world_size));
   }
 }
 
-Communicator Communicator::connect(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled) {
+Communicator Communicator::connect(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled,
+                                   int instance) {
   if (config.world_size < 1) throw InvalidArgument(fmt::format("world size {} must be at least 1", config.world_size));
   if (config.rank < 0 || config.rank >= config.world_size) {
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
@@ -153,6 +155,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->rank = config.rank;
+  impl->instance = instance >= 0 ? instance : config.rank;
   impl->size = config.world_size;
   impl->peers.assign(config.world_size, nullptr);
   impl->transport_names.assign(config.world_size, "self");
@@ -206,7 +209,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
 
   // A context per usable device; publish identity and addresses.
   Published self;
-  self.info = {rank, host_id(settings), process_id()};
+  self.info = {rank, host_id(settings), process_id(), impl->instance};
   self.kernel = kernel_id();
   self.cpus = allowed_cpus();
   self.world_size = size;
@@ -218,7 +221,8 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
       log::warn("rank {}: transport {} is not {}: not used", rank, device->name(), caps.reliable ? "ordered" : "reliable");
       continue;
     }
-    transport::ContextArgs args{rank, size, config.token, bind_host, comm_id, config.timeout_s, cancelled, config.knobs};
+    transport::ContextArgs args{rank,     size,         config.token, bind_host, comm_id, config.timeout_s,
+                                cancelled, config.knobs, self.info};
     try {
       contexts[device->name()] = device->create_context(args);
     } catch (const InvalidArgument&) {
@@ -347,7 +351,7 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   config.root.clear();
   config.prefix = fmt::format("{}/split{}/color{}", c.config.prefix, split_index, color);
   // An abort() of this communicator from another thread ends the child's set-up too.
-  return Communicator::init(config, deadline, &c.broken);
+  return Communicator::init(config, deadline, &c.broken, c.instance);
 }
 
 void Communicator::abort() {

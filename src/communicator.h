@@ -25,6 +25,7 @@ struct Communicator::Impl {
   Config config;
   int rank = 0;
   int size = 1;
+  int instance = 0;  ///< rank in the communicator this one's set-up started from (transport::PeerInfo::instance)
   std::shared_ptr<TcpStoreServer> server;  // hosted here (rank 0); children of split() share it
   std::shared_ptr<Store> store;
   // Contexts are declared before endpoints so endpoints are destroyed first.

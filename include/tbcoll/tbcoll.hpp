@@ -214,9 +214,12 @@ class Communicator {
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
   // init(config, deadline) that gives up once *cancelled is set (a split whose parent is aborted); may be null.
-  static Communicator init(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled);
-  static Communicator connect(const Config& config, Deadline deadline,
-                              const std::atomic<bool>* cancelled);  // init without the error context
+  // instance: the rank this rank had in the communicator its set-up started from (a split passes its parent's;
+  // -1: config.rank), so transports can tell one rank's communicators apart from another's in one process.
+  static Communicator init(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled,
+                           int instance = -1);
+  static Communicator connect(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled,
+                              int instance);  // init without the error context
   Impl& impl() const;  // InvalidUsage on a moved-from communicator
   std::unique_ptr<Impl> impl_;
 };

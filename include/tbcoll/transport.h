@@ -49,6 +49,11 @@ struct PeerInfo {
   int rank = -1;
   std::string host_id;  ///< identity of the host (boot id + hostname); equal on the same machine
   uint64_t process_id = 0;  ///< pid plus a per-process nonce; equal for threads of one process
+  /// The rank this rank had in the communicator its set-up started from (init; splits inherit it). With
+  /// process_id it names one rank's presence across its communicators, also where ranks are threads of one
+  /// process: what a transport that shares connections between communicators keys them by. Set for
+  /// ContextArgs::self only.
+  int instance = 0;
 };
 
 /// Hints and facts about a transport. The conformance suite checks the facts against what it does.
@@ -110,6 +115,8 @@ struct ContextArgs {
   /// The communicator's knob overrides (Config::knobs, TBCOLL_* name -> value): a transport reads its knobs
   /// there first, then in the environment.
   std::map<std::string, std::string> knobs;
+  /// This rank's identity (PeerInfo::instance included).
+  PeerInfo self;
 };
 
 struct PeerAddress {
@@ -156,7 +163,7 @@ class Device {
   virtual std::unique_ptr<Context> create_context(const ContextArgs& args) = 0;
 };
 
-/// Devices compiled into this build that could start here, best first (loopback, shm, tcp), and those
+/// Devices compiled into this build that could start here, best first (loopback, shm, ibverbs, tcp), and those
 /// registered. The same objects for the whole process.
 std::vector<std::shared_ptr<Device>> available_devices();
 

@@ -205,4 +205,40 @@ void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::
   }
 }
 
+int listen_tcp(const std::string& host, std::string* address, const std::string& who) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
+  if (rc != 0) throw IoError(fmt::format("{}: bad listen address {:?}: {}", who, host, gai_strerror(rc)));
+  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+    const std::string why = strerror(errno);
+    freeaddrinfo(found);
+    if (fd >= 0) close(fd);
+    throw IoError(fmt::format("{}: cannot listen on {}: {}", who, host, why));
+  }
+  freeaddrinfo(found);
+  sockaddr_storage bound{};
+  socklen_t length = sizeof(bound);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &length);
+  const int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                               : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  *address = host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+  return fd;
+}
+
+int accept_tcp(int listen_fd) {
+  const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  if (fd < 0) {
+    // Out of descriptors, say: wait a little instead of spinning on a listener that stays readable.
+    if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) poll(nullptr, 0, 10);
+    return -1;
+  }
+  make_fast(fd);
+  return fd;
+}
+
 }  // namespace tbcoll::net

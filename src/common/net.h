@@ -47,4 +47,11 @@ void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::
 /// Sets O_NONBLOCK and TCP_NODELAY.
 void make_fast(int fd);
 
+/// A non-blocking, close-on-exec TCP listener on the numeric address host (port 0: any free port). Returns the fd
+/// and sets *address to "host:port" ("[v6]:port") as peers dial it. Throws IoError naming who and why.
+int listen_tcp(const std::string& host, std::string* address, const std::string& who);
+/// Accepts one waiting connection of a non-blocking listener as a non-blocking, close-on-exec, TCP_NODELAY socket;
+/// -1 when none is waiting (or on a transient error, after a short pause when descriptors run out).
+int accept_tcp(int listen_fd);
+
 }  // namespace tbcoll::net

@@ -10,6 +10,7 @@
 
 #include "collectives/checks.h"
 #include "collectives/harness.h"
+#include "collectives/wrapped_device.h"
 #include "common/time.h"
 #include "tbcoll/transport.h"
 
@@ -60,35 +61,20 @@ class LimitedContext final : public transport::Context {
   std::unique_ptr<transport::Context> inner_;
 };
 
-class LimitedDevice final : public transport::Device {
+class LimitedDevice final : public WrappedDevice {
  public:
-  explicit LimitedDevice(std::shared_ptr<transport::Device> inner) : inner_(std::move(inner)) {}
-  std::string name() const override { return "limited"; }
+  explicit LimitedDevice(std::shared_ptr<transport::Device> inner) : WrappedDevice("limited", std::move(inner)) {}
   transport::Capabilities capabilities() const override {
     transport::Capabilities caps = inner_->capabilities();
     caps.max_message_bytes = kLimit;
     return caps;
   }
-  bool can_connect(const transport::PeerInfo& self, const transport::PeerInfo& peer) const override {
-    return inner_->can_connect(self, peer);
-  }
   std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
     return std::make_unique<LimitedContext>(inner_->create_context(args));
   }
-
- private:
-  std::shared_ptr<transport::Device> inner_;
 };
 
-// Registered once, last: communicators that do not name it never pick it.
-void register_limited() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (const auto& device : transport::available_devices()) {
-      if (device->name() == "loopback") transport::register_device(std::make_shared<LimitedDevice>(device));
-    }
-  });
-}
+void register_limited() { register_wrapped<LimitedDevice>(); }
 
 TEST(MessageLimit, CollectivesLargerThanTheLimitArriveIntact) {
   register_limited();

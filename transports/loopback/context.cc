@@ -2,6 +2,7 @@
 #include <mutex>
 
 #include "transports/loopback/endpoint.h"
+#include "transports/endpoint_list.h"
 #include "transports/loopback/context.h"
 
 namespace tbcoll::loopback {
@@ -16,24 +17,18 @@ class Context final : public transport::Context {
   std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
                                                             Deadline) override {
     std::vector<std::unique_ptr<transport::Endpoint>> out;
-    std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& peer : peers) {
-      auto endpoint = std::make_unique<Endpoint>(args_.rank, peer.rank, args_.comm_id);
-      endpoints_.push_back(endpoint.get());
-      out.push_back(std::move(endpoint));
+      out.push_back(endpoints_.add<transport::Endpoint>(std::make_unique<Endpoint>(args_.rank, peer.rank,
+                                                                                  args_.comm_id)));
     }
     return out;
   }
 
-  void abort() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (Endpoint* endpoint : endpoints_) endpoint->abort();
-  }
+  void abort() override { endpoints_.abort_all(); }
 
  private:
   transport::ContextArgs args_;
-  std::mutex mutex_;
-  std::vector<Endpoint*> endpoints_;  // owned by the communicator, which destroys the context last
+  transport::EndpointList<Endpoint> endpoints_;
 };
 
 }  // namespace

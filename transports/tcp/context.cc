@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "transports/endpoint_list.h"
 #include "transports/tcp/context.h"
 #include "transports/tcp/endpoint.h"
 #include "transports/tcp/wire.h"
@@ -59,27 +60,7 @@ class Context final : public transport::Context {
     if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
     std::string host = env::Settings(args.knobs).get("TBCOLL_SOCKET_ADDR");
     if (host.empty()) host = args_.bind_host.empty() ? "127.0.0.1" : args_.bind_host;
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
-    addrinfo* found = nullptr;
-    int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
-    if (rc != 0) throw IoError(fmt::format("[tcp] rank {}: bad listen address {:?}: {}", args_.rank, host, gai_strerror(rc)));
-    listen_fd_ = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (listen_fd_ < 0 || bind(listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || listen(listen_fd_, 128) != 0) {
-      std::string why = strerror(errno);
-      freeaddrinfo(found);
-      if (listen_fd_ >= 0) close(listen_fd_);
-      throw IoError(fmt::format("[tcp] rank {}: cannot listen on {}: {}", args_.rank, host, why));
-    }
-    freeaddrinfo(found);
-    sockaddr_storage bound{};
-    socklen_t len = sizeof(bound);
-    getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&bound), &len);
-    int port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                           : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    address_ = host.find(':') != std::string::npos ? fmt::format("[{}]:{}", host, port) : fmt::format("{}:{}", host, port);
+    listen_fd_ = net::listen_tcp(host, &address_, fmt::format("[tcp] rank {}", args_.rank));
   }
 
   ~Context() override {
@@ -107,19 +88,14 @@ class Context final : public transport::Context {
     close(listen_fd_);  // everyone is connected: later connection attempts are simply refused
     listen_fd_ = -1;
     std::vector<std::unique_ptr<transport::Endpoint>> out;
-    std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& peer : peers) {
-      auto endpoint = std::make_unique<Endpoint>(fds.at(peer.rank), args_.rank, peer.rank);
-      endpoints_.push_back(endpoint.get());
-      out.push_back(std::move(endpoint));
+      out.push_back(endpoints_.add<transport::Endpoint>(
+          std::make_unique<Endpoint>(fds.at(peer.rank), args_.rank, peer.rank)));
     }
     return out;
   }
 
-  void abort() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (Endpoint* endpoint : endpoints_) endpoint->abort();
-  }
+  void abort() override { endpoints_.abort_all(); }
 
  private:
   int connect_to(const transport::PeerAddress& peer, Deadline deadline) {
@@ -258,13 +234,8 @@ class Context final : public transport::Context {
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
         }
         if ((pfds[0].revents & POLLIN) != 0) {
-          int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-          if (fd < 0) {
-            // Out of descriptors, say: wait a little instead of spinning on a listener that stays readable.
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) poll(nullptr, 0, 10);
-            continue;
-          }
-          net::make_fast(fd);
+          const int fd = net::accept_tcp(listen_fd_);
+          if (fd < 0) continue;
           set_buffers(fd, buffer_bytes_);
           pending.push_back({fd, std::min(deadline, Clock::now() + kHandshakeTimeout), {}});
         }
@@ -280,8 +251,7 @@ class Context final : public transport::Context {
   int buffer_bytes_;  // SO_SNDBUF/SO_RCVBUF of data sockets, 0: kernel default
   int listen_fd_ = -1;
   std::string address_;
-  std::mutex mutex_;
-  std::vector<Endpoint*> endpoints_;
+  transport::EndpointList<Endpoint> endpoints_;
 };
 
 }  // namespace
