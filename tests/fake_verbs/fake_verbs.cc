@@ -1,0 +1,890 @@
+// The fake fabric: one mutex, a map from every handed-out rdma-core struct to the fake's record of it, and delivery
+// done synchronously inside post_send. See fake_verbs.h for the rules.
+#include "fake_verbs/fake_verbs.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace tbcoll::ibverbs::fake {
+namespace {
+
+constexpr uint64_t kFrameBytes = 4096;
+constexpr uint32_t kAppleMaxMessage = 16773120;
+constexpr uint32_t kPermissiveMaxMessage = 1u << 31;
+constexpr int kMaxCqEntries = 65536;
+
+uint64_t frames(uint64_t bytes) { return std::max<uint64_t>(1, (bytes + kFrameBytes - 1) / kFrameBytes); }
+
+struct Context;
+struct Pd {
+  ibv_pd verbs{};
+  Context* context = nullptr;
+};
+struct Mr {
+  ibv_mr verbs{};
+  Pd* pd = nullptr;
+  int access = 0;
+};
+struct Cq {
+  ibv_cq verbs{};
+  Context* context = nullptr;
+  std::deque<ibv_wc> entries;
+  bool overrun = false;
+};
+struct RecvWr {
+  uint64_t wr_id = 0;
+  std::vector<ibv_sge> sges;
+  uint64_t length = 0;
+  bool keys_ok = true;
+};
+// An RC message waiting at its destination for a receive; the sender's completion waits with it.
+struct Queued {
+  uint32_t source_qpn = 0;
+  uint64_t wr_id = 0;
+  bool signaled = false;
+  std::vector<uint8_t> data;
+};
+struct Qp {
+  ibv_qp verbs{};
+  Context* context = nullptr;
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  ibv_qp_cap cap{};
+  bool sig_all = false;
+  ibv_gid dgid{};
+  uint32_t dest_qpn = 0;
+  std::deque<RecvWr> recvs;
+  uint64_t recv_frames = 0;
+  std::deque<Queued> queued;
+};
+struct Context {
+  ibv_context verbs{};
+  std::vector<ibv_gid> gids;
+  bool vanished = false;
+  int qps = 0;
+  int mrs = 0;
+};
+
+template <typename T, typename V>
+using Table = std::unordered_map<V*, std::unique_ptr<T>>;
+
+struct Fabric {
+  Options options;
+  std::vector<std::unique_ptr<ibv_device>> devices;
+  Table<Context, ibv_context> contexts;
+  Table<Pd, ibv_pd> pds;
+  Table<Mr, ibv_mr> mrs;
+  Table<Cq, ibv_cq> cqs;
+  Table<Qp, ibv_qp> qps;
+  std::unordered_map<uint32_t, Qp*> qp_by_number;
+  std::unordered_map<uint32_t, Mr*> mr_by_key;
+  uint32_t next_qpn = 0x11;
+  uint32_t next_key = 0x100;
+  uint32_t next_handle = 1;
+  int next_port = 1;
+  int drop_sends = 0;
+  int corrupt_sends = 0;
+  bool fail_send = false;
+  ibv_wc_status fail_send_status = IBV_WC_SUCCESS;
+  int fail_create_qp = 0;
+  Counters counters;
+  std::map<std::string, uint64_t> calls;
+
+  bool strict() const { return options.apple_strict; }
+  uint32_t max_message() const { return strict() ? kAppleMaxMessage : kPermissiveMaxMessage; }
+  template <typename T, typename V>
+  static T* find(Table<T, V>& table, V* key) {
+    auto it = table.find(key);
+    return it == table.end() ? nullptr : it->second.get();
+  }
+};
+
+std::unique_ptr<Fabric> make_fabric(const Options& options) {
+  auto fabric = std::make_unique<Fabric>();
+  fabric->options = options;
+  for (int i = 0; i < options.devices; ++i) {
+    auto device = std::make_unique<ibv_device>();
+    device->node_type = IBV_NODE_CA;
+    device->transport_type = IBV_TRANSPORT_IB;
+    std::snprintf(device->name, sizeof(device->name), "rdma_en%d", i);
+    std::snprintf(device->dev_name, sizeof(device->dev_name), "uverbs%d", i);
+    fabric->devices.push_back(std::move(device));
+  }
+  return fabric;
+}
+
+std::mutex g_mutex;
+std::unique_ptr<Fabric> g_fabric;  // made on first use with the default options, or by reset()
+
+Fabric& locked_fabric() {
+  if (!g_fabric) g_fabric = make_fabric(Options{});
+  return *g_fabric;
+}
+
+// Locks the fabric for one VerbsApi call and counts it.
+class Call {
+ public:
+  explicit Call(const char* name) : lock_(g_mutex) { ++locked_fabric().calls[name]; }
+  Fabric& fabric() { return *g_fabric; }
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+};
+
+template <typename T>
+T* fail(int err) {
+  errno = err;
+  return nullptr;
+}
+
+bool is_zero(const ibv_gid& gid) {
+  static const ibv_gid zero{};
+  return std::memcmp(gid.raw, zero.raw, sizeof(gid.raw)) == 0;
+}
+
+std::vector<ibv_gid> gid_table(const Options& options, int port) {
+  std::vector<ibv_gid> gids(std::max(2, options.ipv4_gid_index + 1));
+  for (size_t i = 0; i < gids.size(); ++i) {
+    uint8_t* raw = gids[i].raw;
+    if (static_cast<int>(i) == options.ipv4_gid_index) {
+      raw[10] = 0xff, raw[11] = 0xff, raw[12] = 10, raw[13] = 9;
+      raw[14] = static_cast<uint8_t>(port >> 8), raw[15] = static_cast<uint8_t>(port);
+    } else {
+      raw[0] = i == 0 ? 0xfe : 0xfd, raw[1] = i == 0 ? 0x80 : 0x00;
+      raw[8] = 0x02, raw[13] = static_cast<uint8_t>(i);
+      raw[14] = static_cast<uint8_t>(port >> 8), raw[15] = static_cast<uint8_t>(port);
+    }
+  }
+  return gids;
+}
+
+Context* owner_of_gid(Fabric& fabric, const ibv_gid& gid) {
+  if (is_zero(gid)) return nullptr;
+  for (auto& [key, context] : fabric.contexts) {
+    for (const ibv_gid& own : context->gids) {
+      if (std::memcmp(own.raw, gid.raw, sizeof(gid.raw)) == 0) return context.get();
+    }
+  }
+  return nullptr;
+}
+
+// Every SGE inside an MR of the PD with that lkey (and with LOCAL_WRITE when the HCA writes into it).
+bool keys_ok(Fabric& fabric, Pd* pd, const ibv_sge* sges, int count, bool written) {
+  for (int i = 0; i < count; ++i) {
+    auto it = fabric.mr_by_key.find(sges[i].lkey);
+    if (it == fabric.mr_by_key.end()) return false;
+    const Mr& mr = *it->second;
+    if (mr.pd != pd || (written && !(mr.access & IBV_ACCESS_LOCAL_WRITE))) return false;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(mr.verbs.addr);
+    if (sges[i].addr < begin || sges[i].addr + sges[i].length > begin + mr.verbs.length) return false;
+  }
+  return true;
+}
+
+void push(Cq* cq, const ibv_wc& wc) {
+  if (cq->context->vanished) return;
+  if (cq->entries.size() >= static_cast<size_t>(cq->verbs.cqe)) {
+    cq->overrun = true;
+    return;
+  }
+  cq->entries.push_back(wc);
+}
+
+ibv_wc completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len) {
+  ibv_wc wc{};
+  wc.wr_id = wr_id;
+  wc.status = status;
+  wc.opcode = opcode;
+  wc.byte_len = byte_len;
+  wc.qp_num = qp->verbs.qp_num;
+  return wc;
+}
+
+// ERR: posted receives are flushed, waiting RC messages are lost.
+void enter_error(Qp* qp) {
+  qp->verbs.state = IBV_QPS_ERR;
+  for (const RecvWr& recv : qp->recvs)
+    push(qp->recv_cq, completion(qp, recv.wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0));
+  qp->recvs.clear();
+  qp->recv_frames = 0;
+  qp->queued.clear();
+}
+
+void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode) {
+  push(qp->send_cq, completion(qp, wr_id, status, opcode, 0));
+  enter_error(qp);
+}
+
+// Puts a message into the oldest posted receive of dest; returns the status the receive completed with.
+ibv_wc_status receive(Fabric& fabric, Qp* dest, const std::vector<uint8_t>& data, uint32_t source_qpn) {
+  RecvWr recv = std::move(dest->recvs.front());
+  dest->recvs.pop_front();
+  dest->recv_frames -= frames(recv.length);
+  ibv_wc_status status = IBV_WC_SUCCESS;
+  if (!recv.keys_ok) {
+    status = IBV_WC_LOC_PROT_ERR;
+  } else if (fabric.strict() ? frames(data.size()) != frames(recv.length) : data.size() > recv.length) {
+    status = IBV_WC_LOC_LEN_ERR;
+    ++fabric.counters.length_errors;
+  }
+  if (status != IBV_WC_SUCCESS) {
+    push(dest->recv_cq, completion(dest, recv.wr_id, status, IBV_WC_RECV, 0));
+    enter_error(dest);
+    return status;
+  }
+  size_t offset = 0;
+  for (const ibv_sge& sge : recv.sges) {
+    const size_t n = std::min<size_t>(sge.length, data.size() - offset);
+    if (n > 0) std::memcpy(reinterpret_cast<void*>(sge.addr), data.data() + offset, n);
+    offset += n;
+  }
+  ibv_wc wc = completion(dest, recv.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(data.size()));
+  wc.src_qp = source_qpn;
+  push(dest->recv_cq, wc);
+  ++fabric.counters.delivered;
+  return status;
+}
+
+// RC: queued messages meet newly posted receives; the senders' completions come with the delivery.
+void drain_queue(Fabric& fabric, Qp* dest) {
+  while (!dest->queued.empty() && !dest->recvs.empty() && dest->verbs.state != IBV_QPS_ERR) {
+    Queued message = std::move(dest->queued.front());
+    dest->queued.pop_front();
+    --fabric.counters.queued_rc;
+    const ibv_wc_status status = receive(fabric, dest, message.data, message.source_qpn);
+    auto sender = fabric.qp_by_number.find(message.source_qpn);
+    if (sender == fabric.qp_by_number.end()) continue;
+    if (status != IBV_WC_SUCCESS) {
+      error_completion(sender->second, message.wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SEND);
+    } else if (message.signaled) {
+      push(sender->second->send_cq,
+           completion(sender->second, message.wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, message.data.size()));
+    }
+  }
+  if (dest->verbs.state == IBV_QPS_ERR) {
+    fabric.counters.queued_rc -= dest->queued.size();
+    dest->queued.clear();
+  }
+}
+
+// One validated send WR, from gathering the payload to the completions.
+void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
+  const bool signaled = qp->sig_all || (wr->send_flags & IBV_SEND_SIGNALED);
+  const bool rc = qp->verbs.qp_type == IBV_QPT_RC;
+  const ibv_wc_opcode opcode =
+      (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ? IBV_WC_RDMA_WRITE : IBV_WC_SEND;
+  auto succeeded = [&] {
+    if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, length));
+  };
+  if (!(wr->send_flags & IBV_SEND_INLINE) && !keys_ok(fabric, qp->pd, wr->sg_list, wr->num_sge, false)) {
+    error_completion(qp, wr->wr_id, IBV_WC_LOC_PROT_ERR, opcode);
+    return;
+  }
+  if (fabric.fail_send) {
+    fabric.fail_send = false;
+    error_completion(qp, wr->wr_id, fabric.fail_send_status, opcode);
+    return;
+  }
+  std::vector<uint8_t> data(length);
+  size_t offset = 0;
+  for (int i = 0; i < wr->num_sge; ++i) {
+    if (wr->sg_list[i].length > 0) {
+      std::memcpy(data.data() + offset, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
+    }
+    offset += wr->sg_list[i].length;
+  }
+  if (fabric.drop_sends > 0) {
+    --fabric.drop_sends;
+    ++fabric.counters.dropped_injected;
+    succeeded();
+    return;
+  }
+  if (fabric.corrupt_sends > 0 && length > 0) {
+    --fabric.corrupt_sends;
+    ++fabric.counters.corrupted;
+    data[length / 2] ^= 0xff;
+  }
+  Qp* dest = nullptr;
+  if (auto it = fabric.qp_by_number.find(qp->dest_qpn); it != fabric.qp_by_number.end()) dest = it->second;
+  if (dest != nullptr && (owner_of_gid(fabric, qp->dgid) != dest->context || dest->verbs.qp_type != qp->verbs.qp_type ||
+                          (dest->verbs.state != IBV_QPS_RTR && dest->verbs.state != IBV_QPS_RTS))) {
+    dest = nullptr;
+  }
+  if (dest == nullptr) {
+    if (rc) {
+      error_completion(qp, wr->wr_id, IBV_WC_RETRY_EXC_ERR, opcode);
+    } else {
+      ++fabric.counters.dropped_no_receive;
+      succeeded();
+    }
+    return;
+  }
+  if (dest->context->vanished) {
+    ++fabric.counters.dropped_injected;
+    if (!rc) succeeded();  // RC: the sender waits forever, as for a peer that stopped acknowledging
+    return;
+  }
+  if (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) {
+    auto it = fabric.mr_by_key.find(wr->wr.rdma.rkey);
+    const Mr* mr = it == fabric.mr_by_key.end() ? nullptr : it->second;
+    const uintptr_t begin = mr ? reinterpret_cast<uintptr_t>(mr->verbs.addr) : 0;
+    const bool writable = mr && mr->pd->context == dest->context && (mr->access & IBV_ACCESS_REMOTE_WRITE) &&
+                          wr->wr.rdma.remote_addr >= begin &&
+                          wr->wr.rdma.remote_addr + length <= begin + mr->verbs.length;
+    const bool needs_receive = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+    if (!writable || (needs_receive && dest->recvs.empty())) {
+      if (rc) {
+        error_completion(qp, wr->wr_id, writable ? IBV_WC_RNR_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR, opcode);
+      } else {
+        ++fabric.counters.dropped_no_receive;
+        succeeded();
+      }
+      return;
+    }
+    if (length > 0) std::memcpy(reinterpret_cast<void*>(wr->wr.rdma.remote_addr), data.data(), length);
+    if (needs_receive) {
+      RecvWr recv = std::move(dest->recvs.front());
+      dest->recvs.pop_front();
+      dest->recv_frames -= frames(recv.length);
+      ibv_wc wc = completion(dest, recv.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, length);
+      wc.wc_flags = IBV_WC_WITH_IMM;
+      wc.imm_data = wr->imm_data;
+      wc.src_qp = qp->verbs.qp_num;
+      push(dest->recv_cq, wc);
+    }
+    ++fabric.counters.delivered;
+    succeeded();
+    return;
+  }
+  if (dest->recvs.empty()) {
+    if (rc) {
+      dest->queued.push_back(Queued{qp->verbs.qp_num, wr->wr_id, signaled, std::move(data)});
+      ++fabric.counters.queued_rc;
+    } else {
+      ++fabric.counters.dropped_no_receive;
+      succeeded();
+    }
+    return;
+  }
+  const bool with_imm = wr->opcode == IBV_WR_SEND_WITH_IMM;
+  const ibv_wc_status status = receive(fabric, dest, data, qp->verbs.qp_num);
+  if (status == IBV_WC_SUCCESS && with_imm) {
+    ibv_wc& wc = dest->recv_cq->entries.back();
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = wr->imm_data;
+  }
+  if (rc && status != IBV_WC_SUCCESS) {
+    error_completion(qp, wr->wr_id, IBV_WC_REM_INV_REQ_ERR, opcode);
+  } else {
+    succeeded();
+  }
+}
+
+// ---- the table --------------------------------------------------------------------------------------------
+
+ibv_device** get_device_list(int* num_devices) {
+  Call call("get_device_list");
+  Fabric& fabric = call.fabric();
+  if (num_devices) *num_devices = 0;
+  if (fabric.options.no_kernel_support) return fail<ibv_device*>(ENOSYS);
+  auto* list = new ibv_device*[fabric.devices.size() + 1];
+  for (size_t i = 0; i < fabric.devices.size(); ++i) list[i] = fabric.devices[i].get();
+  list[fabric.devices.size()] = nullptr;
+  if (num_devices) *num_devices = static_cast<int>(fabric.devices.size());
+  return list;
+}
+
+void free_device_list(ibv_device** list) {
+  Call call("free_device_list");
+  delete[] list;
+}
+
+const char* get_device_name(ibv_device* device) {
+  Call call("get_device_name");
+  for (auto& own : call.fabric().devices) {
+    if (own.get() == device) return device->name;
+  }
+  return fail<const char>(EINVAL);
+}
+
+ibv_context* open_device(ibv_device* device) {
+  Call call("open_device");
+  Fabric& fabric = call.fabric();
+  if (std::none_of(fabric.devices.begin(), fabric.devices.end(), [&](auto& own) { return own.get() == device; })) {
+    return fail<ibv_context>(ENODEV);
+  }
+  auto context = std::make_unique<Context>();
+  context->verbs.device = device;
+  context->verbs.cmd_fd = -1;
+  context->verbs.async_fd = -1;
+  context->verbs.num_comp_vectors = 1;
+  context->gids = gid_table(fabric.options, fabric.next_port++);
+  ibv_context* verbs = &context->verbs;
+  fabric.contexts.emplace(verbs, std::move(context));
+  return verbs;
+}
+
+int close_device(ibv_context* verbs) {
+  Call call("close_device");
+  Fabric& fabric = call.fabric();
+  Context* context = Fabric::find(fabric.contexts, verbs);
+  if (!context) return EINVAL;
+  // Like the kernel when a process exits: whatever is left goes.
+  for (auto it = fabric.qps.begin(); it != fabric.qps.end();) {
+    if (it->second->context == context) {
+      fabric.counters.queued_rc -= it->second->queued.size();
+      fabric.qp_by_number.erase(it->second->verbs.qp_num);
+      it = fabric.qps.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = fabric.mrs.begin(); it != fabric.mrs.end();) {
+    if (it->second->pd->context == context) {
+      fabric.mr_by_key.erase(it->second->verbs.lkey);
+      it = fabric.mrs.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto it = fabric.cqs.begin(); it != fabric.cqs.end();) {
+    it = it->second->context == context ? fabric.cqs.erase(it) : std::next(it);
+  }
+  for (auto it = fabric.pds.begin(); it != fabric.pds.end();) {
+    it = it->second->context == context ? fabric.pds.erase(it) : std::next(it);
+  }
+  fabric.contexts.erase(verbs);
+  return 0;
+}
+
+int query_port(ibv_context* verbs, uint8_t port, ibv_port_attr* attr) {
+  Call call("query_port");
+  Fabric& fabric = call.fabric();
+  Context* context = Fabric::find(fabric.contexts, verbs);
+  if (!context || port != 1 || !attr) return EINVAL;
+  std::memset(attr, 0, sizeof(*attr));
+  attr->state = fabric.options.ports_active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  attr->max_mtu = IBV_MTU_4096;
+  attr->active_mtu = IBV_MTU_1024;
+  attr->gid_tbl_len = static_cast<int>(context->gids.size());
+  attr->max_msg_sz = fabric.max_message();
+  attr->pkey_tbl_len = 1;
+  attr->active_width = 1;
+  attr->active_speed = 32;
+  attr->phys_state = fabric.options.ports_active ? 5 : 3;  // LinkUp : Disabled
+  attr->link_layer = IBV_LINK_LAYER_ETHERNET;
+  return 0;
+}
+
+int query_gid(ibv_context* verbs, uint8_t port, int index, ibv_gid* gid) {
+  Call call("query_gid");
+  Context* context = Fabric::find(call.fabric().contexts, verbs);
+  if (!context || port != 1 || !gid || index < 0 || index >= static_cast<int>(context->gids.size())) return EINVAL;
+  *gid = context->gids[index];
+  return 0;
+}
+
+ibv_pd* alloc_pd(ibv_context* verbs) {
+  Call call("alloc_pd");
+  Fabric& fabric = call.fabric();
+  Context* context = Fabric::find(fabric.contexts, verbs);
+  if (!context) return fail<ibv_pd>(EINVAL);
+  if (!fabric.options.ports_active) return fail<ibv_pd>(EIO);
+  auto pd = std::make_unique<Pd>();
+  pd->context = context;
+  pd->verbs.context = verbs;
+  pd->verbs.handle = fabric.next_handle++;
+  ibv_pd* handle = &pd->verbs;
+  fabric.pds.emplace(handle, std::move(pd));
+  return handle;
+}
+
+int dealloc_pd(ibv_pd* verbs) {
+  Call call("dealloc_pd");
+  Fabric& fabric = call.fabric();
+  Pd* pd = Fabric::find(fabric.pds, verbs);
+  if (!pd) return EINVAL;
+  for (auto& [key, mr] : fabric.mrs) {
+    if (mr->pd == pd) return EBUSY;
+  }
+  for (auto& [key, qp] : fabric.qps) {
+    if (qp->pd == pd) return EBUSY;
+  }
+  fabric.pds.erase(verbs);
+  return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* verbs, void* addr, size_t length, int access) {
+  Call call("reg_mr");
+  Fabric& fabric = call.fabric();
+  Pd* pd = Fabric::find(fabric.pds, verbs);
+  if (!pd || !addr || length == 0) return fail<ibv_mr>(EINVAL);
+  if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+    return fail<ibv_mr>(EINVAL);
+  }
+  if (pd->context->mrs >= fabric.options.max_mrs) return fail<ibv_mr>(ENOMEM);
+  auto mr = std::make_unique<Mr>();
+  mr->pd = pd;
+  mr->access = access;
+  mr->verbs.context = pd->verbs.context;
+  mr->verbs.pd = verbs;
+  mr->verbs.addr = addr;
+  mr->verbs.length = length;
+  mr->verbs.handle = fabric.next_handle++;
+  mr->verbs.lkey = mr->verbs.rkey = fabric.next_key++;
+  ++pd->context->mrs;
+  ibv_mr* handle = &mr->verbs;
+  fabric.mr_by_key[handle->lkey] = mr.get();
+  fabric.mrs.emplace(handle, std::move(mr));
+  return handle;
+}
+
+int dereg_mr(ibv_mr* verbs) {
+  Call call("dereg_mr");
+  Fabric& fabric = call.fabric();
+  Mr* mr = Fabric::find(fabric.mrs, verbs);
+  if (!mr) return EINVAL;
+  --mr->pd->context->mrs;
+  fabric.mr_by_key.erase(verbs->lkey);
+  fabric.mrs.erase(verbs);
+  return 0;
+}
+
+ibv_cq* create_cq(ibv_context* verbs, int entries, void* user, ibv_comp_channel* channel, int /*vector*/) {
+  Call call("create_cq");
+  Fabric& fabric = call.fabric();
+  Context* context = Fabric::find(fabric.contexts, verbs);
+  if (!context || entries < 1 || entries > kMaxCqEntries) return fail<ibv_cq>(EINVAL);
+  if (channel) return fail<ibv_cq>(EOPNOTSUPP);  // completion channels: not faked
+  auto cq = std::make_unique<Cq>();
+  cq->context = context;
+  cq->verbs.context = verbs;
+  cq->verbs.cq_context = user;
+  cq->verbs.cqe = entries;
+  cq->verbs.handle = fabric.next_handle++;
+  ibv_cq* handle = &cq->verbs;
+  fabric.cqs.emplace(handle, std::move(cq));
+  return handle;
+}
+
+int destroy_cq(ibv_cq* verbs) {
+  Call call("destroy_cq");
+  Fabric& fabric = call.fabric();
+  Cq* cq = Fabric::find(fabric.cqs, verbs);
+  if (!cq) return EINVAL;
+  for (auto& [key, qp] : fabric.qps) {
+    if (qp->send_cq == cq || qp->recv_cq == cq) return EBUSY;
+  }
+  fabric.cqs.erase(verbs);
+  return 0;
+}
+
+ibv_qp* create_qp(ibv_pd* verbs, ibv_qp_init_attr* attr) {
+  Call call("create_qp");
+  Fabric& fabric = call.fabric();
+  Pd* pd = Fabric::find(fabric.pds, verbs);
+  if (!pd || !attr) return fail<ibv_qp>(EINVAL);
+  if (fabric.fail_create_qp != 0) {
+    const int err = fabric.fail_create_qp;
+    fabric.fail_create_qp = 0;
+    return fail<ibv_qp>(err);
+  }
+  Cq* send_cq = Fabric::find(fabric.cqs, attr->send_cq);
+  Cq* recv_cq = Fabric::find(fabric.cqs, attr->recv_cq);
+  if (!send_cq || !recv_cq || send_cq->context != pd->context || recv_cq->context != pd->context) {
+    return fail<ibv_qp>(EINVAL);
+  }
+  const bool type_ok = attr->qp_type == IBV_QPT_UC || (!fabric.strict() && attr->qp_type == IBV_QPT_RC);
+  if (!type_ok || attr->srq) return fail<ibv_qp>(EOPNOTSUPP);
+  const uint32_t max_wr = fabric.strict() ? 4095 : 16384;
+  const uint32_t max_sge = fabric.strict() ? 1 : 4;
+  const uint32_t max_inline = fabric.strict() ? 0 : 256;
+  const ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > max_wr || cap.max_recv_wr > max_wr || cap.max_send_sge > max_sge ||
+      cap.max_recv_sge > max_sge || cap.max_inline_data > max_inline) {
+    return fail<ibv_qp>(EINVAL);
+  }
+  if (pd->context->qps >= fabric.options.max_qps) return fail<ibv_qp>(EBUSY);
+  auto qp = std::make_unique<Qp>();
+  qp->context = pd->context;
+  qp->pd = pd;
+  qp->send_cq = send_cq;
+  qp->recv_cq = recv_cq;
+  qp->cap = cap;
+  qp->cap.max_send_sge = std::max<uint32_t>(1, cap.max_send_sge);
+  qp->cap.max_recv_sge = std::max<uint32_t>(1, cap.max_recv_sge);
+  qp->sig_all = attr->sq_sig_all != 0;
+  qp->verbs.context = pd->verbs.context;
+  qp->verbs.qp_context = attr->qp_context;
+  qp->verbs.pd = verbs;
+  qp->verbs.send_cq = attr->send_cq;
+  qp->verbs.recv_cq = attr->recv_cq;
+  qp->verbs.handle = fabric.next_handle++;
+  qp->verbs.qp_num = fabric.next_qpn++;
+  qp->verbs.state = IBV_QPS_RESET;
+  qp->verbs.qp_type = attr->qp_type;
+  attr->cap = qp->cap;
+  ++pd->context->qps;
+  ibv_qp* handle = &qp->verbs;
+  fabric.qp_by_number[handle->qp_num] = qp.get();
+  fabric.qps.emplace(handle, std::move(qp));
+  return handle;
+}
+
+// The attribute masks of the kernel's ib_modify_qp_is_ok() for UC and RC.
+bool mask_ok(ibv_qp_state from, ibv_qp_state to, bool rc, int mask) {
+  int required = IBV_QP_STATE;
+  int optional = 0;
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
+  } else if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) {
+    required |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  } else if (from == IBV_QPS_INIT && to == IBV_QPS_INIT) {
+    optional = IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  } else if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+    required |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    if (rc) required |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    optional = IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX;
+  } else if (from == IBV_QPS_RTR && to == IBV_QPS_RTS) {
+    required |= IBV_QP_SQ_PSN;
+    if (rc) required |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    optional = IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PATH_MIG_STATE;
+    if (rc) optional |= IBV_QP_MIN_RNR_TIMER;
+  } else if (from == IBV_QPS_RTS && to == IBV_QPS_RTS) {
+    optional = IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE;
+    if (rc) optional |= IBV_QP_MIN_RNR_TIMER;
+  } else {
+    return false;
+  }
+  return (mask & required) == required && (mask & ~(required | optional)) == 0;
+}
+
+int modify_qp(ibv_qp* verbs, ibv_qp_attr* attr, int mask) {
+  Call call("modify_qp");
+  Fabric& fabric = call.fabric();
+  Qp* qp = Fabric::find(fabric.qps, verbs);
+  if (!qp || !attr || !(mask & IBV_QP_STATE)) return EINVAL;
+  const ibv_qp_state to = attr->qp_state;
+  if (!mask_ok(verbs->state, to, verbs->qp_type == IBV_QPT_RC, mask)) return EINVAL;
+  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096)) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = attr->ah_attr;
+    const int sgid = ah.grh.sgid_index;
+    if (!ah.is_global || ah.port_num != 1 || sgid >= static_cast<int>(qp->context->gids.size())) return EINVAL;
+    const bool source_ok = fabric.strict() ? sgid == fabric.options.ipv4_gid_index : !is_zero(qp->context->gids[sgid]);
+    if (!source_ok || !owner_of_gid(fabric, ah.grh.dgid)) return EINVAL;
+    qp->dgid = ah.grh.dgid;
+  }
+  if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
+  if (to == IBV_QPS_ERR) {
+    enter_error(qp);
+  } else if (to == IBV_QPS_RESET) {
+    fabric.counters.queued_rc -= qp->queued.size();
+    qp->queued.clear();
+    qp->recvs.clear();
+    qp->recv_frames = 0;
+  }
+  verbs->state = to;
+  return 0;
+}
+
+int destroy_qp(ibv_qp* verbs) {
+  Call call("destroy_qp");
+  Fabric& fabric = call.fabric();
+  Qp* qp = Fabric::find(fabric.qps, verbs);
+  if (!qp) return EINVAL;
+  --qp->context->qps;
+  fabric.counters.queued_rc -= qp->queued.size();
+  fabric.qp_by_number.erase(verbs->qp_num);
+  fabric.qps.erase(verbs);
+  return 0;
+}
+
+int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
+  Call call("post_send");
+  Fabric& fabric = call.fabric();
+  Qp* qp = Fabric::find(fabric.qps, verbs);
+  for (; wr != nullptr; wr = wr->next) {
+    if (bad) *bad = wr;
+    if (!qp) return EINVAL;
+    if (qp->context->vanished) {
+      ++fabric.counters.dropped_injected;
+      continue;
+    }
+    if (verbs->state == IBV_QPS_ERR) {
+      push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0));
+      continue;
+    }
+    if (verbs->state != IBV_QPS_RTS) return EINVAL;
+    const bool opcode_ok =
+        wr->opcode == IBV_WR_SEND ||
+        (!fabric.strict() && (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE ||
+                              wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM));
+    if (!opcode_ok || wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
+        (wr->num_sge > 0 && !wr->sg_list)) {
+      return EINVAL;
+    }
+    uint64_t length = 0;
+    for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
+    if (length > fabric.max_message()) return EINVAL;
+    if ((wr->send_flags & IBV_SEND_INLINE) && length > qp->cap.max_inline_data) return EINVAL;
+    transmit(fabric, qp, wr, length);
+  }
+  if (bad) *bad = nullptr;
+  return 0;
+}
+
+int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  Call call("post_recv");
+  Fabric& fabric = call.fabric();
+  Qp* qp = Fabric::find(fabric.qps, verbs);
+  for (; wr != nullptr; wr = wr->next) {
+    if (bad) *bad = wr;
+    if (!qp) return EINVAL;
+    if (qp->context->vanished) continue;
+    const ibv_qp_state state = verbs->state;
+    if (state == IBV_QPS_ERR) {
+      push(qp->recv_cq, completion(qp, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0));
+      continue;
+    }
+    const bool state_ok =
+        fabric.strict() ? state == IBV_QPS_RTS : state == IBV_QPS_INIT || state == IBV_QPS_RTR || state == IBV_QPS_RTS;
+    if (!state_ok || wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
+        (wr->num_sge > 0 && !wr->sg_list)) {
+      return EINVAL;
+    }
+    RecvWr recv;
+    recv.wr_id = wr->wr_id;
+    recv.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
+    for (const ibv_sge& sge : recv.sges) recv.length += sge.length;
+    recv.keys_ok = keys_ok(fabric, qp->pd, wr->sg_list, wr->num_sge, true);
+    // Apple counts the receive queue in 4 KiB frames; others count WRs.
+    const uint64_t places = fabric.strict() ? qp->recv_frames + frames(recv.length) : qp->recvs.size() + 1;
+    if (places > qp->cap.max_recv_wr ||
+        (fabric.strict() && qp->recvs.size() + 1 > static_cast<size_t>(fabric.options.max_outstanding_recvs))) {
+      return ENOMEM;
+    }
+    qp->recv_frames += frames(recv.length);
+    qp->recvs.push_back(std::move(recv));
+    drain_queue(fabric, qp);
+  }
+  if (bad) *bad = nullptr;
+  return 0;
+}
+
+int poll_cq(ibv_cq* verbs, int entries, ibv_wc* wc) {
+  Call call("poll_cq");
+  Cq* cq = Fabric::find(call.fabric().cqs, verbs);
+  if (!cq || entries < 0 || (entries > 0 && !wc) || cq->overrun) return -1;
+  if (cq->context->vanished) return 0;
+  int n = 0;
+  for (; n < entries && !cq->entries.empty(); ++n) {
+    wc[n] = cq->entries.front();
+    cq->entries.pop_front();
+  }
+  return n;
+}
+
+const VerbsApi kApi = [] {
+  VerbsApi api;
+  api.provider = "fake";
+  api.get_device_list = get_device_list;
+  api.free_device_list = free_device_list;
+  api.get_device_name = get_device_name;
+  api.open_device = open_device;
+  api.close_device = close_device;
+  api.query_port = query_port;
+  api.query_gid = query_gid;
+  api.alloc_pd = alloc_pd;
+  api.dealloc_pd = dealloc_pd;
+  api.reg_mr = reg_mr;
+  api.dereg_mr = dereg_mr;
+  api.create_cq = create_cq;
+  api.destroy_cq = destroy_cq;
+  api.create_qp = create_qp;
+  api.modify_qp = modify_qp;
+  api.destroy_qp = destroy_qp;
+  api.post_send = post_send;
+  api.post_recv = post_recv;
+  api.poll_cq = poll_cq;
+  return api;
+}();
+
+}  // namespace
+
+void reset(const Options& options) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  g_fabric = make_fabric(options);
+}
+
+const VerbsApi* verbs() { return &kApi; }
+
+void drop_next_sends(int n) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  locked_fabric().drop_sends = n;
+}
+
+void corrupt_next_sends(int n) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  locked_fabric().corrupt_sends = n;
+}
+
+void fail_next_send_completion(ibv_wc_status status) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  locked_fabric().fail_send = true;
+  locked_fabric().fail_send_status = status;
+}
+
+void fail_next_create_qp(int err) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  locked_fabric().fail_create_qp = err;
+}
+
+void vanish(ibv_context* verbs) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Fabric& fabric = locked_fabric();
+  Context* context = Fabric::find(fabric.contexts, verbs);
+  if (!context) return;
+  context->vanished = true;
+  for (auto& [key, cq] : fabric.cqs) {
+    if (cq->context == context) cq->entries.clear();
+  }
+}
+
+std::map<std::string, uint64_t> calls() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return locked_fabric().calls;
+}
+
+void clear_calls() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  locked_fabric().calls.clear();
+}
+
+Counters counters() {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  return locked_fabric().counters;
+}
+
+int live_qps(ibv_context* verbs) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Context* context = Fabric::find(locked_fabric().contexts, verbs);
+  return context ? context->qps : -1;
+}
+
+int live_mrs(ibv_context* verbs) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Context* context = Fabric::find(locked_fabric().contexts, verbs);
+  return context ? context->mrs : -1;
+}
+
+}  // namespace tbcoll::ibverbs::fake
