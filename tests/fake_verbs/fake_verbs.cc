@@ -166,6 +166,11 @@ std::vector<ibv_gid> gid_table(const Options& options, int port) {
   return gids;
 }
 
+bool is_ipv4_mapped(const ibv_gid& gid) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid.raw, prefix, sizeof(prefix)) == 0;
+}
+
 Context* owner_of_gid(Fabric& fabric, const ibv_gid& gid) {
   if (is_zero(gid)) return nullptr;
   for (auto& [key, context] : fabric.contexts) {
@@ -681,7 +686,9 @@ int modify_qp(ibv_qp* verbs, ibv_qp_attr* attr, int mask) {
     const int sgid = ah.grh.sgid_index;
     if (!ah.is_global || ah.port_num != 1 || sgid >= static_cast<int>(qp->context->gids.size())) return EINVAL;
     const bool source_ok = fabric.strict() ? sgid == fabric.options.ipv4_gid_index : !is_zero(qp->context->gids[sgid]);
-    if (!source_ok || !owner_of_gid(fabric, ah.grh.dgid)) return EINVAL;
+    // Apple addresses a peer by its IPv4-mapped GID alone.
+    const bool destination_ok = owner_of_gid(fabric, ah.grh.dgid) && (!fabric.strict() || is_ipv4_mapped(ah.grh.dgid));
+    if (!source_ok || !destination_ok) return EINVAL;
     qp->dgid = ah.grh.dgid;
   }
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;

@@ -361,6 +361,9 @@ TEST_F(FakeVerbs, ModifyQpWantsTheMasksRxeWants) {
   bad.ah_attr.grh.dgid.raw[15] = 99;
   EXPECT_EQ(api->modify_qp(qa, &bad, rtr_mask(qa)), EINVAL) << "nobody owns the destination GID";
   bad = rtr;
+  bad.ah_attr.grh.dgid = b.gid(0);
+  EXPECT_EQ(api->modify_qp(qa, &bad, rtr_mask(qa)), EINVAL) << "the peer's link-local GID: Apple wants the IPv4 one";
+  bad = rtr;
   bad.ah_attr.port_num = 0;
   EXPECT_EQ(api->modify_qp(qa, &bad, rtr_mask(qa)), EINVAL) << "port 0";
   bad = rtr;
@@ -736,6 +739,7 @@ TEST_F(FakeVerbs, AnInjectedCreateQpFailureHitsOnce) {
 TEST_F(FakeVerbs, AVanishedPeerSaysNothingAtAll) {
   Pair pair;
   ASSERT_EQ(pair.a.post_recv(pair.qa, 0, 64, 1), 0);
+  ASSERT_EQ(pair.a.post_recv(pair.qa, 0, 64, 11), 0);
   ASSERT_EQ(pair.b.post_recv(pair.qb, 0, 64, 2), 0);
   ASSERT_EQ(pair.b.post_send(pair.qb, 4096, 64, 3), 0);  // its completion is lost with it
   vanish(pair.b.context);
@@ -748,6 +752,7 @@ TEST_F(FakeVerbs, AVanishedPeerSaysNothingAtAll) {
   ASSERT_EQ(pair.b.post_send(pair.qb, 4096, 64, 5), 0);
   ASSERT_EQ(pair.a.poll(pair.a.recv_cq).size(), 1u) << "only what arrived before it vanished";
   EXPECT_EQ(pair.a.poll(pair.a.recv_cq).size(), 0u);
+  EXPECT_EQ(counters().dropped_injected, 2u) << "one to it, one from it";
 }
 
 TEST_F(FakeVerbs, CqOverrunIsAnErrorOnTheNextPoll) {
