@@ -648,7 +648,9 @@ ibv_qp* create_qp(ibv_pd* verbs, ibv_qp_init_attr* attr) {
 bool mask_ok(ibv_qp_state from, ibv_qp_state to, bool rc, int mask) {
   int required = IBV_QP_STATE;
   int optional = 0;
-  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
+  if (from == IBV_QPS_RESET && to == IBV_QPS_ERR) {
+    return false;  // the kernel's table has no RESET -> ERR
+  } else if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) {
   } else if (from == IBV_QPS_RESET && to == IBV_QPS_INIT) {
     required |= IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
   } else if (from == IBV_QPS_INIT && to == IBV_QPS_INIT) {

@@ -23,11 +23,11 @@
 //   RESET->INIT needs STATE|PKEY_INDEX|PORT|ACCESS_FLAGS (port 1, pkey 0); INIT->RTR needs STATE|AV|PATH_MTU|
 //   DEST_QPN|RQ_PSN (RC also MAX_DEST_RD_ATOMIC|MIN_RNR_TIMER), optional ACCESS_FLAGS|PKEY_INDEX|ALT_PATH;
 //   RTR->RTS needs STATE|SQ_PSN (RC also TIMEOUT|RETRY_CNT|RNR_RETRY|MAX_QP_RD_ATOMIC), optional CUR_STATE|
-//   ACCESS_FLAGS|ALT_PATH|PATH_MIG_STATE (RC also MIN_RNR_TIMER); any state -> RESET or ERR with STATE alone. A
-//   missing or unexpected mask bit: EINVAL (rxe refuses UC attributes such as TIMEOUT). RTR: path_mtu 256..4096,
-//   ah_attr.is_global 1, port_num 1, grh.sgid_index the IPv4-mapped GID (strict; any non-zero GID permissive),
-//   grh.dgid some port's GID in the fabric (strict: its IPv4-mapped one): else EINVAL. So no IPv4 GID (ipv4_gid_index
-//   -1) means RTR fails EINVAL.
+//   ACCESS_FLAGS|ALT_PATH|PATH_MIG_STATE (RC also MIN_RNR_TIMER); any state -> RESET, and any but RESET -> ERR, with
+//   STATE alone. A missing or unexpected mask bit: EINVAL (rxe refuses UC attributes such as TIMEOUT). RTR: path_mtu
+//   256..4096, ah_attr.is_global 1, port_num 1, grh.sgid_index the IPv4-mapped GID (strict; any non-zero GID
+//   permissive), grh.dgid some port's GID in the fabric (strict: its IPv4-mapped one): else EINVAL. So no IPv4 GID
+//   (ipv4_gid_index -1) means RTR fails EINVAL.
 // - post_recv: QP in RTS strict (INIT, RTR or RTS permissive), else EINVAL; num_sge <= max_recv_sge; posted, not
 //   completed receives at most max_outstanding_recvs (strict) and at most max_recv_wr, counted in 4 KiB frames
 //   strict (Apple: an 8 KiB receive takes 2 places): ENOMEM beyond.

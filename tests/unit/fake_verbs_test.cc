@@ -346,6 +346,9 @@ TEST_F(FakeVerbs, ModifyQpWantsTheMasksRxeWants) {
       << "port 2";
   ibv_qp_attr rtr = rtr_attr(b.gid(), qb->qp_num);
   EXPECT_EQ(api->modify_qp(qa, &rtr, rtr_mask(qa)), EINVAL) << "RESET to RTR skips INIT";
+  ibv_qp_attr error_attr{};
+  error_attr.qp_state = IBV_QPS_ERR;
+  EXPECT_EQ(api->modify_qp(qa, &error_attr, IBV_QP_STATE), EINVAL) << "no RESET to ERR in the kernel's table";
   ASSERT_EQ(to_init(api, qa), 0);
   for (int missing : {IBV_QP_AV, IBV_QP_PATH_MTU, IBV_QP_DEST_QPN, IBV_QP_RQ_PSN}) {
     EXPECT_EQ(api->modify_qp(qa, &rtr, rtr_mask(qa) & ~missing), EINVAL) << "missing " << missing;
