@@ -69,13 +69,13 @@ bool keys_ok(Fabric& fabric, Pd* pd, const ibv_sge* sges, int count, bool writte
   return true;
 }
 
-void push(Cq* cq, const ibv_wc& wc) {
+void push(Cq* cq, const ibv_wc& wc, uint64_t send_seq) {
   if (cq->context->vanished) return;
   if (cq->entries.size() >= static_cast<size_t>(cq->verbs.cqe)) {
     cq->overrun = true;
     return;
   }
-  cq->entries.push_back(wc);
+  cq->entries.push_back(CqEntry{wc, send_seq});
 }
 
 ibv_wc completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len) {
@@ -96,15 +96,18 @@ void enter_error(Qp* qp) {
   qp->recvs.clear();
   qp->recv_frames = 0;
   qp->queued.clear();
+  qp->send_queue.clear();  // flushed
+  qp->send_places = 0;
 }
 
-static void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode) {
-  push(qp->send_cq, completion(qp, wr_id, status, opcode, 0));
+static void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t send_seq) {
+  push(qp->send_cq, completion(qp, wr_id, status, opcode, 0), send_seq);
   enter_error(qp);
 }
 
 // Puts a message into the oldest posted receive of dest; returns the status the receive completed with.
-static ibv_wc_status receive(Fabric& fabric, Qp* dest, const std::vector<uint8_t>& data, uint32_t source_qpn) {
+static ibv_wc_status receive(Fabric& fabric, Qp* dest, const std::vector<uint8_t>& data, uint32_t source_qpn,
+                             const uint32_t* imm) {
   RecvWr recv = std::move(dest->recvs.front());
   dest->recvs.pop_front();
   dest->recv_frames -= frames(recv.length);
@@ -128,6 +131,10 @@ static ibv_wc_status receive(Fabric& fabric, Qp* dest, const std::vector<uint8_t
   }
   ibv_wc wc = completion(dest, recv.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(data.size()));
   wc.src_qp = source_qpn;
+  if (imm) {
+    wc.wc_flags |= IBV_WC_WITH_IMM;
+    wc.imm_data = *imm;
+  }
   push(dest->recv_cq, wc);
   ++fabric.counters.delivered;
   return status;
@@ -139,14 +146,16 @@ void drain_queue(Fabric& fabric, Qp* dest) {
     Queued message = std::move(dest->queued.front());
     dest->queued.pop_front();
     --fabric.counters.queued_rc;
-    const ibv_wc_status status = receive(fabric, dest, message.data, message.source_qpn);
+    const ibv_wc_status status =
+        receive(fabric, dest, message.data, message.source_qpn, message.has_imm ? &message.imm_data : nullptr);
     auto sender = fabric.qp_by_number.find(message.source_qpn);
     if (sender == fabric.qp_by_number.end()) continue;
     if (status != IBV_WC_SUCCESS) {
-      error_completion(sender->second, message.wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SEND);
+      error_completion(sender->second, message.wr_id, IBV_WC_REM_INV_REQ_ERR, IBV_WC_SEND, message.send_seq);
     } else if (message.signaled) {
       push(sender->second->send_cq,
-           completion(sender->second, message.wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, message.data.size()));
+           completion(sender->second, message.wr_id, IBV_WC_SUCCESS, IBV_WC_SEND, message.data.size()),
+           message.send_seq);
     }
   }
   if (dest->verbs.state == IBV_QPS_ERR) {
@@ -162,15 +171,15 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   const ibv_wc_opcode opcode =
       (wr->opcode == IBV_WR_RDMA_WRITE || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) ? IBV_WC_RDMA_WRITE : IBV_WC_SEND;
   auto succeeded = [&] {
-    if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, length));
+    if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, length), qp->sending_seq);
   };
   if (!(wr->send_flags & IBV_SEND_INLINE) && !keys_ok(fabric, qp->pd, wr->sg_list, wr->num_sge, false)) {
-    error_completion(qp, wr->wr_id, IBV_WC_LOC_PROT_ERR, opcode);
+    error_completion(qp, wr->wr_id, IBV_WC_LOC_PROT_ERR, opcode, qp->sending_seq);
     return;
   }
   if (fabric.fail_send) {
     fabric.fail_send = false;
-    error_completion(qp, wr->wr_id, fabric.fail_send_status, opcode);
+    error_completion(qp, wr->wr_id, fabric.fail_send_status, opcode, qp->sending_seq);
     return;
   }
   std::vector<uint8_t> data(length);
@@ -200,7 +209,7 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   }
   if (dest == nullptr) {
     if (rc) {
-      error_completion(qp, wr->wr_id, IBV_WC_RETRY_EXC_ERR, opcode);
+      error_completion(qp, wr->wr_id, IBV_WC_RETRY_EXC_ERR, opcode, qp->sending_seq);
     } else {
       ++fabric.counters.dropped_no_receive;
       succeeded();
@@ -222,7 +231,8 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
     const bool needs_receive = wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
     if (!writable || (needs_receive && dest->recvs.empty())) {
       if (rc) {
-        error_completion(qp, wr->wr_id, writable ? IBV_WC_RNR_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR, opcode);
+        error_completion(qp, wr->wr_id, writable ? IBV_WC_RNR_RETRY_EXC_ERR : IBV_WC_REM_ACCESS_ERR, opcode,
+                         qp->sending_seq);
       } else {
         ++fabric.counters.dropped_no_receive;
         succeeded();
@@ -246,7 +256,8 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   }
   if (dest->recvs.empty()) {
     if (rc) {
-      dest->queued.push_back(Queued{qp->verbs.qp_num, wr->wr_id, signaled, std::move(data)});
+      dest->queued.push_back(Queued{qp->verbs.qp_num, wr->wr_id, qp->sending_seq, signaled, std::move(data),
+                                    wr->opcode == IBV_WR_SEND_WITH_IMM, wr->imm_data});
       ++fabric.counters.queued_rc;
     } else {
       ++fabric.counters.dropped_no_receive;
@@ -254,15 +265,10 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
     }
     return;
   }
-  const bool with_imm = wr->opcode == IBV_WR_SEND_WITH_IMM;
-  const ibv_wc_status status = receive(fabric, dest, data, qp->verbs.qp_num);
-  if (status == IBV_WC_SUCCESS && with_imm) {
-    ibv_wc& wc = dest->recv_cq->entries.back();
-    wc.wc_flags |= IBV_WC_WITH_IMM;
-    wc.imm_data = wr->imm_data;
-  }
+  const uint32_t* imm = wr->opcode == IBV_WR_SEND_WITH_IMM ? &wr->imm_data : nullptr;
+  const ibv_wc_status status = receive(fabric, dest, data, qp->verbs.qp_num, imm);
   if (rc && status != IBV_WC_SUCCESS) {
-    error_completion(qp, wr->wr_id, IBV_WC_REM_INV_REQ_ERR, opcode);
+    error_completion(qp, wr->wr_id, IBV_WC_REM_INV_REQ_ERR, opcode, qp->sending_seq);
   } else {
     succeeded();
   }

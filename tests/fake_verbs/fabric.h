@@ -35,10 +35,14 @@ struct Mr {
   Pd* pd = nullptr;
   int access = 0;
 };
+struct CqEntry {
+  ibv_wc wc{};
+  uint64_t send_seq = 0;  ///< a send WR's number on its QP (polling it frees its send-queue places), 0 otherwise
+};
 struct Cq {
   ibv_cq verbs{};
   Context* context = nullptr;
-  std::deque<ibv_wc> entries;
+  std::deque<CqEntry> entries;
   bool overrun = false;
 };
 struct RecvWr {
@@ -51,8 +55,11 @@ struct RecvWr {
 struct Queued {
   uint32_t source_qpn = 0;
   uint64_t wr_id = 0;
+  uint64_t send_seq = 0;
   bool signaled = false;
   std::vector<uint8_t> data;
+  bool has_imm = false;  ///< SEND_WITH_IMM
+  uint32_t imm_data = 0;
 };
 struct Qp {
   ibv_qp verbs{};
@@ -67,6 +74,12 @@ struct Qp {
   std::deque<RecvWr> recvs;
   uint64_t recv_frames = 0;
   std::deque<Queued> queued;
+  // Send WRs holding send-queue places (4 KiB frames strict, 1 each permissive) until a completion of theirs or of
+  // a later WR of the QP is polled: (WR number, places).
+  std::deque<std::pair<uint64_t, uint64_t>> send_queue;
+  uint64_t send_places = 0;
+  uint64_t next_send_seq = 1;
+  uint64_t sending_seq = 0;  ///< the WR transmit() is handling
 };
 struct Context {
   ibv_context verbs{};
@@ -121,7 +134,7 @@ Context* owner_of_gid(Fabric& fabric, const ibv_gid& gid);
 /// Every SGE inside an MR of the PD with that lkey (and with LOCAL_WRITE when the HCA writes into it).
 bool keys_ok(Fabric& fabric, Pd* pd, const ibv_sge* sges, int count, bool written);
 /// Completions that do not fit set the CQ's overrun; a vanished context's CQs take none.
-void push(Cq* cq, const ibv_wc& wc);
+void push(Cq* cq, const ibv_wc& wc, uint64_t send_seq = 0);
 ibv_wc completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len);
 /// ERR: posted receives are flushed, waiting RC messages are lost.
 void enter_error(Qp* qp);

@@ -345,6 +345,8 @@ int modify_qp(ibv_qp* verbs, ibv_qp_attr* attr, int mask) {
     qp->queued.clear();
     qp->recvs.clear();
     qp->recv_frames = 0;
+    qp->send_queue.clear();
+    qp->send_places = 0;
   }
   verbs->state = to;
   return 0;
@@ -390,6 +392,11 @@ int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
     for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
     if (length > fabric.max_message()) return EINVAL;
     if ((wr->send_flags & IBV_SEND_INLINE) && length > qp->cap.max_inline_data) return EINVAL;
+    const uint64_t places = fabric.strict() ? frames(length) : 1;
+    if (qp->send_places + places > qp->cap.max_send_wr) return ENOMEM;
+    qp->sending_seq = qp->next_send_seq++;
+    qp->send_queue.emplace_back(qp->sending_seq, places);
+    qp->send_places += places;
     transmit(fabric, qp, wr, length);
   }
   if (bad) *bad = nullptr;
@@ -436,13 +443,23 @@ int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 int poll_cq(ibv_cq* verbs, int entries, ibv_wc* wc) {
   Call call("poll_cq");
-  Cq* cq = Fabric::find(call.fabric().cqs, verbs);
+  Fabric& fabric = call.fabric();
+  Cq* cq = Fabric::find(fabric.cqs, verbs);
   if (!cq || entries < 0 || (entries > 0 && !wc) || cq->overrun) return -1;
   if (cq->context->vanished) return 0;
   int n = 0;
   for (; n < entries && !cq->entries.empty(); ++n) {
-    wc[n] = cq->entries.front();
+    const CqEntry entry = cq->entries.front();
     cq->entries.pop_front();
+    wc[n] = entry.wc;
+    // A polled send completion frees the places of its WR and of the unsignaled ones before it.
+    auto qp = fabric.qp_by_number.find(entry.wc.qp_num);
+    if (entry.send_seq == 0 || qp == fabric.qp_by_number.end()) continue;
+    auto& queue = qp->second->send_queue;
+    while (!queue.empty() && queue.front().first <= entry.send_seq) {
+      qp->second->send_places -= queue.front().second;
+      queue.pop_front();
+    }
   }
   return n;
 }

@@ -33,8 +33,10 @@
 //   strict (Apple: an 8 KiB receive takes 2 places): ENOMEM beyond.
 // - post_send: QP in RTS, else EINVAL; strict: IBV_WR_SEND only (others EINVAL); permissive also SEND_WITH_IMM,
 //   RDMA_WRITE and RDMA_WRITE_WITH_IMM (remote range inside an MR of the peer with that rkey and REMOTE_WRITE);
-//   num_sge <= max_send_sge; length <= max_msg_sz. The WRs of a list are taken in order; the first bad one is
-//   returned in *bad and the earlier ones stay posted.
+//   num_sge <= max_send_sge; length <= max_msg_sz; room in the send queue: a WR holds max_send_wr places (4 KiB
+//   frames strict, 1 permissive) until a completion of it or of a later WR of the QP is polled (as mlx5 does:
+//   unsignaled WRs are freed only by a later signaled one), else ENOMEM. The WRs of a list are taken in order; the
+//   first bad one is returned in *bad and the earlier ones stay posted.
 // - Delivery: the destination is the QP with number dest_qp_num on the port owning dgid, in RTR or RTS. With a
 //   receive posted: strict, the message and the receive buffer must span the same number of 4 KiB frames
 //   (ceil(len / 4096), at least 1), permissive the message must fit; else the receive completes with

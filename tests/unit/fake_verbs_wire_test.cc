@@ -449,5 +449,43 @@ TEST_F(FakeVerbs, TwoQpsOfOneContextReachEachOther) {
   EXPECT_EQ(*port.at(8192), 77);
 }
 
+TEST_F(FakeVerbs, SendWorkRequestsHoldTheirPlacesUntilAPolledCompletion) {
+  Pair pair(IBV_QPT_UC, 4);
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(pair.a.post_send(pair.qa, 0, 64, i, IBV_WR_SEND, 0), 0) << i;
+  ASSERT_EQ(pair.a.post_send(pair.qa, 0, 64, 3), 0);
+  EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 4), ENOMEM) << "4 WRs in a 4-deep send queue, none polled";
+  ASSERT_EQ(pair.a.poll(pair.a.send_cq).size(), 1u);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 5 + i, IBV_WR_SEND, 0), 0) << i;
+  EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 9, IBV_WR_SEND, 0), ENOMEM) << "only unsignaled: never freed";
+
+  reset(Options{});
+  Pair frames(IBV_QPT_UC, 4);
+  ASSERT_EQ(frames.a.post_send(frames.qa, 0, 12288, 1), 0);
+  EXPECT_EQ(frames.a.post_send(frames.qa, 0, 8192, 2), ENOMEM) << "3 + 2 frames in a 4-deep queue";
+  ASSERT_EQ(frames.a.post_send(frames.qa, 0, 100, 3), 0);
+}
+
+TEST_F(FakeVerbs, PermissiveSendWithImmediateCarriesItDirectOrQueued) {
+  reset(permissive());
+  Pair pair(IBV_QPT_RC);
+  ibv_sge list = pair.a.sge(0, 16);
+  ibv_send_wr wr{};
+  wr.sg_list = &list;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND_WITH_IMM;
+  wr.imm_data = 0x1234;
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(pair.a.api->post_send(pair.qa, &wr, &bad), 0);  // queued: no receive yet
+  ASSERT_EQ(pair.b.post_recv(pair.qb, 0, 64, 1), 0);
+  wr.imm_data = 0x5678;
+  ASSERT_EQ(pair.b.post_recv(pair.qb, 0, 64, 2), 0);
+  ASSERT_EQ(pair.a.api->post_send(pair.qa, &wr, &bad), 0);  // straight into the posted receive
+  const std::vector<ibv_wc> received = pair.b.poll(pair.b.recv_cq);
+  ASSERT_EQ(received.size(), 2u);
+  for (const ibv_wc& wc : received) EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
+  EXPECT_EQ(received[0].imm_data, 0x1234u);
+  EXPECT_EQ(received[1].imm_data, 0x5678u);
+}
+
 }  // namespace
 }  // namespace tbcoll::ibverbs::fake
