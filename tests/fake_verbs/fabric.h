@@ -1,0 +1,146 @@
+// The fake fabric's records, shared by its two halves: fake_verbs.cc (the VerbsApi table and the test controls)
+// and fabric.cc (the wire: delivery, completions, error states). Everything here runs under the fabric mutex that
+// fake_verbs.cc holds for every call. Not an interface: tests include fake_verbs.h.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "fake_verbs/fake_verbs.h"
+
+namespace tbcoll::ibverbs::fake::detail {
+
+constexpr uint64_t kFrameBytes = 4096;
+constexpr uint32_t kAppleMaxMessage = 16773120;
+constexpr uint32_t kPermissiveMaxMessage = 1u << 31;
+constexpr int kMaxCqEntries = 65536;
+
+inline uint64_t frames(uint64_t bytes) { return std::max<uint64_t>(1, (bytes + kFrameBytes - 1) / kFrameBytes); }
+
+struct Context;
+struct Pd {
+  ibv_pd verbs{};
+  Context* context = nullptr;
+};
+struct Mr {
+  ibv_mr verbs{};
+  Pd* pd = nullptr;
+  int access = 0;
+};
+struct CqEntry {
+  ibv_wc wc{};
+  uint64_t send_seq = 0;  ///< a send WR's number on its QP (polling it frees its send-queue places), 0 otherwise
+};
+struct Cq {
+  ibv_cq verbs{};
+  Context* context = nullptr;
+  std::deque<CqEntry> entries;
+  bool overrun = false;
+};
+struct RecvWr {
+  uint64_t wr_id = 0;
+  std::vector<ibv_sge> sges;
+  uint64_t length = 0;
+  bool keys_ok = true;
+};
+// An RC message waiting at its destination for a receive; the sender's completion waits with it.
+struct Queued {
+  uint32_t source_qpn = 0;
+  uint64_t wr_id = 0;
+  uint64_t send_seq = 0;
+  bool signaled = false;
+  std::vector<uint8_t> data;
+  bool has_imm = false;  ///< SEND_WITH_IMM
+  uint32_t imm_data = 0;
+};
+struct Qp {
+  ibv_qp verbs{};
+  Context* context = nullptr;
+  Pd* pd = nullptr;
+  Cq* send_cq = nullptr;
+  Cq* recv_cq = nullptr;
+  ibv_qp_cap cap{};
+  bool sig_all = false;
+  ibv_gid dgid{};
+  uint32_t dest_qpn = 0;
+  std::deque<RecvWr> recvs;
+  uint64_t recv_frames = 0;
+  std::deque<Queued> queued;
+  // Send WRs holding send-queue places (4 KiB frames strict, 1 each permissive) until a completion of theirs or of
+  // a later WR of the QP is polled: (WR number, places).
+  std::deque<std::pair<uint64_t, uint64_t>> send_queue;
+  uint64_t send_places = 0;
+  uint64_t next_send_seq = 1;
+  uint64_t sending_seq = 0;  ///< the WR transmit() is handling
+};
+struct Context {
+  ibv_context verbs{};
+  std::vector<ibv_gid> gids;
+  bool vanished = false;
+  int qps = 0;
+  int mrs = 0;
+};
+
+template <typename T, typename V>
+using Table = std::unordered_map<V*, std::unique_ptr<T>>;
+
+struct Fabric {
+  Options options;
+  std::vector<std::unique_ptr<ibv_device>> devices;
+  Table<Context, ibv_context> contexts;
+  Table<Pd, ibv_pd> pds;
+  Table<Mr, ibv_mr> mrs;
+  Table<Cq, ibv_cq> cqs;
+  Table<Qp, ibv_qp> qps;
+  std::unordered_map<uint32_t, Qp*> qp_by_number;
+  std::unordered_map<uint32_t, Mr*> mr_by_key;
+  uint32_t next_qpn = 0x11;
+  uint32_t next_key = 0x100;
+  uint32_t next_handle = 1;
+  int next_port = 1;
+  int drop_sends = 0;
+  int corrupt_sends = 0;
+  bool fail_send = false;
+  ibv_wc_status fail_send_status = IBV_WC_SUCCESS;
+  int fail_create_qp = 0;
+  Counters counters;
+  std::map<std::string, uint64_t> calls;
+
+  bool strict() const { return options.apple_strict; }
+  uint32_t max_message() const { return strict() ? kAppleMaxMessage : kPermissiveMaxMessage; }
+  template <typename T, typename V>
+  static T* find(Table<T, V>& table, V* key) {
+    auto it = table.find(key);
+    return it == table.end() ? nullptr : it->second.get();
+  }
+};
+
+/// A fabric with these options and its devices.
+std::unique_ptr<Fabric> make_fabric(const Options& options);
+/// A port's GID table: link-local at 0, the IPv4-mapped GID at options.ipv4_gid_index, fd00:: elsewhere.
+std::vector<ibv_gid> gid_table(const Options& options, int port);
+bool is_zero(const ibv_gid& gid);
+bool is_ipv4_mapped(const ibv_gid& gid);
+/// The open context whose port has this GID, or null.
+Context* owner_of_gid(Fabric& fabric, const ibv_gid& gid);
+/// Every SGE inside an MR of the PD with that lkey (and with LOCAL_WRITE when the HCA writes into it).
+bool keys_ok(Fabric& fabric, Pd* pd, const ibv_sge* sges, int count, bool written);
+/// Completions that do not fit set the CQ's overrun; a vanished context's CQs take none.
+void push(Cq* cq, const ibv_wc& wc, uint64_t send_seq = 0);
+ibv_wc completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint32_t byte_len);
+/// ERR: posted receives are flushed, waiting RC messages are lost.
+void enter_error(Qp* qp);
+/// RC: queued messages meet newly posted receives; the senders' completions come with the delivery.
+void drain_queue(Fabric& fabric, Qp* dest);
+/// One validated send WR (state, opcode, SGE count and length checked), from its keys to its completions.
+void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length);
+
+}  // namespace tbcoll::ibverbs::fake::detail

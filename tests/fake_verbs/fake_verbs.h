@@ -1,0 +1,129 @@
+// A fake verbs provider for the tests: an in-process fabric behind VerbsApi (transports/ibverbs/verbs.h), so the
+// ibverbs transport, its conformance suite and the collective tests run without RDMA hardware, with Apple's
+// Thunderbolt limits enforced (Options::apple_strict) and faults injected on demand.
+//
+// The fabric is process-wide: ranks are threads, each opening its own device context, and every context is a port
+// of its own (as if each rank were a Mac). Everything the table does happens under one fabric mutex, so any thread
+// may call any function; delivery is synchronous inside post_send. The structs handed out (ibv_device, ibv_context,
+// ibv_pd, ibv_mr, ibv_cq, ibv_qp) are rdma-core's, allocated by the fake; their ops tables are null, so calling
+// rdma-core's inline ibv_post_send() on them crashes: go through the table. Nothing links libibverbs.
+//
+// What the fabric enforces (Apple-strict unless noted; "permissive" = apple_strict false, a RoCE-like device):
+// - Devices rdma_en0..; each open_device is a port: port 1 only, ACTIVE, active_mtu IBV_MTU_1024, max_mtu 4096,
+//   link layer Ethernet, max_msg_sz 16,773,120 (Apple's) strict. GID table: index 0 a link-local fe80::/64 GID,
+//   Options::ipv4_gid_index the IPv4-mapped ::ffff:10.9.0.k (k = 1 for the first context opened since reset(),
+//   2 for the next...), other indexes an fd00:: GID (not IPv4). query_gid beyond the table: EINVAL.
+// - reg_mr: at most max_mrs per context (ENOMEM); REMOTE_WRITE/ATOMIC need LOCAL_WRITE (EINVAL). Every SGE must
+//   lie inside an MR of the QP's PD with that lkey (a receive also needs LOCAL_WRITE): else the WR completes with
+//   IBV_WC_LOC_PROT_ERR (a send at once, a receive when a message reaches it) and the QP goes to ERR.
+// - create_qp: UC only strict (RC: EOPNOTSUPP; UD and SRQ: EOPNOTSUPP in both modes); at most max_qps live QPs per
+//   context (EBUSY); max_send_sge/max_recv_sge 1 strict (4 permissive), max_send_wr/max_recv_wr <= 4095 strict
+//   (16384 permissive), no inline data strict (256 bytes permissive): EINVAL beyond.
+// - modify_qp: the transitions and attribute masks of the kernel's ib_modify_qp_is_ok() (what rxe applies):
+//   RESET->INIT needs STATE|PKEY_INDEX|PORT|ACCESS_FLAGS (port 1, pkey 0); INIT->RTR needs STATE|AV|PATH_MTU|
+//   DEST_QPN|RQ_PSN (RC also MAX_DEST_RD_ATOMIC|MIN_RNR_TIMER), optional ACCESS_FLAGS|PKEY_INDEX|ALT_PATH;
+//   RTR->RTS needs STATE|SQ_PSN (RC also TIMEOUT|RETRY_CNT|RNR_RETRY|MAX_QP_RD_ATOMIC), optional CUR_STATE|
+//   ACCESS_FLAGS|ALT_PATH|PATH_MIG_STATE (RC also MIN_RNR_TIMER); any state -> RESET, and any but RESET -> ERR, with
+//   STATE alone. A missing or unexpected mask bit: EINVAL (rxe refuses UC attributes such as TIMEOUT). RTR: path_mtu
+//   256..4096, ah_attr.is_global 1, port_num 1, grh.sgid_index the IPv4-mapped GID (strict; any non-zero GID
+//   permissive), grh.dgid some port's GID in the fabric (strict: its IPv4-mapped one): else EINVAL. So no IPv4 GID
+//   (ipv4_gid_index -1) means RTR fails EINVAL.
+// - post_recv: QP in RTS strict (INIT, RTR or RTS permissive), else EINVAL; num_sge <= max_recv_sge; posted, not
+//   completed receives at most max_outstanding_recvs (strict) and at most max_recv_wr, counted in 4 KiB frames
+//   strict (Apple: an 8 KiB receive takes 2 places): ENOMEM beyond.
+// - post_send: QP in RTS, else EINVAL; strict: IBV_WR_SEND only (others EINVAL); permissive also SEND_WITH_IMM,
+//   RDMA_WRITE and RDMA_WRITE_WITH_IMM (remote range inside an MR of the peer with that rkey and REMOTE_WRITE);
+//   num_sge <= max_send_sge; length <= max_msg_sz; room in the send queue: a WR holds max_send_wr places (4 KiB
+//   frames strict, 1 permissive) until a completion of it or of a later WR of the QP is polled (as mlx5 does:
+//   unsignaled WRs are freed only by a later signaled one), else ENOMEM. The WRs of a list are taken in order; the
+//   first bad one is returned in *bad and the earlier ones stay posted.
+// - Delivery: the destination is the QP with number dest_qp_num on the port owning dgid, in RTR or RTS. With a
+//   receive posted: strict, the message and the receive buffer must span the same number of 4 KiB frames
+//   (ceil(len / 4096), at least 1), permissive the message must fit; else the receive completes with
+//   IBV_WC_LOC_LEN_ERR (and that QP goes to ERR); otherwise the data is copied and the receive completes
+//   (IBV_WC_RECV, byte_len, qp_num, src_qp). With no receive posted: UC drops the message silently; RC keeps it
+//   until a receive is posted (real RC retries), and the RC send completion comes only with the delivery.
+//   A UC send completion (IBV_WC_SEND) is written when the WR is signaled or the QP has sq_sig_all, delivered or not.
+// - Error completions (any status but success) are always written, and put the QP in ERR: its posted receives are
+//   flushed (IBV_WC_WR_FLUSH_ERR), and later posts complete at once with IBV_WC_WR_FLUSH_ERR.
+// - CQs: poll_cq returns up to n completions, oldest first. More completions than the CQ's entries is an overrun:
+//   every later poll of that CQ returns -1 (real CQs go to error too).
+// - destroy_cq with QPs on it, dealloc_pd with QPs or MRs on it: EBUSY. close_device frees what is left.
+//
+// Thread safety: every function may be called from any thread. reset() invalidates every pointer handed out.
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "transports/ibverbs/verbs.h"
+
+namespace tbcoll::ibverbs::fake {
+
+struct Options {
+  /// Enforce Apple's Thunderbolt limits; false: a permissive RoCE-like device that also allows RC and RDMA WRITE.
+  bool apple_strict = true;
+  /// Devices listed: rdma_en0, rdma_en1, ...
+  int devices = 1;
+  /// Live QPs per opened device context: the next create_qp fails with EBUSY.
+  int max_qps = 10;
+  /// Live MRs per opened device context: the next reg_mr fails with ENOMEM.
+  int max_mrs = 100;
+  /// Posted, not yet completed receives per QP (strict): ENOMEM beyond.
+  int max_outstanding_recvs = 32;
+  /// Where the ::ffff:10.9.0.k GID sits (Apple: usually 1, sometimes 2); -1: none (RTR fails with EINVAL, as on a
+  /// Mac whose Thunderbolt interface has no IPv4 address).
+  int ipv4_gid_index = 1;
+  /// get_device_list returns null with errno ENOSYS, as rdma-core does on a kernel without RDMA.
+  bool no_kernel_support = false;
+  /// Ports are ACTIVE; false: IBV_PORT_DOWN, and alloc_pd returns null (errno EIO), as Apple's provider does when
+  /// the Mac at the other end of the cable has no RDMA.
+  bool ports_active = true;
+};
+
+/// A fresh fabric with these options: every earlier device, context and resource is gone (tests call it first).
+void reset(const Options& options = Options{});
+
+/// The function table, bound to the process-wide fabric; provider "fake". The pointer stays valid across reset().
+const VerbsApi* verbs();
+
+// ---- fault injection: each applies to the next sends posted anywhere in the fabric, in posting order ----------
+
+/// The next n messages are lost on the wire (the sender sees a normal completion), like a flaky cable.
+void drop_next_sends(int n);
+/// The next n non-empty messages arrive with one payload byte flipped (the middle one).
+void corrupt_next_sends(int n);
+/// The next send is not delivered and completes on the sender with this status (written even if unsignaled); the
+/// sending QP goes to ERR.
+void fail_next_send_completion(ibv_wc_status status);
+/// The next create_qp fails with this errno (e.g. EBUSY).
+void fail_next_create_qp(int err);
+/// A peer that dies without a word: the context's QPs stop receiving and sending (posts succeed and do nothing),
+/// its CQs stay empty, and no error completion appears anywhere. Sends to it are lost (UC) or wait forever (RC).
+void vanish(ibv_context* context);
+
+// ---- observation --------------------------------------------------------------------------------------------
+
+/// Calls per VerbsApi member name ("post_send", "modify_qp", ...) since reset() or clear_calls(), failed ones too.
+std::map<std::string, uint64_t> calls();
+void clear_calls();
+
+/// What happened to the messages posted since reset().
+struct Counters {
+  uint64_t delivered = 0;           ///< copied into a posted receive (or an RDMA WRITE target)
+  uint64_t dropped_no_receive = 0;  ///< UC: no receive posted at the destination
+  uint64_t dropped_injected = 0;    ///< drop_next_sends, or sent to/from a vanished context
+  uint64_t corrupted = 0;           ///< corrupt_next_sends
+  uint64_t length_errors = 0;       ///< frame-count or length mismatch with the posted receive
+  uint64_t queued_rc = 0;           ///< RC messages waiting for a receive right now
+};
+Counters counters();
+
+/// Live QPs and MRs of an open context (-1 for an unknown context).
+int live_qps(ibv_context* context);
+int live_mrs(ibv_context* context);
+
+}  // namespace tbcoll::ibverbs::fake
