@@ -217,7 +217,7 @@ if [ $pvh = 1 ] && [ ! -f "$K/vmlinux" ] && [ ! -f "$K/no-vmlinux" ]; then
   fi
 fi
 KIMG=$K/vmlinuz; boot_kind=bzImage
-if [ $pvh = 1 ] && [ -f "$K/vmlinux" ]; then KIMG=$K/vmlinux; boot_kind=PVH; fi
+if [ $pvh = 1 ] && [ -f "$K/vmlinux" ] && [ ! -f "$K/no-vmlinux" ]; then KIMG=$K/vmlinux; boot_kind=PVH; fi
 
 # ---- the initramfs ------------------------------------------------------------------------------------------------
 R=$work/root
@@ -245,8 +245,9 @@ copy_elf() {  # $1 = program or library, $2 = its place in the guest; then every
   done
 }
 # Always there: rdma-core's library (also what the transport dlopens), the rxe provider, the rdma tool, the launcher.
-for f in "$(command -v ibv_devinfo)" "$(command -v rdma)" "$RXE_PROVIDER" /usr/lib/x86_64-linux-gnu/libibverbs.so.1; do
-  copy_elf "$f" "$f"
+for f in "$(command -v ibv_devinfo)" "$(command -v rdma)" "$RXE_PROVIDER" /usr/lib/x86_64-linux-gnu/libibverbs.so.1 \
+         /usr/lib/x86_64-linux-gnu/libibverbs.so; do
+  [ ! -e "$f" ] || copy_elf "$f" "$f"
 done
 copy_elf "$BUILD/tbcoll-run" /tb/bin/tbcoll-run
 copy_elf "$BUILD/tbcoll-info" /tb/bin/tbcoll-info
@@ -399,34 +400,45 @@ print_result() {  # $1 = index
     fi
   fi
 }
-mkfifo "$work/console.fifo"
-timeout -k 10 "$budget" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -m 1536 -nographic -no-reboot -nic none \
-  -kernel "$KIMG" -initrd "$work/initrd.cpio" -append "console=ttyS0 panic=-1 quiet" \
-  </dev/null >"$work/console.fifo" 2>&1 &
-qemu_pid=$!
-trap 'kill $qemu_pid 2>/dev/null || true' EXIT   # timeout passes the signal on to QEMU
-exec 3>"$work/console.log"
-while IFS= read -r line; do
-  line=${line%$'\r'}
-  printf '%s\n' "$line" >&3
-  [[ $line == *"@@RQ "* ]] || continue
-  line=${line#*@@RQ }
-  if [[ $line =~ ^LOG\ ([0-9]+)\ (.*)$ ]]; then
-    k=${BASH_REMATCH[1]}
-    printf '%s\n' "${BASH_REMATCH[2]}" >>"$work/logs/${c_mode[$k]}-${c_name[$k]}.log"
-  elif [[ $line =~ ^RESULT\ ([0-9]+)\ ([A-Z]+)\ ?(.*)$ ]]; then
-    k=${BASH_REMATCH[1]}; result[$k]=${BASH_REMATCH[2]}; detail[$k]=${BASH_REMATCH[3]}
-    print_result "$k"
-  elif [[ $line =~ ^SETUP\ (.*)$ ]]; then
-    if [[ $line == *ERROR* ]]; then setup_errors=$((setup_errors + 1)); fi
-    if [ $verbose = 1 ] || [[ $line == *ERROR* ]]; then echo "test-rdma-qemu: guest: ${BASH_REMATCH[1]}" >&2; fi
-  elif [[ $line == DONE* ]]; then
-    done_marker=1
-  fi
-done <"$work/console.fifo"
-exec 3>&-
-wait $qemu_pid || true
-trap - EXIT
+saw_guest=0
+boot() {  # runs QEMU on $KIMG, reading the console as it comes: results are printed as they arrive
+  rm -f "$work/console.fifo"; mkfifo "$work/console.fifo"
+  timeout -k 10 "$budget" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -m 1536 -nographic -no-reboot -nic none \
+    -kernel "$KIMG" -initrd "$work/initrd.cpio" -append "console=ttyS0 panic=-1 quiet" \
+    </dev/null >"$work/console.fifo" 2>&1 &
+  qemu_pid=$!
+  trap 'kill $qemu_pid 2>/dev/null || true' EXIT   # timeout passes the signal on to QEMU
+  exec 3>"$work/console.log"
+  while IFS= read -r line; do
+    line=${line%$'\r'}
+    printf '%s\n' "$line" >&3
+    [[ $line == *"@@RQ "* ]] || continue
+    line=${line#*@@RQ }
+    if [[ $line =~ ^LOG\ ([0-9]+)\ (.*)$ ]]; then
+      k=${BASH_REMATCH[1]}
+      printf '%s\n' "${BASH_REMATCH[2]}" >>"$work/logs/${c_mode[$k]}-${c_name[$k]}.log"
+    elif [[ $line =~ ^RESULT\ ([0-9]+)\ ([A-Z]+)\ ?(.*)$ ]]; then
+      k=${BASH_REMATCH[1]}; result[$k]=${BASH_REMATCH[2]}; detail[$k]=${BASH_REMATCH[3]}
+      print_result "$k"
+    elif [[ $line =~ ^SETUP\ (.*)$ ]]; then
+      saw_guest=1
+      if [[ $line == *ERROR* ]]; then setup_errors=$((setup_errors + 1)); fi
+      if [ $verbose = 1 ] || [[ $line == *ERROR* ]]; then echo "test-rdma-qemu: guest: ${BASH_REMATCH[1]}" >&2; fi
+    elif [[ $line == DONE* ]]; then
+      done_marker=1
+    fi
+  done <"$work/console.fifo"
+  exec 3>&-
+  wait $qemu_pid || true
+  trap - EXIT
+}
+boot
+if [ $saw_guest = 0 ] && [ $boot_kind = PVH ]; then  # QEMU or the kernel refused the PVH entry: bzImage from now on
+  echo "test-rdma-qemu: no sign of the guest booting through PVH; booting the bzImage (and from now on)" >&2
+  mv "$work/console.log" "$work/console-pvh.log"; touch "$K/no-vmlinux"
+  KIMG=$K/vmlinuz; boot_kind=bzImage
+  boot
+fi
 T_END=$(date +%s.%N)
 
 failed=0; passed=0; skipped=0
