@@ -146,30 +146,43 @@ mkdir -p "$work/logs"
 # Module names to load; their dependencies come from modules.dep. crc32_generic is no dependency of rdma_rxe but
 # rxe cannot add a device without it (it asks the crypto API for "crc32").
 WANTED_MODULES="crc32_generic rdma_rxe dummy"
-if [ -z "$kver" ]; then
-  kver=$(apt-cache depends linux-image-amd64 2>/dev/null |
-         sed -n 's/.*Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1)
-fi
-if [ -z "$kver" ]; then  # no package index: the newest kernel in the cache, if any
-  kver=$(ls -1 "$CACHE" 2>/dev/null | grep -E '^[0-9].*-amd64$' | sort -V | tail -1 || true)
+index_kernel() {  # the ABI linux-image-amd64 depends on now, e.g. 6.1.0-57-amd64 (old ones leave the index)
+  apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1
+}
+cached_kernel() {  # the newest kernel unpacked in the cache
+  local d
+  for d in "$CACHE"/*-amd64; do if [ -f "$d/complete" ]; then basename "$d"; fi; done | sort -V | tail -1
+}
+kver_forced=${kver:+1}
+[ -n "$kver" ] || kver=$(index_kernel)
+if [ -z "$kver" ]; then  # no package index
+  kver=$(cached_kernel)
   [ -n "$kver" ] || cannot_run "apt-cache knows no linux-image-amd64 and the cache is empty (run apt-get update)"
   echo "test-rdma-qemu: no package index; using the cached kernel $kver" >&2
 fi
-K=$CACHE/$kver
-if [ ! -f "$K/complete" ]; then
-  echo "test-rdma-qemu: fetching and unpacking linux-image-$kver into $K" >&2
+if [ ! -f "$CACHE/$kver/complete" ]; then
   tmp=$(mktemp -d "$CACHE/unpack.XXXXXX")
   trap 'rm -rf "$tmp"' EXIT
-  if ! (cd "$tmp" && apt-get download -q "linux-image-$kver" >/dev/null 2>"$tmp/apt.err"); then
-    # The kernel ABI changes with security updates and old ones leave the index: refresh it once when we can.
-    if [ "$(id -u)" = 0 ]; then
-      apt-get update -qq >/dev/null 2>&1 || true
-      (cd "$tmp" && apt-get download -q "linux-image-$kver" >/dev/null 2>"$tmp/apt.err") ||
-        die "apt-get download linux-image-$kver failed: $(cat "$tmp/apt.err")"
+  download() { echo "test-rdma-qemu: fetching linux-image-$1" >&2
+               (cd "$tmp" && apt-get download -q "linux-image-$1" >/dev/null 2>"$tmp/apt.err"); }
+  if ! download "$kver"; then
+    # The index may be old (the ABI changes with security updates): refresh it once when we can, and ask again.
+    if [ "$(id -u)" = 0 ] && apt-get update -qq >/dev/null 2>&1 && [ -z "$kver_forced" ]; then
+      kver=$(index_kernel)
+    fi
+    if [ -n "$kver" ] && { [ -f "$CACHE/$kver/complete" ] || download "$kver"; }; then
+      :
+    elif [ -z "$kver_forced" ] && [ -n "$(cached_kernel)" ]; then
+      echo "test-rdma-qemu: apt-get download failed ($(tr '\n' ' ' <"$tmp/apt.err")); using the cached kernel" >&2
+      kver=$(cached_kernel)
     else
-      die "apt-get download linux-image-$kver failed (apt-get update as root may help): $(cat "$tmp/apt.err")"
+      die "apt-get download linux-image-$kver failed: $(cat "$tmp/apt.err")"
     fi
   fi
+fi
+K=$CACHE/$kver
+if [ ! -f "$K/complete" ]; then
+  echo "test-rdma-qemu: unpacking linux-image-$kver into $K" >&2
   dpkg-deb -x "$tmp"/linux-image-"$kver"_*.deb "$tmp/pkg"
   depmod -b "$tmp/pkg" "$kver"   # the package has no modules.dep: it is made at install time
   M=$tmp/pkg/lib/modules/$kver
@@ -202,7 +215,11 @@ if [ ! -f "$K/complete" ]; then
   printf '%s\n' "${order[@]}" >"$new/mod/order"
   rm -rf "$K"; mv "$new" "$K"; touch "$K/complete"
   rm -rf "$tmp"; trap - EXIT
+  if [ -z "$kver_forced" ]; then   # superseded kernels go
+    for old in "$CACHE"/*-amd64; do [ "$old" = "$K" ] || rm -rf "$old"; done
+  fi
 fi
+[ -z "${tmp:-}" ] || { rm -rf "$tmp"; trap - EXIT; }
 # PVH boots the uncompressed ELF: cut the XZ stream out of the bzImage once, here, instead of in every boot.
 if [ $pvh = 1 ] && [ ! -f "$K/vmlinux" ] && [ ! -f "$K/no-vmlinux" ]; then
   off=$(LC_ALL=C grep -obUaP '\xfd7zXZ\x00' "$K/vmlinuz" | head -1 | cut -d: -f1 || true)
