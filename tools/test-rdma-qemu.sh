@@ -103,7 +103,9 @@ done
 for line in "${extra_lines[@]}"; do add_check "$line" "--check"; done
 [ ${#c_mode[@]} -gt 0 ] || die "no checks to run${only:+ (none matches --only '$only')}"
 if [ $list_only = 1 ]; then
-  for k in "${!c_mode[@]}"; do printf '%-6s %-16s %4ss  %s\n' "${c_mode[$k]}" "${c_name[$k]}" "${c_timeout[$k]}" "${c_cmd[$k]}"; done
+  for k in "${!c_mode[@]}"; do
+    printf '%-6s %-16s %4ss  %s\n' "${c_mode[$k]}" "${c_name[$k]}" "${c_timeout[$k]}" "${c_cmd[$k]}"
+  done
   exit 0
 fi
 needs_ib() { [ "$1" = uc ] || [ "$1" = rc ]; }
@@ -117,7 +119,8 @@ done
 BUSYBOX=/bin/busybox
 [ -x $BUSYBOX ] && ! ldd $BUSYBOX >/dev/null 2>&1 || cannot_run "no static $BUSYBOX (package busybox-static)"
 RXE_PROVIDER=$(ls /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so 2>/dev/null | head -1)
-[ -n "$RXE_PROVIDER" ] && [ -f /etc/libibverbs.d/rxe.driver ] || cannot_run "no rxe provider (package ibverbs-providers)"
+[ -n "$RXE_PROVIDER" ] && [ -f /etc/libibverbs.d/rxe.driver ] ||
+  cannot_run "no rxe provider (package ibverbs-providers)"
 [ -d "$BUILD" ] || die "no build directory $BUILD"
 BUILD=$(cd "$BUILD" && pwd)
 [ -x "$BUILD/tbcoll-run" ] && [ -x "$BUILD/tbcoll-info" ] || die "$BUILD has no tbcoll-run/tbcoll-info: build first"
@@ -147,7 +150,8 @@ mkdir -p "$work/logs"
 # rxe cannot add a device without it (it asks the crypto API for "crc32").
 WANTED_MODULES="crc32_generic rdma_rxe dummy"
 index_kernel() {  # the ABI linux-image-amd64 depends on now, e.g. 6.1.0-57-amd64 (old ones leave the index)
-  apt-cache depends linux-image-amd64 2>/dev/null | sed -n 's/.*Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1
+  apt-cache depends linux-image-amd64 2>/dev/null |
+    sed -n 's/.*Depends: linux-image-\([0-9][^ ]*-amd64\)$/\1/p' | head -1
 }
 cached_kernel() {  # the newest kernel unpacked in the cache
   local d
@@ -282,14 +286,15 @@ helpers=" pingpong same-as-one-rank "
 
 for k in "${!c_mode[@]}"; do
   # Every word of the command that names something: a build program, a host program, a file under the repository.
-  for word in ${c_cmd[$k]}; do
+  read -ra words <<<"${c_cmd[$k]}"   # split on blanks, no globbing
+  for word in "${words[@]}"; do
     word=${word//[\"\']/}
     [[ $word =~ ^--?[A-Za-z0-9_-]+=(.+)$ ]] && word=${BASH_REMATCH[1]}
     [[ $word =~ ^[A-Za-z_][A-Za-z0-9_]*=(.+)$ ]] && word=${BASH_REMATCH[1]}
     [ -n "$word" ] || continue
     if [[ $word == */* ]]; then
       if [[ $word == /* ]]; then
-        [ -f "$word" ] && { mkdir -p "$(dirname "$R$word")"; cp -L "$word" "$R$word"; }
+        if [ -f "$word" ]; then mkdir -p "$(dirname "$R$word")"; cp -L "$word" "$R$word"; fi
       elif [ -f "$REPO/$word" ]; then
         guest=$(realpath -m "/tb/w/repo/$word")
         mkdir -p "$(dirname "$R$guest")"; cp -L "$REPO/$word" "$R$guest"
@@ -465,9 +470,16 @@ for k in "${!c_mode[@]}"; do
     detail[$k]="no result: the guest $([ $done_marker = 1 ] && echo skipped it || echo "crashed or timed out")"
     print_result "$k"
   fi
-  case "${result[$k]}" in PASS) passed=$((passed + 1)) ;; SKIP) skipped=$((skipped + 1)) ;; *) failed=$((failed + 1)) ;; esac
+  case "${result[$k]}" in
+    PASS) passed=$((passed + 1)) ;;
+    SKIP) skipped=$((skipped + 1)) ;;
+    *) failed=$((failed + 1)) ;;
+  esac
 done
-[ $done_marker = 1 ] || { echo "test-rdma-qemu: the guest did not finish; last console lines:" >&2; tail -n 20 "$work/console.log" >&2; }
+if [ $done_marker = 0 ]; then
+  echo "test-rdma-qemu: the guest did not finish; last console lines:" >&2
+  tail -n 20 "$work/console.log" >&2
+fi
 awk -v k="$kver" -v b="$boot_kind" -v p=$passed -v f=$failed -v s=$skipped -v e=$setup_errors \
     -v t0="$T0" -v t1="$T_BOOT" -v t2="$T_END" 'BEGIN {
   printf "test-rdma-qemu: %d passed, %d failed, %d skipped, %d set-up errors; kernel %s (%s); prepare %.1f s, ",
