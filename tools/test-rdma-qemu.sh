@@ -341,6 +341,8 @@ $prog -d rxe0 -p $port "$@" 10.9.0.1 > /tmp/pp.client 2>&1; client=$?
 wait $server; server=$?
 sed 's/^/[server] /' /tmp/pp.server; sed 's/^/[client] /' /tmp/pp.client
 echo "pingpong: client exit $client, server exit $server"
+# The emulated round trip for the result line (a smoke figure, not a speed): one iteration is one round trip.
+sed -n 's|.* = \([0-9.]*\) usec/iter.*|note: round trip \1 us|p' /tmp/pp.client
 [ $client = 0 ] && [ $server = 0 ] && grep -q 'usec/iter' /tmp/pp.client
 EOF
 # Helper: the same program at N ranks gives the same stdout as at one rank.
@@ -390,8 +392,9 @@ while read -r i mode t needs; do
   wait $pid; rc=$?
   kill $watchdog 2>/dev/null; kill -KILL -$pid 2>/dev/null
   secs=$(awk "BEGIN { printf \"%.1f\", $(up) - $t0 }")
+  note=$(sed -n 's/^note: //p' /tmp/log.$i | tail -n 1)   # a check's own figure, for its result line
   if [ -e /tmp/timedout.$i ]; then status="FAIL timed out after $t s"
-  elif [ $rc = 0 ]; then status="PASS $secs s"
+  elif [ $rc = 0 ]; then status="PASS $secs s${note:+; $note}"
   else status="FAIL exit status $rc after $secs s"; fi
   [ $rc = 0 ] || dmesg | tail -n +$((seen + 1)) | sed 's/^/[dmesg] /' >> /tmp/log.$i
   sed "s/^/@@RQ LOG $i /" /tmp/log.$i
