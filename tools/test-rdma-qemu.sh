@@ -108,7 +108,7 @@ if [ $list_only = 1 ]; then
   done
   exit 0
 fi
-needs_ib() { [ "$1" = uc ] || [ "$1" = rc ]; }
+needs_ib() { [ "$1" = uc ] || [ "$1" = rc ] || [ "$1" = auto ]; }   # the ibverbs modes (TBCOLL_IB_MODE)
 
 # ---- the host ------------------------------------------------------------------------------------------------------
 [ "$(uname -s)" = Linux ] && [ "$(uname -m)" = x86_64 ] || cannot_run "needs a Linux x86_64 host"
@@ -314,7 +314,7 @@ for k in "${!c_mode[@]}"; do
     echo "export CHECK_INDEX=$k CHECK_TIMEOUT=${c_timeout[$k]}"
     case "${c_mode[$k]}" in
       verbs) ;;
-      uc|rc) echo "export TBCOLL_TRANSPORT=ibverbs TBCOLL_IB_MODE=${c_mode[$k]}" ;;
+      uc|rc|auto) echo "export TBCOLL_TRANSPORT=ibverbs TBCOLL_IB_MODE=${c_mode[$k]}" ;;
       *) echo "export TBCOLL_TRANSPORT=${c_mode[$k]}" ;;
     esac
     for e in "${check_env[@]}"; do printf 'export %q\n' "$e"; done
