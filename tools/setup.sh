@@ -5,6 +5,12 @@ set -euo pipefail
 # python3: benchmarks/compare.sh's table; curl + ca-certificates: tools/get-model.sh on machines without ../shared.
 packages=(build-essential cmake libboost-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev
           openmpi-bin libopenmpi-dev python3 curl ca-certificates)
+# The RDMA test layer (tools/test-rdma-qemu.sh): qemu-system-x86 boots Debian's kernel with Soft-RoCE (rdma_rxe),
+# busybox-static is the guest's userland, rdma-core + ibverbs-providers + ibverbs-utils give the guest libibverbs,
+# the rxe provider and the pingpong programs, libibverbs-dev the verbs headers, kmod depmod, iproute2 the rdma tool,
+# xz-utils unpacks the kernel for a PVH boot.
+packages+=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-providers libibverbs-dev kmod iproute2
+           xz-utils)
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")

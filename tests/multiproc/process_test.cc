@@ -87,6 +87,18 @@ TEST_P(Launch, TbcollRunOverTcpChecksCollectives) {
   EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
+TEST_P(Launch, TbcollRunChecksSendRecvOverShmAndTcp) {
+  // The point-to-point check the RDMA test layer (tools/test-rdma-qemu.sh) runs over ibverbs, here on shm and tcp.
+  int n = GetParam();
+  for (const char* transport : {"shm", "tcp"}) {
+    Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
+                        " --timeout 120 -x TBCOLL_TRANSPORT=" + transport + " -- " + TBCOLL_TEST_PROG_PATH +
+                        " sendrecv 1");
+    EXPECT_EQ(result.status, 0) << transport << "\n" << result.output;
+    EXPECT_EQ(count_of(result.output, ": sendrecv OK (0 wrong)"), n) << transport << "\n" << result.output;
+  }
+}
+
 TEST_P(Launch, MpirunChecksCollectives) {
   if (run("command -v mpirun").status != 0) GTEST_SKIP() << "mpirun not installed (tools/setup.sh installs openmpi-bin)";
   int n = GetParam();

@@ -1,6 +1,7 @@
 // Program the process tests launch through tbcoll-run and mpirun. Builds a communicator from the
 // environment and checks collectives against closed-form expectations; exit 0 = all correct.
 //   test_prog check [iterations]      all_reduce / all_gather / broadcast / barrier, checked
+//   test_prog sendrecv [iterations]   send/recv around the ring and between every pair, both ways, checked
 //   test_prog die RANK                 ranks loop on all_reduce; RANK SIGKILLs itself after a few rounds
 //   test_prog mismatch                 rank 1 calls all_reduce with a different count
 //   test_prog mixed                    ranks split over two pretend hosts (TBCOLL_HOST_ID): shm inside a host,
@@ -45,6 +46,58 @@ static int check(tbcoll::Communicator& comm, int iterations) {
     }
   }
   std::printf("rank %d/%d: %s (%d wrong)\n", r, n, wrong == 0 ? "OK" : "WRONG", wrong);
+  return wrong == 0 ? 0 : 1;
+}
+
+// Point to point: around the ring (even ranks send first, odd ones receive first, so blocking sends cannot wait
+// on each other in a cycle) and then between every pair in one global order; every element tells where it came
+// from, where it went and which round it belongs to, so a misrouted or stale message counts as wrong.
+static int sendrecv(tbcoll::Communicator& comm, int iterations) {
+  const int r = comm.rank(), n = comm.size();
+  long long wrong = 0;
+  auto value = [](int src, int dst, size_t i, int round) {
+    return static_cast<int32_t>(src * 1000003 + dst * 7919 + static_cast<int>(i % 100003) + round * 31);
+  };
+  auto exchange = [&](int peer, bool send_first, size_t count, int round) {
+    std::vector<int32_t> out(count), in(count, -1);
+    for (size_t i = 0; i < count; ++i) out[i] = value(r, peer, i, round);
+    if (send_first) comm.send(out.data(), count, DataType::kInt32, peer);
+    comm.recv(in.data(), count, DataType::kInt32, peer);
+    if (!send_first) comm.send(out.data(), count, DataType::kInt32, peer);
+    for (size_t i = 0; i < count; ++i) wrong += in[i] != value(peer, r, i, round);
+  };
+  int round = 0;
+  for (size_t count : {size_t{1}, size_t{7}, size_t{1024}, size_t{4099}, size_t{(1 << 18) + 3}}) {
+    for (int it = 0; it < iterations; ++it, ++round) {
+      if (n == 1) continue;
+      const int next = (r + 1) % n, prev = (r + n - 1) % n;
+      std::vector<int32_t> out(count), in(count, -1);
+      for (size_t i = 0; i < count; ++i) out[i] = value(r, next, i, round);
+      if (r % 2 == 0) comm.send(out.data(), count, DataType::kInt32, next);
+      comm.recv(in.data(), count, DataType::kInt32, prev);
+      if (r % 2 != 0) comm.send(out.data(), count, DataType::kInt32, next);
+      for (size_t i = 0; i < count; ++i) wrong += in[i] != value(prev, r, i, round);
+      for (int a = 0; a < n; ++a) {
+        for (int b = a + 1; b < n; ++b) {
+          if (r == a) exchange(b, true, count, round);
+          if (r == b) exchange(a, false, count, round);
+        }
+      }
+    }
+  }
+  // Bytes, an odd count: frames that do not end on an element boundary of a wider type.
+  if (n > 1) {
+    const size_t count = (size_t{1} << 20) + 1;
+    std::vector<uint8_t> out(count), in(count, 0);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<uint8_t>(i * 7 + r);
+    const int next = (r + 1) % n, prev = (r + n - 1) % n;
+    if (r % 2 == 0) comm.send(out.data(), count, DataType::kUint8, next);
+    comm.recv(in.data(), count, DataType::kUint8, prev);
+    if (r % 2 != 0) comm.send(out.data(), count, DataType::kUint8, next);
+    for (size_t i = 0; i < count; ++i) wrong += in[i] != static_cast<uint8_t>(i * 7 + prev);
+  }
+  comm.barrier();
+  std::printf("rank %d/%d: sendrecv %s (%lld wrong)\n", r, n, wrong == 0 ? "OK" : "WRONG", wrong);
   return wrong == 0 ? 0 : 1;
 }
 
@@ -94,6 +147,7 @@ int main(int argc, char** argv) {
     auto comm = tbcoll::Communicator::init(tbcoll::Config::from_env());
     if (mode == "late") return check(comm, 1);
     if (mode == "check") return check(comm, argc > 2 ? std::atoi(argv[2]) : 2);
+    if (mode == "sendrecv") return sendrecv(comm, argc > 2 ? std::atoi(argv[2]) : 2);
     if (mode == "mixed" || mode == "transports") {  // transports: as the library picks them on its own
       std::string names;
       for (int p = 0; p < comm.size(); ++p) names += (p ? "," : "") + comm.transport_name(p);
