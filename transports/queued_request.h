@@ -42,6 +42,16 @@ class QueuedRequest final : public Request {
   std::shared_ptr<OperationT> op_;
 };
 
+/// An abandoned operation's buffer is no longer the caller's: nothing may be read or written there any more.
+template <typename OperationT, typename... Queues>
+void forget_buffer(const std::shared_ptr<OperationT>& op, Queues&... queues) {
+  for (auto* queue : {&queues...}) {
+    for (auto& queued : *queue) {
+      if (queued == op) queued->buf = nullptr;
+    }
+  }
+}
+
 /// Queues a new operation on queue and returns it with its request (the buffer is only read for sends).
 template <typename EndpointT, typename OperationT, typename Queue>
 std::pair<std::unique_ptr<Request>, OperationT*> enqueue(EndpointT* endpoint, Queue& queue, const void* buf,

@@ -12,7 +12,7 @@ struct Devices {
   std::vector<std::shared_ptr<Device>> list;
 
   Devices() {
-    for (auto device : {make_loopback_device(), make_shm_device(), make_tcp_device()}) {
+    for (auto device : {make_loopback_device(), make_shm_device(), make_ibverbs_device(), make_tcp_device()}) {
       if (device) list.push_back(device);
     }
   }

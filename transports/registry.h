@@ -10,6 +10,7 @@ namespace tbcoll::transport {
 
 std::shared_ptr<Device> make_loopback_device();
 std::shared_ptr<Device> make_shm_device();
+std::shared_ptr<Device> make_ibverbs_device();
 std::shared_ptr<Device> make_tcp_device();
 
 }  // namespace tbcoll::transport

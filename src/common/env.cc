@@ -16,7 +16,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_ROOT_FD", "", "rank 0: an inherited socket already listening on TBCOLL_ROOT's port, to serve the store on (set by tbcoll-run)"},
       {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
       {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call (1e9 or more, or inf: none)"},
-      {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, loopback (default: best per pair)"},
+      {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, ibverbs, loopback (default: best per pair)"},
       {"TBCOLL_ALGO", "", "force algorithms: a name (ring) for every collective that has it, or per collective (allreduce:ring,broadcast:chain); tbcoll-info lists them"},
       {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
       {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
@@ -32,6 +32,8 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_HOST_ID", "", "host identity for transport choice (default: hostname + boot id); ranks with equal ids use shm"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
       {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, 64 KiB to 1 GiB (0 = kernel default)"},
+      {"TBCOLL_IB_MODE", "auto", "ibverbs queue pairs: uc (Apple's Thunderbolt subset: unreliable connected, SEND only), rc (reliable connected, RoCE/InfiniBand), auto (uc)"},
+      {"TBCOLL_IB_DEVICES", "", "ibverbs devices to use, comma-separated (rdma_en3,rdma_en4 or rxe0; default: the first with an active port and an IPv4-mapped GID)"},
   };
   return table;
 }

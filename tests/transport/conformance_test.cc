@@ -26,11 +26,17 @@ struct Pair {
   std::unique_ptr<Endpoint> endpoints[2];
 };
 
+// Context arguments of rank r of a 2-rank communicator whose ranks are threads of this process (as a
+// communicator fills them: each rank its own identity).
+ContextArgs args_of(int r, uint64_t comm_id) {
+  ContextArgs args{r, 2, "conformance", "127.0.0.1", comm_id, 10};
+  args.self = {r, "conformance-host", 4242, r};
+  return args;
+}
+
 Pair connect_pair(Device& device, uint64_t comm_id) {
   Pair pair;
-  for (int r = 0; r < 2; ++r) {
-    pair.contexts[r] = device.create_context({r, 2, "conformance", "127.0.0.1", comm_id, 10});
-  }
+  for (int r = 0; r < 2; ++r) pair.contexts[r] = device.create_context(args_of(r, comm_id));
   // As a communicator sets up: round 1 (address), round 2 (address_for) where the device asks for it.
   PeerAddress to[2] = {{1, pair.contexts[1]->address()}, {0, pair.contexts[0]->address()}};  // to[r]: r's peer
   if (device.capabilities().per_peer_addresses) {
@@ -219,13 +225,13 @@ TEST(Loopback, MessageWaitsForAReceiverThatAttachesAfterTheSenderLeft) {
   ASSERT_NE(device, nullptr);
   const uint64_t comm_id = 77777;
   {
-    auto sender = device->create_context({0, 2, "conformance", "127.0.0.1", comm_id, 10});
+    auto sender = device->create_context(args_of(0, comm_id));
     auto endpoints = sender->connect({{1, "loopback"}}, deadline_after(10));
     int value = 1234;
     auto request = endpoints.at(0)->isend(&value, sizeof(value), Tag{1, 2});
     wait(*request);
   }
-  auto receiver = device->create_context({1, 2, "conformance", "127.0.0.1", comm_id, 10});
+  auto receiver = device->create_context(args_of(1, comm_id));
   auto endpoints = receiver->connect({{0, "loopback"}}, deadline_after(10));
   int got = 0;
   auto request = endpoints.at(0)->irecv(&got, sizeof(got), Tag{1, 2});

@@ -33,11 +33,7 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
     broken_ = fmt::format("[tcp] rank {}: connection to peer {} is out of sync (an operation was abandoned)", rank_,
                           peer_);
   }
-  for (auto* queue : {&sends_, &recvs_}) {
-    for (auto& queued : *queue) {
-      if (queued == op) queued->buf = nullptr;
-    }
-  }
+  transport::forget_buffer(op, sends_, recvs_);
 }
 
 std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {

@@ -1,0 +1,219 @@
+// The ibverbs transport over the fake fabric (tests/fake_verbs): Apple's limits enforced, faults injected. The
+// device is registered as "fakeverbs" before the parameterised suites are built, so the conformance suite and
+// the collective sweep run over it like over every transport.
+#include <chrono>
+#include <set>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "collectives/checks.h"
+#include "collectives/harness.h"
+#include "fake_verbs/fake_verbs.h"
+#include "transports/ibverbs/device.h"
+
+namespace tbcoll::ibverbs {
+namespace {
+
+using test::check_all_gather;
+using test::check_all_reduce;
+using test::check_broadcast;
+using test::error_of;
+using test::run_ranks;
+
+// Every test that changes the fabric (these, and the fake's own tests) leaves it as Apple's again: the suites that
+// run over "fakeverbs" expect that, whatever ran before them in this process.
+class ResetFabricAfterEachTest : public ::testing::EmptyTestEventListener {
+  void OnTestEnd(const ::testing::TestInfo&) override { fake::reset(); }
+};
+
+// Before main, so test_transports() (read when gtest builds the suites) lists it.
+const bool registered = [] {
+  fake::reset();
+  transport::register_device(make_device(fake::verbs(), "fakeverbs", /*same_process_only=*/true));
+  ::testing::UnitTest::GetInstance()->listeners().Append(new ResetFabricAfterEachTest);
+  return true;
+}();
+
+// A fabric with these options for the test's duration (no port may be open across a reset), then Apple's again.
+struct Fabric {
+  explicit Fabric(const fake::Options& options) { fake::reset(options); }
+  ~Fabric() { fake::reset(); }
+};
+
+test::RankOptions over_fake(double timeout_s = 20) {
+  test::RankOptions options{"fakeverbs", "", timeout_s};
+  return options;
+}
+
+TEST(IbverbsFake, IsRegistered) { EXPECT_TRUE(registered); }
+
+// Apple allows about 10 queue pairs per device in a process: a world and its splits share one per peer.
+TEST(IbverbsFake, SplitsShareTheQueuePairs) {
+  Fabric fabric(fake::Options{});
+  fake::clear_calls();
+  run_ranks(4, over_fake(), [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 1000, 0);
+    auto halves = comm.split(comm.rank() % 2, comm.rank());
+    auto whole = comm.split(0, comm.size() - comm.rank());  // reordered ranks, same processes
+    ASSERT_TRUE(halves && whole);
+    check_all_reduce(*halves, DataType::kInt32, ReduceOp::kMax, 333, 1);
+    check_all_gather(*whole, DataType::kFloat64, 77);
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 10, 2);
+  });
+  EXPECT_EQ(fake::calls()["create_qp"], 4u * 3u) << "one queue pair per pair of ranks and side, however many splits";
+}
+
+TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
+  Fabric fabric(fake::Options{});  // strict: RC, RDMA WRITE, a SEND without a posted receive would all fail
+  fake::clear_calls();
+  uint64_t dropped_while_running = 0;
+  run_ranks(3, over_fake(), [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 100000, 0);
+    check_broadcast(comm, DataType::kUint8, 5000, 2);
+    comm.barrier();
+    if (comm.rank() == 0) dropped_while_running = fake::counters().dropped_no_receive;
+    comm.barrier();
+  });
+  const std::set<std::string> apple_subset = {"get_device_list", "free_device_list", "get_device_name", "open_device",
+                                              "close_device",    "query_port",       "query_gid",       "alloc_pd",
+                                              "dealloc_pd",      "reg_mr",           "dereg_mr",        "create_cq",
+                                              "destroy_cq",      "create_qp",        "modify_qp",       "destroy_qp",
+                                              "post_send",       "post_recv",        "poll_cq"};
+  for (const auto& [name, count] : fake::calls()) EXPECT_TRUE(apple_subset.count(name)) << name << " x" << count;
+  const fake::Counters counters = fake::counters();
+  // (A credit-only frame may still meet a peer that is leaving at the end: harmless, so counted before.)
+  EXPECT_EQ(dropped_while_running, 0u) << "every SEND found its receive posted (credits)";
+  EXPECT_EQ(counters.length_errors, 0u) << "every SEND and its receive span one 4 KiB frame";
+  EXPECT_GT(counters.delivered, 100u);
+}
+
+TEST(IbverbsFake, RcModeOnAPermissiveDevice) {
+  fake::Options roce;
+  roce.apple_strict = false;
+  Fabric fabric(roce);
+  test::RankOptions options = over_fake();
+  options.knobs = {{"TBCOLL_IB_MODE", "rc"}};
+  run_ranks(3, options, [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat64, ReduceOp::kSum, 70000, 0);
+    check_all_gather(comm, DataType::kInt8, 9999);
+  });
+}
+
+TEST(IbverbsFake, RcModeOnAppleSaysUcOnly) {
+  Fabric fabric(fake::Options{});
+  Config config;
+  config.world_size = 2;
+  config.transport = "fakeverbs";
+  config.knobs = {{"TBCOLL_IB_MODE", "rc"}};
+  config.timeout_s = 3;
+  config.store = make_in_memory_store();
+  std::string messages[2];
+  std::thread other([&] {
+    Config mine = config;
+    mine.rank = 1;
+    messages[1] = error_of([&] { Communicator::init(mine); });
+  });
+  config.rank = 0;
+  messages[0] = error_of([&] { Communicator::init(config); });
+  other.join();
+  // The rank that dials creates its queue pair first and says why; the other waits for it to the deadline.
+  EXPECT_TRUE(messages[0].find("this device may support UC only") != std::string::npos ||
+              messages[1].find("this device may support UC only") != std::string::npos)
+      << messages[0] << " | " << messages[1];
+}
+
+TEST(IbverbsFake, NoIpv4GidIsReportedWithItsFix) {
+  fake::Options no_gid;
+  no_gid.ipv4_gid_index = -1;
+  Fabric fabric(no_gid);
+  Config config;
+  config.rank = 0;
+  config.world_size = 2;
+  config.transport = "fakeverbs";
+  config.store = make_in_memory_store();
+  config.timeout_s = 5;
+  const std::string message = error_of([&] { Communicator::init(config); });
+  EXPECT_NE(message.find("no IPv4-mapped GID"), std::string::npos) << message;
+  EXPECT_NE(message.find("give the network interface paired with rdma_en0 an IPv4 address"), std::string::npos)
+      << message;
+}
+
+TEST(IbverbsFake, QueuePairLimitIsNamed) {
+  Fabric fabric(fake::Options{});
+  fake::fail_next_create_qp(EBUSY);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  auto store = make_in_memory_store();
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      Config mine;
+      mine.rank = rank;
+      mine.world_size = 2;
+      mine.transport = "fakeverbs";
+      mine.store = store;
+      mine.timeout_s = 5;
+      messages[rank] = error_of([&] { Communicator::init(mine); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_TRUE(messages[0].find("queue pair limit is reached") != std::string::npos ||
+              messages[1].find("queue pair limit is reached") != std::string::npos)
+      << messages[0] << " | " << messages[1];
+}
+
+// UC drops what it cannot deliver: the receiver sees the gap in the sequence and says so, instead of delivering
+// a message with a hole. (The sender got everything it expected: it may well succeed.)
+TEST(IbverbsFake, LostFrameIsReportedNeverDeliveredAsData) {
+  Fabric fabric(fake::Options{});
+  std::vector<std::string> messages(2);
+  run_ranks(2, over_fake(10), [&](Communicator& comm) {
+    std::vector<float> data(20000, 1.0f), out(20000, 0.0f);
+    // Rank 1 may still be in the barrier when the damage reaches it: it fails there, naming it, which is right.
+    messages[comm.rank()] = error_of([&] {
+      comm.barrier();
+      if (comm.rank() == 0) fake::drop_next_sends(1);  // the first frame of the message (rank 1 only listens)
+      if (comm.rank() == 0)
+        comm.send(data.data(), data.size(), DataType::kFloat32, 1);
+      else
+        comm.recv(out.data(), out.size(), DataType::kFloat32, 0);
+    });
+  });
+  EXPECT_NE(messages[1].find("were lost"), std::string::npos) << messages[1];
+}
+
+TEST(IbverbsFake, DamagedFrameIsReportedNeverDeliveredAsData) {
+  Fabric fabric(fake::Options{});
+  std::vector<std::string> messages(2);
+  run_ranks(2, over_fake(10), [&](Communicator& comm) {
+    std::vector<float> data(5000, 3.0f), out(5000, 0.0f);
+    messages[comm.rank()] = error_of([&] {
+      comm.barrier();
+      if (comm.rank() == 0) fake::corrupt_next_sends(1);
+      if (comm.rank() == 0)
+        comm.send(data.data(), data.size(), DataType::kFloat32, 1);
+      else
+        comm.recv(out.data(), out.size(), DataType::kFloat32, 0);
+    });
+  });
+  EXPECT_NE(messages[1].find("corrupt data"), std::string::npos) << messages[1];
+}
+
+// A peer that goes away (its process ends, closing the side channel) fails the waiting rank at once, not at the
+// deadline: UC itself never says so (public Mac stacks spin forever here).
+TEST(IbverbsFake, PeerThatLeftFailsTheWaitingRankPromptly) {
+  Fabric fabric(fake::Options{});
+  std::string message;
+  const auto start = std::chrono::steady_clock::now();
+  run_ranks(2, over_fake(30), [&](Communicator& comm) {
+    comm.barrier();
+    if (comm.rank() == 1) return;  // leaves: its communicator, port and side channel close
+    float x = 1;
+    message = error_of([&] { comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum); });
+  });
+  EXPECT_NE(message.find("is gone"), std::string::npos) << message;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+}
+
+}  // namespace
+}  // namespace tbcoll::ibverbs

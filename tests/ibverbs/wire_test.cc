@@ -1,0 +1,54 @@
+// The ibverbs transport's pure pieces: frame header and its checksum, frame counts, port addresses.
+#include <gtest/gtest.h>
+
+#include "tbcoll/error.hpp"
+#include "transports/ibverbs/port.h"
+#include "transports/ibverbs/wire.h"
+
+namespace tbcoll::ibverbs {
+namespace {
+
+TEST(IbverbsWire, HeaderChecksumCatchesAnyFlippedBit) {
+  wire::Header header;
+  header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
+  header.flags = wire::kFirst;
+  header.seq = 12345;
+  header.credits = 7;
+  header.payload = 4048;
+  header.comm_id = 0x1122334455667788ull;
+  header.tag = 99;
+  header.meta = 0xabcdef;
+  header.total = 1 << 20;
+  wire::seal(header);
+  EXPECT_TRUE(wire::intact(header));
+  for (size_t byte = 0; byte < offsetof(wire::Header, checksum); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      wire::Header damaged = header;
+      reinterpret_cast<uint8_t*>(&damaged)[byte] ^= static_cast<uint8_t>(1u << bit);
+      EXPECT_FALSE(wire::intact(damaged)) << "byte " << byte << " bit " << bit;
+    }
+  }
+}
+
+TEST(IbverbsWire, FramesPerMessage) {
+  EXPECT_EQ(sizeof(wire::Header) + wire::kPayloadBytes, wire::kFrameBytes);
+  EXPECT_EQ(wire::frames_for(0), 1u) << "an empty message still sends a frame";
+  EXPECT_EQ(wire::frames_for(1), 1u);
+  EXPECT_EQ(wire::frames_for(wire::kPayloadBytes), 1u);
+  EXPECT_EQ(wire::frames_for(wire::kPayloadBytes + 1), 2u);
+  EXPECT_EQ(wire::frames_for(10 * wire::kPayloadBytes), 10u);
+}
+
+TEST(IbverbsWire, PortAddressesParseAndMalformedOnesAreRefused) {
+  std::string key, side_channel, device;
+  Port::parse("ab12.0.00ff00ff|10.9.0.1:4242|rdma_en3", &key, &side_channel, &device);
+  EXPECT_EQ(key, "ab12.0.00ff00ff");
+  EXPECT_EQ(side_channel, "10.9.0.1:4242");
+  EXPECT_EQ(device, "rdma_en3");
+  for (const char* bad : {"", "key-only", "|host:1|dev", "key||dev", std::string(100, 'k').append("|h:1|d").c_str()}) {
+    EXPECT_THROW(Port::parse(bad, &key, &side_channel, &device), InvalidArgument) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace tbcoll::ibverbs

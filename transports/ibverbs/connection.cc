@@ -1,0 +1,419 @@
+#include "transports/ibverbs/connection.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "common/net.h"
+#include "transports/ibverbs/endpoint.h"
+
+namespace tbcoll::ibverbs {
+namespace {
+
+constexpr auto kSideCheckEvery = std::chrono::milliseconds(2);
+// How long frames may still arrive after the peer's side channel closed: its last messages race its exit.
+constexpr auto kGoneGrace = std::chrono::milliseconds(100);
+
+std::string errno_text(int error) { return fmt::format("errno {} ({})", error, std::strerror(error)); }
+
+}  // namespace
+
+const char* mode_name(Mode mode) { return mode == Mode::kRc ? "rc" : "uc"; }
+
+Connection::Connection(const LocalPort& local, std::string peer_key, int side_channel)
+    : local_(local), peer_key_(std::move(peer_key)), side_channel_(side_channel) {
+  const VerbsApi& v = *local_.verbs;
+  auto cleanup = [&] {
+    if (qp_ != nullptr) v.destroy_qp(qp_);
+    if (cq_ != nullptr) v.destroy_cq(cq_);
+  };
+  cq_ = v.create_cq(local_.context, kRecvDepth + kSendDepth + 8, nullptr, nullptr, 0);
+  if (cq_ == nullptr) {
+    throw IoError(fmt::format("[ibverbs] {}: ibv_create_cq failed: {}", local_.device, errno_text(errno)));
+  }
+  ibv_qp_init_attr init{};
+  init.send_cq = cq_;
+  init.recv_cq = cq_;
+  init.qp_type = local_.mode == Mode::kRc ? IBV_QPT_RC : IBV_QPT_UC;
+  init.cap.max_send_wr = kSendDepth;
+  init.cap.max_recv_wr = kRecvDepth;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  qp_ = v.create_qp(local_.pd, &init);
+  if (qp_ == nullptr) {
+    const int error = errno;
+    cleanup();
+    const char* hint = error == EBUSY ? ": the device's queue pair limit is reached (about 10 per device on macOS)"
+                       : local_.mode == Mode::kRc ? ": this device may support UC only (TBCOLL_IB_MODE=uc)"
+                                                  : "";
+    throw IoError(fmt::format("[ibverbs] {}: ibv_create_qp ({}) failed: {}{}", local_.device, mode_name(local_.mode),
+                              errno_text(error), hint));
+  }
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_INIT;
+  attr.pkey_index = 0;
+  attr.port_num = local_.port;
+  attr.qp_access_flags = 0;
+  if (v.modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+    const int error = errno;
+    cleanup();
+    throw IoError(fmt::format("[ibverbs] {}: queue pair to INIT failed: {}", local_.device, errno_text(error)));
+  }
+  const size_t bytes = static_cast<size_t>(kRecvDepth + kSendDepth) * wire::kFrameBytes;
+  memory_.resize(bytes + 4096);
+  frames_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.data()) + 4095) & ~uintptr_t{4095});
+  mr_ = v.reg_mr(local_.pd, frames_, bytes, IBV_ACCESS_LOCAL_WRITE);
+  if (mr_ == nullptr) {
+    const int error = errno;
+    cleanup();
+    throw IoError(fmt::format("[ibverbs] {}: ibv_reg_mr of {} B failed: {}{}", local_.device, bytes, errno_text(error),
+                              error == ENOMEM ? " (registration limit reached? about 100 per device on macOS)" : ""));
+  }
+  for (int slot = kRecvDepth + kSendDepth - 1; slot >= kRecvDepth; --slot) free_send_slots_.push_back(slot);
+  psn_ = std::random_device()() & 0xffffffu;
+}
+
+Connection::~Connection() {
+  const VerbsApi& v = *local_.verbs;
+  if (qp_ != nullptr) v.destroy_qp(qp_);
+  if (cq_ != nullptr) v.destroy_cq(cq_);
+  if (mr_ != nullptr) v.dereg_mr(mr_);
+  if (side_channel_ >= 0) close(side_channel_);
+}
+
+wire::Hello Connection::hello(const std::string& key) const {
+  wire::Hello hello;
+  std::strncpy(hello.key, key.c_str(), sizeof(hello.key) - 1);
+  std::strncpy(hello.peer_key, peer_key_.c_str(), sizeof(hello.peer_key) - 1);
+  std::memcpy(hello.gid, local_.gid.raw, sizeof(hello.gid));
+  hello.qp_num = qp_->qp_num;
+  hello.psn = psn_;
+  hello.lid = local_.lid;
+  hello.mtu = static_cast<uint8_t>(local_.mtu);
+  hello.mode = static_cast<uint8_t>(local_.mode);
+  hello.recv_depth = kRecvDepth;
+  return hello;
+}
+
+void Connection::establish(const wire::Hello& peer, Deadline deadline, const std::atomic<bool>* cancelled) {
+  const VerbsApi& v = *local_.verbs;
+  const std::string who = fmt::format("[ibverbs] {}: connection to {}", local_.device, peer_key_);
+  if (peer.mode != static_cast<uint8_t>(local_.mode)) {
+    throw IoError(fmt::format("{}: the peer uses mode {}, this rank {} (set TBCOLL_IB_MODE alike on every rank)", who,
+                              mode_name(static_cast<Mode>(peer.mode)), mode_name(local_.mode)));
+  }
+  if (peer.recv_depth < 2)
+    throw IoError(fmt::format("{}: the peer posts {} receives (at least 2)", who, peer.recv_depth));
+  ibv_qp_attr attr{};
+  attr.qp_state = IBV_QPS_RTR;
+  attr.path_mtu = std::min(local_.mtu, static_cast<ibv_mtu>(peer.mtu));
+  attr.dest_qp_num = peer.qp_num;
+  attr.rq_psn = peer.psn;
+  attr.ah_attr.is_global = 1;
+  std::memcpy(attr.ah_attr.grh.dgid.raw, peer.gid, sizeof(peer.gid));
+  attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(local_.gid_index);
+  attr.ah_attr.grh.hop_limit = 1;  // Thunderbolt cables and one RoCE subnet: no routers
+  attr.ah_attr.dlid = peer.lid;
+  attr.ah_attr.port_num = local_.port;
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  if (local_.mode == Mode::kRc) {
+    attr.max_dest_rd_atomic = 1;
+    attr.min_rnr_timer = 12;
+    mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  }
+  if (v.modify_qp(qp_, &attr, mask) != 0) {
+    const int error = errno;
+    throw IoError(fmt::format("{}: queue pair to RTR failed: {}{}", who, errno_text(error),
+                              error == EINVAL ? fmt::format(": no usable IPv4-mapped GID on {}? Give the network "
+                                                            "interface paired with it an IPv4 address",
+                                                            local_.device)
+                              : error == 60   ? ": the peer's GID is unreachable (cable?)"
+                                              : ""));
+  }
+  attr = ibv_qp_attr{};
+  attr.qp_state = IBV_QPS_RTS;
+  attr.sq_psn = psn_;
+  mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+  if (local_.mode == Mode::kRc) {
+    attr.timeout = 14;
+    attr.retry_cnt = 7;
+    attr.rnr_retry = 7;
+    attr.max_rd_atomic = 1;
+    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  }
+  if (v.modify_qp(qp_, &attr, mask) != 0) {
+    throw IoError(fmt::format("{}: queue pair to RTS failed: {}", who, errno_text(errno)));
+  }
+  // Receives only once in RTS (Apple's rule), and all of them before the peer hears it may send.
+  for (int slot = 0; slot < kRecvDepth; ++slot) post_recv(slot);
+  credits_ = static_cast<int>(peer.recv_depth);
+  peer_depth_ = static_cast<int>(peer.recv_depth);
+  wire::Notice ready{static_cast<uint32_t>(wire::NoticeKind::kReady), 0, 0};
+  net::write_all(side_channel_, &ready, sizeof(ready), deadline, who, cancelled);
+  wire::Notice theirs{};
+  net::read_exact(side_channel_, &theirs, sizeof(theirs), deadline, who, cancelled);
+  if (theirs.kind != static_cast<uint32_t>(wire::NoticeKind::kReady)) {
+    throw IoError(fmt::format("{}: the peer did not get ready (notice {})", who, theirs.kind));
+  }
+}
+
+void Connection::post_recv(int slot) {
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(frames_ + static_cast<size_t>(slot) * wire::kFrameBytes);
+  sge.length = wire::kFrameBytes;
+  sge.lkey = mr_->lkey;
+  ibv_recv_wr wr{};
+  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  ibv_recv_wr* bad = nullptr;
+  if (local_.verbs->post_recv(qp_, &wr, &bad) != 0) {
+    fail_locked(
+        fmt::format("[ibverbs] {}: ibv_post_recv to {} failed: {}", local_.device, peer_key_, errno_text(errno)));
+  }
+}
+
+void Connection::attach(uint64_t comm_id, Endpoint* endpoint) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  endpoints_[comm_id] = endpoint;
+  auto early = early_.find(comm_id);
+  if (early != early_.end()) {
+    for (const std::vector<uint8_t>& frame : early->second) {
+      wire::Header header;
+      std::memcpy(&header, frame.data(), sizeof(header));
+      endpoint->on_frame(header, frame.data() + sizeof(header));
+    }
+    early_.erase(early);
+  }
+  auto aborted = aborted_.find(comm_id);
+  if (aborted != aborted_.end()) endpoint->fail(aborted->second);
+  if (!failure_.empty()) endpoint->fail(failure_);
+}
+
+void Connection::detach(uint64_t comm_id) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = endpoints_.find(comm_id);
+  if (it == endpoints_.end()) return;
+  senders_.erase(std::remove(senders_.begin(), senders_.end(), it->second), senders_.end());
+  endpoints_.erase(it);
+  aborted_.erase(comm_id);
+}
+
+void Connection::want_to_send(Endpoint* endpoint) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (std::find(senders_.begin(), senders_.end(), endpoint) == senders_.end()) senders_.push_back(endpoint);
+  if (!failure_.empty()) return;
+  try {
+    pump_sends_locked();  // small messages leave in this call
+  } catch (const IoError&) {
+    // Recorded in failure_: the request's test() reports it.
+  }
+}
+
+void Connection::notify_abort(uint64_t comm_id) {
+  wire::Notice notice{static_cast<uint32_t>(wire::NoticeKind::kAbort), 0, comm_id};
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (side_channel_ < 0) return;
+  // Best effort and never blocking: a notice is 16 bytes, far below any socket buffer.
+  (void)!send(side_channel_, &notice, sizeof(notice), MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+void Connection::progress() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  progress_locked();
+}
+
+void Connection::progress_locked() {
+  if (!failure_.empty()) throw IoError(failure_);
+  poll_locked();
+  pump_sends_locked();
+  const auto now = Clock::now();
+  if (now >= next_side_check_) {
+    next_side_check_ = now + kSideCheckEvery;
+    check_side_channel_locked();
+  }
+  if (gone_at_ != Clock::time_point{} && now - gone_at_ >= kGoneGrace) {
+    // Everything the peer sent before it left has had time to arrive: what is still awaited never will.
+    fail_locked(
+        fmt::format("[ibverbs] {}: the peer {} is gone (its side channel closed: the process exited, crashed "
+                    "or was killed)",
+                    local_.device, peer_key_));
+  }
+}
+
+void Connection::block(std::chrono::microseconds max_wait) {
+  // Completions have no file descriptor here (Apple's stack offers no completion channel): a short sleep, after
+  // which the caller polls again. Short, so a reply that comes just after the spin phase costs ~100 us, not a
+  // scheduler tick; the side channel is read by progress() every few milliseconds.
+  std::this_thread::sleep_for(std::min(max_wait, std::chrono::microseconds(100)));
+}
+
+void Connection::poll_locked() {
+  ibv_wc completions[16];
+  for (;;) {
+    const int got = local_.verbs->poll_cq(cq_, 16, completions);
+    if (got < 0) fail_locked(fmt::format("[ibverbs] {}: ibv_poll_cq failed ({})", local_.device, got));
+    for (int i = 0; i < got; ++i) {
+      const ibv_wc& wc = completions[i];
+      const int slot = static_cast<int>(wc.wr_id);
+      const bool receive = slot < kRecvDepth;
+      if (wc.status != IBV_WC_SUCCESS) {
+        fail_locked(fmt::format("[ibverbs] {}: {} with {} failed: {}", local_.device, receive ? "a receive" : "a send",
+                                peer_key_, wc_status_name(wc.status)));
+      }
+      if (receive) {
+        on_frame(slot, wc.byte_len);
+      } else {
+        free_send_slots_.push_back(slot);
+      }
+    }
+    if (got < 16) return;
+  }
+}
+
+void Connection::on_frame(int slot, uint32_t bytes) {
+  const uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
+  wire::Header header;
+  std::memcpy(&header, frame, sizeof(header));
+  if (bytes < sizeof(header) || !wire::intact(header) || header.payload > bytes - sizeof(header) ||
+      wire::payload_sum(frame + sizeof(header), header.payload) != header.payload_sum) {
+    fail_locked(fmt::format("[ibverbs] {}: a damaged frame from {} ({} B): the link delivered corrupt data",
+                            local_.device, peer_key_, bytes));
+  }
+  if (header.seq != recv_seq_) {
+    fail_locked(
+        fmt::format("[ibverbs] {}: frames from {} were lost (expected frame {}, got {}): the link dropped "
+                    "data, which UC queue pairs do not resend",
+                    local_.device, peer_key_, recv_seq_, header.seq));
+  }
+  ++recv_seq_;
+  ++frames_in_;
+  credits_ += static_cast<int>(header.credits);
+  if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) {
+    Endpoint* endpoint = endpoint_of(header.comm_id);
+    if (endpoint != nullptr) {
+      endpoint->on_frame(header, frame + sizeof(header));
+    } else {
+      early_[header.comm_id].emplace_back(frame, frame + sizeof(header) + header.payload);
+    }
+  }
+  post_recv(slot);
+  ++owed_;
+}
+
+Endpoint* Connection::endpoint_of(uint64_t comm_id) {
+  auto it = endpoints_.find(comm_id);
+  return it == endpoints_.end() ? nullptr : it->second;
+}
+
+void Connection::pump_sends_locked() {
+  while (!senders_.empty() && credits_ >= 2 && !free_send_slots_.empty()) {
+    Endpoint* endpoint = senders_.front();
+    Operation* op = endpoint->next_send();
+    if (op == nullptr) {
+      senders_.pop_front();
+      continue;
+    }
+    const size_t payload = std::min(wire::kPayloadBytes, op->bytes - op->done);
+    wire::Header header;
+    header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
+    header.flags =
+        static_cast<uint8_t>((op->done == 0 ? wire::kFirst : 0) | (op->done + payload == op->bytes ? wire::kLast : 0));
+    header.payload = static_cast<uint16_t>(payload);
+    header.comm_id = endpoint->comm_id();
+    header.tag = op->tag.tag;
+    header.meta = op->tag.meta;
+    header.total = static_cast<uint32_t>(op->bytes);
+    post_frame(header, op->buf == nullptr ? nullptr : op->buf + op->done, payload);
+    endpoint->framed(op, payload);
+    // Round robin between the communicators that have something to send.
+    senders_.pop_front();
+    if (endpoint->next_send() != nullptr) senders_.push_back(endpoint);
+  }
+  // Credits back to the peer when it has nothing to carry them, or may be running short.
+  const uint64_t peer_credits = static_cast<uint64_t>(kRecvDepth) + reported_ - frames_in_;
+  if (owed_ > 0 && credits_ >= 1 && !free_send_slots_.empty() &&
+      (owed_ >= static_cast<uint32_t>(kRecvDepth / 2) || peer_credits <= 2)) {
+    wire::Header header;
+    header.kind = static_cast<uint8_t>(wire::FrameKind::kCredit);
+    post_frame(header, nullptr, 0);
+  }
+}
+
+void Connection::post_frame(const wire::Header& header_in, const uint8_t* payload, size_t bytes) {
+  const int slot = free_send_slots_.back();
+  free_send_slots_.pop_back();
+  uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
+  wire::Header header = header_in;
+  header.seq = send_seq_++;
+  header.credits = static_cast<uint16_t>(owed_);
+  reported_ += owed_;
+  owed_ = 0;
+  if (bytes > 0 && payload != nullptr) std::memcpy(frame + sizeof(header), payload, bytes);
+  header.payload_sum = wire::payload_sum(frame + sizeof(header), bytes);
+  wire::seal(header);
+  std::memcpy(frame, &header, sizeof(header));
+  ibv_sge sge{};
+  sge.addr = reinterpret_cast<uintptr_t>(frame);
+  sge.length = static_cast<uint32_t>(sizeof(header) + bytes);
+  sge.lkey = mr_->lkey;
+  ibv_send_wr wr{};
+  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.opcode = IBV_WR_SEND;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr* bad = nullptr;
+  --credits_;
+  if (local_.verbs->post_send(qp_, &wr, &bad) != 0) {
+    fail_locked(
+        fmt::format("[ibverbs] {}: ibv_post_send to {} failed: {}", local_.device, peer_key_, errno_text(errno)));
+  }
+}
+
+void Connection::check_side_channel_locked() {
+  for (;;) {
+    const ssize_t got =
+        recv(side_channel_, side_buffer_ + side_bytes_, sizeof(side_buffer_) - side_bytes_, MSG_DONTWAIT);
+    if (got == 0) {  // the peer left: give its last frames time to arrive (progress_locked fails after that)
+      if (gone_at_ == Clock::time_point{}) gone_at_ = Clock::now();
+      return;
+    }
+    if (got < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      fail_locked(
+          fmt::format("[ibverbs] {}: the side channel to {} failed: {}", local_.device, peer_key_, errno_text(errno)));
+    }
+    side_bytes_ += static_cast<size_t>(got);
+    while (side_bytes_ >= sizeof(wire::Notice)) {
+      wire::Notice notice;
+      std::memcpy(&notice, side_buffer_, sizeof(notice));
+      std::memmove(side_buffer_, side_buffer_ + sizeof(notice), side_bytes_ - sizeof(notice));
+      side_bytes_ -= sizeof(notice);
+      if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kAbort)) {
+        const std::string why =
+            fmt::format("[ibverbs] {}: the peer {} aborted the communicator", local_.device, peer_key_);
+        aborted_[notice.comm_id] = why;
+        if (Endpoint* endpoint = endpoint_of(notice.comm_id)) endpoint->fail(why);
+      }
+    }
+  }
+}
+
+void Connection::fail_locked(const std::string& why) {
+  if (failure_.empty()) {
+    failure_ = why;
+    for (auto& [comm_id, endpoint] : endpoints_) endpoint->fail(why);
+  }
+  throw IoError(failure_);
+}
+
+}  // namespace tbcoll::ibverbs

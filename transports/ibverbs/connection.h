@@ -1,0 +1,150 @@
+// One queue pair between two ports (a rank's presence on an RDMA device, see port.h), shared by every
+// communicator of both: frames of each communicator are told apart by its id (wire.h).
+//
+// Flow control: the receiver keeps kRecvDepth 4 KiB receives posted for the peer; the sender holds one credit per
+// receive it may consume, and gets them back in the headers of the peer's frames (or in a credit-only frame when
+// the peer has nothing to send). A data frame needs two credits and a credit-only frame one, so either side can
+// always return credits: no SEND ever finds no receive (UC would drop it silently).
+//
+// Liveness: UC reports nothing when the peer dies, so a TCP side channel stays open beside the queue pair. Its
+// end-of-file (the peer process exited or crashed) or an abort notice fails the waiting requests within
+// milliseconds; every wait also has the communicator's deadline.
+//
+// Threads: every method locks the connection; the communicators sharing it may run on different threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tbcoll/transport.h"
+#include "transports/ibverbs/verbs.h"
+#include "transports/ibverbs/wire.h"
+
+namespace tbcoll::ibverbs {
+
+enum class Mode : uint8_t { kUc = 1, kRc = 2 };
+const char* mode_name(Mode mode);
+
+/// What the local end brings to a connection.
+struct LocalPort {
+  const VerbsApi* verbs = nullptr;
+  ibv_context* context = nullptr;
+  ibv_pd* pd = nullptr;
+  std::string device;  ///< "rdma_en3", "rxe0"
+  uint8_t port = 1;
+  int gid_index = 0;
+  ibv_gid gid{};
+  uint16_t lid = 0;
+  ibv_mtu mtu = IBV_MTU_1024;
+  Mode mode = Mode::kUc;
+};
+
+class Endpoint;
+
+/// A send in progress: the isend's buffer, copied frame by frame into registered buffers.
+struct SendOp {
+  const uint8_t* data = nullptr;
+  size_t bytes = 0;
+  transport::Tag tag;
+  size_t sent = 0;       ///< payload bytes framed so far
+  bool started = false;  ///< first frame posted
+  bool done = false;
+};
+
+/// A receive in progress (posted irecv) or a message that arrived before its receive (unexpected).
+struct RecvOp {
+  uint8_t* data = nullptr;  ///< the irecv's buffer; for an unexpected message, storage.data()
+  size_t bytes = 0;         ///< expected (irecv) or announced (unexpected) size
+  transport::Tag tag;
+  size_t received = 0;
+  bool matched = false;  ///< a message is flowing into it
+  bool done = false;
+  std::vector<uint8_t> storage;  ///< unexpected messages only
+};
+
+class Connection {
+ public:
+  static constexpr int kRecvDepth = 32;  ///< receives posted for the peer (Apple: more than ~32 fails on some versions)
+  static constexpr int kSendDepth = 32;  ///< frames in flight
+
+  /// Creates the queue pair (INIT) and its registered buffers. Throws IoError naming the verb and errno.
+  Connection(const LocalPort& local, std::string peer_key, int side_channel);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  /// This end's half of the handshake (queue pair number, GID, ...).
+  wire::Hello hello(const std::string& key) const;
+  /// Moves the queue pair to RTR and RTS towards the peer's hello, posts the receives, and tells the peer (side
+  /// channel) it may send; returns once the peer said the same. Throws IoError with a hint (no IPv4 GID, ...).
+  void establish(const wire::Hello& peer, Deadline deadline, const std::atomic<bool>* cancelled);
+
+  const std::string& peer_key() const { return peer_key_; }
+  /// False once the peer is gone or a frame was lost; then every request on it fails.
+  bool alive() const { return failure_.empty(); }
+
+  /// Routes frames of comm_id to endpoint (frames that came before go to it now). Detach before destroying it.
+  void attach(uint64_t comm_id, Endpoint* endpoint);
+  void detach(uint64_t comm_id);
+  /// An endpoint with something to send.
+  void want_to_send(Endpoint* endpoint);
+  /// Tells the peer that communicator comm_id was aborted here (side channel). Never throws.
+  void notify_abort(uint64_t comm_id);
+
+  /// Polls completions, routes arrived frames, posts sends and credits. Throws IoError once the connection failed
+  /// (naming why). Caller holds no lock.
+  void progress();
+  /// Sleeps up to max_wait (at most 100 us): what a waiter does once its spin phase is over.
+  void block(std::chrono::microseconds max_wait);
+
+  std::mutex& mutex() { return mutex_; }
+
+ private:
+  void progress_locked();
+  void poll_locked();
+  void on_frame(int slot, uint32_t bytes);
+  void pump_sends_locked();
+  void post_frame(const wire::Header& header, const uint8_t* payload, size_t bytes);
+  void post_recv(int slot);
+  void check_side_channel_locked();
+  [[noreturn]] void fail_locked(const std::string& why);
+  Endpoint* endpoint_of(uint64_t comm_id);
+
+  LocalPort local_;
+  std::string peer_key_;
+  int side_channel_;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+  std::vector<uint8_t> memory_;  // kRecvDepth receive frames, then kSendDepth send frames (page aligned inside)
+  uint8_t* frames_ = nullptr;
+  ibv_mr* mr_ = nullptr;
+  uint32_t psn_ = 0;
+  uint8_t side_buffer_[64] = {};  // notices read from the side channel, not yet whole
+  size_t side_bytes_ = 0;
+
+  std::mutex mutex_;
+  std::string failure_;  // set once: why the connection is dead
+  uint32_t send_seq_ = 0;
+  uint32_t recv_seq_ = 0;
+  int credits_ = 0;         // receives the peer has posted for us that we have not consumed
+  uint32_t owed_ = 0;       // receives we reposted and not yet reported to the peer
+  uint64_t reported_ = 0;   // credits reported to the peer in all
+  uint64_t frames_in_ = 0;  // frames received from the peer in all
+  int peer_depth_ = 0;
+  std::vector<int> free_send_slots_;
+  std::map<uint64_t, Endpoint*> endpoints_;
+  std::map<uint64_t, std::deque<std::vector<uint8_t>>> early_;  // frames of communicators not attached yet
+  std::map<uint64_t, std::string> aborted_;                     // comm ids the peer aborted
+  std::deque<Endpoint*> senders_;
+  Clock::time_point next_side_check_{};
+  Clock::time_point gone_at_{};  // when the side channel closed; zero while the peer is there
+};
+
+}  // namespace tbcoll::ibverbs

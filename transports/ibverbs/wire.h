@@ -1,0 +1,115 @@
+// What travels on an ibverbs connection: 4 KiB frames, each one SEND into one posted receive, so every send and
+// its receive cover the same number of frames (one), as Apple's Thunderbolt stack requires.
+//
+//   frame = Header (48 B) | payload (up to 4048 B)
+//
+// A message (one isend) is the frames of one communicator in order; frames of several communicators sharing the
+// connection interleave. Every frame carries the connection's sequence number for its direction (UC may drop a
+// frame: a gap is reported, never papered over), the credits its sender returns (receives reposted since its
+// last report), a sum of its payload and a checksum of the header: damage the link's CRC missed, or a provider
+// bug, is reported instead of delivered.
+//
+// The side channel (a TCP socket per connection) carries the handshake (Hello both ways: queue pair number, GID,
+// MTU, receive depth), then only Notices: a communicator aborted, or the process going away.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace tbcoll::ibverbs::wire {
+
+constexpr size_t kFrameBytes = 4096;
+constexpr uint16_t kMagic = 0x7462;  // "tb"
+constexpr uint16_t kVersion = 1;
+
+enum class FrameKind : uint8_t { kData = 1, kCredit = 2 };
+enum FrameFlags : uint8_t { kFirst = 1, kLast = 2 };
+
+struct Header {
+  uint16_t magic = kMagic;
+  uint8_t kind = 0;
+  uint8_t flags = 0;
+  uint32_t seq = 0;      ///< per connection and direction, from 0
+  uint16_t credits = 0;  ///< receives the sender reposted since its last report
+  uint16_t payload = 0;  ///< payload bytes in this frame
+  uint32_t total = 0;    ///< the message's payload bytes, in every frame
+  uint64_t comm_id = 0;  ///< the communicator (Context) the message belongs to
+  uint64_t tag = 0;
+  uint64_t meta = 0;
+  uint32_t payload_sum = 0;  ///< payload_sum() of the payload
+  uint32_t checksum = 0;     ///< of the 44 bytes before it
+};
+static_assert(sizeof(Header) == 48, "wire header layout");
+constexpr size_t kPayloadBytes = kFrameBytes - sizeof(Header);
+
+/// FNV-1a over the header's first 44 bytes.
+inline uint32_t header_checksum(const Header& header) {
+  const auto* bytes = reinterpret_cast<const uint8_t*>(&header);
+  uint32_t hash = 2166136261u;
+  for (size_t i = 0; i < offsetof(Header, checksum); ++i) hash = (hash ^ bytes[i]) * 16777619u;
+  return hash;
+}
+
+/// The 64-bit sum of the payload's 8-byte words (the tail zero-padded), folded to 32 bits: any single flipped bit
+/// changes it, and it runs at memory speed (vectorised adds).
+inline uint32_t payload_sum(const uint8_t* payload, size_t bytes) {
+  uint64_t lanes[4] = {0, 0, 0, 0};
+  size_t i = 0;
+  for (; i + 32 <= bytes; i += 32) {
+    uint64_t words[4];
+    std::memcpy(words, payload + i, sizeof(words));
+    for (int k = 0; k < 4; ++k) lanes[k] += words[k];
+  }
+  uint64_t sum =
+      lanes[0] + (lanes[1] << 1 | lanes[1] >> 63) + (lanes[2] << 2 | lanes[2] >> 62) + (lanes[3] << 3 | lanes[3] >> 61);
+  for (; i < bytes; i += 8) {
+    uint64_t word = 0;
+    std::memcpy(&word, payload + i, std::min<size_t>(8, bytes - i));
+    sum += word;
+  }
+  return static_cast<uint32_t>(sum ^ (sum >> 32));
+}
+
+inline void seal(Header& header) { header.checksum = header_checksum(header); }
+inline bool intact(const Header& header) {
+  return header.magic == kMagic && header.checksum == header_checksum(header);
+}
+
+/// The largest message (Capabilities::max_message_bytes: the executor splits larger transfers).
+constexpr size_t kMaxMessageBytes = 0xffffffffu;
+
+/// Frames a message of `bytes` takes (an empty message still sends one frame).
+constexpr size_t frames_for(size_t bytes) { return bytes == 0 ? 1 : (bytes + kPayloadBytes - 1) / kPayloadBytes; }
+
+// ---- side channel --------------------------------------------------------------------------------------------
+
+constexpr uint32_t kHelloMagic = 0x74624942;  // "tbIB"
+constexpr size_t kMaxKeyBytes = 64;
+
+/// Sent by both ends of a new connection, followed by the job token's bytes.
+struct Hello {
+  uint32_t magic = kHelloMagic;
+  uint32_t version = kVersion;
+  char key[kMaxKeyBytes] = {};       ///< the sender's port key (presence and nonce), NUL-padded
+  char peer_key[kMaxKeyBytes] = {};  ///< the key of the port it means to reach
+  uint8_t gid[16] = {};
+  uint32_t qp_num = 0;
+  uint32_t psn = 0;
+  uint16_t lid = 0;
+  uint8_t mtu = 0;          ///< ibv_mtu
+  uint8_t mode = 0;         ///< 1 UC, 2 RC
+  uint32_t recv_depth = 0;  ///< receives posted for the peer: its initial credits
+  uint32_t token_bytes = 0;
+};
+
+enum class NoticeKind : uint32_t { kReady = 1, kAbort = 2, kBye = 3 };
+
+struct Notice {
+  uint32_t kind = 0;
+  uint32_t reserved = 0;
+  uint64_t comm_id = 0;
+};
+
+}  // namespace tbcoll::ibverbs::wire
