@@ -45,7 +45,9 @@ TEST(IbverbsWire, PortAddressesParseAndMalformedOnesAreRefused) {
   EXPECT_EQ(key, "ab12.0.00ff00ff");
   EXPECT_EQ(side_channel, "10.9.0.1:4242");
   EXPECT_EQ(device, "rdma_en3");
-  for (const char* bad : {"", "key-only", "|host:1|dev", "key||dev", std::string(100, 'k').append("|h:1|d").c_str()}) {
+  const std::string long_key = std::string(100, 'k') + "|h:1|d";
+  for (const std::string& bad : {std::string(), std::string("key-only"), std::string("|host:1|dev"),
+                                 std::string("key||dev"), long_key}) {
     EXPECT_THROW(Port::parse(bad, &key, &side_channel, &device), InvalidArgument) << bad;
   }
 }

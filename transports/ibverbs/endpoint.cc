@@ -44,6 +44,10 @@ std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, tra
           rank_, peer_, tag.tag, tag.meta, bytes, early->tag.tag, early->tag.meta, early->bytes);
       if (broken_.empty()) broken_ = what;
       mismatch_.emplace(what, peer_, tag.meta, early->tag.meta, bytes, early->bytes);
+      if (incoming_ == early.get()) {  // still arriving: drop the rest of its frames (early goes away here)
+        incoming_ = nullptr;
+        discard_ = wire::frames_for(early->bytes) - early->done / wire::kPayloadBytes;
+      }
     } else {
       if (early->done > 0) std::memcpy(op->buf, early->storage.data(), early->done);
       op->done = early->done;
