@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 
 #include "collectives/harness.h"
 #include "multiproc/segments.h"
+#include "platform/platform.h"
 
 namespace {
 
@@ -103,16 +103,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
 // Ranks that share a CPU yield it while they spin (else each hand-off waits for the scheduler); ranks pinned to
 // CPUs of their own do not. The decision is logged at INFO level.
 TEST(Processes, RanksSharingACpuYieldWhileSpinning) {
-  cpu_set_t allowed;
-  ASSERT_EQ(sched_getaffinity(0, sizeof(allowed), &allowed), 0);
-  int first = 0;
-  while (!CPU_ISSET(first, &allowed)) ++first;
-  Result shared = run("taskset -c " + std::to_string(first) + " " + TBCOLL_RUN_PATH +
+  const std::vector<int> allowed = tbcoll::platform::allowed_cpus();
+  if (allowed.empty()) GTEST_SKIP() << "no CPU affinity on this platform (" << tbcoll::platform::flavour() << ")";
+  Result shared = run("taskset -c " + std::to_string(allowed[0]) + " " + TBCOLL_RUN_PATH +
                       " -n 2 -x TBCOLL_DEBUG=INFO -- " + TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(shared.status, 0) << shared.output;
   EXPECT_EQ(count_of(shared.output, ": OK (0 wrong)"), 2) << shared.output;
   EXPECT_EQ(count_of(shared.output, "spinning waits yield now and then"), 2) << shared.output;
-  if (CPU_COUNT(&allowed) < 2) GTEST_SKIP() << "one CPU: every rank shares it";
+  if (allowed.size() < 2) GTEST_SKIP() << "one CPU: every rank shares it";
   Result own = run(std::string(TBCOLL_RUN_PATH) + " -n 2 --bind-to core -x TBCOLL_DEBUG=INFO -- " +
                    TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(own.status, 0) << own.output;

@@ -20,6 +20,7 @@
 #include "common/net.h"
 #include "common/time.h"
 #include "communicator.h"
+#include "platform/platform.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 
@@ -81,7 +82,7 @@ TEST(Store, Tcp) {
 
 // A launcher binds and listens; the store serves on that socket (no window for another process to take the port).
 TEST(Store, TcpServesOnAnInheritedListeningSocket) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = platform::open_socket(AF_INET, SOCK_STREAM, 0, false);
   ASSERT_GE(fd, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -99,7 +100,7 @@ TEST(Store, TcpServesOnAnInheritedListeningSocket) {
 }
 
 TEST(Store, TcpRefusesADescriptorThatDoesNotListen) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = platform::open_socket(AF_INET, SOCK_STREAM, 0, false);
   ASSERT_GE(fd, 0);
   try {
     TcpStoreServer server(fd, "t");  // bound to nothing, not listening

@@ -47,8 +47,8 @@ enum Sleep : uint32_t { kAwake = 0, kAsleepOnCounter = 1, kAsleepOnDoorbell = 2 
 struct Queue {
   alignas(64) std::atomic<uint64_t> head;  ///< frames published by the producer
   alignas(64) std::atomic<uint64_t> tail;  ///< frames consumed by the consumer
-  alignas(64) std::atomic<uint32_t> consumer_sleeping;  ///< a Sleep: the consumer waits (futex)
-  std::atomic<uint32_t> producer_sleeping;               ///< a Sleep: the producer waits (futex)
+  alignas(64) std::atomic<uint32_t> consumer_sleeping;  ///< a Sleep: the consumer waits (sleep_on)
+  std::atomic<uint32_t> producer_sleeping;               ///< a Sleep: the producer waits (sleep_on)
   alignas(64) std::atomic<uint64_t> doorbell;            ///< rung for the producer's rank (kAsleepOnDoorbell)
   alignas(64) Frame frames[kFrames];
 };
@@ -86,7 +86,7 @@ struct alignas(64) FlaggedSlot {
 };
 
 // Direct (cross-memory attach) collectives: each rank posts the addresses of its buffers; peers read them
-// with process_vm_readv, without any copy through the segment.
+// with platform::read_process_memory, without any copy through the segment.
 struct alignas(64) DirectControl {
   std::atomic<uint64_t> posted;    ///< call k: the addresses below are valid
   std::atomic<uint64_t> reduced;   ///< call k: this rank's slice of recv holds final values
@@ -159,7 +159,8 @@ inline Queue* queue_at(void* base, int index) {
   return reinterpret_cast<Queue*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader)) + index;
 }
 
-/// "/tbcoll-<pid namespace>-<pid>-<comm id>-<rank>" (stale_segments.h removes those of dead owners)
+/// platform::shm_name of the owner pid and a hash of comm id and rank: at most 31 characters, with the owner in
+/// it (stale_segments.h removes those of dead owners)
 std::string segment_name(int pid, uint64_t comm_id, int rank);
 
 /// A mapping of a segment; unmaps on destruction.
@@ -182,8 +183,9 @@ class Mapping {
   size_t bytes_ = 0;
 };
 
-/// futex wait on the low 32 bits of a counter in shared memory (returns on change, wake or timeout); wake all.
-void futex_wait(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us);
-void futex_wake(const std::atomic<uint64_t>* counter);
+/// Sleeps on the low 32 bits of a counter in shared memory (platform::wait_on_address: returns on change, wake,
+/// timeout or spuriously); wakes all sleepers.
+void sleep_on(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us);
+void wake_sleepers(const std::atomic<uint64_t>* counter);
 
 }  // namespace tbcoll::shm

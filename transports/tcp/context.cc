@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "platform/platform.h"
 #include "transports/tcp/context.h"
 #include "transports/tcp/endpoint.h"
 #include "transports/tcp/wire.h"
@@ -66,7 +67,7 @@ class Context final : public transport::Context {
     addrinfo* found = nullptr;
     int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
     if (rc != 0) throw IoError(fmt::format("[tcp] rank {}: bad listen address {:?}: {}", args_.rank, host, gai_strerror(rc)));
-    listen_fd_ = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    listen_fd_ = platform::open_socket(found->ai_family, SOCK_STREAM, 0, /*nonblocking=*/true);
     if (listen_fd_ < 0 || bind(listen_fd_, found->ai_addr, found->ai_addrlen) != 0 || listen(listen_fd_, 128) != 0) {
       std::string why = strerror(errno);
       freeaddrinfo(found);
@@ -258,7 +259,7 @@ class Context final : public transport::Context {
           pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
         }
         if ((pfds[0].revents & POLLIN) != 0) {
-          int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+          int fd = platform::accept_socket(listen_fd_, /*nonblocking=*/true);
           if (fd < 0) {
             // Out of descriptors, say: wait a little instead of spinning on a listener that stays readable.
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) poll(nullptr, 0, 10);
