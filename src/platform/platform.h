@@ -26,6 +26,14 @@ namespace tbcoll::platform {
 /// "linux", "darwin" or "posix": the flavour compiled in.
 const char* flavour();
 
+/// Bytes of a cache line, for keeping data that different cores write apart: 128 on Apple's M-series (and what
+/// their prefetcher pairs up), 64 elsewhere.
+#if defined(__APPLE__) && defined(__aarch64__)
+constexpr size_t kCacheLineBytes = 128;
+#else
+constexpr size_t kCacheLineBytes = 64;
+#endif
+
 // ---- time ------------------------------------------------------------------------------------------------------
 
 /// Now on std::chrono::steady_clock, read as cheaply as the system allows: up to one scheduler tick behind on
@@ -75,6 +83,8 @@ bool process_exists(int pid);
 /// Copies `bytes` from address `remote` of process `pid` to `local` (cross-memory attach): returns the bytes
 /// read, or -1 with errno set (EPERM without ptrace permission; ENOSYS where the system has no such call).
 long read_process_memory(int pid, void* local, uint64_t remote, size_t bytes);
+/// False where read_process_memory always fails with ENOSYS (then shm has no cross-memory-attach fast path).
+bool reads_process_memory();
 
 // ---- sockets -------------------------------------------------------------------------------------------------------
 

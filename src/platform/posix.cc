@@ -29,6 +29,8 @@ long read_process_memory(int, void*, uint64_t, size_t) {
   return -1;
 }
 
+bool reads_process_memory() { return false; }
+
 int open_socket(int family, int type, int protocol, bool nonblocking) {
   return generic::open_socket(family, type, protocol, nonblocking);
 }
