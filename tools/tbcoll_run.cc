@@ -253,7 +253,8 @@ class Launcher {
       pollable_[fd] = !(poll(&probe, 1, 0) >= 0 && (probe.revents & POLLNVAL) != 0);
     }
     if (!tbcoll::platform::prepare_parent_death_guard()) {
-      std::fprintf(stderr, "tbcoll-run: cannot prepare the guard that stops ranks if we die: %s\n", std::strerror(errno));
+      std::fprintf(stderr, "tbcoll-run: cannot prepare the guard that stops ranks if we die: %s\n",
+                   std::strerror(errno));
       return kExitLauncherError;
     }
     if (opts_.tag_output) raise_fd_limit(2 * opts_.world_size + 64);

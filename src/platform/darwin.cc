@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <pthread/qos.h>
 #include <sys/event.h>
 #include <sys/sysctl.h>
 #include <sys/time.h>
@@ -15,7 +16,7 @@
 
 #include "platform/generic.h"
 
-#if __has_include(<os/os_sync_wait_on_address.h>)  // the macOS 14.4 SDK and later
+#if __has_include(<os/os_sync_wait_on_address.h>) && __has_include(<os/clock.h>)  // the macOS 14.4 SDK and later
 #include <os/clock.h>
 #include <os/os_sync_wait_on_address.h>
 #define TBCOLL_HAVE_OS_SYNC_WAIT 1
@@ -113,7 +114,7 @@ bool bind_to_cpu(int) { return false; }
 void prefer_fast_cores() { pthread_set_qos_class_self_np(QOS_CLASS_USER_INTERACTIVE, 0); }
 
 bool uses_shm_registry() { return true; }  // macOS cannot list POSIX shm names
-int shm_reserve(int fd, size_t bytes) { return generic::shm_reserve(fd, bytes); }
+int shm_reserve(int fd, size_t bytes) { return generic::shm_reserve(fd, bytes, /*check_space=*/false); }
 void* shm_map(int fd, size_t bytes) { return generic::shm_map(fd, bytes); }
 std::vector<std::string> shm_list() { return generic::registry_list(); }
 

@@ -179,11 +179,11 @@ std::string host_kernel_id() {
 
 // ---- shared-memory segments ------------------------------------------------------------------------------------
 
-int shm_reserve(int fd, size_t bytes) {
+int shm_reserve(int fd, size_t bytes, bool check_space) {
   // Where the segment's file system tells its free space (Linux tmpfs does), a segment that cannot fit fails
   // now: ftruncate alone would succeed and the first touch of a missing page raise SIGBUS.
   struct statvfs space {};
-  if (fstatvfs(fd, &space) == 0 && space.f_frsize > 0 && space.f_blocks > 0 &&
+  if (check_space && fstatvfs(fd, &space) == 0 && space.f_frsize > 0 && space.f_blocks > 0 &&
       static_cast<unsigned long long>(space.f_bavail) * space.f_frsize < bytes) {
     return ENOSPC;
   }

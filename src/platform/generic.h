@@ -35,7 +35,8 @@ bool is_listening_socket(int fd);
 /// gethostid() and the host name: the best POSIX offers for "the same machine".
 std::string host_kernel_id();
 
-int shm_reserve(int fd, size_t bytes);
+/// ftruncate; with check_space, first ENOSPC where fstatvfs says the segment's file system has less room free.
+int shm_reserve(int fd, size_t bytes, bool check_space);
 void* shm_map(int fd, size_t bytes);
 /// The registry: one empty file per live segment in /tmp/tbcoll-shm-<uid> (a directory only that user can write).
 void registry_add(const std::string& name);

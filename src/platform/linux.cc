@@ -61,7 +61,15 @@ long read_process_memory(int pid, void* local, uint64_t remote, size_t bytes) {
   return static_cast<long>(process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0));
 }
 
-bool reads_process_memory() { return true; }  // ptrace rules permitting (shm probes that at set-up)
+bool reads_process_memory() {
+  // ptrace rules permitting (shm probes that per peer at set-up); ENOSYS where the kernel (or qemu-user) lacks it.
+  static const bool present = [] {
+    uint64_t word = 1, copy = 0;
+    const uint64_t address = reinterpret_cast<uint64_t>(&word);
+    return read_process_memory(static_cast<int>(getpid()), &copy, address, sizeof(word)) >= 0 || errno != ENOSYS;
+  }();
+  return present;
+}
 
 int open_socket(int family, int type, int protocol, bool nonblocking) {
   return socket(family, type | SOCK_CLOEXEC | (nonblocking ? SOCK_NONBLOCK : 0), protocol);

@@ -64,7 +64,7 @@ bool bind_to_cpu(int) { return false; }
 void prefer_fast_cores() {}
 
 bool uses_shm_registry() { return true; }
-int shm_reserve(int fd, size_t bytes) { return generic::shm_reserve(fd, bytes); }
+int shm_reserve(int fd, size_t bytes) { return generic::shm_reserve(fd, bytes, /*check_space=*/true); }
 void* shm_map(int fd, size_t bytes) { return generic::shm_map(fd, bytes); }
 std::vector<std::string> shm_list() { return generic::registry_list(); }
 

@@ -195,7 +195,9 @@ TEST(Collectives, Float16AverageDoesNotOverflowWhereTheAverageFits) {
   std::vector<std::pair<std::string, std::string>> paths = {
       {"loopback", "direct"}, {"loopback", "ring"}, {"shm", "oneshot"}, {"shm", "twoshot"}};
   if (platform::reads_process_memory()) paths.push_back({"shm", "cma"});
-  for (const auto& [transport, algo] : paths) {
+  for (const auto& path : paths) {
+    const std::string& transport = path.first;  // not a structured binding: the lambda below captures it
+    const std::string& algo = path.second;
     SCOPED_TRACE(transport + " " + algo);
     run_ranks(3, {transport, algo}, [&](Communicator& comm) {
       const int n = comm.size();

@@ -25,8 +25,9 @@
 //   Per rank and byte: one copy in, one reduction, one copy of the result to the segment and one copy out,
 //   all on cache-resident slices; no system calls.
 //
-// Direct collectives (large inputs), where cross-memory attach (platform::read_process_memory: Linux) is permitted: ranks post
-// their buffer addresses and read each other's buffers in place, with no copy through the segment.
+// Direct collectives (large inputs), where cross-memory attach (platform::read_process_memory: Linux) is
+// permitted: ranks post their buffer addresses and read each other's buffers in place, with no copy through the
+// segment.
 //   all_reduce: post -> each rank reduces its slice r of the n inputs in rank order, chunk by chunk (peer
 //               chunks read into a cache-resident scratch), into recv -> post "reduced" -> read every peer's
 //               final slice into recv -> post "done" -> wait until every peer is done with our buffers.
