@@ -15,11 +15,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(suite portability posix clang arm64)
-tools/setup.sh
-tools/build.sh
-
 failed=()
 summary=()
+start=$SECONDS
+tools/setup.sh
+tools/build.sh
+summary+=("$(printf '%-12s %s  %4d s' "setup+build" done $((SECONDS - start)))")
 run_stage() {
   local name=$1
   shift
