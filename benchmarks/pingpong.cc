@@ -21,6 +21,7 @@
 #include "common/env.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "platform/platform.h"
 
 namespace tbcoll::bench {
 namespace {
@@ -54,7 +55,7 @@ void write_n(int fd, const char* buf, size_t n, PhaseDeadline& deadline) {
   size_t put = 0;
   while (put < n) {
     deadline.check("room to send to the other rank");
-    ssize_t w = send(fd, buf + put, n - put, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t w = send(fd, buf + put, n - put, platform::send_flags() | MSG_DONTWAIT);
     if (w > 0) {
       put += static_cast<size_t>(w);
     } else if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -119,7 +120,7 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
   int listener = -1;
   char host[256] = {};
   if (rank == 0) {
-    listener = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);  // any interface, IPv4 too: rank 1 may be elsewhere
+    listener = platform::open_socket(AF_INET6, SOCK_STREAM, 0, false);  // any interface, IPv4 too: rank 1 may be elsewhere
     sockaddr_in6 addr{};
     addr.sin6_family = AF_INET6;
     addr.sin6_addr = in6addr_any;
@@ -138,7 +139,7 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
     PhaseDeadline deadline;
     pollfd pfd{listener, POLLIN, 0};
     while (poll(&pfd, 1, 100) == 0) deadline.check_now("the other rank to connect");
-    fd = accept(listener, nullptr, nullptr);
+    fd = platform::accept_socket(listener, false);
     close(listener);
   } else if (rank == 1) {
     fd = net::connect_tcp({host, port}, Clock::now() + std::chrono::seconds(30), "pingpong: connecting to rank 0");
@@ -206,7 +207,7 @@ PingPongResult raw_tcp_floor(Communicator& comm) {
           deadline.check("the other rank's half of the exchange");
           if (sent < total) {
             size_t at = sent % buffer_bytes;
-            ssize_t w = send(fd, out.data() + at, std::min(buffer_bytes - at, total - sent), MSG_NOSIGNAL);
+            ssize_t w = send(fd, out.data() + at, std::min(buffer_bytes - at, total - sent), platform::send_flags());
             if (w > 0) sent += static_cast<size_t>(w);
             else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) die("send");
           }

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "benchmarks/pingpong.h"
-#include "common/identity.h"
+#include "platform/platform.h"
 
 namespace tbcoll::bench {
 namespace {
@@ -36,16 +36,14 @@ class SharedMapping {
     const int rank = comm.rank();
     int32_t pid = rank == 0 ? static_cast<int32_t>(getpid()) : 0;
     comm.broadcast(&pid, &pid, 1, DataType::kInt32, 0);
-    // Named like the transport's segments (tbcoll-<pid namespace>-<pid>-...), so the sweep of segments whose
-    // owner died (transports/shm/stale_segments.h: tbcoll-run, the next set-up) removes it if we are killed.
-    char name_buf[96];
-    std::snprintf(name_buf, sizeof(name_buf), "/tbcoll-%lx-%d-floor", pid_namespace(), static_cast<int>(pid));
-    const std::string name = name_buf;
+    // Named like the transport's segments (platform::shm_name: the owner's pid in it), so the sweep of segments
+    // whose owner died (transports/shm/stale_segments.h: tbcoll-run, the next set-up) removes it if we are killed.
+    const std::string name = platform::shm_name(static_cast<int>(pid), 0xf100f);
     try {
       for (int turn = 0; turn < 2; ++turn) {
         if (rank == turn) {
-          int fd = turn == 0 ? shm_open(name.c_str(), O_CREAT | O_RDWR, 0600) : shm_open(name.c_str(), O_RDWR, 0600);
-          if (fd < 0 || (turn == 0 && ftruncate(fd, static_cast<off_t>(bytes)) != 0)) {
+          int fd = turn == 0 ? platform::shm_create(name) : platform::shm_open_existing(name);
+          if (fd < 0 || (turn == 0 && platform::shm_reserve(fd, bytes) != 0)) {
             throw IoError("shm floor: cannot create " + name + ": " + strerror(errno));
           }
           void* at = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -56,11 +54,11 @@ class SharedMapping {
         comm.barrier();
       }
     } catch (...) {
-      if (rank == 0) shm_unlink(name.c_str());
+      if (rank == 0) platform::shm_remove(name);
       if (base_ != nullptr) munmap(base_, bytes_);
       throw;
     }
-    if (rank == 0) shm_unlink(name.c_str());
+    if (rank == 0) platform::shm_remove(name);
   }
   ~SharedMapping() {
     if (base_ != nullptr) munmap(base_, bytes_);

@@ -13,6 +13,7 @@
 
 #include "common/cpu.h"
 #include "communicator.h"
+#include "platform/platform.h"
 
 namespace tbcoll {
 
@@ -90,6 +91,7 @@ Work AsyncQueue::submit(std::function<void()> call) {
     if (!impl_->thread.joinable()) {
       impl_->thread = std::thread([impl = impl_.get()] {
         mark_thread_sharing_cpu();  // it runs beside the caller's thread, on the caller's CPUs
+        platform::prefer_fast_cores();
         impl->loop();
       });
     }

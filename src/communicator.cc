@@ -4,7 +4,6 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,10 +20,10 @@
 #include "bootstrap/rendezvous.h"
 #include "common/cpu.h"
 #include "common/env.h"
-#include "common/identity.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "platform/platform.h"
 #include "transports/delay/delay.h"
 
 namespace tbcoll {
@@ -46,23 +45,20 @@ uint64_t random_u64() {
 }
 
 // Ranks with equal host ids talk through shared memory, which names and watches peers by pid: so the id holds
-// the pid namespace too (containers of one pod can share /dev/shm, the host name and the kernel, while their
-// pids mean different processes), and the /dev/shm file system itself (containers that share the pids but
-// mount a /dev/shm of their own cannot open each other's segments). Ranks that differ in any of these use the
-// next transport; so does a process that cannot read its pid namespace (no /proc), since it cannot tell.
+// the platform's shm domain (on Linux the kernel, the pid namespace and the /dev/shm file system: containers of
+// one pod can share /dev/shm, the host name and the kernel, while their pids mean different processes; others
+// share the pids but mount a /dev/shm of their own). Ranks that differ use the next transport; so does a
+// process whose domain is unknown (no /proc), since it cannot tell.
 std::string host_id(const env::Settings& settings) {
   // Tests (and unusual set-ups, e.g. containers sharing nothing but a name) can set the identity.
   std::string forced = settings.get("TBCOLL_HOST_ID");
   if (!forced.empty()) return forced;
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
-  struct stat shm {};
-  const bool shm_known = stat("/dev/shm", &shm) == 0;
-  const unsigned long pid_ns = pid_namespace();
+  static const std::string domain = platform::shm_domain();
   static const uint64_t this_process = random_u64();  // ranks that are threads of one process still match
-  if (pid_ns == 0 || !shm_known) return fmt::format("{}/unknown-namespace/{:x}", name, this_process);
-  return fmt::format("{}/{}/pidns:{}/shm:{:x}:{:x}", name, kernel_id(), pid_ns, static_cast<uint64_t>(shm.st_dev),
-                     static_cast<uint64_t>(shm.st_ino));
+  if (domain.empty()) return fmt::format("{}/unknown-namespace/{:x}", name, this_process);
+  return fmt::format("{}/{}", name, domain);
 }
 
 uint64_t process_id() {
@@ -152,6 +148,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
   }
   if (!(config.timeout_s > 0)) throw InvalidArgument(fmt::format("timeout {} s must be positive", config.timeout_s));
+  platform::prefer_fast_cores();  // the thread that drives collectives spins in their waits
   auto impl = std::make_unique<Impl>();
   impl->config = config;
   impl->rank = config.rank;
@@ -210,7 +207,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   // A context per usable device; publish identity and addresses.
   Published self;
   self.info = {rank, host_id(settings), process_id(), impl->instance};
-  self.kernel = kernel_id();
+  self.kernel = platform::kernel_id();
   self.cpus = allowed_cpus();
   self.world_size = size;
   std::map<std::string, std::unique_ptr<transport::Context>> contexts;

@@ -1,6 +1,10 @@
 #!/usr/bin/env bash
-# Configures and builds tbcoll (Release) into ./build. Extra arguments go to cmake.
+# Configures and builds tbcoll (Release) into ./build. Extra arguments go to cmake. With ccache installed the
+# compilations go through it (the extra builds of tools/run-tests.sh reuse the objects they share with this one);
+# compile_commands.json is written for tools/check-portability.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-cmake -S . -B build -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+launcher=()
+command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${launcher[@]}" "$@" >/dev/null
 cmake --build build -j "$(nproc)"

@@ -2,23 +2,30 @@
 # Installs what tbcoll needs to build, test and benchmark on Debian 12 (idempotent; quiet when all is there).
 set -euo pipefail
 # libibverbs-dev: the verbs headers the ibverbs transport and the tests' fake provider build against (never linked).
-# python3: benchmarks/compare.sh's table; curl + ca-certificates: tools/get-model.sh on machines without ../shared.
+# python3: benchmarks/compare.sh's table and tools/check-portability.sh; curl + ca-certificates: tools/get-model.sh
+# on machines without ../shared. clang, libc++: the clang + libc++ build (tools/test-clang-libcxx.sh);
+# g++-aarch64-linux-gnu, qemu-user and the arm64 GoogleTest and fmt: tools/test-arm64.sh; ccache: the extra builds
+# share object files where they can.
 packages=(build-essential cmake libboost-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev
-          openmpi-bin libopenmpi-dev python3 curl ca-certificates)
+          openmpi-bin libopenmpi-dev python3 curl ca-certificates ccache
+          clang libc++-dev libc++abi-dev googletest
+          g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libfmt-dev:arm64)
 # The RDMA test layer (tools/test-rdma-qemu.sh): qemu-system-x86 boots Debian's kernel with Soft-RoCE (rdma_rxe),
 # busybox-static is the guest's userland, rdma-core + ibverbs-providers + ibverbs-utils give the guest libibverbs,
 # the rxe provider and the pingpong programs, libibverbs-dev the verbs headers, kmod depmod, iproute2 the rdma tool,
 # xz-utils unpacks the kernel for a PVH boot.
 packages+=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-providers libibverbs-dev kmod iproute2
            xz-utils)
+sudo_cmd=""
+[ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 missing=()
 for package in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}"
-  sudo_cmd=""
-  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  # The arm64 libraries come from Debian's multiarch archive (the same mirror, arm64 package lists).
+  dpkg --print-foreign-architectures | grep -qx arm64 || $sudo_cmd dpkg --add-architecture arm64
   $sudo_cmd apt-get update -qq
   $sudo_cmd env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi

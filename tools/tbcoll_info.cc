@@ -1,11 +1,13 @@
-// tbcoll-info: prints the version, the transports in this build, the algorithms of every collective (the
-// algorithm table and the transports' fast paths) and every TBCOLL_* knob with its default, its current value
-// and a line of help.
+// tbcoll-info: prints the version, the platform layer and reduce kernels in use, the transports in this build, the
+// algorithms of every collective (the algorithm table and the transports' fast paths) and every TBCOLL_* knob with its
+// default, its current value and a line of help.
 #include <cstdio>
 #include <cstring>
 
 #include "algorithms/registry.h"
 #include "common/env.h"
+#include "platform/platform.h"
+#include "reduce/reduce.h"
 #include "tbcoll/transport.h"
 
 int main(int argc, char** argv) {
@@ -16,7 +18,8 @@ int main(int argc, char** argv) {
                  "usage: tbcoll-info   (prints transports, algorithms and every TBCOLL_* knob)\n");
     return help ? 0 : 2;
   }
-  std::printf("tbcoll %s\n\ntransports in this build (best first):\n", TBCOLL_VERSION);
+  std::printf("tbcoll %s\nplatform layer %s, reduce kernels %s\n\ntransports in this build (best first):\n",
+              TBCOLL_VERSION, tbcoll::platform::flavour(), tbcoll::reduce::isa_name(tbcoll::reduce::best_isa()));
   for (const auto& device : tbcoll::transport::available_devices()) {
     auto caps = device->capabilities();
     std::printf("  %-10s ~%.1f us, ~%.1f GB/s%s\n", device->name().c_str(), caps.latency_us, caps.bandwidth_gbps,

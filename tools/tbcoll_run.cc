@@ -11,19 +11,20 @@
 // was killed). SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
 // kills at once. SIGTSTP (ctrl-Z) stops every rank's group and then the launcher; SIGCONT continues them.
-// Ranks die with the launcher (PR_SET_PDEATHSIG). Started from a terminal's foreground, ranks ignore SIGTTOU, so
+// Ranks die with the launcher (platform::arm_parent_death_guard: PR_SET_PDEATHSIG on Linux, a guard process
+// elsewhere). Started from a terminal's foreground, ranks ignore SIGTTOU, so
 // `stty tostop` does not stop them at their first line. Signals reach the single poll() loop through a self-pipe;
 // children are reaped with waitpid(WNOHANG); tagged output is written only when the target has room, so a
 // stalled reader never blocks the loop. When the job is over, shared-memory segments of ranks that died during
-// set-up are removed. Deliberately standalone: POSIX, the standard library and that header-only sweep only.
+// set-up are removed. Targets poll() cannot watch (terminals and devices on macOS: POLLNVAL) are written with
+// blocking writes. Deliberately standalone: POSIX, the standard library, the platform layer and that header-only
+// sweep only.
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -43,6 +44,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "platform/platform.h"
 #include "transports/shm/stale_segments.h"
 
 namespace {
@@ -202,7 +204,7 @@ std::optional<std::string> random_token() {
 // A socket listening on 127.0.0.1 and a port the kernel picked, for rank 0's store (close-on-exec: only rank 0
 // gets it, see spawn). Handing over the bound socket leaves no window for another process to take the port.
 int open_root_listener() {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = tbcoll::platform::open_socket(AF_INET, SOCK_STREAM, 0, /*nonblocking=*/false);
   if (fd < 0) return -1;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
@@ -247,6 +249,13 @@ class Launcher {
     if (!install_signal_handlers() || !setup_environment()) return kExitLauncherError;
     for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
       if (isatty(fd) && tcgetpgrp(fd) == getpgrp()) foreground_ = true;
+      pollfd probe{fd, POLLOUT, 0};
+      pollable_[fd] = !(poll(&probe, 1, 0) >= 0 && (probe.revents & POLLNVAL) != 0);
+    }
+    if (!tbcoll::platform::prepare_parent_death_guard()) {
+      std::fprintf(stderr, "tbcoll-run: cannot prepare the guard that stops ranks if we die: %s\n",
+                   std::strerror(errno));
+      return kExitLauncherError;
     }
     if (opts_.tag_output) raise_fd_limit(2 * opts_.world_size + 64);
     spawn_all();
@@ -397,20 +406,13 @@ class Launcher {
 
   // In the child: pin rank r to one CPU of the launcher's affinity set. Spinning ranks that share a core hand
   // off only when one yields, so two ranks left on one core by the scheduler run ~100x slower.
+  // No affinity (macOS): nothing to do; the ranks ask for fast cores themselves (platform::prefer_fast_cores).
   void bind_rank(int r) {
-    cpu_set_t usable;
-    if (opts_.bind_to == "none" || sched_getaffinity(0, sizeof(usable), &usable) != 0) return;
-    int cpus = CPU_COUNT(&usable);
-    if (opts_.bind_to == "auto" && opts_.world_size > cpus) return;
-    int wanted = r % cpus;
-    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-      if (!CPU_ISSET(cpu, &usable) || wanted-- != 0) continue;
-      cpu_set_t one;
-      CPU_ZERO(&one);
-      CPU_SET(cpu, &one);
-      sched_setaffinity(0, sizeof(one), &one);
-      return;
-    }
+    if (opts_.bind_to == "none") return;
+    const std::vector<int> usable = tbcoll::platform::allowed_cpus();
+    const int cpus = static_cast<int>(usable.size());
+    if (cpus == 0 || (opts_.bind_to == "auto" && opts_.world_size > cpus)) return;
+    tbcoll::platform::bind_to_cpu(usable[static_cast<size_t>(r % cpus)]);
   }
 
   // In the child between fork() and exec: restore the signal state the launcher started with.
@@ -424,7 +426,7 @@ class Launcher {
     setpgid(0, 0);
     // A launcher killed outright (SIGKILL) cannot stop the job: the kernel does it for us. If it died already,
     // between fork() and here, give up.
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    tbcoll::platform::arm_parent_death_guard();
     if (getppid() != launcher_pid_) _exit(kExitLauncherError);
     if (stdin_fd >= 0 && stdin_fd != STDIN_FILENO) dup2(stdin_fd, STDIN_FILENO);
     if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
@@ -477,7 +479,7 @@ class Launcher {
       }
       const size_t first_target = fds.size();
       for (int target : {STDOUT_FILENO, STDERR_FILENO}) {
-        if (!outbox_[target].empty()) fds.push_back(pollfd{target, POLLOUT, 0});
+        if (!outbox_[target].empty() && pollable_[target]) fds.push_back(pollfd{target, POLLOUT, 0});
       }
       const bool output_waiting = fds.size() > first_target;
       bool streams_open = false;
@@ -514,6 +516,9 @@ class Launcher {
       }
       for (size_t i = first_target; ready > 0 && i < fds.size(); ++i) {
         if (fds[i].revents != 0) flush_target(fds[i].fd);
+      }
+      for (int target : {STDOUT_FILENO, STDERR_FILENO}) {
+        if (!pollable_[target]) flush_target(target);
       }
     }
   }
@@ -585,7 +590,7 @@ class Launcher {
     std::string& box = outbox_[target];
     for (int chunks = 0; !box.empty() && chunks < 256; ++chunks) {
       pollfd pfd{target, POLLOUT, 0};
-      if (poll(&pfd, 1, 0) <= 0 || (pfd.revents & POLLOUT) == 0) {
+      if (pollable_[target] && (poll(&pfd, 1, 0) <= 0 || (pfd.revents & POLLOUT) == 0)) {
         if ((pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0) drop_target(target);
         return;
       }
@@ -671,6 +676,9 @@ class Launcher {
   // more, so a slow or stalled reader never blocks the launcher (signals, failures and the timeout go on).
   std::string outbox_[3];
   bool target_gone_[3] = {false, false, false};
+  // Whether poll() can watch our stdout/stderr: macOS answers POLLNVAL for terminals and other devices, which are
+  // then written with (blocking) writes as they come.
+  bool pollable_[3] = {true, true, true};
   std::unordered_map<pid_t, int> rank_of_pid_;
   int running_ = 0;
   std::optional<int> exit_code_;  // set by the first event that ends the job early

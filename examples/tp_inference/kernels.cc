@@ -59,8 +59,9 @@ constexpr float kExpCutoff = -87.0f;
 inline float exp_or_zero(float d) { return !(d >= kExpCutoff) ? 0.0f : std::exp(d); }  // NaN: 0, as the vector paths
 
 #if defined(TP_HAVE_LIBMVEC)
-extern "C" __m512 _ZGVeN16v_expf(__m512);
-extern "C" __m256 _ZGVdN8v_expf(__m256);
+// Declared with the features their vector arguments need: clang refuses calls whose argument ABI would change.
+extern "C" __attribute__((target("avx512f"))) __m512 _ZGVeN16v_expf(__m512);
+extern "C" __attribute__((target("avx2"))) __m256 _ZGVdN8v_expf(__m256);
 
 // Lanes under the cutoff are clamped to it before the call (so none takes the fallback) and zeroed after.
 __attribute__((target("avx512f"))) void exp_shifted_avx512(float* x, int n, float max_val) {

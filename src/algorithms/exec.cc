@@ -50,7 +50,7 @@ void RequestTable::reset(int world_size) {
 
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
            transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
-           Scratch& scratch, RequestTable& table, const CallInfo& call)
+           Scratch& scratch, RequestTable& table, [[maybe_unused]] const CallInfo& call)
     : rank_(rank),
       size_(size),
       peers_(peers),
@@ -61,7 +61,6 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, c
       spin_yields_(spin_yields),
       chunk_bytes_(chunk_bytes),
       scratch_(scratch),
-      call_(call),
       table_(table),
       requests_(table.requests),
       done_(table.done),

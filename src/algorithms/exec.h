@@ -110,7 +110,6 @@ class Exec {
   bool spin_yields_;
   size_t chunk_bytes_;
   Scratch& scratch_;
-  const CallInfo& call_;
   RequestTable& table_;
   std::vector<RequestTable::Pending>& requests_;
   std::vector<uint8_t>& done_;

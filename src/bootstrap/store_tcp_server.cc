@@ -20,6 +20,7 @@
 #include "bootstrap/store_protocol.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "platform/platform.h"
 #include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
 
@@ -321,11 +322,9 @@ TcpStoreServer::TcpStoreServer(int listening_fd, const std::string& token) : imp
   impl_->token = token;
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
-  int listening = 0;
-  socklen_t flag_length = sizeof(listening);
   if (getsockname(listening_fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||
       (address.ss_family != AF_INET && address.ss_family != AF_INET6) ||
-      getsockopt(listening_fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &flag_length) != 0 || listening == 0) {
+      !platform::is_listening_socket(listening_fd)) {
     close(listening_fd);
     throw InvalidArgument(fmt::format("[store] descriptor {} is not a listening TCP socket", listening_fd));
   }

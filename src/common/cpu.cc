@@ -1,27 +1,17 @@
 #include "common/cpu.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
 
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "platform/platform.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll {
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return cpus;  // unknown: shares with everyone (see below)
-  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
-    if (CPU_ISSET(cpu, &set)) cpus.push_back(cpu);
-  }
-  return cpus;
-}
+std::vector<int> allowed_cpus() { return platform::allowed_cpus(); }  // empty: unknown, shares with everyone
 
 std::string format_cpus(const std::vector<int>& cpus) {
   std::string out;
@@ -50,7 +40,7 @@ std::vector<int> parse_cpus(const std::string& text) {
       ++at;
       last = number();
     }
-    if (last < first || last >= CPU_SETSIZE) throw InvalidArgument(fmt::format("CPU list {:?}: bad range", text));
+    if (last < first || last >= platform::kMaxCpus) throw InvalidArgument(fmt::format("CPU list {:?}: bad range", text));
     for (int cpu = first; cpu <= last; ++cpu) cpus.push_back(cpu);
     if (at < text.size() && text[at++] != ',') throw InvalidArgument(fmt::format("CPU list {:?}: expected ','", text));
   }

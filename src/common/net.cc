@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "common/time.h"
+#include "platform/platform.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll::net {
@@ -104,7 +105,7 @@ int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who
   auto backoff = std::chrono::milliseconds(1);
   while (true) {
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
-      int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, ai->ai_protocol);
+      int fd = platform::open_socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol, /*nonblocking=*/true);
       if (fd < 0) continue;
       int result = connect(fd, ai->ai_addr, ai->ai_addrlen);
       if (result != 0 && errno == EINPROGRESS) {
@@ -193,7 +194,7 @@ void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::
                const std::atomic<bool>* cancelled) {
   const char* at = static_cast<const char*>(buf);
   while (n > 0) {
-    ssize_t put = send(fd, at, n, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t put = send(fd, at, n, MSG_DONTWAIT | platform::send_flags());
     if (put >= 0) {
       at += put;
       n -= static_cast<size_t>(put);
@@ -213,7 +214,7 @@ int listen_tcp(const std::string& host, std::string* address, const std::string&
   addrinfo* found = nullptr;
   const int rc = getaddrinfo(host.c_str(), "0", &hints, &found);
   if (rc != 0) throw IoError(fmt::format("{}: bad listen address {:?}: {}", who, host, gai_strerror(rc)));
-  int fd = socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int fd = platform::open_socket(found->ai_family, SOCK_STREAM, 0, /*nonblocking=*/true);
   if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, 128) != 0) {
     const std::string why = strerror(errno);
     freeaddrinfo(found);
@@ -231,7 +232,7 @@ int listen_tcp(const std::string& host, std::string* address, const std::string&
 }
 
 int accept_tcp(int listen_fd) {
-  const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+  const int fd = platform::accept_socket(listen_fd, /*nonblocking=*/true);
   if (fd < 0) {
     // Out of descriptors, say: wait a little instead of spinning on a listener that stays readable.
     if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) poll(nullptr, 0, 10);

@@ -40,7 +40,7 @@ std::string local_address(int fd);
 /// `cancelled` is set.
 void read_exact(int fd, void* buf, size_t n, Deadline deadline, const std::string& who,
                 const std::atomic<bool>* cancelled = nullptr);
-/// Writes exactly n bytes (MSG_NOSIGNAL); throws like read_exact.
+/// Writes exactly n bytes (never raising SIGPIPE); throws like read_exact.
 void write_all(int fd, const void* buf, size_t n, Deadline deadline, const std::string& who,
                const std::atomic<bool>* cancelled = nullptr);
 

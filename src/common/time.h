@@ -1,27 +1,20 @@
 // Deadlines: every blocking wait in tbcoll takes one.
 #pragma once
 
-#include <time.h>
-
 #include <atomic>
 #include <chrono>
 #include <string>
 
 #include "tbcoll/error.hpp"
+#include "platform/platform.h"
 #include "tbcoll/store.hpp"
 
 namespace tbcoll {
 
-/// Now on the steady clock at scheduler-tick resolution (CLOCK_MONOTONIC_COARSE: the same clock as
-/// steady_clock, up to one tick behind, read without a time-stamp counter). A deadline is set on every
-/// collective call, where a precise read costs a noticeable share of a 0.2 us all-reduce; a deadline a few
-/// milliseconds early does not matter.
-inline Clock::time_point coarse_now() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-  return Clock::time_point(std::chrono::duration_cast<Clock::duration>(std::chrono::seconds(ts.tv_sec) +
-                                                                       std::chrono::nanoseconds(ts.tv_nsec)));
-}
+/// Now on the steady clock, read cheaply (platform::coarse_now: up to a scheduler tick behind on Linux). A
+/// deadline is set on every collective call, where a precise read costs a noticeable share of a 0.2 us
+/// all-reduce; a deadline a few milliseconds early does not matter.
+inline Clock::time_point coarse_now() { return platform::coarse_now(); }
 
 /// A deadline `seconds` from now. 1e9 s (31 years) or more, infinity included, means never: the nanosecond count
 /// of a larger timeout would overflow (into the past).

@@ -1,9 +1,11 @@
-// Reduction kernels: kTables[isa][dtype][op], 3 x 10 x 4 plain functions (kAvg uses kSum's), each one
+// Reduction kernels: kTables[isa][dtype][op], 4 x 10 x 4 plain functions (kAvg uses kSum's), each one
 // instantiation of a loop template for (storage type, op), compiled once per instruction set:
 //
 //   binary_loop   out[i] = Type::store(Op(Type::load(a[i]), Type::load(b[i])))   ints, f32, f64 (f16 baseline)
 //   bf16_loop     the same on 32-bit words holding two bf16 each (no shuffles)   bf16
 //   half_loop_*   F16C / AVX-512 conversions around the same Op                   f16 on AVX2 / AVX-512
+//   *_loop_neon   NEON: fcvtl/fcvtn around the Op (f16), shifts (bf16), f32/f64  arm64 (ints: binary_loop, which
+//                 lanes; NaN-propagating max/min as compare + bit select          the vectorizer turns into NEON)
 //
 // The portable loops are written for the auto-vectorizer: no calls, no branches (ternaries become blends), f16/bf16
 // conversions as integer bit tricks. The project builds at -O2, where GCC 12 only vectorizes loops whose trip
@@ -30,6 +32,9 @@
 #endif
 #include <cpuid.h>
 #endif
+#if defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace tbcoll::reduce {
 namespace {
@@ -40,6 +45,11 @@ namespace {
 #define TBCOLL_TARGET_AVX2 __attribute__((target("avx2,f16c")))
 #else
 #define TBCOLL_REDUCE_X86 0
+#endif
+#if defined(__aarch64__)
+#define TBCOLL_REDUCE_NEON 1  // Advanced SIMD, f16 conversions included, is part of every ARMv8-A CPU
+#else
+#define TBCOLL_REDUCE_NEON 0
 #endif
 
 #if defined(__clang__)
@@ -313,6 +323,110 @@ TBCOLL_TARGET_AVX2 TBCOLL_INLINE void half_loop_avx2(void* out, const void* a, c
 }
 #endif  // TBCOLL_REDUCE_X86
 
+#if TBCOLL_REDUCE_NEON
+// NEON lanes with the scalar Op's exact semantics: max/min pick a where (a > b) / (a < b) and keep a where it is NaN
+// (fmax/fmin differ on NaN and on signed zeros). fcvtl/fcvtn give the bits of half_bits_to_float /
+// float_to_half_bits (round to nearest even, quiet NaNs with the top payload bits), bf16 rounds as
+// float_to_bf16_word. No FMA: each op is one rounding, as in the portable loops.
+template <class Op>
+TBCOLL_INLINE float32x4_t apply_neon(float32x4_t a, float32x4_t b) {
+  if constexpr (std::is_same_v<Op, Sum>) {
+    return vaddq_f32(a, b);
+  } else if constexpr (std::is_same_v<Op, Prod>) {
+    return vmulq_f32(a, b);
+  } else {
+    const uint32x4_t pick_a = std::is_same_v<Op, Max> ? vcgtq_f32(a, b) : vcltq_f32(a, b);
+    return vbslq_f32(vceqq_f32(a, a), vbslq_f32(pick_a, a, b), a);
+  }
+}
+
+template <class Op>
+TBCOLL_INLINE float64x2_t apply_neon(float64x2_t a, float64x2_t b) {
+  if constexpr (std::is_same_v<Op, Sum>) {
+    return vaddq_f64(a, b);
+  } else if constexpr (std::is_same_v<Op, Prod>) {
+    return vmulq_f64(a, b);
+  } else {
+    const uint64x2_t pick_a = std::is_same_v<Op, Max> ? vcgtq_f64(a, b) : vcltq_f64(a, b);
+    return vbslq_f64(vceqq_f64(a, a), vbslq_f64(pick_a, a, b), a);
+  }
+}
+
+template <class Op>
+TBCOLL_INLINE void float_loop_neon(void* out, const void* a, const void* b, size_t count) {
+  auto* o = static_cast<float*>(out);
+  const auto* x = static_cast<const float*>(a);
+  const auto* y = static_cast<const float*>(b);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {  // both inputs loaded before the stores: exact aliasing is fine
+    const float32x4_t low = apply_neon<Op>(vld1q_f32(x + i), vld1q_f32(y + i));
+    const float32x4_t high = apply_neon<Op>(vld1q_f32(x + i + 4), vld1q_f32(y + i + 4));
+    vst1q_f32(o + i, low);
+    vst1q_f32(o + i + 4, high);
+  }
+  for (; i < count; ++i) o[i] = Op::apply(x[i], y[i]);
+}
+
+template <class Op>
+TBCOLL_INLINE void double_loop_neon(void* out, const void* a, const void* b, size_t count) {
+  auto* o = static_cast<double*>(out);
+  const auto* x = static_cast<const double*>(a);
+  const auto* y = static_cast<const double*>(b);
+  size_t i = 0;
+  for (; i + 4 <= count; i += 4) {
+    const float64x2_t low = apply_neon<Op>(vld1q_f64(x + i), vld1q_f64(y + i));
+    const float64x2_t high = apply_neon<Op>(vld1q_f64(x + i + 2), vld1q_f64(y + i + 2));
+    vst1q_f64(o + i, low);
+    vst1q_f64(o + i + 2, high);
+  }
+  for (; i < count; ++i) o[i] = Op::apply(x[i], y[i]);
+}
+
+template <class Op>
+TBCOLL_INLINE void half_loop_neon(void* out, const void* a, const void* b, size_t count) {
+  auto* o = static_cast<uint16_t*>(out);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const float16x8_t xh = vreinterpretq_f16_u16(vld1q_u16(x + i));
+    const float16x8_t yh = vreinterpretq_f16_u16(vld1q_u16(y + i));
+    const float32x4_t low = apply_neon<Op>(vcvt_f32_f16(vget_low_f16(xh)), vcvt_f32_f16(vget_low_f16(yh)));
+    const float32x4_t high = apply_neon<Op>(vcvt_high_f32_f16(xh), vcvt_high_f32_f16(yh));
+    vst1q_u16(o + i, vreinterpretq_u16_f16(vcvt_high_f16_f32(vcvt_f16_f32(low), high)));
+  }
+  for (; i < count; ++i) o[i] = Half::store(Op::apply(Half::load(x[i]), Half::load(y[i])));
+}
+
+// float_to_bf16_word on four lanes: the bf16 bits in the low half of each.
+TBCOLL_INLINE uint32x4_t float_to_bf16_neon(float32x4_t f) {
+  const uint32x4_t x = vreinterpretq_u32_f32(f);
+  const uint32x4_t odd = vandq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(1));
+  const uint32x4_t rounded = vshrq_n_u32(vaddq_u32(vaddq_u32(x, vdupq_n_u32(0x7fffu)), odd), 16);
+  const uint32x4_t nan = vorrq_u32(vshrq_n_u32(x, 16), vdupq_n_u32(0x40u));
+  const uint32x4_t is_nan = vcgtq_u32(vandq_u32(x, vdupq_n_u32(0x7fffffffu)), vdupq_n_u32(0x7f800000u));
+  return vbslq_u32(is_nan, nan, rounded);
+}
+
+template <class Op>
+TBCOLL_INLINE void bf16_loop_neon(void* out, const void* a, const void* b, size_t count) {
+  auto* o = static_cast<uint16_t*>(out);
+  const auto* x = static_cast<const uint16_t*>(a);
+  const auto* y = static_cast<const uint16_t*>(b);
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {  // widening is a shift by 16: bf16 is the top half of an f32
+    const uint16x8_t xv = vld1q_u16(x + i);
+    const uint16x8_t yv = vld1q_u16(y + i);
+    const float32x4_t low = apply_neon<Op>(vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(vget_low_u16(xv)), 16)),
+                                           vreinterpretq_f32_u32(vshlq_n_u32(vmovl_u16(vget_low_u16(yv)), 16)));
+    const float32x4_t high = apply_neon<Op>(vreinterpretq_f32_u32(vshlq_n_u32(vmovl_high_u16(xv), 16)),
+                                            vreinterpretq_f32_u32(vshlq_n_u32(vmovl_high_u16(yv), 16)));
+    vst1q_u16(o + i, vcombine_u16(vmovn_u32(float_to_bf16_neon(low)), vmovn_u32(float_to_bf16_neon(high))));
+  }
+  for (; i < count; ++i) o[i] = Bf16::store(Op::apply(Bf16::load(x[i]), Bf16::load(y[i])));
+}
+#endif  // TBCOLL_REDUCE_NEON
+
 using DivideKernel = void (*)(void* out, const void* in, size_t count, int divisor);
 
 // One instantiation per instruction set. Only these carry target attributes; the always-inline loop bodies are
@@ -357,11 +471,36 @@ struct Variant<Isa::kAvx512, Type, Op> {
     divide_loop<Type>(out, in, count, divisor);
   }
 };
-#else  // other architectures: only the baseline table can run (cpu_supports), the others repeat it
+#else  // other architectures: these tables cannot run (cpu_supports) and repeat the baseline
 template <class Type, class Op>
 struct Variant<Isa::kAvx2, Type, Op> : Variant<Isa::kBaseline, Type, Op> {};
 template <class Type, class Op>
 struct Variant<Isa::kAvx512, Type, Op> : Variant<Isa::kBaseline, Type, Op> {};
+#endif
+
+#if TBCOLL_REDUCE_NEON
+template <class Type, class Op>
+struct Variant<Isa::kNeon, Type, Op> {
+  static TBCOLL_VECTORIZE void binary(void* out, const void* a, const void* b, size_t count) {
+    if constexpr (std::is_same_v<Type, Half>) {
+      half_loop_neon<Op>(out, a, b, count);
+    } else if constexpr (std::is_same_v<Type, Bf16>) {
+      bf16_loop_neon<Op>(out, a, b, count);
+    } else if constexpr (std::is_same_v<Type, Plain<float>>) {
+      float_loop_neon<Op>(out, a, b, count);
+    } else if constexpr (std::is_same_v<Type, Plain<double>>) {
+      double_loop_neon<Op>(out, a, b, count);
+    } else {
+      binary_loop<Type, Op>(out, a, b, count);
+    }
+  }
+  static TBCOLL_VECTORIZE void divide(void* out, const void* in, size_t count, int divisor) {
+    divide_loop<Type>(out, in, count, divisor);
+  }
+};
+#else
+template <class Type, class Op>
+struct Variant<Isa::kNeon, Type, Op> : Variant<Isa::kBaseline, Type, Op> {};
 #endif
 
 // ---- the tables ---------------------------------------------------------------------------------------------
@@ -376,7 +515,7 @@ struct Row {
   DivideKernel divide;
 };
 using Table = std::array<Row, kNumDataTypes>;
-constexpr int kNumIsas = 3;
+constexpr int kNumIsas = 4;
 
 template <Isa isa, class Type>
 constexpr Row make_row() {
@@ -402,7 +541,7 @@ static_assert(static_cast<int>(DataType::kInt8) == 0 && static_cast<int>(DataTyp
               kNumDataTypes == 10);
 
 constexpr std::array<Table, kNumIsas> kTables = {make_table<Isa::kBaseline>(), make_table<Isa::kAvx2>(),
-                                                 make_table<Isa::kAvx512>()};
+                                                 make_table<Isa::kAvx512>(), make_table<Isa::kNeon>()};
 
 #if TBCOLL_REDUCE_X86
 bool cpu_has_f16c() {  // read CPUID directly: Clang's __builtin_cpu_supports does not know "f16c"
@@ -422,8 +561,12 @@ bool cpu_supports(Isa isa) {
     case Isa::kAvx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+    case Isa::kNeon:
+      return false;
   }
   return false;
+#elif TBCOLL_REDUCE_NEON
+  return isa == Isa::kBaseline || isa == Isa::kNeon;  // every arm64 CPU (Linux and macOS) has Advanced SIMD
 #else
   return isa == Isa::kBaseline;
 #endif
@@ -452,7 +595,7 @@ int checked_op(ReduceOp op) {
 
 Isa best_isa() {
   static const Isa best = [] {
-    for (Isa isa : {Isa::kAvx512, Isa::kAvx2}) {
+    for (Isa isa : {Isa::kAvx512, Isa::kAvx2, Isa::kNeon}) {
       if (cpu_supports(isa)) return isa;
     }
     return Isa::kBaseline;
@@ -461,7 +604,7 @@ Isa best_isa() {
 }
 
 const char* isa_name(Isa isa) {
-  static const char* const kNames[kNumIsas] = {"baseline", "avx2", "avx512"};
+  static const char* const kNames[kNumIsas] = {"baseline", "avx2", "avx512", "neon"};
   const int index = static_cast<int>(isa);
   return index >= 0 && index < kNumIsas ? kNames[index] : "invalid";
 }

@@ -1,8 +1,9 @@
 // Reduction kernels: a dtype x op table of plain functions, the inner loop of every reducing collective.
 //
 // kernel(dtype, op) looks the function up once; the algorithms then call it on each received chunk. Each entry is
-// compiled three times (AVX-512, AVX2 + F16C, baseline) and the table for the best instruction set this CPU
-// supports is chosen at first use, so a portable -O2 build still runs AVX-512 code where it exists. Every variant
+// compiled for every instruction set of the architecture (x86-64: AVX-512, AVX2 + F16C; arm64: NEON) and for the
+// portable baseline, and the table for the best one this CPU supports is chosen at first use, so a portable -O2
+// build still runs AVX-512 code where it exists. Every variant
 // gives bitwise identical results (same scalar semantics, no FMA contraction, no reassociation), so ranks on
 // different CPUs agree; the one exception is which payload a NaN result carries when both inputs are NaN.
 //
@@ -65,7 +66,7 @@ uint16_t float_to_bf16(float f);
 // ---- for tests and benchmarks ----------------------------------------------------------------------------------
 
 // Instruction sets the table is compiled for. kernel() uses the best one the CPU supports.
-enum class Isa : int { kBaseline = 0, kAvx2 = 1, kAvx512 = 2 };
+enum class Isa : int { kBaseline = 0, kAvx2 = 1, kAvx512 = 2, kNeon = 3 };
 
 // The best instruction set of this CPU (what kernel() uses).
 Isa best_isa();
@@ -74,7 +75,7 @@ Isa best_isa();
 // Throws InvalidArgument like kernel().
 Kernel kernel_for_isa(DataType dtype, ReduceOp op, Isa isa);
 
-// "baseline", "avx2", "avx512".
+// "baseline", "avx2", "avx512", "neon".
 const char* isa_name(Isa isa);
 
 }  // namespace tbcoll::reduce

@@ -1,8 +1,7 @@
-// The transport's shared-memory segments in /dev/shm that given processes own (names as segment_name() makes
-// them), for the tests that check nothing is left behind.
+// The transport's shared-memory segments that given processes own (names as segment_name() makes them, listed
+// by the platform: /dev/shm or the registry), for the tests that check nothing is left behind.
 #pragma once
 
-#include <dirent.h>
 #include <sys/types.h>
 
 #include <algorithm>
@@ -15,16 +14,10 @@ namespace tbcoll::test {
 
 inline std::vector<std::string> segments_of(const std::vector<pid_t>& pids) {
   std::vector<std::string> found;
-  DIR* dir = opendir("/dev/shm");
-  if (dir == nullptr) return found;
-  while (dirent* entry = readdir(dir)) {
-    unsigned long ns = 0;
+  for (const std::string& name : platform::shm_list()) {
     int owner = 0;
-    if (shm::segment_owner(entry->d_name, &ns, &owner) && std::count(pids.begin(), pids.end(), owner) > 0) {
-      found.push_back(entry->d_name);
-    }
+    if (shm::segment_owner(name, &owner) && std::count(pids.begin(), pids.end(), owner) > 0) found.push_back(name);
   }
-  closedir(dir);
   return found;
 }
 

@@ -295,7 +295,7 @@ TEST_P(KernelTest, AgreesBitwiseWithBaseline) {
 
 INSTANTIATE_TEST_SUITE_P(AllDtypesOpsIsas, KernelTest,
                          ::testing::Combine(::testing::ValuesIn(kAllDtypes), ::testing::ValuesIn(kAllOps),
-                                            ::testing::Values(Isa::kBaseline, Isa::kAvx2, Isa::kAvx512)),
+                                            ::testing::Values(Isa::kBaseline, Isa::kAvx2, Isa::kAvx512, Isa::kNeon)),
                          [](const ::testing::TestParamInfo<KernelParam>& info) {
                            return dtype_name(std::get<0>(info.param)) + "_" + op_name(std::get<1>(info.param)) + "_" +
                                   isa_name(std::get<2>(info.param));
@@ -312,6 +312,23 @@ TEST(ReduceKernel, TableUsesBestIsaAndAvgIsSum) {
   EXPECT_NE(kernel_for_isa(DataType::kFloat32, ReduceOp::kSum, Isa::kBaseline), nullptr);
 }
 
+// Where NEON exists (every arm64 CPU) the table must be the NEON one: the portable path running there would pass
+// every other test, only slower. Elsewhere no NEON table can be asked for.
+TEST(ReduceKernel, Arm64RunsTheNeonKernels) {
+#if defined(__aarch64__)
+  EXPECT_EQ(best_isa(), Isa::kNeon) << isa_name(best_isa());
+  for (DataType dtype : {DataType::kFloat16, DataType::kBfloat16, DataType::kFloat32, DataType::kFloat64}) {
+    for (ReduceOp op : kAllOps) {
+      EXPECT_EQ(kernel(dtype, op), kernel_for_isa(dtype, op, Isa::kNeon)) << dtype_name(dtype) << op_name(op);
+      EXPECT_NE(kernel(dtype, op), kernel_for_isa(dtype, op, Isa::kBaseline)) << dtype_name(dtype) << op_name(op);
+    }
+  }
+#else
+  EXPECT_NE(best_isa(), Isa::kNeon);
+  EXPECT_EQ(kernel_for_isa(DataType::kFloat16, ReduceOp::kSum, Isa::kNeon), nullptr);
+#endif
+}
+
 TEST(ReduceKernel, ApplyAndZeroCountWithNullPointers) {
   apply(nullptr, nullptr, nullptr, 0, DataType::kFloat32, ReduceOp::kSum);
   divide(nullptr, nullptr, 0, DataType::kInt32, 3);
@@ -324,7 +341,8 @@ TEST(ReduceKernel, ApplyAndZeroCountWithNullPointers) {
 }
 
 TEST(ReduceKernel, HardwareF16ConversionsMatchScalarOnesBitwise) {
-  // The AVX2/AVX-512 f16 kernels convert with F16C instructions, half_to_float / float_to_half with bit tricks.
+  // The AVX2/AVX-512 f16 kernels convert with F16C instructions, the NEON ones with fcvtl/fcvtn, half_to_float /
+  // float_to_half with bit tricks.
   // With at most one NaN input the results must agree bit for bit (NaN payloads included) for every half, and for
   // products that need rounding (normal, subnormal, overflow).
   std::vector<uint16_t> all(65536), factors(65536), out(65536);
@@ -332,7 +350,7 @@ TEST(ReduceKernel, HardwareF16ConversionsMatchScalarOnesBitwise) {
   for (uint16_t factor : {0x8000, 0x3c01, 0xb555, 0x1801, 0x7bff}) {  // -0, 1+2^-10, -0.33, 2^-9, 65504
     std::fill(factors.begin(), factors.end(), factor);
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kProd}) {
-      for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512}) {
+      for (Isa isa : {Isa::kBaseline, Isa::kAvx2, Isa::kAvx512, Isa::kNeon}) {
         const Kernel k = kernel_for_isa(DataType::kFloat16, op, isa);
         if (k == nullptr) continue;
         k(out.data(), all.data(), factors.data(), all.size());

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "common/net.h"
+#include "platform/platform.h"
 #include "transports/ibverbs/endpoint.h"
 
 namespace tbcoll::ibverbs {
@@ -223,7 +224,7 @@ void Connection::notify_abort(uint64_t comm_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (side_channel_ < 0) return;
   // Best effort and never blocking: a notice is 16 bytes, far below any socket buffer.
-  (void)!send(side_channel_, &notice, sizeof(notice), MSG_DONTWAIT | MSG_NOSIGNAL);
+  (void)!send(side_channel_, &notice, sizeof(notice), MSG_DONTWAIT | platform::send_flags());
 }
 
 void Connection::progress() {

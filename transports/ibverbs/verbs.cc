@@ -8,14 +8,11 @@
 
 #include <fmt/format.h>
 
+#include "platform/platform.h"
+
 namespace tbcoll::ibverbs {
 namespace {
 
-#if defined(__APPLE__)
-constexpr const char* kLibrary = "librdma.dylib";
-#else
-constexpr const char* kLibrary = "libibverbs.so.1";
-#endif
 
 // The library's own symbols for the calls that verbs.h turns into macros or inline wrappers.
 using QueryPortSymbol = int (*)(ibv_context*, uint8_t, ibv_port_attr*);
@@ -49,6 +46,7 @@ struct Loaded {
 
 Loaded load() {
   Loaded out;
+  const char* const kLibrary = platform::verbs_library();  // libibverbs.so.1, librdma.dylib
   void* library = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
   if (library == nullptr) {
     const char* error = dlerror();

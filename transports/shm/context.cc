@@ -17,6 +17,7 @@
 #include "common/env.h"
 #include "common/log.h"
 #include "common/time.h"
+#include "platform/platform.h"
 #include "transports/shm/context.h"
 #include "transports/shm/endpoint.h"
 #include "transports/shm/fast_path.h"
@@ -39,7 +40,7 @@ class Context final : public transport::Context {
     header->owner_rank = args.rank;
     header->world_size = args.world_size;
     header->owner_pid = static_cast<int32_t>(getpid());
-    // A word peers try to read with process_vm_readv at set-up, to learn whether direct collectives work.
+    // A word peers try to read with a cross-memory read (platform::read_process_memory) at set-up, to learn whether direct collectives work.
     DirectControl& direct = collective_area(mapping_.base(), args.world_size)->direct;
     direct.probe = kSegmentMagic;
     direct.send_addr = reinterpret_cast<uint64_t>(&direct.probe);
@@ -48,7 +49,7 @@ class Context final : public transport::Context {
   ~Context() override {
     if (mapping_.base() != nullptr) mapping_.header()->closed.store(1, std::memory_order_release);
     if (!unlinked_) {  // set-up failed: perhaps because a peer died, leaving its segment
-      shm_unlink(name_.c_str());
+      platform::shm_remove(name_);
       remove_stale_segments();
     }
   }
@@ -119,7 +120,7 @@ class Context final : public transport::Context {
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    shm_unlink(name_.c_str());
+    platform::shm_remove(name_);
     unlinked_ = true;
     bool direct = can_read_all;
     for (size_t i = 0; i < peers.size(); ++i) {

@@ -158,7 +158,7 @@ void Endpoint::block(std::chrono::microseconds max_wait) {
   // Announce the sleep, then re-check: the other side wakes us only if it sees the flag after publishing. With a
   // receive and a send both waiting (a group, or a receive whose data needs our send first), either side's
   // progress must wake us, so we sleep on our doorbell, read before the announcement: a ring after that read
-  // changes it, and the futex then does not sleep.
+  // changes it, and sleep_on then does not sleep.
   const bool receiving = !recvs_.empty(), sending = !sends_.empty();
   const bool both = receiving && sending;
   const uint64_t bell = out_->doorbell.load(std::memory_order_seq_cst);
@@ -171,11 +171,11 @@ void Endpoint::block(std::chrono::microseconds max_wait) {
   const bool no_room = !sending || out_head_ - tail >= kFrames;
   if (nothing_to_receive && no_room) {
     if (both) {
-      futex_wait(&out_->doorbell, bell, timeout_us);
+      sleep_on(&out_->doorbell, bell, timeout_us);
     } else if (receiving) {
-      futex_wait(&in_->head, head, timeout_us);
+      sleep_on(&in_->head, head, timeout_us);
     } else {
-      futex_wait(&out_->tail, tail, timeout_us);
+      sleep_on(&out_->tail, tail, timeout_us);
     }
   }
   if (receiving) in_->consumer_sleeping.store(kAwake, std::memory_order_relaxed);
@@ -184,11 +184,11 @@ void Endpoint::block(std::chrono::microseconds max_wait) {
 
 void Endpoint::wake(uint32_t sleep, const std::atomic<uint64_t>* counter) {
   if (sleep == kAsleepOnCounter) {
-    futex_wake(counter);
+    wake_sleepers(counter);
   } else if (sleep == kAsleepOnDoorbell) {
     // The peer's doorbell is on its outgoing queue, our incoming one.
     in_->doorbell.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(&in_->doorbell);
+    wake_sleepers(&in_->doorbell);
   }
 }
 

@@ -1,7 +1,7 @@
 // shm endpoint: one single-producer/single-consumer frame queue per direction. The outgoing queue lives in
 // this rank's segment, the incoming one in the peer's. Driven by the caller's thread; test() never blocks;
-// block() sleeps on a futex (the other side wakes it only when it announced it sleeps, so the fast path
-// never makes a system call).
+// block() sleeps on an address (platform::wait_on_address; the other side wakes it only when it announced it
+// sleeps, so the fast path never makes a system call).
 #pragma once
 
 #include <deque>

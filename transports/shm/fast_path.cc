@@ -2,7 +2,6 @@
 
 #include <errno.h>
 #include <sched.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -164,10 +163,10 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
     if (sleepers != nullptr) {
       sleepers->fetch_add(1, std::memory_order_seq_cst);
       seen = counter.load(std::memory_order_seq_cst);
-      if (seen < target) futex_wait(&counter, seen, wait.sleep_us);
+      if (seen < target) sleep_on(&counter, seen, wait.sleep_us);
       sleepers->fetch_sub(1, std::memory_order_seq_cst);
     } else {
-      futex_wait(&counter, seen, 200);  // no waker for this counter: a short timed sleep
+      sleep_on(&counter, seen, 200);  // no waker for this counter: a short timed sleep
     }
   }
 }
@@ -186,7 +185,7 @@ int FastPath::exchange_slots(const void* send, size_t bytes, const transport::Ta
   mine.meta = tag.meta;
   mine.bytes = static_cast<uint32_t>(bytes);
   mine.seq.store(k, std::memory_order_seq_cst);
-  if (mine.sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&mine.seq);
+  if (mine.sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&mine.seq);
 
   for (int p = 0; p < size_; ++p) {
     if (p == rank_) continue;
@@ -261,9 +260,7 @@ void FastPath::all_gather_one_shot(const void* send, void* recv, size_t bytes_pe
 void FastPath::read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer) {
   auto* at = static_cast<uint8_t*>(local);
   while (bytes > 0) {
-    iovec local_iov{at, bytes};
-    iovec remote_iov{reinterpret_cast<void*>(remote), bytes};
-    ssize_t got = process_vm_readv(pid, &local_iov, 1, &remote_iov, 1, 0);
+    const long got = platform::read_process_memory(pid, at, remote, bytes);
     if (got <= 0) {
       throw IoError(fmt::format("[shm] rank {}: cross-memory read of {} B from peer {} (pid {}) failed: {}", rank,
                                 bytes, peer, pid, got < 0 ? strerror(errno) : "no progress"));
@@ -276,7 +273,7 @@ void FastPath::read_peer(int pid, uint64_t remote, void* local, size_t bytes, in
 
 void FastPath::publish(std::atomic<uint64_t>& counter, uint64_t value, const std::atomic<uint32_t>& sleepers) {
   counter.store(value, std::memory_order_seq_cst);
-  if (sleepers.load(std::memory_order_seq_cst) != 0) futex_wake(&counter);
+  if (sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&counter);
 }
 
 void FastPath::wait_all(std::atomic<uint64_t> DirectControl::*counter, uint64_t k, const Wait& wait,

@@ -25,8 +25,9 @@
 //   Per rank and byte: one copy in, one reduction, one copy of the result to the segment and one copy out,
 //   all on cache-resident slices; no system calls.
 //
-// Direct collectives (large inputs), where cross-memory attach (process_vm_readv) is permitted: ranks post
-// their buffer addresses and read each other's buffers in place, with no copy through the segment.
+// Direct collectives (large inputs), where cross-memory attach (platform::read_process_memory: Linux) is
+// permitted: ranks post their buffer addresses and read each other's buffers in place, with no copy through the
+// segment.
 //   all_reduce: post -> each rank reduces its slice r of the n inputs in rank order, chunk by chunk (peer
 //               chunks read into a cache-resident scratch), into recv -> post "reduced" -> read every peer's
 //               final slice into recv -> post "done" -> wait until every peer is done with our buffers.
@@ -89,7 +90,7 @@ class FastPath final : public transport::CollectiveFastPath {
   void announce(const transport::Tag& tag) override { announce(tag, kPointToPoint); }
   void announce(const transport::Tag& tag, uint64_t algorithm);
 
-  /// Reads bytes at a peer's address into local memory (process_vm_readv); throws IoError.
+  /// Reads bytes at a peer's address into local memory (platform::read_process_memory); throws IoError.
   static void read_peer(int pid, uint64_t remote, void* local, size_t bytes, int rank, int peer);
 
  private:
@@ -97,9 +98,9 @@ class FastPath final : public transport::CollectiveFastPath {
     Deadline deadline;
     std::chrono::microseconds spin;
     const transport::Tag* tag;  // to spot a peer stuck in another call; may be null
-    long sleep_us = 1000;       // longest futex sleep: what a missed wake may cost
+    long sleep_us = 1000;       // longest sleep_on sleep: what a missed wake may cost
   };
-  // Waits until counter >= target: spin, then futex sleep (sleepers announces it to the writer).
+  // Waits until counter >= target: spin, then sleep_on (sleepers announces it to the writer).
   void wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers, int peer,
                 const Wait& wait, const char* what);
   void check_peer(int peer);

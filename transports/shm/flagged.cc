@@ -53,14 +53,14 @@ uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transp
     // re-reads this flag), and waiting for its ownership drains our stores before we poll the peer's lines
     // (else the peer, polling, pulls lines back that we are still writing). Up to kUnfencedLines that fence
     // costs more than it saves: then a reader may, in theory, read the old flag after announcing itself while
-    // we read no sleepers, if our store is still in the store buffer when its futex_wait compares the word (a
+    // we read no sleepers, if our store is still in the store buffer when its sleep_on compares the word (a
     // window of a few hundred nanoseconds that an x86 store buffer drains in). Readers of such calls therefore
-    // sleep at most kUnfencedSleepUs per futex_wait: a missed wake costs that much, never a hang.
+    // sleep at most kUnfencedSleepUs per sleep_on: a missed wake costs that much, never a hang.
     line.flag.store(k, i + 1 < lines || !fenced ? std::memory_order_release : std::memory_order_seq_cst);
   }
   std::atomic_signal_fence(std::memory_order_seq_cst);
   const auto order = fenced ? std::memory_order_seq_cst : std::memory_order_relaxed;
-  if (areas_[rank_]->flagged_sleepers.load(order) != 0) futex_wake(&mine.lines[lines - 1].flag);
+  if (areas_[rank_]->flagged_sleepers.load(order) != 0) wake_sleepers(&mine.lines[lines - 1].flag);
 
   for (int step = 1; step < size_; ++step) {
     const int p = (rank_ + step) % size_;

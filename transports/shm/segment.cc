@@ -1,58 +1,56 @@
 #include "transports/shm/segment.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <linux/futex.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include <fmt/format.h>
 
-#include "common/identity.h"
+#include "platform/platform.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll::shm {
 
 std::string segment_name(int pid, uint64_t comm_id, int rank) {
-  return fmt::format("/tbcoll-{:x}-{}-{:016x}-{}", pid_namespace(), pid, comm_id, rank);
+  // splitmix64 of the pair: communicators of one process (and ranks that are its threads) get distinct keys.
+  uint64_t key = comm_id + 0x9e3779b97f4a7c15ull * (static_cast<uint64_t>(rank) + 1);
+  key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ull;
+  key = (key ^ (key >> 27)) * 0x94d049bb133111ebull;
+  return platform::shm_name(pid, key ^ (key >> 31));
 }
 
 Mapping Mapping::map(int fd, size_t bytes, const std::string& name) {
-  // MAP_POPULATE: fault every page in now, not in the middle of a timed collective.
-  void* base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  int saved = errno;
-  close(fd);
-  if (base == MAP_FAILED) throw IoError(fmt::format("[shm] cannot map {}: {}", name, strerror(saved)));
+  // Every page faulted in now, not in the middle of a timed collective.
+  void* base = platform::shm_map(fd, bytes);
+  if (base == nullptr) throw IoError(fmt::format("[shm] cannot map {}: {}", name, strerror(errno)));
   return Mapping(base, bytes);
 }
 
 Mapping Mapping::create(const std::string& name, size_t bytes) {
-  int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+  int fd = platform::shm_create(name);
   if (fd < 0) throw IoError(fmt::format("[shm] cannot create {}: {}", name, strerror(errno)));
-  // posix_fallocate, not just ftruncate: a tmpfs that is too small must fail here with a clear error, not
-  // raise SIGBUS later when a page of the mapping is first touched.
-  int rc = ftruncate(fd, static_cast<off_t>(bytes)) != 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  // The memory is reserved now: a tmpfs that is too small must fail here with a clear error, not raise SIGBUS
+  // later when a page of the mapping is first touched.
+  int rc = platform::shm_reserve(fd, bytes);
   if (rc != 0) {
     close(fd);
-    shm_unlink(name.c_str());
+    platform::shm_remove(name);
     throw IoError(fmt::format("[shm] cannot allocate {} B for {}: {} (is /dev/shm big enough? see df /dev/shm)",
                               bytes, name, strerror(rc)));
   }
   try {
     return map(fd, bytes, name);
   } catch (...) {
-    shm_unlink(name.c_str());
+    platform::shm_remove(name);
     throw;
   }
 }
 
 Mapping Mapping::open(const std::string& name, size_t bytes) {
-  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  int fd = platform::shm_open_existing(name);
   if (fd < 0) throw IoError(fmt::format("[shm] cannot open {}: {}", name, strerror(errno)));
   struct stat info {};
   if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
@@ -82,19 +80,17 @@ Mapping::~Mapping() {
   if (base_ != nullptr) munmap(base_, bytes_);
 }
 
-// The counters are lock-free 64-bit atomics in little-endian memory: their first 4 bytes are the low half.
-static uint32_t* low_word(const std::atomic<uint64_t>* counter) {
+// The counters are lock-free 64-bit atomics in little-endian memory (x86-64, arm64): their first 4 bytes are the
+// low half.
+static const void* low_word(const std::atomic<uint64_t>* counter) {
   static_assert(std::atomic<uint64_t>::is_always_lock_free, "counters must be plain memory");
-  return reinterpret_cast<uint32_t*>(const_cast<std::atomic<uint64_t>*>(counter));
+  return counter;
 }
 
-void futex_wait(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us) {
-  timespec timeout{timeout_us / 1000000, (timeout_us % 1000000) * 1000};
-  syscall(SYS_futex, low_word(counter), FUTEX_WAIT, static_cast<uint32_t>(expected), &timeout, nullptr, 0);
+void sleep_on(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us) {
+  platform::wait_on_address(low_word(counter), static_cast<uint32_t>(expected), timeout_us);
 }
 
-void futex_wake(const std::atomic<uint64_t>* counter) {
-  syscall(SYS_futex, low_word(counter), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
-}
+void wake_sleepers(const std::atomic<uint64_t>* counter) { platform::wake_address(low_word(counter)); }
 
 }  // namespace tbcoll::shm

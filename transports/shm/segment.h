@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include "platform/platform.h"
+
 namespace tbcoll::shm {
 
 constexpr uint32_t kSegmentMagic = 0x5442534d;  // "TBSM"
@@ -44,13 +46,16 @@ struct Frame {
 // frames to it or freeing frames of it.
 enum Sleep : uint32_t { kAwake = 0, kAsleepOnCounter = 1, kAsleepOnDoorbell = 2 };
 
+// Fields written by different ranks sit on cache lines of their own (kLine: 128 B on Apple's M-series).
+constexpr size_t kLine = platform::kCacheLineBytes;
+
 struct Queue {
-  alignas(64) std::atomic<uint64_t> head;  ///< frames published by the producer
-  alignas(64) std::atomic<uint64_t> tail;  ///< frames consumed by the consumer
-  alignas(64) std::atomic<uint32_t> consumer_sleeping;  ///< a Sleep: the consumer waits (futex)
-  std::atomic<uint32_t> producer_sleeping;               ///< a Sleep: the producer waits (futex)
-  alignas(64) std::atomic<uint64_t> doorbell;            ///< rung for the producer's rank (kAsleepOnDoorbell)
-  alignas(64) Frame frames[kFrames];
+  alignas(kLine) std::atomic<uint64_t> head;  ///< frames published by the producer
+  alignas(kLine) std::atomic<uint64_t> tail;  ///< frames consumed by the consumer
+  alignas(kLine) std::atomic<uint32_t> consumer_sleeping;  ///< a Sleep: the consumer waits (sleep_on)
+  std::atomic<uint32_t> producer_sleeping;                  ///< a Sleep: the producer waits (sleep_on)
+  alignas(kLine) std::atomic<uint64_t> doorbell;            ///< rung for the producer's rank (kAsleepOnDoorbell)
+  alignas(kLine) Frame frames[kFrames];
 };
 
 // One-shot collectives: each rank writes its input into its own slot and reads everyone else's. The first
@@ -86,7 +91,7 @@ struct alignas(64) FlaggedSlot {
 };
 
 // Direct (cross-memory attach) collectives: each rank posts the addresses of its buffers; peers read them
-// with process_vm_readv, without any copy through the segment.
+// with platform::read_process_memory, without any copy through the segment.
 struct alignas(64) DirectControl {
   std::atomic<uint64_t> posted;    ///< call k: the addresses below are valid
   std::atomic<uint64_t> reduced;   ///< call k: this rank's slice of recv holds final values
@@ -110,8 +115,8 @@ constexpr size_t kMaxSliceBytes = 128 * 1024;  ///< largest slice one rank reduc
 
 struct alignas(64) TwoShotControl {
   std::atomic<uint64_t> input;                 ///< round g: stage[g & 1] holds this rank's input (release)
-  alignas(64) std::atomic<uint64_t> reduced;   ///< round g: result[g & 1] holds this rank's reduced slice
-  alignas(64) std::atomic<uint32_t> sleepers;  ///< peers asleep on input or reduced
+  alignas(kLine) std::atomic<uint64_t> reduced;   ///< round g: result[g & 1] holds this rank's reduced slice
+  alignas(kLine) std::atomic<uint32_t> sleepers;  ///< peers asleep on input or reduced
   uint64_t meta[2];                            ///< signature of the call round g belongs to, in meta[g & 1]
   uint64_t bytes[2];                           ///< that call's size in bytes
 };
@@ -127,7 +132,7 @@ struct alignas(64) CallAnnounce {
 struct CollectiveArea {
   CallAnnounce call;
   FlaggedSlot flagged[2];   ///< double buffer like slots, for inputs up to kFlaggedMaxBytes
-  alignas(64) std::atomic<uint32_t> flagged_sleepers;  ///< readers asleep on a flagged slot's last line
+  alignas(kLine) std::atomic<uint32_t> flagged_sleepers;  ///< readers asleep on a flagged slot's last line
   CollectiveSlot slots[2];  ///< double buffer: call k uses slot k & 1
   DirectControl direct;
   TwoShotControl two_shot;
@@ -159,7 +164,8 @@ inline Queue* queue_at(void* base, int index) {
   return reinterpret_cast<Queue*>(static_cast<uint8_t*>(base) + sizeof(SegmentHeader)) + index;
 }
 
-/// "/tbcoll-<pid namespace>-<pid>-<comm id>-<rank>" (stale_segments.h removes those of dead owners)
+/// platform::shm_name of the owner pid and a hash of comm id and rank: at most 31 characters, with the owner in
+/// it (stale_segments.h removes those of dead owners)
 std::string segment_name(int pid, uint64_t comm_id, int rank);
 
 /// A mapping of a segment; unmaps on destruction.
@@ -182,8 +188,9 @@ class Mapping {
   size_t bytes_ = 0;
 };
 
-/// futex wait on the low 32 bits of a counter in shared memory (returns on change, wake or timeout); wake all.
-void futex_wait(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us);
-void futex_wake(const std::atomic<uint64_t>* counter);
+/// Sleeps on the low 32 bits of a counter in shared memory (platform::wait_on_address: returns on change, wake,
+/// timeout or spuriously); wakes all sleepers.
+void sleep_on(const std::atomic<uint64_t>* counter, uint64_t expected, long timeout_us);
+void wake_sleepers(const std::atomic<uint64_t>* counter);
 
 }  // namespace tbcoll::shm

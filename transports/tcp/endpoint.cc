@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "platform/platform.h"
 #include "transports/queued_request.h"
 
 namespace tbcoll::tcp {
@@ -71,7 +72,7 @@ void Endpoint::progress_sends() {
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = count;
-    ssize_t sent = sendmsg(fd_, &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+    ssize_t sent = sendmsg(fd_, &msg, MSG_DONTWAIT | platform::send_flags());
     if (sent < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
       fail(fmt::format("[tcp] rank {}: send to peer {} failed: {} (peer gone?)", rank_, peer_, strerror(errno)));
