@@ -109,12 +109,10 @@ TEST(IbverbsFake, RcModeOnAppleSaysUcOnly) {
   config.timeout_s = 3;
   config.store = make_in_memory_store();
   std::string messages[2];
-  std::thread other([&] {
-    Config mine = config;
-    mine.rank = 1;
-    messages[1] = error_of([&] { Communicator::init(mine); });
-  });
+  Config second = config;  // copied before the thread starts (TSan)
+  second.rank = 1;
   config.rank = 0;
+  std::thread other([&] { messages[1] = error_of([&] { Communicator::init(second); }); });
   messages[0] = error_of([&] { Communicator::init(config); });
   other.join();
   // The rank that dials creates its queue pair first and says why; the other waits for it to the deadline.
