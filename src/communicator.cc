@@ -234,8 +234,9 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     self.addresses[device->name()] = contexts[device->name()]->address();
   }
   if (contexts.empty()) {
-    throw InvalidArgument(fmt::format("rank {}: transport {:?} is not available in this build (TBCOLL_TRANSPORT)",
-                                      rank, config.transport));
+    throw InvalidArgument(fmt::format("rank {}: transport {:?} is not available here (TBCOLL_TRANSPORT): not built, "
+                                      "or nothing it needs on this machine (TBCOLL_DEBUG=INFO says why; tbcoll-info "
+                                      "lists the transports)", rank, config.transport));
   }
   store.set(fmt::format("{}/peer/{}", prefix, rank), bytes_of(encode(self)), deadline);
 
