@@ -16,6 +16,9 @@ packages=(build-essential cmake libboost-dev libfmt-dev libgtest-dev libgmock-de
 # xz-utils unpacks the kernel for a PVH boot.
 packages+=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-providers libibverbs-dev kmod iproute2
            xz-utils)
+# The Python module and its tests (tests/python): the headers and pybind11 to build it, numpy and pytest to test it,
+# torch for the torch.distributed backend (python3-torch, 1.13).
+packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-torch)
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 missing=()

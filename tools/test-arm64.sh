@@ -14,7 +14,7 @@ build=build-arm64
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
-  -DTBCOLL_BUILD_EXAMPLES=OFF -DTBCOLL_BUILD_BENCHMARKS=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON "${launcher[@]}" \
+  -DTBCOLL_BUILD_EXAMPLES=OFF -DTBCOLL_WITH_PYTHON=OFF -DTBCOLL_BUILD_BENCHMARKS=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON "${launcher[@]}" \
   > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; echo "arm64: FAIL (configure)"; exit 1; }
 if ! cmake --build "$build" -j 2 --target tbcoll_unit_tests tbcoll_collective_tests > "$build.build.log" 2>&1; then
   grep -E 'error|warning' "$build.build.log" | head -40

@@ -27,7 +27,7 @@ if [ ! -f "$gtest/prefix/lib/cmake/GTest/GTestConfig.cmake" ]; then
 fi
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${libcxx[@]}" "${launcher[@]}" -DCMAKE_PREFIX_PATH="$gtest/prefix" \
-  -DTBCOLL_FMT_HEADER_ONLY=ON -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_COMPILE_WARNING_AS_ERROR=ON \
+  -DTBCOLL_FMT_HEADER_ONLY=ON -DTBCOLL_WITH_PYTHON=OFF -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_COMPILE_WARNING_AS_ERROR=ON \
   > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; fail "configure"; }
 if ! cmake --build "$build" -j 2 > "$build.build.log" 2>&1; then
   grep -E 'error|warning' "$build.build.log" | head -40

@@ -18,7 +18,7 @@ fail() {
 
 # The same flags as tools/build.sh's build, so ccache serves every file but src/platform from it (-Werror would
 # change them); warnings fail the stage all the same (ccache replays them).
-cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTBCOLL_PLATFORM=posix -DCMAKE_COMPILE_WARNING_AS_ERROR=OFF \
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DTBCOLL_PLATFORM=posix -DCMAKE_COMPILE_WARNING_AS_ERROR=OFF -DTBCOLL_WITH_PYTHON=OFF \
   "${launcher[@]}" > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; fail "configure"; }
 grep -q 'tbcoll platform layer: posix' "$build.configure.log" || fail "the posix flavour was not chosen"
 if ! cmake --build "$build" -j 2 > "$build.build.log" 2>&1 || grep -q 'warning:' "$build.build.log"; then

@@ -1,0 +1,290 @@
+"""torch.distributed backend "tbcoll": CPU tensors, every dtype tbcoll reduces, through one word.
+
+    import torch.distributed as dist
+    import tbcoll.torch_backend  # registers "tbcoll"
+    dist.init_process_group("tbcoll", init_method="env://")   # or under torchrun; the c10d store is the rendezvous
+    dist.all_reduce(t)
+
+Calls go to the C++ library with the tensors' data pointers (no copy), on the communicator's queue: a blocking call
+(async_op=False) runs on the calling thread as soon as torch waits for it, an async_op=True call runs on the
+communicator's progress thread while Python computes. all_gather with a list of separate tensors and reduce_scatter
+with a list gather through one contiguous buffer and copy at wait(). send/recv block until done (isend/irecv return a
+completed Work). all_to_all goes through tbcoll's grouped send/recv. The backend's timeout is every call's deadline.
+"""
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+import tbcoll
+
+_DTYPES = {
+    torch.int8: tbcoll.DataType.int8,
+    torch.uint8: tbcoll.DataType.uint8,
+    torch.int32: tbcoll.DataType.int32,
+    torch.int64: tbcoll.DataType.int64,
+    torch.float16: tbcoll.DataType.float16,
+    torch.bfloat16: tbcoll.DataType.bfloat16,
+    torch.float32: tbcoll.DataType.float32,
+    torch.float64: tbcoll.DataType.float64,
+}
+
+_OPS = [
+    (dist.ReduceOp.SUM, tbcoll.ReduceOp.SUM),
+    (dist.ReduceOp.PRODUCT, tbcoll.ReduceOp.PROD),
+    (dist.ReduceOp.MAX, tbcoll.ReduceOp.MAX),
+    (dist.ReduceOp.MIN, tbcoll.ReduceOp.MIN),
+    (dist.ReduceOp.AVG, tbcoll.ReduceOp.AVG),
+]
+
+
+def _op(op):
+    for theirs, ours in _OPS:
+        if op == theirs:
+            return ours
+    raise tbcoll.InvalidArgument(f"tbcoll backend: reduction {op} is not supported (SUM, PRODUCT, MAX, MIN, AVG)")
+
+
+def _op_of(opts):
+    return tbcoll.ReduceOp.SUM if opts is None else _op(opts.reduceOp)
+
+
+def _root_of(opts):
+    return 0 if opts is None else opts.rootRank
+
+
+def _dtype(t, what):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise tbcoll.InvalidArgument(
+            f"tbcoll backend: {what} has dtype {t.dtype}, not one tbcoll supports "
+            f"({', '.join(str(d) for d in _DTYPES)})") from None
+
+
+def _check(t, what):
+    if not isinstance(t, torch.Tensor):
+        raise tbcoll.InvalidArgument(f"tbcoll backend: {what} is a {type(t).__name__}, not a tensor")
+    if t.device.type != "cpu":
+        raise tbcoll.InvalidArgument(f"tbcoll backend: {what} is on {t.device}; tbcoll moves CPU tensors")
+    if not t.is_contiguous():
+        raise tbcoll.InvalidArgument(f"tbcoll backend: {what} is not contiguous; pass t.contiguous()")
+    return _dtype(t, what)
+
+
+def _one(tensors, what):
+    if len(tensors) != 1:
+        raise tbcoll.InvalidArgument(f"tbcoll backend: {what} takes one tensor per process, got {len(tensors)}")
+    return tensors[0]
+
+
+class _Work(dist.Work):
+    """A tbcoll call as torch sees it: wait() blocks (GIL released) and then runs the copy-out, if any."""
+
+    def __init__(self, work, keep, result, after=None):
+        super().__init__()
+        self._work = work      # tbcoll.Work, or None once done (or for calls that ran at once)
+        self._keep = keep      # the tensors the call reads and writes: alive until it completed
+        self._result = result
+        self._after = after
+
+    def wait(self, timeout=None):
+        if self._work is not None:
+            self._work.wait()
+            self._work = None
+        if self._after is not None:
+            after, self._after = self._after, None
+            after()
+        self._keep = None
+        return True
+
+    def is_completed(self):
+        return self._work is None or self._work.test()
+
+    def is_success(self):
+        try:
+            return self.is_completed()
+        except tbcoll.Error:
+            return False
+
+    def result(self):
+        self.wait()
+        return self._result
+
+    def get_future(self):
+        future = torch.futures.Future()
+        try:
+            self.wait()
+            future.set_result(self._result)
+        except tbcoll.Error as error:
+            future.set_exception(error)
+        return future
+
+
+class ProcessGroupTbcoll(dist.ProcessGroup):
+    def __init__(self, store, rank, size, timeout):
+        super().__init__(rank, size)
+        seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+        self._comm = tbcoll.init(rank=rank, size=size, store=store, timeout=seconds, prefix="tbcoll")
+        self._size = size
+
+    def getBackendName(self):
+        return "tbcoll"
+
+    @property
+    def communicator(self):
+        """The tbcoll.Communicator underneath (transport_name(), algorithm(), ...)."""
+        return self._comm
+
+    # ---- collectives -----------------------------------------------------------------------------------------
+
+    def allreduce(self, tensors, opts=None):
+        t = _one(tensors, "all_reduce")
+        dtype = _check(t, "all_reduce's tensor")
+        p = t.data_ptr()
+        work = self._comm._all_reduce_raw(p, p, t.numel(), dtype, _op_of(opts), True)
+        return _Work(work, tensors, tensors)
+
+    def broadcast(self, tensors, opts=None):
+        t = _one(tensors, "broadcast")
+        dtype = _check(t, "broadcast's tensor")
+        p = t.data_ptr()
+        work = self._comm._broadcast_raw(p, p, t.numel(), dtype, _root_of(opts), True)
+        return _Work(work, tensors, tensors)
+
+    def reduce(self, tensors, opts=None):
+        t = _one(tensors, "reduce")
+        dtype = _check(t, "reduce's tensor")
+        p = t.data_ptr()
+        work = self._comm._reduce_raw(p, p, t.numel(), dtype, _op_of(opts), _root_of(opts), True)
+        return _Work(work, tensors, tensors)
+
+    def _allgather_base(self, output, input, opts=None):
+        dtype = _check(input, "all_gather's input")
+        if _check(output, "all_gather's output") != dtype or output.numel() != input.numel() * self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: all_gather's output has {output.numel()} elements of {output.dtype}; it needs "
+                f"{input.numel() * self._size} of {input.dtype} ({self._size} ranks x {input.numel()})")
+        work = self._comm._all_gather_raw(input.data_ptr(), output.data_ptr(), input.numel(), dtype, True)
+        return _Work(work, [output, input], [output])
+
+    def allgather(self, output_tensors, input_tensors, opts=None):
+        outputs = _one(output_tensors, "all_gather")
+        t = _one(input_tensors, "all_gather")
+        dtype = _check(t, "all_gather's input")
+        if len(outputs) != self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: all_gather's output list has {len(outputs)} tensors for {self._size} ranks")
+        n = t.numel()
+        for i, out in enumerate(outputs):
+            if _check(out, f"all_gather's output {i}") != dtype or out.numel() != n:
+                raise tbcoll.InvalidArgument(
+                    f"tbcoll backend: all_gather's output {i} has {out.numel()} elements of {out.dtype}; the input "
+                    f"has {n} of {t.dtype}")
+        step = n * t.element_size()
+        base = outputs[0].data_ptr() if outputs else 0
+        if all(out.data_ptr() == base + i * step for i, out in enumerate(outputs)):  # views of one buffer
+            work = self._comm._all_gather_raw(t.data_ptr(), base, n, dtype, True)
+            return _Work(work, [outputs, t], output_tensors)
+        flat = torch.empty(n * self._size, dtype=t.dtype)
+        work = self._comm._all_gather_raw(t.data_ptr(), flat.data_ptr(), n, dtype, True)
+
+        def copy_out():
+            for i, out in enumerate(outputs):
+                out.copy_(flat[i * n:(i + 1) * n].view_as(out))
+
+        return _Work(work, [flat, t], output_tensors, copy_out)
+
+    def _reduce_scatter_base(self, output, input, opts=None):
+        dtype = _check(input, "reduce_scatter's input")
+        if _check(output, "reduce_scatter's output") != dtype or input.numel() != output.numel() * self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: reduce_scatter's input has {input.numel()} elements; it needs {self._size} x "
+                f"{output.numel()} (the output's)")
+        work = self._comm._reduce_scatter_raw(input.data_ptr(), output.data_ptr(), output.numel(), dtype,
+                                              _op_of(opts), True)
+        return _Work(work, [output, input], [output])
+
+    def reduce_scatter(self, output_tensors, input_tensors, opts=None):
+        out = _one(output_tensors, "reduce_scatter")
+        inputs = _one(input_tensors, "reduce_scatter")
+        dtype = _check(out, "reduce_scatter's output")
+        if len(inputs) != self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: reduce_scatter's input list has {len(inputs)} tensors for {self._size} ranks")
+        for i, t in enumerate(inputs):
+            if _dtype(t, f"reduce_scatter's input {i}") != dtype or t.numel() != out.numel():
+                raise tbcoll.InvalidArgument(
+                    f"tbcoll backend: reduce_scatter's input {i} has {t.numel()} elements of {t.dtype}; the output "
+                    f"has {out.numel()} of {out.dtype}")
+        flat = torch.cat([t.reshape(-1) for t in inputs])
+        work = self._comm._reduce_scatter_raw(flat.data_ptr(), out.data_ptr(), out.numel(), dtype,
+                                              _op_of(opts), True)
+        return _Work(work, [flat, out], output_tensors)
+
+    def barrier(self, opts=None):
+        return _Work(self._comm.barrier(async_op=True), None, None)
+
+    # ---- point to point --------------------------------------------------------------------------------------
+
+    def send(self, tensors, dst, tag=0):
+        t = _one(tensors, "send")
+        self._comm._send_raw(t.data_ptr(), t.numel(), _check(t, "send's tensor"), dst)
+        return _Work(None, None, tensors)
+
+    def recv(self, tensors, src, tag=0):
+        t = _one(tensors, "recv")
+        self._comm._recv_raw(t.data_ptr(), t.numel(), _check(t, "recv's tensor"), src)
+        return _Work(None, None, tensors)
+
+    def recv_anysource(self, tensors, tag=0):
+        raise tbcoll.InvalidArgument("tbcoll backend: recv from any source is not supported; name the source rank")
+
+    def _exchange(self, sends, recvs):
+        # sends[i], recvs[i]: the tensor (or None) to send to / receive from rank i, all in one group.
+        self._comm.group_start()
+        try:
+            for peer, t in enumerate(sends):
+                if t is not None and t.numel() > 0:
+                    self._comm._send_raw(t.data_ptr(), t.numel(), _check(t, f"all_to_all's block for {peer}"), peer)
+            for peer, t in enumerate(recvs):
+                if t is not None and t.numel() > 0:
+                    self._comm._recv_raw(t.data_ptr(), t.numel(), _check(t, f"all_to_all's block from {peer}"), peer)
+        finally:
+            self._comm.group_end()
+
+    def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
+        n = self._size
+
+        def blocks(t, sizes, what):
+            if not sizes:
+                if t.shape[0] % n != 0:
+                    raise tbcoll.InvalidArgument(
+                        f"tbcoll backend: all_to_all's {what} has {t.shape[0]} rows, not a multiple of {n} ranks")
+                sizes = [t.shape[0] // n] * n
+            if len(sizes) != n or sum(sizes) != t.shape[0]:
+                raise tbcoll.InvalidArgument(
+                    f"tbcoll backend: all_to_all's {what} split sizes {list(sizes)} do not cover its {t.shape[0]} "
+                    f"rows in {n} blocks")
+            return list(torch.split(t, list(sizes)))
+
+        _check(input, "all_to_all's input")
+        _check(output, "all_to_all's output")
+        self._exchange(blocks(input, input_split_sizes, "input"), blocks(output, output_split_sizes, "output"))
+        return _Work(None, None, [output])
+
+    def alltoall(self, output_tensors, input_tensors, opts=None):
+        if len(output_tensors) != self._size or len(input_tensors) != self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: all_to_all takes {self._size} input and output tensors, got "
+                f"{len(input_tensors)} and {len(output_tensors)}")
+        self._exchange(input_tensors, output_tensors)
+        return _Work(None, None, output_tensors)
+
+
+def _create(store, rank, size, timeout):
+    return ProcessGroupTbcoll(store, rank, size, timeout)
+
+
+if not hasattr(dist.Backend, "TBCOLL"):
+    dist.Backend.register_backend("tbcoll", _create)
