@@ -128,6 +128,30 @@ def asyncs():
 
 
 record("async", asyncs)
+
+
+def overlap():
+    # Rank 0 starts an all_reduce that cannot finish before rank 1 joins 0.5 s later: the call returns at once, the
+    # Work is not complete, rank 0 computes meanwhile, and wait() returns the right sum.
+    import time
+    t = torch.full((1 << 16,), float(rank + 1))
+    if rank == 1:
+        time.sleep(0.5)
+    start = time.monotonic()
+    work = dist.all_reduce(t, async_op=True)
+    returned = time.monotonic() - start
+    pending = not work.is_completed()
+    m = torch.randn(64, 64)
+    for _ in range(20):
+        m = m @ m / 64  # the computation the call overlaps with
+    work.wait()
+    if rank == 0:
+        assert returned < 0.25, f"async all_reduce took {returned:.3f} s to return"
+        assert pending, "the Work was complete before the peer joined"
+    return [torch.tensor([1.0 if rank != 0 or (returned < 0.25 and pending) else 0.0]), t[:3]]
+
+
+record("async overlaps", overlap)
 dist.barrier()
 with open(os.path.join(os.environ["RESULT_DIR"], f"{backend}.{rank}.json"), "w") as f:
     json.dump(results, f, sort_keys=True)
