@@ -79,6 +79,14 @@ void register_exceptions(py::module_& m) {
 }
 
 ReduceOp op_from_python(const py::handle& value) {
+  if (PyUnicode_Check(value.ptr())) {  // the common case, without building std::strings
+    static const std::pair<const char*, ReduceOp> kNames[] = {{"sum", ReduceOp::kSum}, {"prod", ReduceOp::kProd},
+                                                                {"max", ReduceOp::kMax}, {"min", ReduceOp::kMin},
+                                                                {"avg", ReduceOp::kAvg}};
+    for (const auto& [name, op] : kNames) {
+      if (PyUnicode_CompareWithASCIIString(value.ptr(), name) == 0) return op;
+    }
+  }
   if (py::isinstance<ReduceOp>(value)) return value.cast<ReduceOp>();
   return parse_op(py::str(value));
 }
@@ -184,12 +192,12 @@ py::list keep(const View& a, const View& b) {
 }
 
 // The result of a call: the Work when asynchronous, else the output object.
-py::object finish(PyComm& self, bool async_op, py::object out, py::list keep, const char* call,
-                  const std::function<Work(Communicator&)>& start,
-                  const std::function<void(Communicator&)>& blocking) {
+template <typename Start, typename Blocking>
+py::object finish(PyComm& self, bool async_op, py::object out, const View& a, const View& b, const char* call,
+                  Start&& start, Blocking&& blocking) {
   if (async_op) {
     Work work = self.run(call, start);
-    return py::cast(std::make_unique<PyWork>(std::move(work), std::move(keep)));
+    return py::cast(std::make_unique<PyWork>(std::move(work), keep(a, b)));
   }
   self.run(call, blocking);
   return out;
@@ -204,7 +212,7 @@ py::object all_reduce(PyComm& self, py::object send, py::object recv, py::object
   View r = recv.is(send) ? s : view_of(recv, "recv", true, forced);
   check_same(s, "send", r, "recv", s.count);
   return finish(
-      self, async_op, recv, keep(s, r), "all_reduce",
+      self, async_op, recv, s, r, "all_reduce",
       [&](Communicator& c) { return c.all_reduce_async(s.data, r.data, s.count, s.dtype, reduce); },
       [&](Communicator& c) { c.all_reduce(s.data, r.data, s.count, s.dtype, reduce); });
 }
@@ -215,7 +223,7 @@ py::object all_gather(PyComm& self, py::object send, py::object recv, py::object
   View r = view_of(recv, "recv", true, forced);
   check_same(s, "send", r, "recv", s.count * static_cast<size_t>(self.size()));
   return finish(
-      self, async_op, recv, keep(s, r), "all_gather",
+      self, async_op, recv, s, r, "all_gather",
       [&](Communicator& c) { return c.all_gather_async(s.data, r.data, s.count, s.dtype); },
       [&](Communicator& c) { c.all_gather(s.data, r.data, s.count, s.dtype); });
 }
@@ -232,7 +240,7 @@ py::object reduce_scatter(PyComm& self, py::object send, py::object recv, py::ob
   }
   check_same(s, "send", r, "recv", s.count / n);
   return finish(
-      self, async_op, recv, keep(s, r), "reduce_scatter",
+      self, async_op, recv, s, r, "reduce_scatter",
       [&](Communicator& c) { return c.reduce_scatter_async(s.data, r.data, r.count, s.dtype, reduce); },
       [&](Communicator& c) { c.reduce_scatter(s.data, r.data, r.count, s.dtype, reduce); });
 }
@@ -250,7 +258,7 @@ py::object reduce(PyComm& self, py::object send, py::object recv, py::object op,
     check_same(s, "send", r, "recv", s.count);
   }
   return finish(
-      self, async_op, recv, keep(s, r), "reduce",
+      self, async_op, recv, s, r, "reduce",
       [&](Communicator& c) { return c.reduce_async(s.data, r.data, s.count, s.dtype, reduce_op, root); },
       [&](Communicator& c) { c.reduce(s.data, r.data, s.count, s.dtype, reduce_op, root); });
 }
@@ -263,7 +271,7 @@ py::object broadcast(PyComm& self, py::object buf, py::object recv, int root, py
   View r = in_place ? s : view_of(recv, "recv", true, forced);
   check_same(s, "buf", r, "recv", s.count);
   return finish(
-      self, async_op, recv, keep(s, r), "broadcast",
+      self, async_op, recv, s, r, "broadcast",
       [&](Communicator& c) { return c.broadcast_async(s.data, r.data, s.count, s.dtype, root); },
       [&](Communicator& c) { c.broadcast(s.data, r.data, s.count, s.dtype, root); });
 }
@@ -351,7 +359,7 @@ PYBIND11_MODULE(_tbcoll, m) {
       .def("broadcast", &broadcast, py::arg("buf"), py::arg("recv") = py::none(), py::arg("root") = 0,
            py::arg("dtype") = py::none(), py::arg("async_op") = false)
       .def("barrier", [](PyComm& self, bool async_op) -> py::object {
-             return finish(self, async_op, py::none(), py::list(), "barrier",
+             return finish(self, async_op, py::none(), View(), View(), "barrier",
                            [](Communicator& c) { return c.barrier_async(); }, [](Communicator& c) { c.barrier(); });
            }, py::arg("async_op") = false)
       .def("send", [](PyComm& self, py::object buf, int peer, py::object dtype) {
