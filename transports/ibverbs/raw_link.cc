@@ -449,10 +449,22 @@ void RawLink::poll(OnRecv on_recv, OnSend on_send) {
                               hints::describe(hints::Verb::kPollCq, 0, {device_, options_.mode == Mode::kRc})));
   }
   if (recvs == 0 && sends == 0) {
-    // Spinning, but not against the peer: where ranks share cores (tests, VMs) it gets to run.
-    if ((++idle_polls_ & 255) == 0) std::this_thread::yield();
+    // Spin while completions may come any microsecond (a Thunderbolt round trip is ~10 us); once nothing came for
+    // 200 us, nap between polls, as the transport's waits do: where the "hardware" is the kernel (Soft-RoCE) or
+    // ranks share cores, the work we wait for needs the CPU.
+    if ((++idle_polls_ & 63) == 0) {
+      const auto now = Clock::now();
+      if (idle_since_ == Clock::time_point{}) {
+        idle_since_ = now;
+      } else if (now - idle_since_ > std::chrono::microseconds(200)) {
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+      } else {
+        std::this_thread::yield();
+      }
+    }
     return;
   }
+  idle_since_ = Clock::time_point{};
   // An error completion: the cause rather than the flushes it brought about.
   const ibv_wc* failed = nullptr;
   bool failed_receive = false;

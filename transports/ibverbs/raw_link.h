@@ -13,6 +13,7 @@
 // so both return the same result (or throw the same IoError). Waits are bounded by message_timeout_s.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -117,6 +118,7 @@ class RawLink {
   uint64_t next_credit_send_ = 0;
   uint32_t phase_ = 0;
   uint64_t idle_polls_ = 0;
+  std::chrono::steady_clock::time_point idle_since_{};  // first empty poll of the current idle stretch
   bool broken_ = false;
   std::string broken_why_;
 };
