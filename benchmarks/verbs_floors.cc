@@ -47,8 +47,9 @@ void print_verbs_floors(const std::shared_ptr<Store>& store, int rank, int world
     std::printf("#   goal: 16 MiB all_reduce busbw at least 80 %% of one queue pair: %.3f GB/s = %.0f %% (%s)\n",
                 figures.all_reduce_16m_busbw, 100 * share, share >= 0.8 ? "met" : "not met");
   } else {
-    std::printf("#   goal: 16 MiB all_reduce busbw at least 80 %% of one queue pair: not checked (2 ranks, "
-                "all_reduce, -e 16M)\n");
+    std::printf(
+        "#   goal: 16 MiB all_reduce busbw at least 80 %% of one queue pair: not checked (2 ranks, "
+        "all_reduce, -e 16M)\n");
   }
   std::fflush(stdout);
 }

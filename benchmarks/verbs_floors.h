@@ -13,8 +13,8 @@ namespace tbcoll::bench {
 
 /// What the table measured that the goals compare with (0: not in this run's sizes).
 struct CollectiveFigures {
-  double all_reduce_8b_us = 0;       ///< 2 ranks, 8 B, median (out of place)
-  double all_reduce_16m_busbw = 0;   ///< GB/s at 16 MiB
+  double all_reduce_8b_us = 0;      ///< 2 ranks, 8 B, median (out of place)
+  double all_reduce_16m_busbw = 0;  ///< GB/s at 16 MiB
 };
 
 /// Collective over the store (every rank calls it; only ranks 0 and 1 measure); prints on rank 0.

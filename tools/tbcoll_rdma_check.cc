@@ -14,20 +14,21 @@
 namespace {
 
 void usage(std::FILE* to) {
-  std::fprintf(to,
-               "usage: tbcoll-rdma-check [--mode uc|rc] [--device NAME] [--no-limits] [--round-trips N]\n"
-               "                         [--bandwidth-bytes B] [--messages N] [--sweep-max B] [--message-timeout S]\n"
-               "                         [--allreduce-iterations N] [--allreduce-bytes B]\n"
-               "  One rank: this host's devices (port state, GID table, MTU, the IPv4 address behind the GID) and\n"
-               "  limits (queue pairs, registrations, outstanding receives). Two ranks: also the link between them\n"
-               "  with plain verbs (a send sweep 4 KiB..16 MiB with every byte checked, latency, bandwidth) and a\n"
-               "  2-rank all_reduce over the ibverbs transport.\n"
-               "    tbcoll-run -n 2 -- tbcoll-rdma-check                      (both ranks on this host)\n"
-               "    host A: TBCOLL_ROOT=A:29500 TBCOLL_RANK=0 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
-               "    host B: TBCOLL_ROOT=A:29500 TBCOLL_RANK=1 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
-               "  --mode       queue pairs: uc (default; all Apple's Thunderbolt stack offers) or rc (RoCE, InfiniBand)\n"
-               "  --device     the RDMA device to use (default: the first with an active port and an IPv4-mapped GID)\n"
-               "  sizes take K/M suffixes. Exit status 0 when every check passed, 1 otherwise, 2 for bad usage.\n");
+  std::fprintf(
+      to,
+      "usage: tbcoll-rdma-check [--mode uc|rc] [--device NAME] [--no-limits] [--round-trips N]\n"
+      "                         [--bandwidth-bytes B] [--messages N] [--sweep-max B] [--message-timeout S]\n"
+      "                         [--allreduce-iterations N] [--allreduce-bytes B]\n"
+      "  One rank: this host's devices (port state, GID table, MTU, the IPv4 address behind the GID) and\n"
+      "  limits (queue pairs, registrations, outstanding receives). Two ranks: also the link between them\n"
+      "  with plain verbs (a send sweep 4 KiB..16 MiB with every byte checked, latency, bandwidth) and a\n"
+      "  2-rank all_reduce over the ibverbs transport.\n"
+      "    tbcoll-run -n 2 -- tbcoll-rdma-check                      (both ranks on this host)\n"
+      "    host A: TBCOLL_ROOT=A:29500 TBCOLL_RANK=0 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
+      "    host B: TBCOLL_ROOT=A:29500 TBCOLL_RANK=1 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
+      "  --mode       queue pairs: uc (default; all Apple's Thunderbolt stack offers) or rc (RoCE, InfiniBand)\n"
+      "  --device     the RDMA device to use (default: the first with an active port and an IPv4-mapped GID)\n"
+      "  sizes take K/M suffixes. Exit status 0 when every check passed, 1 otherwise, 2 for bad usage.\n");
 }
 
 size_t parse_bytes(const std::string& flag, const std::string& text) {
@@ -117,9 +118,8 @@ int main(int argc, char** argv) {
     site.world_size = config.world_size;
     site.version = TBCOLL_VERSION;
     if (site.world_size == 2) {
-      const auto opened =
-          tbcoll::bootstrap::open_store(config, tbcoll::Clock::now() + std::chrono::seconds(
-                                                                            static_cast<long>(std::min(config.timeout_s, 1e6))));
+      const auto opened = tbcoll::bootstrap::open_store(
+          config, tbcoll::Clock::now() + std::chrono::seconds(static_cast<long>(std::min(config.timeout_s, 1e6))));
       site.store = opened.store;
       site.server = opened.server;
     }

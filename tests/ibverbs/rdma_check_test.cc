@@ -167,7 +167,8 @@ TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
   EXPECT_EQ(report.receives.accepted, 20);
   EXPECT_TRUE(has(report.queue_pairs.stopped, "the 8th failed: ibv_create_qp on rdma_en0 failed: errno 16"))
       << report.queue_pairs.stopped;
-  EXPECT_TRUE(has(report.queue_pairs.stopped, "device QP limit reached (about 10 on macOS")) << report.queue_pairs.stopped;
+  EXPECT_TRUE(has(report.queue_pairs.stopped, "device QP limit reached (about 10 on macOS"))
+      << report.queue_pairs.stopped;
   EXPECT_TRUE(has(report.registrations.stopped, "the 51st failed: ibv_reg_mr on rdma_en0 failed: errno 12"));
   EXPECT_TRUE(has(report.registrations.stopped, "memory registration limit reached (about 100 per device on macOS)"));
   EXPECT_TRUE(has(report.receives.stopped, "the 21st failed: ibv_post_recv"));
@@ -260,7 +261,8 @@ TEST(RdmaCheck, DroppedMessageFailsTheSweepNamingIt) {
   const std::string& report = outcomes[0].report;
   EXPECT_TRUE(has(report, "FAIL send sweep at 4 KiB:")) << report;
   EXPECT_TRUE(has(report, "did not arrive within 0.5 s: lost")) << report;
-  EXPECT_TRUE(has(report, "FAIL latency: latency not run: the link failed before (send sweep at 4 KiB failed")) << report;
+  EXPECT_TRUE(has(report, "FAIL latency: latency not run: the link failed before (send sweep at 4 KiB failed"))
+      << report;
   EXPECT_TRUE(has(report, "RESULT: FAIL")) << report;
   EXPECT_GE(outcomes[0].failed, 3);
   EXPECT_GE(outcomes[1].failed, 3) << "rank 1 exits non-zero too";
@@ -334,8 +336,9 @@ TEST(RdmaCheck, OneRankWithoutRdmaSkipsTheLinkChecks) {
   }
   for (auto& thread : threads) thread.join();
   EXPECT_TRUE(has(outcomes[0].report, "FAIL preflight: not available: librdma.dylib not found")) << outcomes[0].report;
-  EXPECT_TRUE(has(outcomes[0].report, "SKIP link, send sweep, latency, bandwidth, all_reduce: RDMA is not available "
-                                      "on rank 1"))
+  EXPECT_TRUE(has(outcomes[0].report,
+                  "SKIP link, send sweep, latency, bandwidth, all_reduce: RDMA is not available "
+                  "on rank 1"))
       << outcomes[0].report;
 }
 

@@ -54,10 +54,9 @@ std::string local_checks(const Options& options, const Site& site, bool* usable_
   std::string out = fmt::format("== rank {} (host {}, {}) ==\n", site.rank, host_name(), system_line());
   const ibverbs::PreflightReport report = ibverbs::preflight(site.verbs, site.why_no_verbs);
   out += ibverbs::format_preflight(report);
-  const bool usable = std::any_of(report.ports.begin(), report.ports.end(),
-                                  [&](const ibverbs::PortReport& port) {
-                                    return port.usable && (options.device.empty() || port.device == options.device);
-                                  });
+  const bool usable = std::any_of(report.ports.begin(), report.ports.end(), [&](const ibverbs::PortReport& port) {
+    return port.usable && (options.device.empty() || port.device == options.device);
+  });
   *usable_out = usable;
   if (!options.limits) {
     out += "SKIP limits: --no-limits\n";
@@ -217,8 +216,7 @@ std::string collective_check(const Options& options, const Site& site, const Raw
     comm.broadcast(figures, figures, 2, DataType::kFloat64, 0);
     const double small_us = figures[0];
     const double busbw = static_cast<double>(big) * 4 / figures[1] / 1e9;  // 2 ranks: busbw factor 2(n-1)/n = 1
-    std::string out = fmt::format("PASS {}: 8 B, 1 MiB + 12 B and {} f32 sums right\n", name,
-                                  size_text(big * 4));
+    std::string out = fmt::format("PASS {}: 8 B, 1 MiB + 12 B and {} f32 sums right\n", name, size_text(big * 4));
     out += fmt::format("    8 B all_reduce: {:.2f} us (median of {})", small_us, options.allreduce_iterations);
     if (raw.one_way_us > 0) {
       out += fmt::format(" = {:.2f} x the raw one-way latency (goal on Thunderbolt 5 Macs: at most 2 x)",
@@ -239,18 +237,19 @@ std::string collective_check(const Options& options, const Site& site, const Raw
 
 Outcome run(const Options& options, const Site& site) {
   if (site.world_size != 1 && site.world_size != 2) {
-    throw InvalidArgument(fmt::format("tbcoll-rdma-check runs as 1 rank (this host's checks) or 2 (the link between "
-                                      "them too), not {}",
-                                      site.world_size));
+    throw InvalidArgument(
+        fmt::format("tbcoll-rdma-check runs as 1 rank (this host's checks) or 2 (the link between "
+                    "them too), not {}",
+                    site.world_size));
   }
   if (site.world_size == 2 && (site.rank < 0 || site.rank > 1 || !site.store)) {
     throw InvalidArgument("tbcoll-rdma-check: two ranks need ranks 0 and 1 and a store");
   }
   std::string header = fmt::format("tbcoll-rdma-check {} report (paste all of it into a bug report)\n", site.version);
-  header += fmt::format("mode {} ({}), checks on {} rank{}\n", ibverbs::mode_name(options.mode),
-                        options.mode == ibverbs::Mode::kUc ? "UC queue pairs, SEND only: Apple's subset"
-                                                           : "RC queue pairs",
-                        site.world_size, site.world_size == 1 ? "" : "s");
+  header +=
+      fmt::format("mode {} ({}), checks on {} rank{}\n", ibverbs::mode_name(options.mode),
+                  options.mode == ibverbs::Mode::kUc ? "UC queue pairs, SEND only: Apple's subset" : "RC queue pairs",
+                  site.world_size, site.world_size == 1 ? "" : "s");
   bool usable = false;
   const std::string mine = local_checks(options, site, &usable);
   Outcome outcome;
@@ -277,9 +276,10 @@ Outcome run(const Options& options, const Site& site) {
     both += link_checks(options, site, exchange, &raw);  // the link is closed again before the transport opens one
     both += collective_check(options, site, raw);
   } else {
-    both += fmt::format("SKIP link, send sweep, latency, bandwidth, all_reduce: RDMA is not available on {} (see the "
-                        "preflight above)\n",
-                        !usable && !peer_usable ? "either rank" : fmt::format("rank {}", usable ? 1 - site.rank : site.rank));
+    both += fmt::format(
+        "SKIP link, send sweep, latency, bandwidth, all_reduce: RDMA is not available on {} (see the "
+        "preflight above)\n",
+        !usable && !peer_usable ? "either rank" : fmt::format("rank {}", usable ? 1 - site.rank : site.rank));
   }
   const std::string& rank0 = site.rank == 0 ? mine : theirs;
   const std::string& rank1 = site.rank == 0 ? theirs : mine;
@@ -290,9 +290,10 @@ Outcome run(const Options& options, const Site& site) {
   if (site.rank == 0) {
     outcome.report = report;
   } else {
-    outcome.report = fmt::format("tbcoll-rdma-check: rank 1 on {}: the report is printed by rank 0 ({} passed, {} "
-                                 "failed)\n",
-                                 host_name(), outcome.passed, outcome.failed);
+    outcome.report = fmt::format(
+        "tbcoll-rdma-check: rank 1 on {}: the report is printed by rank 0 ({} passed, {} "
+        "failed)\n",
+        host_name(), outcome.passed, outcome.failed);
   }
   return outcome;
 }

@@ -18,7 +18,7 @@ namespace tbcoll::rdma_check {
 
 struct Options {
   ibverbs::Mode mode = ibverbs::Mode::kUc;
-  std::string device;                ///< "" = the first usable one
+  std::string device;                 ///< "" = the first usable one
   std::string transport = "ibverbs";  ///< of the all_reduce check (the tests register "fakeverbs")
   bool limits = true;
   size_t sweep_min = 4096;
@@ -28,9 +28,9 @@ struct Options {
   size_t bandwidth_bytes = size_t{1} << 20;
   int messages = 512;
   double message_timeout_s = 10;
-  int allreduce_iterations = 1000;  ///< 8 B all_reduce calls timed
+  int allreduce_iterations = 1000;            ///< 8 B all_reduce calls timed
   size_t allreduce_bytes = size_t{16} << 20;  ///< the bandwidth all_reduce
-  double timeout_s = 60;  ///< the all_reduce communicator's
+  double timeout_s = 60;                      ///< the all_reduce communicator's
   /// Called on rank 0 before each two-rank phase ("sweep", "latency", "bandwidth", "all_reduce") starts moving
   /// data: the tests inject faults there.
   std::function<void(const std::string& phase)> before_phase;
@@ -41,7 +41,7 @@ struct Site {
   const ibverbs::VerbsApi* verbs = nullptr;  ///< null: no verbs library (why_no_verbs)
   std::string why_no_verbs;
   int rank = 0;
-  int world_size = 1;  ///< 1 (local checks only) or 2
+  int world_size = 1;            ///< 1 (local checks only) or 2
   std::shared_ptr<Store> store;  ///< world_size 2
   std::shared_ptr<TcpStoreServer> server;
   std::string prefix = "tbcoll-rdma-check";

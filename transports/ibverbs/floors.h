@@ -57,10 +57,10 @@ struct Floors {
   std::string device;   ///< this rank's device
   std::string peer_device;
   std::string mode;
-  int mtu = 0;               ///< path MTU in bytes
-  double one_way_us = 0;     ///< median round trip / 2
-  double one_qp_gbps = 0;    ///< rank 0 -> rank 1, one queue pair, GB/s (1e9 B/s)
-  double both_ways_gbps = 0; ///< per direction, both ranks sending at once (the slower direction)
+  int mtu = 0;                ///< path MTU in bytes
+  double one_way_us = 0;      ///< median round trip / 2
+  double one_qp_gbps = 0;     ///< rank 0 -> rank 1, one queue pair, GB/s (1e9 B/s)
+  double both_ways_gbps = 0;  ///< per direction, both ranks sending at once (the slower direction)
 };
 
 /// The floors through the system's verbs library (dlopen). Both ranks call it; it never throws for a missing

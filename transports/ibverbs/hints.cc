@@ -91,14 +91,16 @@ std::string fix(Verb verb, int error, const Where& where) {
       return "no RDMA device: on a Mac enable RDMA once in Recovery (`rdma_ctl enable`, reboot) and connect a "
              "Thunderbolt 5 cable to a Mac that did the same; on Linux load the driver (or rdma_rxe for Soft-RoCE)";
     case Verb::kOpenDevice:
-      if (error == EACCES || error == EPERM) return "no permission on /dev/infiniband/uverbs* (add the user to the rdma group)";
+      if (error == EACCES || error == EPERM)
+        return "no permission on /dev/infiniband/uverbs* (add the user to the rdma group)";
       return "";
     case Verb::kQueryPort:
       return "";
     case Verb::kAllocPd:
-      return fmt::format("is {}'s port down? (Apple's provider refuses a PD when the Mac at the other end of the cable "
-                         "has no RDMA enabled)",
-                         device);
+      return fmt::format(
+          "is {}'s port down? (Apple's provider refuses a PD when the Mac at the other end of the cable "
+          "has no RDMA enabled)",
+          device);
     case Verb::kRegMr:
       if (error == ENOMEM || error == EAGAIN) {
         return "memory registration limit reached (about 100 per device on macOS), or the locked-memory limit "

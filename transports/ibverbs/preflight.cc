@@ -96,7 +96,11 @@ std::string provider_of(const VerbsApi& verbs) {
 
 std::string ordinal(int n) {
   const int tens = n % 100;
-  const char* suffix = (tens >= 11 && tens <= 13) ? "th" : n % 10 == 1 ? "st" : n % 10 == 2 ? "nd" : n % 10 == 3 ? "rd" : "th";
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : n % 10 == 1              ? "st"
+                       : n % 10 == 2              ? "nd"
+                       : n % 10 == 3              ? "rd"
+                                                  : "th";
   return fmt::format("{}{}", n, suffix);
 }
 
@@ -342,8 +346,9 @@ PreflightReport preflight(const VerbsApi* verbs, const std::string& why_no_verbs
       }
       if (attr.state != IBV_PORT_ACTIVE) {
         port.problem = fmt::format("port 1 is {}", port.state);
-        port.fix = "connect the cable to a host whose RDMA is enabled too (a Mac: `rdma_ctl enable` in Recovery); on "
-                   "Linux bring the network interface up";
+        port.fix =
+            "connect the cable to a host whose RDMA is enabled too (a Mac: `rdma_ctl enable` in Recovery); on "
+            "Linux bring the network interface up";
       } else if (port.ipv4_gid_index < 0) {
         port.problem = "no IPv4-mapped GID";
         port.fix = hints::no_ipv4_gid_fix(name);
@@ -366,10 +371,11 @@ std::string format_preflight(const PreflightReport& report) {
   }
   out += fmt::format("devices: {}\n", report.ports.size());
   for (const PortReport& port : report.ports) {
-    out += fmt::format("  {}{}: port 1 {}, link layer {}, active MTU {}, max MTU {}, max message {} B, GID table {} "
-                       "entries\n",
-                       port.device, port.interface.empty() ? "" : " (network interface " + port.interface + ")",
-                       port.state, port.link_layer, port.active_mtu, port.max_mtu, port.max_msg_bytes, port.gid_table);
+    out += fmt::format(
+        "  {}{}: port 1 {}, link layer {}, active MTU {}, max MTU {}, max message {} B, GID table {} "
+        "entries\n",
+        port.device, port.interface.empty() ? "" : " (network interface " + port.interface + ")", port.state,
+        port.link_layer, port.active_mtu, port.max_mtu, port.max_msg_bytes, port.gid_table);
     for (const GidEntry& gid : port.gids) {
       out += fmt::format("    GID[{}] {}", gid.index, gid.text);
       if (gid.ipv4_mapped) {
@@ -427,8 +433,8 @@ std::string format_limits(const LimitReport& report) {
   if (!report.queue_pairs.error.empty() || report.queue_pairs.accepted < 1) short_of.push_back("no queue pair");
   if (!report.registrations.error.empty() || report.registrations.accepted < 1) short_of.push_back("no registration");
   if (!report.receives.error.empty() || report.receives.accepted < Connection::kRecvDepth) {
-    short_of.push_back(fmt::format("fewer than the {} outstanding receives the transport posts per peer",
-                                   Connection::kRecvDepth));
+    short_of.push_back(
+        fmt::format("fewer than the {} outstanding receives the transport posts per peer", Connection::kRecvDepth));
   }
   if (short_of.empty()) {
     out += fmt::format("PASS limits {}: room for tbcoll (up to {} peers on this device; {} receives per peer)\n",

@@ -26,7 +26,7 @@ struct PortReport {
   int active_mtu = 0;  ///< bytes
   int max_mtu = 0;
   uint64_t max_msg_bytes = 0;
-  int gid_table = 0;  ///< entries the port has
+  int gid_table = 0;           ///< entries the port has
   std::vector<GidEntry> gids;  ///< the non-zero ones
   int ipv4_gid_index = -1;
   std::string ipv4;

@@ -87,8 +87,8 @@ std::string check_pattern(const uint8_t* at, size_t bytes, int sender) {
     }
   }
   if (wrong == 0) return "";
-  return fmt::format("byte {} is {:#04x}, not {:#04x} ({} of {} bytes differ): the data was corrupted on the way", first,
-                     got, want, wrong, bytes);
+  return fmt::format("byte {} is {:#04x}, not {:#04x} ({} of {} bytes differ): the data was corrupted on the way",
+                     first, got, want, wrong, bytes);
 }
 
 std::string gid_hex(const ibv_gid& gid) {
@@ -232,8 +232,8 @@ RawLink::RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const R
   int peer_mtu = 0, peer_mode = 0;
   size_t peer_max = 0;
   std::string peer_gid;
-  in >> data_peer.qp_num >> credit_peer.qp_num >> data_peer.psn >> data_peer.lid >> peer_mtu >> peer_mode >>
-      peer_max >> peer_gid >> peer_device_;
+  in >> data_peer.qp_num >> credit_peer.qp_num >> data_peer.psn >> data_peer.lid >> peer_mtu >> peer_mode >> peer_max >>
+      peer_gid >> peer_device_;
   credit_peer.psn = data_peer.psn;
   credit_peer.lid = data_peer.lid;
   failure.clear();
@@ -415,9 +415,9 @@ void RawLink::post_recv(ibv_qp* qp, uint8_t* at, size_t bytes, uint64_t wr_id) {
   errno = 0;
   const int rc = verbs_->post_recv(qp, &wr, &bad);
   if (rc != 0) {
-    throw IoError(fmt::format("rank {}: {}", options_.rank,
-                              hints::describe(hints::Verb::kPostRecv, errno != 0 ? errno : rc,
-                                              {device_, options_.mode == Mode::kRc})));
+    throw IoError(fmt::format(
+        "rank {}: {}", options_.rank,
+        hints::describe(hints::Verb::kPostRecv, errno != 0 ? errno : rc, {device_, options_.mode == Mode::kRc})));
   }
 }
 
@@ -433,9 +433,9 @@ void RawLink::post_send(ibv_qp* qp, const uint8_t* at, size_t bytes, uint64_t wr
   errno = 0;
   const int rc = verbs_->post_send(qp, &wr, &bad);
   if (rc != 0) {
-    throw IoError(fmt::format("rank {}: {}", options_.rank,
-                              hints::describe(hints::Verb::kPostSend, errno != 0 ? errno : rc,
-                                              {device_, options_.mode == Mode::kRc})));
+    throw IoError(fmt::format(
+        "rank {}: {}", options_.rank,
+        hints::describe(hints::Verb::kPostSend, errno != 0 ? errno : rc, {device_, options_.mode == Mode::kRc})));
   }
 }
 
@@ -531,10 +531,11 @@ SweepResult RawLink::sweep(const std::vector<size_t>& sizes) {
       while (failure.empty() && !(received && sent)) {
         poll([&](const ibv_wc& wc) { received = true, byte_len = wc.byte_len; }, [&](const ibv_wc&) { sent = true; });
         if (Clock::now() > deadline) {
-          failure = !received ? fmt::format("rank {}: the {} message from rank {} did not arrive within {} s: lost "
-                                            "(UC drops a message without any error: a flaky link, or a send that "
-                                            "found no receive posted)",
-                                            options_.rank, size_text(step.bytes), peer, options_.message_timeout_s)
+          failure = !received ? fmt::format(
+                                    "rank {}: the {} message from rank {} did not arrive within {} s: lost "
+                                    "(UC drops a message without any error: a flaky link, or a send that "
+                                    "found no receive posted)",
+                                    options_.rank, size_text(step.bytes), peer, options_.message_timeout_s)
                               : fmt::format("rank {}: the send of {} to rank {} never completed", options_.rank,
                                             size_text(step.bytes), peer);
         }
@@ -602,8 +603,8 @@ double RawLink::one_way_us(size_t bytes, int round_trips) {
             [&](const ibv_wc& wc) {
               got = true;
               if (wc.byte_len != bytes) {
-                throw IoError(fmt::format("rank {}: a {} B message arrived with {} B", options_.rank, bytes,
-                                          wc.byte_len));
+                throw IoError(
+                    fmt::format("rank {}: a {} B message arrived with {} B", options_.rank, bytes, wc.byte_len));
               }
               if (posted < total) {
                 const uint64_t slot = wc.wr_id & kSlotMask;
@@ -613,9 +614,10 @@ double RawLink::one_way_us(size_t bytes, int round_trips) {
             },
             [&](const ibv_wc&) { --outstanding_sends; });
         if (!got && Clock::now() > deadline) {
-          throw IoError(fmt::format("rank {}: a {} B message from rank {} did not arrive within {} s: lost (UC "
-                                    "drops without an error)",
-                                    options_.rank, bytes, peer, options_.message_timeout_s));
+          throw IoError(
+              fmt::format("rank {}: a {} B message from rank {} did not arrive within {} s: lost (UC "
+                          "drops without an error)",
+                          options_.rank, bytes, peer, options_.message_timeout_s));
         }
       }
     };
@@ -704,8 +706,8 @@ double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
               return;
             }
             if (wc.byte_len != bytes) {
-              throw IoError(fmt::format("rank {}: a {} message arrived with {} B", options_.rank, size_text(bytes),
-                                        wc.byte_len));
+              throw IoError(
+                  fmt::format("rank {}: a {} message arrived with {} B", options_.rank, size_text(bytes), wc.byte_len));
             }
             ++received;
             if (posted < total) {
@@ -732,8 +734,8 @@ double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
         throw IoError(fmt::format(
             "rank {}: the bandwidth run stalled for {} s (sent {} of {}, {} acknowledged, received {} of {}): a "
             "message or credit was lost (UC drops without an error)",
-            options_.rank, options_.message_timeout_s, sent, total, peer_final ? total : peer_posted - depth,
-            received, total));
+            options_.rank, options_.message_timeout_s, sent, total, peer_final ? total : peer_posted - depth, received,
+            total));
       }
     }
     if (sender) {

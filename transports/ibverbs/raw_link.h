@@ -55,8 +55,7 @@ class RawLink {
   /// Opens the device, creates both queue pairs, swaps their numbers and GIDs with the peer, moves them to RTS
   /// and posts the credit receives. Throws IoError naming the rank that failed and the fix (both ranks throw).
   /// verbs may be null (no library): why_no_verbs says why, and both ranks throw it, still in step.
-  RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const RawLinkOptions& options,
-          PeerExchange exchange);
+  RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const RawLinkOptions& options, PeerExchange exchange);
   ~RawLink();
   RawLink(const RawLink&) = delete;
   RawLink& operator=(const RawLink&) = delete;
