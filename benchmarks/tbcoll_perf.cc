@@ -1,5 +1,6 @@
 // tbcoll-perf: nccl-tests-style benchmark of tbcoll collectives, plus the raw TCP floor between the same
-// processes. Run under a launcher: tbcoll-run -n 2 tbcoll-perf -b 8 -e 64M -f 2 --pingpong
+// processes (and the shared-memory or raw verbs floors where the ranks talk shm or ibverbs). Run under a
+// launcher: tbcoll-run -n 2 tbcoll-perf -b 8 -e 64M -f 2 --pingpong
 //
 // time = median over iterations of the slowest rank's time for that iteration (us); algbw = size / time;
 // busbw = algbw x nccl-tests' factor (all_reduce 2(n-1)/n, all_gather (n-1)/n, broadcast 1). size is the
@@ -21,6 +22,8 @@
 
 #include "benchmarks/perf_check.h"
 #include "benchmarks/pingpong.h"
+#include "benchmarks/verbs_floors.h"
+#include "bootstrap/open_store.h"
 #include "algorithms/registry.h"
 #include "reduce/reduce.h"
 #include "tbcoll/tbcoll.hpp"
@@ -48,6 +51,9 @@ struct Options {
   std::string csv;
   int root = 0;
   bool pingpong = false;
+  bool tcp_floor = true;          ///< --pingpong's raw TCP floor (--no-tcp-floor: not)
+  int floor_round_trips = 10000;  ///< of the verbs floors' latency
+  int floor_messages = 256;       ///< per direction, of the verbs floors' bandwidth runs (1 MiB each)
 };
 
 size_t parse_size(const std::string& text) {
@@ -96,7 +102,8 @@ void usage() {
       "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP]\n"
       "                   [-c all_reduce|all_gather|reduce_scatter|reduce|broadcast] [-r ROOT] [--transport T]\n"
       "                   [--algo A]\n"
-      "                   [--csv FILE] [--pingpong]\n"
+      "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
+      "                   [--floor-messages N]]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
       "  --algo takes TBCOLL_ALGO's forms: a name, or collective:name[,collective:name...]. Algorithms:\n");
   const auto devices = tbcoll::transport::available_devices();
@@ -110,6 +117,10 @@ void usage() {
     for (const auto& row : tbcoll::algo::algorithms_for(kind)) names += std::string(" ") + row.name;
     std::printf("    %-15s%s\n", tbcoll::op_kind_name(kind), names.c_str());
   }
+  std::printf("  --pingpong: the raw floors between ranks 0 and 1 after the table: TCP, and shared memory or plain verbs\n"
+              "    (UC SEND latency, one queue pair's bandwidth one way and both ways) when they talk shm or ibverbs;\n"
+              "    --floor-round-trips N (10000) and --floor-messages N (256 of 1 MiB) size the verbs floors;\n"
+              "    --no-tcp-floor leaves the TCP floor out\n");
   std::printf("  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
 }
 
@@ -134,6 +145,9 @@ Options parse(int argc, char** argv) {
     else if (arg == "--algo") o.algo = value();
     else if (arg == "--csv") o.csv = value();
     else if (arg == "--pingpong") o.pingpong = true;
+    else if (arg == "--no-tcp-floor") o.tcp_floor = false;
+    else if (arg == "--floor-round-trips") o.floor_round_trips = parse_int(arg, value());
+    else if (arg == "--floor-messages") o.floor_messages = parse_int(arg, value());
     else if (arg == "-h" || arg == "--help") {
       usage();
       std::exit(0);
@@ -144,6 +158,9 @@ Options parse(int argc, char** argv) {
   }
   if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes < 1 || o.min_bytes > o.max_bytes) {
     throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, 1 <= -b <= -e");
+  }
+  if (o.floor_round_trips < 1 || o.floor_messages < 1) {
+    throw tbcoll::InvalidArgument("need --floor-round-trips >= 1 and --floor-messages >= 1");
   }
   if (o.collective == "all_reduce") {
     o.kind = Collective::kAllReduce;
@@ -273,6 +290,14 @@ int main(int argc, char** argv) {
     tbcoll::Config config = tbcoll::Config::from_env();
     if (!o.transport.empty()) config.transport = o.transport;
     if (!o.algo.empty()) config.algo = o.algo;
+    // --pingpong over ibverbs measures the raw verbs floors once the communicator is gone: the ranks meet through
+    // the store then, so this program holds it.
+    if (o.pingpong && config.world_size > 1) {
+      const auto opened = tbcoll::bootstrap::open_store(config, tbcoll::Clock::now() + std::chrono::seconds(60));
+      config.store = opened.store;
+      config.server = opened.server;
+    }
+    tbcoll::bench::CollectiveFigures figures;
     auto comm = tbcoll::Communicator::init(config);
     const int n = comm.size();
     const bool lead = comm.rank() == 0;
@@ -319,6 +344,10 @@ int main(int argc, char** argv) {
       const std::string algo = comm.algorithm(o.collective, bytes);
       double algbw_out = bytes / out.median_us / 1e3, algbw_in = bytes / in.median_us / 1e3;
       double factor = bus_factor(o.collective, n);
+      if (o.kind == Collective::kAllReduce && n == 2 && bytes == 8) figures.all_reduce_8b_us = out.median_us;
+      if (o.kind == Collective::kAllReduce && n == 2 && bytes == (size_t{16} << 20)) {
+        figures.all_reduce_16m_busbw = algbw_out * factor;
+      }
       std::printf("%12zu %12zu %6s %6s %7s %9.2f %8.3f %8.3f %6lld %9.2f %8.3f %8.3f %6lld\n", bytes, count,
                   tbcoll::to_string(o.dtype).c_str(), is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none",
                   algo.c_str(), out.median_us, algbw_out, algbw_out * factor, out.wrong, in.median_us, algbw_in,
@@ -370,7 +399,7 @@ int main(int argc, char** argv) {
         }
       }
     }
-    if (o.pingpong && n >= 2) {
+    if (o.pingpong && o.tcp_floor && n >= 2) {
       tbcoll::bench::PingPongResult floor = tbcoll::bench::raw_tcp_floor(comm);
       if (lead) {
         std::printf("# raw TCP floor between ranks 0 and 1 (busy-poll, TCP_NODELAY, same processes):\n");
@@ -383,8 +412,18 @@ int main(int argc, char** argv) {
                     " buffers, %.2f GB/s with 64 MiB buffers\n", floor.bidir_gbps, floor.bidir_large_gbps);
       }
     }
+    // The verbs floors when ranks 0 and 1 talk ibverbs: rank 0 decides for everyone (as for the shm floors).
+    int32_t verbs_floors = o.pingpong && n >= 2 && lead && comm.transport_name(1) == "ibverbs" ? 1 : 0;
+    if (o.pingpong && n >= 2) comm.broadcast(&verbs_floors, &verbs_floors, 1, DataType::kInt32, 0);
     // Every rank leaves together: a rank exiting 1 first would get the launcher to stop rank 0 before it printed.
     comm.barrier();
+    if (verbs_floors != 0) {
+      const int rank = comm.rank();
+      { tbcoll::Communicator closing = std::move(comm); }  // its queue pairs and device context go first
+      tbcoll::bench::print_verbs_floors(config.store, rank, n, config.timeout_s, figures, o.floor_round_trips,
+                                        o.floor_messages);
+      tbcoll::bench::leave_together(config.store, rank, n, config.timeout_s);
+    }
     return total_wrong == 0 ? 0 : 1;
   } catch (const tbcoll::Error& error) {
     std::fprintf(stderr, "tbcoll-perf: %s\n", error.what());

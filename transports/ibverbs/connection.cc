@@ -15,6 +15,7 @@
 #include "common/net.h"
 #include "platform/platform.h"
 #include "transports/ibverbs/endpoint.h"
+#include "transports/ibverbs/hints.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -38,7 +39,7 @@ Connection::Connection(const LocalPort& local, std::string peer_key, int side_ch
   };
   cq_ = v.create_cq(local_.context, kRecvDepth + kSendDepth + 8, nullptr, nullptr, 0);
   if (cq_ == nullptr) {
-    throw IoError(fmt::format("[ibverbs] {}: ibv_create_cq failed: {}", local_.device, errno_text(errno)));
+    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kCreateCq, errno, {local_.device})));
   }
   ibv_qp_init_attr init{};
   init.send_cq = cq_;
@@ -52,11 +53,9 @@ Connection::Connection(const LocalPort& local, std::string peer_key, int side_ch
   if (qp_ == nullptr) {
     const int error = errno;
     cleanup();
-    const char* hint = error == EBUSY ? ": the device's queue pair limit is reached (about 10 per device on macOS)"
-                       : local_.mode == Mode::kRc ? ": this device may support UC only (TBCOLL_IB_MODE=uc)"
-                                                  : "";
-    throw IoError(fmt::format("[ibverbs] {}: ibv_create_qp ({}) failed: {}{}", local_.device, mode_name(local_.mode),
-                              errno_text(error), hint));
+    throw IoError(fmt::format("[ibverbs] {} ({} queue pair)",
+                              hints::describe(hints::Verb::kCreateQp, error, {local_.device, local_.mode == Mode::kRc}),
+                              mode_name(local_.mode)));
   }
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
@@ -66,7 +65,7 @@ Connection::Connection(const LocalPort& local, std::string peer_key, int side_ch
   if (v.modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
     const int error = errno;
     cleanup();
-    throw IoError(fmt::format("[ibverbs] {}: queue pair to INIT failed: {}", local_.device, errno_text(error)));
+    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kModifyQpInit, error, {local_.device})));
   }
   const size_t bytes = static_cast<size_t>(kRecvDepth + kSendDepth) * wire::kFrameBytes;
   memory_.resize(bytes + 4096);
@@ -75,8 +74,8 @@ Connection::Connection(const LocalPort& local, std::string peer_key, int side_ch
   if (mr_ == nullptr) {
     const int error = errno;
     cleanup();
-    throw IoError(fmt::format("[ibverbs] {}: ibv_reg_mr of {} B failed: {}{}", local_.device, bytes, errno_text(error),
-                              error == ENOMEM ? " (registration limit reached? about 100 per device on macOS)" : ""));
+    throw IoError(fmt::format("[ibverbs] {} ({} B)", hints::describe(hints::Verb::kRegMr, error, {local_.device}),
+                              bytes));
   }
   for (int slot = kRecvDepth + kSendDepth - 1; slot >= kRecvDepth; --slot) free_send_slots_.push_back(slot);
   psn_ = std::random_device()() & 0xffffffu;
@@ -132,12 +131,9 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   }
   if (v.modify_qp(qp_, &attr, mask) != 0) {
     const int error = errno;
-    throw IoError(fmt::format("{}: queue pair to RTR failed: {}{}", who, errno_text(error),
-                              error == EINVAL ? fmt::format(": no usable IPv4-mapped GID on {}? Give the network "
-                                                            "interface paired with it an IPv4 address",
-                                                            local_.device)
-                              : error == 60   ? ": the peer's GID is unreachable (cable?)"
-                                              : ""));
+    throw IoError(fmt::format("{}: {}", who,
+                              hints::describe(hints::Verb::kModifyQpRtr, error,
+                                              {local_.device, local_.mode == Mode::kRc})));
   }
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
@@ -151,7 +147,8 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
   if (v.modify_qp(qp_, &attr, mask) != 0) {
-    throw IoError(fmt::format("{}: queue pair to RTS failed: {}", who, errno_text(errno)));
+    throw IoError(fmt::format("{}: {}", who,
+                              hints::describe(hints::Verb::kModifyQpRts, errno, {local_.device, local_.mode == Mode::kRc})));
   }
   // Receives only once in RTS (Apple's rule), and all of them before the peer hears it may send.
   for (int slot = 0; slot < kRecvDepth; ++slot) post_recv(slot);
@@ -178,7 +175,7 @@ void Connection::post_recv(int slot) {
   ibv_recv_wr* bad = nullptr;
   if (local_.verbs->post_recv(qp_, &wr, &bad) != 0) {
     fail_locked(
-        fmt::format("[ibverbs] {}: ibv_post_recv to {} failed: {}", local_.device, peer_key_, errno_text(errno)));
+        fmt::format("[ibverbs] to {}: {}", peer_key_, hints::describe(hints::Verb::kPostRecv, errno, {local_.device})));
   }
 }
 
@@ -376,7 +373,7 @@ void Connection::post_frame(const wire::Header& header_in, const uint8_t* payloa
   --credits_;
   if (local_.verbs->post_send(qp_, &wr, &bad) != 0) {
     fail_locked(
-        fmt::format("[ibverbs] {}: ibv_post_send to {} failed: {}", local_.device, peer_key_, errno_text(errno)));
+        fmt::format("[ibverbs] to {}: {}", peer_key_, hints::describe(hints::Verb::kPostSend, errno, {local_.device})));
   }
 }
 

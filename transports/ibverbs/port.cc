@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "transports/ibverbs/hints.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -84,11 +85,7 @@ Found inspect(const VerbsApi& verbs, ibv_context* context, const std::string& na
       found.gid = gid;
     }
   }
-  *why_not = found.gid_index >= 0 ? ""
-                                  : fmt::format(
-                                        "{}: no IPv4-mapped GID (give the network interface paired with "
-                                        "{} an IPv4 address)",
-                                        name, name);
+  *why_not = found.gid_index >= 0 ? "" : fmt::format("{}: no IPv4-mapped GID: {}", name, hints::no_ipv4_gid_fix(name));
   return found;
 }
 
@@ -99,10 +96,7 @@ Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed_names
   DeviceList devices(verbs);
   if (devices.list == nullptr || devices.count == 0) {
     const int error = errno;
-    throw IoError(
-        fmt::format("[ibverbs] no RDMA device{} (enable RDMA on a Mac with `rdma_ctl enable` in Recovery; "
-                    "on Linux load the driver, or rdma_rxe for Soft-RoCE)",
-                    error == ENOSYS ? ": this kernel has no RDMA support (ENOSYS)" : ""));
+    throw IoError(fmt::format("[ibverbs] no RDMA device: {}", hints::fix(hints::Verb::kGetDeviceList, error, {})));
   }
   std::vector<std::string> seen;
   for (int d = 0; d < devices.count; ++d) {
@@ -157,7 +151,7 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const PortOptions
   local_.pd = verbs_.alloc_pd(local_.context);
   if (local_.pd == nullptr) {
     verbs_.close_device(local_.context);
-    throw IoError(fmt::format("[ibverbs] {}: ibv_alloc_pd failed (is the port down?)", found.name));
+    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {found.name})));
   }
   std::random_device random;
   key_ = fmt::format("{}.{:08x}", presence, random());

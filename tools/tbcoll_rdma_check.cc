@@ -1,0 +1,140 @@
+// tbcoll-rdma-check: checks RDMA between two Macs (Thunderbolt 5) or two RoCE/InfiniBand hosts, and prints a
+// report to paste into a bug report. See usage() and tools/rdma_check/check.h.
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "bootstrap/open_store.h"
+#include "common/env.h"
+#include "tools/rdma_check/check.h"
+
+namespace {
+
+void usage(std::FILE* to) {
+  std::fprintf(
+      to,
+      "usage: tbcoll-rdma-check [--mode uc|rc] [--device NAME] [--no-limits] [--round-trips N]\n"
+      "                         [--bandwidth-bytes B] [--messages N] [--sweep-max B] [--message-timeout S]\n"
+      "                         [--allreduce-iterations N] [--allreduce-bytes B]\n"
+      "  One rank: this host's devices (port state, GID table, MTU, the IPv4 address behind the GID) and\n"
+      "  limits (queue pairs, registrations, outstanding receives). Two ranks: also the link between them\n"
+      "  with plain verbs (a send sweep 4 KiB..16 MiB with every byte checked, latency, bandwidth) and a\n"
+      "  2-rank all_reduce over the ibverbs transport.\n"
+      "    tbcoll-run -n 2 -- tbcoll-rdma-check                      (both ranks on this host)\n"
+      "    host A: TBCOLL_ROOT=A:29500 TBCOLL_RANK=0 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
+      "    host B: TBCOLL_ROOT=A:29500 TBCOLL_RANK=1 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
+      "  --mode       queue pairs: uc (default; all Apple's Thunderbolt stack offers) or rc (RoCE, InfiniBand)\n"
+      "  --device     the RDMA device to use (default: the first with an active port and an IPv4-mapped GID)\n"
+      "  sizes take K/M suffixes. Exit status 0 when every check passed, 1 otherwise, 2 for bad usage.\n");
+}
+
+size_t parse_bytes(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  const std::string suffix = end;
+  const double scale = suffix.empty() ? 1 : suffix == "K" ? 1024 : suffix == "M" ? 1024.0 * 1024 : -1;
+  if (text.empty() || scale < 0 || !(value >= 1) || value * scale > 1e12) {
+    throw tbcoll::InvalidArgument(flag + " needs a size like 4096, 64K or 16M, not '" + text + "'");
+  }
+  return static_cast<size_t>(value * scale);
+}
+
+int parse_count(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  errno = 0;
+  const long value = std::strtol(text.c_str(), &end, 10);
+  if (text.empty() || *end != '\0' || errno == ERANGE || value < 1 || value > 100000000) {
+    throw tbcoll::InvalidArgument(flag + " needs a whole number from 1, not '" + text + "'");
+  }
+  return static_cast<int>(value);
+}
+
+double parse_seconds(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value) || value <= 0) {
+    throw tbcoll::InvalidArgument(flag + " needs a positive number of seconds, not '" + text + "'");
+  }
+  return value;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  tbcoll::rdma_check::Options options;
+  try {
+    const std::string mode = tbcoll::env::get("TBCOLL_IB_MODE");
+    if (mode == "rc") options.mode = tbcoll::ibverbs::Mode::kRc;
+    for (int i = 1; i < argc; ++i) {
+      const std::string arg = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) throw tbcoll::InvalidArgument("missing value after " + arg);
+        return argv[++i];
+      };
+      if (arg == "--mode") {
+        const std::string text = value();
+        if (text != "uc" && text != "rc") throw tbcoll::InvalidArgument("--mode takes uc or rc, not '" + text + "'");
+        options.mode = text == "rc" ? tbcoll::ibverbs::Mode::kRc : tbcoll::ibverbs::Mode::kUc;
+      } else if (arg == "--device") {
+        options.device = value();
+      } else if (arg == "--no-limits") {
+        options.limits = false;
+      } else if (arg == "--round-trips") {
+        options.round_trips = parse_count(arg, value());
+      } else if (arg == "--bandwidth-bytes") {
+        options.bandwidth_bytes = parse_bytes(arg, value());
+      } else if (arg == "--messages") {
+        options.messages = parse_count(arg, value());
+      } else if (arg == "--sweep-max") {
+        options.sweep_max = parse_bytes(arg, value());
+      } else if (arg == "--message-timeout") {
+        options.message_timeout_s = parse_seconds(arg, value());
+      } else if (arg == "--allreduce-iterations") {
+        options.allreduce_iterations = parse_count(arg, value());
+      } else if (arg == "--allreduce-bytes") {
+        options.allreduce_bytes = parse_bytes(arg, value());
+      } else if (arg == "-h" || arg == "--help") {
+        usage(stdout);
+        return 0;
+      } else {
+        throw tbcoll::InvalidArgument("unknown argument " + arg);
+      }
+    }
+  } catch (const tbcoll::Error& error) {
+    std::fprintf(stderr, "tbcoll-rdma-check: %s\n", error.what());
+    usage(stderr);
+    return 2;
+  }
+  try {
+    const tbcoll::Config config = tbcoll::Config::from_env();
+    options.timeout_s = config.timeout_s;
+    tbcoll::rdma_check::Site site;
+    site.verbs = tbcoll::ibverbs::system_verbs(&site.why_no_verbs);
+    site.rank = config.rank;
+    site.world_size = config.world_size;
+    site.version = TBCOLL_VERSION;
+    if (site.world_size == 2) {
+      const auto opened = tbcoll::bootstrap::open_store(
+          config, tbcoll::Clock::now() + std::chrono::seconds(static_cast<long>(std::min(config.timeout_s, 1e6))));
+      site.store = opened.store;
+      site.server = opened.server;
+    }
+    const tbcoll::rdma_check::Outcome outcome = tbcoll::rdma_check::run(options, site);
+    std::fputs(outcome.report.c_str(), stdout);
+    std::fflush(stdout);
+    if (site.world_size == 2) {
+      // Rank 0 serves the store: it leaves last, once rank 1 said it is done with it.
+      const auto deadline = tbcoll::Clock::now() + std::chrono::seconds(30);
+      if (site.rank == 1) site.store->set("tbcoll-rdma-check/done", {1}, deadline);
+      if (site.rank == 0) site.store->get("tbcoll-rdma-check/done", deadline);
+    }
+    return outcome.failed == 0 ? 0 : 1;
+  } catch (const tbcoll::Error& error) {
+    std::fprintf(stderr, "tbcoll-rdma-check: %s\n", error.what());
+    return 1;
+  }
+}

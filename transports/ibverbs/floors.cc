@@ -1,0 +1,15 @@
+// The floors through the system's verbs library: floors.h's entry point, for tbcoll-perf.
+#include "transports/ibverbs/floors.h"
+
+#include "transports/ibverbs/raw_link.h"
+#include "transports/ibverbs/verbs.h"
+
+namespace tbcoll::ibverbs {
+
+Floors system_floors(const FloorOptions& options, const PeerExchange& exchange) {
+  std::string why_not;
+  const VerbsApi* verbs = system_verbs(&why_not);
+  return measure_floors(verbs, why_not, options, exchange);
+}
+
+}  // namespace tbcoll::ibverbs

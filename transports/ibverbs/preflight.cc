@@ -1,0 +1,449 @@
+#include "transports/ibverbs/preflight.h"
+
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <climits>
+#include <cstdlib>
+#include <cstring>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "transports/ibverbs/hints.h"
+#include "transports/ibverbs/port.h"
+#include "transports/ibverbs/raw_link.h"
+
+namespace tbcoll::ibverbs {
+namespace {
+
+constexpr int kMaxGidsShown = 256;
+constexpr size_t kPage = 4096;
+
+const char* state_name(int state) {
+  switch (state) {
+    case IBV_PORT_ACTIVE:
+      return "ACTIVE";
+    case IBV_PORT_DOWN:
+      return "DOWN";
+    case IBV_PORT_INIT:
+      return "INIT";
+    case IBV_PORT_ARMED:
+      return "ARMED";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
+  }
+}
+
+std::string link_layer_name(int layer) {
+  switch (layer) {
+    case IBV_LINK_LAYER_ETHERNET:
+      return "Ethernet";
+    case IBV_LINK_LAYER_INFINIBAND:
+      return "InfiniBand";
+    case IBV_LINK_LAYER_UNSPECIFIED:
+      return "unspecified";
+    default:
+      return fmt::format("{}", layer);  // Apple's Thunderbolt devices
+  }
+}
+
+bool is_zero(const ibv_gid& gid) {
+  for (uint8_t byte : gid.raw) {
+    if (byte != 0) return false;
+  }
+  return true;
+}
+
+bool is_ipv4_mapped(const ibv_gid& gid) {
+  for (int i = 0; i < 10; ++i) {
+    if (gid.raw[i] != 0) return false;
+  }
+  return gid.raw[10] == 0xff && gid.raw[11] == 0xff;
+}
+
+// The local interface that has this IPv4 address, "" if none.
+std::string interface_with(const std::string& ipv4) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return "";
+  std::string name;
+  for (ifaddrs* at = list; at != nullptr && name.empty(); at = at->ifa_next) {
+    if (at->ifa_addr == nullptr || at->ifa_addr->sa_family != AF_INET) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(at->ifa_addr)->sin_addr, text, sizeof(text));
+    if (ipv4 == text) name = at->ifa_name;
+  }
+  freeifaddrs(list);
+  return name;
+}
+
+std::string provider_of(const VerbsApi& verbs) {
+  if (verbs.provider == "fake") return "fake (the tests' in-process fabric)";
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(verbs.get_device_list), &info) != 0 && info.dli_fname != nullptr) {
+    char resolved[PATH_MAX] = {};
+    const char* path = realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
+    return fmt::format("{} ({})", verbs.provider, path);  // the file name carries rdma-core's version
+  }
+  return verbs.provider;
+}
+
+std::string ordinal(int n) {
+  const int tens = n % 100;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : n % 10 == 1              ? "st"
+                       : n % 10 == 2              ? "nd"
+                       : n % 10 == 3              ? "rd"
+                                                  : "th";
+  return fmt::format("{}{}", n, suffix);
+}
+
+// An opened device, closed on every path.
+struct OpenDevice {
+  const VerbsApi& verbs;
+  ibv_context* context = nullptr;
+  OpenDevice(const VerbsApi& v, const std::string& name) : verbs(v) {
+    int count = 0;
+    ibv_device** list = verbs.get_device_list(&count);
+    for (int d = 0; list != nullptr && d < count && context == nullptr; ++d) {
+      if (name == verbs.get_device_name(list[d])) {
+        errno = 0;
+        context = verbs.open_device(list[d]);
+        if (context == nullptr) {
+          const int error = errno;
+          verbs.free_device_list(list);
+          throw IoError(hints::describe(hints::Verb::kOpenDevice, error, {name, false}));
+        }
+      }
+    }
+    if (list != nullptr) verbs.free_device_list(list);
+    if (context == nullptr) throw IoError(fmt::format("{}: no such device", name));
+  }
+  ~OpenDevice() { verbs.close_device(context); }
+  OpenDevice(const OpenDevice&) = delete;
+  OpenDevice& operator=(const OpenDevice&) = delete;
+};
+
+// A protection domain, deallocated on every path.
+struct Pd {
+  const VerbsApi& verbs;
+  ibv_pd* pd = nullptr;
+  Pd(const VerbsApi& v, ibv_context* context, const std::string& device) : verbs(v) {
+    errno = 0;
+    pd = verbs.alloc_pd(context);
+    if (pd == nullptr) throw IoError(hints::describe(hints::Verb::kAllocPd, errno, {device, false}));
+  }
+  ~Pd() { verbs.dealloc_pd(pd); }
+  Pd(const Pd&) = delete;
+  Pd& operator=(const Pd&) = delete;
+};
+
+struct Cq {
+  const VerbsApi& verbs;
+  ibv_cq* cq = nullptr;
+  Cq(const VerbsApi& v, ibv_context* context, int entries, const std::string& device) : verbs(v) {
+    errno = 0;
+    cq = verbs.create_cq(context, entries, nullptr, nullptr, 0);
+    if (cq == nullptr) throw IoError(hints::describe(hints::Verb::kCreateCq, errno, {device, false}));
+  }
+  ~Cq() { verbs.destroy_cq(cq); }
+  Cq(const Cq&) = delete;
+  Cq& operator=(const Cq&) = delete;
+};
+
+ibv_qp* create_qp(const VerbsApi& verbs, ibv_pd* pd, ibv_cq* cq, Mode mode, int send_wr, int recv_wr) {
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = mode == Mode::kRc ? IBV_QPT_RC : IBV_QPT_UC;
+  init.cap.max_send_wr = static_cast<uint32_t>(send_wr);
+  init.cap.max_recv_wr = static_cast<uint32_t>(recv_wr);
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  errno = 0;
+  return verbs.create_qp(pd, &init);
+}
+
+void probe_queue_pairs(const VerbsApi& verbs, const Found& found, Mode mode, LimitProbe* probe) {
+  OpenDevice device(verbs, found.name);
+  Pd pd(verbs, device.context, found.name);
+  Cq cq(verbs, device.context, 16, found.name);
+  std::vector<ibv_qp*> made;
+  for (int i = 0; i < probe->cap; ++i) {
+    ibv_qp* qp = create_qp(verbs, pd.pd, cq.cq, mode, 4, 4);
+    if (qp == nullptr) {
+      probe->stopped = fmt::format("the {} failed: {}", ordinal(i + 1),
+                                   hints::describe(hints::Verb::kCreateQp, errno, {found.name, mode == Mode::kRc}));
+      break;
+    }
+    made.push_back(qp);
+  }
+  probe->accepted = static_cast<int>(made.size());
+  for (ibv_qp* qp : made) verbs.destroy_qp(qp);
+}
+
+void probe_registrations(const VerbsApi& verbs, const Found& found, LimitProbe* probe) {
+  OpenDevice device(verbs, found.name);
+  Pd pd(verbs, device.context, found.name);
+  std::vector<uint8_t> memory((static_cast<size_t>(probe->cap) + 1) * kPage);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory.data()) + kPage - 1) & ~(kPage - 1));
+  std::vector<ibv_mr*> made;
+  for (int i = 0; i < probe->cap; ++i) {
+    errno = 0;
+    ibv_mr* mr = verbs.reg_mr(pd.pd, base + static_cast<size_t>(i) * kPage, kPage, IBV_ACCESS_LOCAL_WRITE);
+    if (mr == nullptr) {
+      probe->stopped = fmt::format("the {} failed: {}", ordinal(i + 1),
+                                   hints::describe(hints::Verb::kRegMr, errno, {found.name, false}));
+      break;
+    }
+    made.push_back(mr);
+  }
+  probe->accepted = static_cast<int>(made.size());
+  for (ibv_mr* mr : made) verbs.dereg_mr(mr);
+}
+
+// Two queue pairs of one context connected to each other (receives may be posted only in RTS), then 4 KiB
+// receives on one of them until the device refuses.
+void probe_receives(const VerbsApi& verbs, const Found& found, Mode mode, LimitProbe* probe) {
+  OpenDevice device(verbs, found.name);
+  Pd pd(verbs, device.context, found.name);
+  Cq cq(verbs, device.context, probe->cap + 16, found.name);
+  const hints::Where where{found.name, mode == Mode::kRc};
+  std::vector<uint8_t> memory((static_cast<size_t>(probe->cap) + 1) * kPage);
+  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory.data()) + kPage - 1) & ~(kPage - 1));
+  errno = 0;
+  ibv_mr* mr = verbs.reg_mr(pd.pd, base, static_cast<size_t>(probe->cap) * kPage, IBV_ACCESS_LOCAL_WRITE);
+  if (mr == nullptr) {
+    probe->error = hints::describe(hints::Verb::kRegMr, errno, where);
+    return;
+  }
+  ibv_qp* qps[2] = {create_qp(verbs, pd.pd, cq.cq, mode, 4, probe->cap), nullptr};
+  if (qps[0] != nullptr) qps[1] = create_qp(verbs, pd.pd, cq.cq, mode, 4, probe->cap);
+  auto cleanup = [&] {
+    for (ibv_qp* qp : qps) {
+      if (qp != nullptr) verbs.destroy_qp(qp);
+    }
+    verbs.dereg_mr(mr);
+  };
+  if (qps[1] == nullptr) {
+    probe->error = hints::describe(hints::Verb::kCreateQp, errno, where);
+    cleanup();
+    return;
+  }
+  QpPeer self;  // this context's own GID: both queue pairs are on it
+  int gid_index = found.gid_index;
+  if (!find_ipv4_gid(verbs, device.context, &gid_index, &self.gid)) {
+    probe->error = fmt::format("{}: no IPv4-mapped GID: {}", found.name, hints::no_ipv4_gid_fix(found.name));
+  }
+  self.lid = found.lid;
+  for (int side = 0; side < 2 && probe->error.empty(); ++side) {
+    QpPeer peer = self;
+    peer.qp_num = qps[1 - side]->qp_num;
+    int error = qp_to_init(verbs, qps[side]);
+    if (error != 0) {
+      probe->error = hints::describe(hints::Verb::kModifyQpInit, error, where);
+    } else if ((error = qp_to_rtr(verbs, qps[side], mode, found.mtu, gid_index, peer)) != 0) {
+      probe->error = hints::describe(hints::Verb::kModifyQpRtr, error, where);
+    } else if ((error = qp_to_rts(verbs, qps[side], mode, 0)) != 0) {
+      probe->error = hints::describe(hints::Verb::kModifyQpRts, error, where);
+    }
+  }
+  for (int i = 0; probe->error.empty() && i < probe->cap; ++i) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(base + static_cast<size_t>(i) * kPage), static_cast<uint32_t>(kPage),
+                mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = static_cast<uint64_t>(i);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    errno = 0;
+    const int rc = verbs.post_recv(qps[0], &wr, &bad);
+    if (rc != 0) {
+      probe->stopped = fmt::format("the {} failed: {}", ordinal(i + 1),
+                                   hints::describe(hints::Verb::kPostRecv, errno != 0 ? errno : rc, where));
+      break;
+    }
+    probe->accepted = i + 1;
+  }
+  cleanup();
+}
+
+std::string format_probe(const LimitProbe& probe) {
+  if (!probe.error.empty()) return fmt::format("  {}: not probed: {}\n", probe.what, probe.error);
+  if (probe.stopped.empty()) {
+    return fmt::format("  {}: {} accepted (the probe's cap: no limit below it)\n", probe.what, probe.accepted);
+  }
+  return fmt::format("  {}: {} accepted; {}\n", probe.what, probe.accepted, probe.stopped);
+}
+
+}  // namespace
+
+PreflightReport preflight(const VerbsApi* verbs, const std::string& why_no_verbs) {
+  PreflightReport report;
+  if (verbs == nullptr) {
+    report.problem = fmt::format("not available: {}", why_no_verbs);
+    report.fix =
+        "install rdma-core's library and providers (Debian: apt-get install libibverbs1 ibverbs-providers); on a "
+        "Mac, macOS 26.2 or later provides librdma.dylib";
+    return report;
+  }
+  report.provider = provider_of(*verbs);
+  errno = 0;
+  int count = 0;
+  ibv_device** list = verbs->get_device_list(&count);
+  if (list == nullptr || count == 0) {
+    const int error = list == nullptr ? errno : 0;
+    if (list != nullptr) verbs->free_device_list(list);
+    report.problem = fmt::format("not available: {} (no RDMA device{})", hints::verb_name(hints::Verb::kGetDeviceList),
+                                 error != 0 ? ", " + hints::errno_text(error) : "");
+    report.fix = hints::fix(hints::Verb::kGetDeviceList, error, {});
+    return report;
+  }
+  std::vector<std::string> names;
+  for (int d = 0; d < count; ++d) names.push_back(verbs->get_device_name(list[d]));
+  verbs->free_device_list(list);
+  for (const std::string& name : names) {
+    PortReport port;
+    port.device = name;
+    port.interface = hints::paired_interface(name);
+    try {
+      OpenDevice device(*verbs, name);
+      ibv_port_attr attr{};
+      errno = 0;
+      if (verbs->query_port(device.context, 1, &attr) != 0) {
+        throw IoError(hints::describe(hints::Verb::kQueryPort, errno, {name, false}));
+      }
+      port.state = state_name(attr.state);
+      port.link_layer = link_layer_name(attr.link_layer);
+      port.active_mtu = mtu_bytes(attr.active_mtu);
+      port.max_mtu = mtu_bytes(attr.max_mtu);
+      port.max_msg_bytes = attr.max_msg_sz;
+      port.gid_table = attr.gid_tbl_len;
+      for (int index = 0; index < std::min(attr.gid_tbl_len, kMaxGidsShown); ++index) {
+        ibv_gid gid{};
+        if (verbs->query_gid(device.context, 1, index, &gid) != 0 || is_zero(gid)) continue;
+        GidEntry entry;
+        entry.index = index;
+        char text[INET6_ADDRSTRLEN] = {};
+        inet_ntop(AF_INET6, gid.raw, text, sizeof(text));
+        entry.text = text;
+        entry.ipv4_mapped = is_ipv4_mapped(gid);
+        if (entry.ipv4_mapped) {
+          entry.ipv4 = fmt::format("{}.{}.{}.{}", gid.raw[12], gid.raw[13], gid.raw[14], gid.raw[15]);
+          if (port.ipv4_gid_index < 0) {
+            port.ipv4_gid_index = index;
+            port.ipv4 = entry.ipv4;
+            port.ipv4_owner = interface_with(entry.ipv4);
+          }
+        }
+        port.gids.push_back(entry);
+      }
+      if (attr.state != IBV_PORT_ACTIVE) {
+        port.problem = fmt::format("port 1 is {}", port.state);
+        port.fix =
+            "connect the cable to a host whose RDMA is enabled too (a Mac: `rdma_ctl enable` in Recovery); on "
+            "Linux bring the network interface up";
+      } else if (port.ipv4_gid_index < 0) {
+        port.problem = "no IPv4-mapped GID";
+        port.fix = hints::no_ipv4_gid_fix(name);
+      } else {
+        port.usable = true;
+      }
+    } catch (const Error& error) {
+      port.problem = error.what();
+    }
+    report.ports.push_back(port);
+  }
+  report.available = true;
+  return report;
+}
+
+std::string format_preflight(const PreflightReport& report) {
+  std::string out = fmt::format("verbs library: {}\n", report.provider.empty() ? "none" : report.provider);
+  if (!report.problem.empty()) {
+    return out + fmt::format("FAIL preflight: {}\n     fix: {}\n", report.problem, report.fix);
+  }
+  out += fmt::format("devices: {}\n", report.ports.size());
+  for (const PortReport& port : report.ports) {
+    out += fmt::format(
+        "  {}{}: port 1 {}, link layer {}, active MTU {}, max MTU {}, max message {} B, GID table {} "
+        "entries\n",
+        port.device, port.interface.empty() ? "" : " (network interface " + port.interface + ")", port.state,
+        port.link_layer, port.active_mtu, port.max_mtu, port.max_msg_bytes, port.gid_table);
+    for (const GidEntry& gid : port.gids) {
+      out += fmt::format("    GID[{}] {}", gid.index, gid.text);
+      if (gid.ipv4_mapped) {
+        const std::string owner = interface_with(gid.ipv4);
+        out += fmt::format("  IPv4-mapped: {} ({})", gid.ipv4,
+                           owner.empty() ? "no local interface has this address now" : "on " + owner);
+      }
+      out += "\n";
+    }
+  }
+  for (const PortReport& port : report.ports) {
+    if (port.usable) {
+      out += fmt::format("PASS preflight {}: usable: port 1 ACTIVE, IPv4-mapped GID at index {} ({}), active MTU {}\n",
+                         port.device, port.ipv4_gid_index, port.ipv4, port.active_mtu);
+    } else {
+      out += fmt::format("FAIL preflight {}: {}\n", port.device, port.problem);
+      if (!port.fix.empty()) out += fmt::format("     fix: {}\n", port.fix);
+    }
+  }
+  return out;
+}
+
+LimitReport probe_limits(const VerbsApi& verbs, const std::string& device, Mode mode, const LimitCaps& caps) {
+  std::vector<std::string> allowed;
+  if (!device.empty()) allowed.push_back(device);
+  const Found found = probe(verbs, allowed);
+  LimitReport report;
+  report.device = found.name;
+  report.queue_pairs.what = fmt::format("queue pairs ({})", mode_name(mode));
+  report.queue_pairs.cap = caps.queue_pairs;
+  report.registrations.what = "memory registrations (4 KiB each)";
+  report.registrations.cap = caps.registrations;
+  report.receives.what = "outstanding receives (4 KiB each, one queue pair)";
+  report.receives.cap = caps.receives;
+  auto guarded = [](LimitProbe* probe, auto&& run) {
+    try {
+      run();
+    } catch (const Error& error) {
+      probe->error = error.what();
+    }
+  };
+  guarded(&report.queue_pairs, [&] { probe_queue_pairs(verbs, found, mode, &report.queue_pairs); });
+  guarded(&report.registrations, [&] { probe_registrations(verbs, found, &report.registrations); });
+  guarded(&report.receives, [&] { probe_receives(verbs, found, mode, &report.receives); });
+  return report;
+}
+
+std::string format_limits(const LimitReport& report) {
+  std::string out = fmt::format("limits of {} (each probed up to a cap, then freed):\n", report.device);
+  out += format_probe(report.queue_pairs);
+  out += format_probe(report.registrations);
+  out += format_probe(report.receives);
+  // What tbcoll itself needs: a queue pair and a registration per peer, Connection::kRecvDepth receives each.
+  std::vector<std::string> short_of;
+  if (!report.queue_pairs.error.empty() || report.queue_pairs.accepted < 1) short_of.push_back("no queue pair");
+  if (!report.registrations.error.empty() || report.registrations.accepted < 1) short_of.push_back("no registration");
+  if (!report.receives.error.empty() || report.receives.accepted < Connection::kRecvDepth) {
+    short_of.push_back(
+        fmt::format("fewer than the {} outstanding receives the transport posts per peer", Connection::kRecvDepth));
+  }
+  if (short_of.empty()) {
+    out += fmt::format("PASS limits {}: room for tbcoll (up to {} peers on this device; {} receives per peer)\n",
+                       report.device, std::min(report.queue_pairs.accepted, report.registrations.accepted),
+                       Connection::kRecvDepth);
+  } else {
+    out += fmt::format("FAIL limits {}: {}\n", report.device, fmt::format("{}", fmt::join(short_of, "; ")));
+  }
+  return out;
+}
+
+}  // namespace tbcoll::ibverbs
