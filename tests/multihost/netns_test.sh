@@ -81,6 +81,36 @@ demo)
   echo "netns_test: 2 hosts x 1 rank (tcp), $((SECONDS - start)) s, text equal to 1 rank's:"
   grep "tp_inference: model=" "$work/two.err"
 
+  # The same through `ssh` (the default agent command, the script unchanged): a stand-in that takes ssh's options,
+  # then the host, then one line for the remote login shell, run in a session of its own behind a relay as sshd
+  # does. It checks how tbcoll-run quotes the command for ssh and that it asks for batch mode and a time limit.
+  mkdir -p "$work/bin"
+  cat > "$work/bin/ssh" << 'SSH'
+#!/bin/sh
+echo "$@" >> "$(dirname "$0")/ssh.log"
+while [ $# -gt 0 ]; do case $1 in -o) shift 2 ;; -*) shift ;; *) break ;; esac; done
+host=$1
+shift
+# Our stdin reaches the command through a relay, and we exit when the command does, as ssh does.
+fifo=$(mktemp -u)
+mkfifo "$fifo"
+exec 3<&0  # (an asynchronous command's own stdin is /dev/null)
+cat <&3 > "$fifo" &
+relay=$!
+ip netns exec "$host" setsid -w sh -c "$*" < "$fifo"
+status=$?
+kill $relay 2> /dev/null
+rm -f "$fifo"
+exit $status
+SSH
+  chmod +x "$work/bin/ssh"
+  PATH=$work/bin:$PATH TBCOLL_DEMO_LAUNCHER= "$demo" "$ns_a" "$ns_b" > "$work/ssh.txt" 2> "$work/ssh.err" ||
+    { cat "$work/ssh.err"; fail "2 hosts through ssh"; }
+  cmp -s "$work/one.txt" "$work/ssh.txt" || { diff "$work/one.txt" "$work/ssh.txt"; fail "through ssh: other text"; }
+  grep -q -- "^-o BatchMode=yes -o ConnectTimeout=20 $ns_b sh -c 'exec " "$work/bin/ssh.log" ||
+    fail "ssh was called as: $(cat "$work/bin/ssh.log")"
+  echo "netns_test: 2 hosts through ssh (a stand-in): text equal to 1 rank's"
+
   "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "ip netns exec" -x TBCOLL_DEBUG=INFO --tag-output --timeout 300 -- \
     "$prefix/bin/tp_inference" --model "$prefix/models/stories260K.gguf" --prompt "Once upon a time" \
     --tokens 200 > "$work/four.txt" 2> "$work/four.err" || { cat "$work/four.err"; fail "2 hosts x 2 ranks"; }
