@@ -211,7 +211,10 @@ class Agent {
     if (mode == "none" || local_rank == nullptr || local_size == nullptr) return;
     const std::vector<int> usable = platform::allowed_cpus();
     const int cpus = static_cast<int>(usable.size());
-    if (cpus == 0 || (mode == "auto" && std::atoi(local_size) > cpus)) return;
+    // auto: only where ranks share a host (pinned, spinning neighbours cannot end up on one core); a host's only
+    // rank keeps the whole machine, and "hosts" that are one machine (network namespaces) do not all pile onto
+    // its first CPU.
+    if (cpus == 0 || (mode == "auto" && (std::atoi(local_size) > cpus || std::atoi(local_size) == 1))) return;
     bind_cpu_ = usable[static_cast<size_t>(std::atoi(local_rank) % cpus)];
   }
 
