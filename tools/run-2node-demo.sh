@@ -5,6 +5,7 @@
 #
 #   tools/run-2node-demo.sh HOST1 HOST2 [tp_inference options...]   rank 0 on HOST1, rank 1 on HOST2
 #   tools/run-2node-demo.sh --single [tp_inference options...]      the same generation on this machine alone
+#   tools/run-2node-demo.sh --print HOST1 HOST2 [...]               print the command instead (the README's)
 #
 #   TBCOLL_PREFIX         install prefix on every machine (default ~/tbcoll)
 #   TBCOLL_DEMO_MODEL     the model on every machine (default $TBCOLL_PREFIX/models/stories260K.gguf)
@@ -15,8 +16,13 @@
 # Rank 0 prints the text; its last line on stderr is the statistics line (tokens/s, time in communication).
 # tests/multihost/netns_test.sh runs this very script between two network namespaces.
 set -euo pipefail
+print=0
+if [ "${1:-}" = --print ]; then
+  print=1
+  shift
+fi
 if [ $# -lt 1 ] || { [ "$1" != --single ] && [ $# -lt 2 ]; }; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 prefix=${TBCOLL_PREFIX:-$HOME/tbcoll}
@@ -29,4 +35,13 @@ if [ "$1" = --single ]; then
 fi
 hosts="$1:1,$2:1"
 shift 2
-exec "$prefix/bin/tbcoll-run" --hosts "$hosts" --launcher "$launcher" --connect-timeout 20 -- "${generate[@]}" "$@"
+command=("$prefix/bin/tbcoll-run" --hosts "$hosts" --launcher "$launcher" --connect-timeout 20 -- "${generate[@]}" "$@")
+if [ $print = 1 ]; then  # as the README writes it: ~ for this home, words with spaces in double quotes
+  for word in "${command[@]}"; do
+    word=${word/#$HOME\//\~/}
+    case $word in *" "*) printf '"%s" ' "$word" ;; *) printf '%s ' "$word" ;; esac
+  done | sed 's/ $//'
+  echo
+  exit 0
+fi
+exec "${command[@]}"

@@ -71,6 +71,12 @@ segments_of() {
 
 case "$what" in
 demo)
+  # The README shows what the script runs, and the script is what runs here: the two must not drift apart.
+  readme_command=$(env -u TBCOLL_PREFIX -u TBCOLL_DEMO_LAUNCHER "$demo" --print mac1.local mac2.local)
+  tr '\n' ' ' < "$source_dir/README.md" | tr -s ' ' | grep -qF "$readme_command" ||
+    fail "README.md does not show the command tools/run-2node-demo.sh runs: $readme_command"
+  grep -q '^ *TBCOLL_SOCKET_IFNAME=bridge0 tools/run-2node-demo.sh mac1.local mac2.local' "$source_dir/README.md" ||
+    fail "README.md does not show tools/run-2node-demo.sh mac1.local mac2.local"
   [ -f "$model" ] || skip "no model at $model (tools/get-model.sh)"
   "$demo" --single > "$work/one.txt" 2> "$work/one.err" || { cat "$work/one.err"; fail "1 rank"; }
   [ "$(wc -c < "$work/one.txt")" -gt 200 ] || fail "1 rank wrote too little: $(cat "$work/one.txt")"
