@@ -77,6 +77,16 @@ demo)
     fail "README.md does not show the command tools/run-2node-demo.sh runs: $readme_command"
   grep -q '^ *TBCOLL_SOCKET_IFNAME=bridge0 tools/run-2node-demo.sh mac1.local mac2.local' "$source_dir/README.md" ||
     fail "README.md does not show tools/run-2node-demo.sh mac1.local mac2.local"
+  # What a rank gets: -x variables, its place, and the rendezvous on the first host's veth address (not loopback).
+  FOO_FROM_HERE=forwarded "$run" --hosts "$ns_a:2,$ns_b:1" --launcher "ip netns exec" -x GREETING=hello \
+    -x FOO_FROM_HERE --tag-output -- sh -c \
+    'echo "$GREETING $FOO_FROM_HERE rank=$TBCOLL_RANK/$TBCOLL_WORLD_SIZE local=$TBCOLL_LOCAL_RANK/$TBCOLL_LOCAL_SIZE root=${TBCOLL_ROOT%:*}"' \
+    > "$work/env.txt" 2>&1 || { cat "$work/env.txt"; fail "environment job"; }
+  sort "$work/env.txt" > "$work/env.sorted"
+  printf '%s\n' "[0 $ns_a] hello forwarded rank=0/3 local=0/2 root=10.231.0.1" \
+    "[1 $ns_a] hello forwarded rank=1/3 local=1/2 root=10.231.0.1" \
+    "[2 $ns_b] hello forwarded rank=2/3 local=0/1 root=10.231.0.1" > "$work/env.expected"
+  cmp -s "$work/env.sorted" "$work/env.expected" || { diff "$work/env.expected" "$work/env.sorted"; fail "environment"; }
   [ -f "$model" ] || skip "no model at $model (tools/get-model.sh)"
   "$demo" --single > "$work/one.txt" 2> "$work/one.err" || { cat "$work/one.err"; fail "1 rank"; }
   [ "$(wc -c < "$work/one.txt")" -gt 200 ] || fail "1 rank wrote too little: $(cat "$work/one.txt")"
