@@ -600,7 +600,11 @@ class Launcher {
     }
     if (rank_index(rank) != 0) return;
     const size_t space = line.find(' ');
-    if (space == std::string::npos) return;
+    if (space == std::string::npos) {
+      std::fprintf(stderr, "tbcoll-run: the agent of rank 0 on host %s named no rendezvous address (another "
+                   "version of tbcoll-run there?)\n", host_name(rank).c_str());
+      return begin_abort(SIGTERM, kExitLauncherError);
+    }
     const std::string root = line.substr(space + 1);
     for (Rank& each : ranks_) send_control(each, "root " + root + "\n");
   }
