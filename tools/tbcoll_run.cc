@@ -546,8 +546,15 @@ class Launcher {
       Rank& rank = ranks_[r];
       close_control(rank);
       if (remote_ && !rank.ready && !aborting_) {
-        // The agent command ended before the agent ran: the host was not reached (its own words, e.g. ssh's,
-        // are in the output above).
+        // The agent command ended before the agent ran: the host was not reached. Its own words (ssh's, say)
+        // go out first, then ours.
+        for (Stream* stream : {&rank.err, &rank.out}) {
+          for (int chunk = 0; chunk < 16 && stream->fd >= 0; ++chunk) {
+            pollfd probe{stream->fd, POLLIN, 0};
+            if (poll(&probe, 1, 0) <= 0) break;
+            read_stream(*stream);
+          }
+        }
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         std::fprintf(stderr, "tbcoll-run: cannot start rank %d on host %s: the agent command (%s %s ...) %s %d%s\n",
                      r, host_name(rank).c_str(), opts_.launcher.c_str(), host_name(rank).c_str(),
