@@ -164,6 +164,8 @@ TEST_F(TpInference, ParallelRunsMatchSingleRank) {
     for (const auto& [ranks, mode, weights] : std::vector<std::tuple<int, std::string, std::string>>{
              {2, "tensor", ""}, {4, "tensor", ""}, {3, "tensor", ""}, {2, "tensor", "2,1"}, {3, "tensor", "1,2,3"},
              {5, "tensor", ""}, {2, "pipeline", ""}, {3, "pipeline", ""}}) {
+      // The rarer splits on the first case only: ranks beyond the two cores make every run slow.
+      if ((ranks == 5 || weights == "1,2,3") && &extra != &cases.front()) continue;
       std::vector<std::string> args = extra;
       if (!weights.empty()) args.insert(args.end(), {"--tp-weights", weights});
       const Result r = generate(ranks, mode, args);
