@@ -43,6 +43,7 @@ ip link add "$veth_a" type veth peer name "$veth_b" 2> "$work/ip.err" || skip "n
 ip link set "$veth_a" netns "$ns_a" && ip link set "$veth_b" netns "$ns_b" || fail "moving the veth ends"
 ip -n "$ns_a" addr add 10.231.0.1/24 dev "$veth_a" && ip -n "$ns_b" addr add 10.231.0.2/24 dev "$veth_b" ||
   fail "addresses"
+ip -n "$ns_a" addr add 10.231.0.11/24 dev "$veth_a" || fail "a second address"  # for the hostfile's "ips"
 for ns in "$ns_a" "$ns_b"; do
   ip -n "$ns" link set lo up
 done
@@ -87,6 +88,15 @@ demo)
     "[1 $ns_a] hello forwarded rank=1/3 local=1/2 root=10.231.0.1" \
     "[2 $ns_b] hello forwarded rank=2/3 local=0/1 root=10.231.0.1" > "$work/env.expected"
   cmp -s "$work/env.sorted" "$work/env.expected" || { diff "$work/env.expected" "$work/env.sorted"; fail "environment"; }
+  # mlx.launch's JSON hostfile: one slot per host, its "envs" forwarded, rank 0 serving on the first of its "ips"
+  # (the veth's second address, which nothing else would choose).
+  printf '{"backend": "ring", "envs": ["GREETING=hi"], "hosts": [{"ssh": "%s", "ips": ["10.231.0.11"]}, %s]}\n' \
+    "$ns_a" "{\"ssh\": \"$ns_b\", \"ips\": [\"10.231.0.2\"]}" > "$work/hosts.json"
+  env -u TBCOLL_SOCKET_IFNAME "$run" --hostfile "$work/hosts.json" --launcher "ip netns exec" --tag-output -- sh -c \
+    'echo "$GREETING rank=$TBCOLL_RANK/$TBCOLL_WORLD_SIZE root=${TBCOLL_ROOT%:*}"' > "$work/json.txt" 2>&1 ||
+    { cat "$work/json.txt"; fail "JSON hostfile job"; }
+  printf '%s\n' "[0 $ns_a] hi rank=0/2 root=10.231.0.11" "[1 $ns_b] hi rank=1/2 root=10.231.0.11" > "$work/json.expected"
+  sort "$work/json.txt" | cmp -s - "$work/json.expected" || { cat "$work/json.txt"; fail "JSON hostfile"; }
   [ -f "$model" ] || skip "no model at $model (tools/get-model.sh)"
   "$demo" --single > "$work/one.txt" 2> "$work/one.err" || { cat "$work/one.err"; fail "1 rank"; }
   [ "$(wc -c < "$work/one.txt")" -gt 200 ] || fail "1 rank wrote too little: $(cat "$work/one.txt")"
