@@ -48,7 +48,7 @@ uint64_t random_u64() {
 // the platform's shm domain (on Linux the kernel, the pid namespace and the /dev/shm file system: containers of
 // one pod can share /dev/shm, the host name and the kernel, while their pids mean different processes; others
 // share the pids but mount a /dev/shm of their own). Ranks that differ use the next transport; so does a
-// process whose domain is unknown (no /proc), since it cannot tell.
+// process whose domain is unknown (no /proc), since it cannot tell. Different network namespaces differ too.
 std::string host_id(const env::Settings& settings) {
   // Tests (and unusual set-ups, e.g. containers sharing nothing but a name) can set the identity.
   std::string forced = settings.get("TBCOLL_HOST_ID");
@@ -58,7 +58,10 @@ std::string host_id(const env::Settings& settings) {
   static const std::string domain = platform::shm_domain();
   static const uint64_t this_process = random_u64();  // ranks that are threads of one process still match
   if (domain.empty()) return fmt::format("{}/unknown-namespace/{:x}", name, this_process);
-  return fmt::format("{}/{}", name, domain);
+  // Network namespaces of one machine (the hosts of tbcoll-run's namespace tests, containers with a network of
+  // their own) are hosts of their own: their ranks talk over the network.
+  static const std::string network = platform::network_domain();
+  return network.empty() ? fmt::format("{}/{}", name, domain) : fmt::format("{}/{}/{}", name, domain, network);
 }
 
 uint64_t process_id() {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "common/net.h"
 #include "common/time.h"
 #include "communicator.h"
 #include "tbcoll/tbcoll.h"
@@ -46,8 +47,7 @@ std::shared_ptr<TcpStoreServer> server_of(const std::string& id) {
 }  // namespace
 
 UniqueId UniqueId::create() {
-  std::string host = env::get("TBCOLL_SOCKET_ADDR");
-  if (host.empty()) host = "127.0.0.1";
+  const std::string host = net::listen_host(env::Settings(), "127.0.0.1", "[unique id]");
   std::random_device random;
   const std::string token = fmt::format("{:08x}{:08x}", random(), random());
   auto server = std::make_unique<TcpStoreServer>(host, 0, token);

@@ -1,6 +1,13 @@
-// tbcoll-run: start N ranks of a program on this machine, a tiny single-host mpirun.
+// tbcoll-run: start N ranks of a program on this machine or across hosts, a tiny mpirun.
 //
 //   tbcoll-run -n N [--tag-output] [--timeout S] [-x NAME=VALUE]... [--] prog args...
+//   tbcoll-run --hosts h1:2,h2:2 [--launcher "ssh -o BatchMode=yes"] [-x NAME]... [--] prog args...
+//
+// Multi-host jobs (--hosts, --hostfile; tools/run/hosts.h) start every rank through an agent command, ssh by
+// default: `CMD HOST sh -c 'exec tbcoll-run --agent RANK HOST -- prog args'` (tools/run/agent.h), which takes
+// the rank's environment over its stdin, serves the rendezvous on rank 0's host (its address on
+// TBCOLL_SOCKET_IFNAME's interface, never loopback) and ends the rank when its stdin closes. Locally such a rank
+// is its agent command's process; what follows holds for both kinds, with the differences marked "remote".
 //
 // Every rank runs in its own process group, so a signal reaches the rank's whole subtree, and gets
 // TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT (127.0.0.1 and a
@@ -45,118 +52,28 @@
 #include <vector>
 
 #include "platform/platform.h"
+#include "tools/run/agent.h"
+#include "tools/run/common.h"
+#include "tools/run/options.h"
+
+extern char** environ;  // POSIX; declared by no header on macOS
 #include "transports/shm/stale_segments.h"
 
 namespace {
 
-constexpr int kMaxRanks = 1024;
+using tbcoll::run::Options;
+
 constexpr int kExitLauncherError = 1;
-constexpr int kExitUsage = 2;
 constexpr int kExitTimeout = 124;
 constexpr int kExitCannotExecute = 127;
 constexpr int kForwardedSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
 constexpr size_t kMaxLineBytes = size_t{64} * 1024;  // a longer line is split so memory stays bounded
 constexpr size_t kMaxOutbox = size_t{1} << 20;          // tagged output waiting for a slow reader, per target
-constexpr double kMaxTimeoutSeconds = 1e8;
 
 using Clock = std::chrono::steady_clock;
 constexpr auto kKillGrace = std::chrono::seconds(3);    // SIGTERM -> SIGKILL
+constexpr auto kRemoteGrace = std::chrono::seconds(4);  // remote: agents end their ranks before we end the agents
 constexpr auto kOutputGrace = std::chrono::seconds(1);  // for pipes still held open by leftovers
-
-struct Options {
-  int world_size = 0;
-  bool tag_output = false;
-  double timeout_s = 0;                // 0: no time limit
-  std::vector<std::string> extra_env;  // NAME=VALUE from -x
-  std::vector<char*> prog_argv;        // null-terminated
-  std::string bind_to = "auto";        // core | none | auto (core when ranks <= usable CPUs)
-};
-
-void print_usage(FILE* out) {
-  std::fputs(
-      "usage: tbcoll-run -n N [options] [--] prog [args...]\n"
-      "Starts N copies of prog on this machine as tbcoll ranks 0..N-1.\n"
-      "  -n, -np N           number of ranks (1..1024, required)\n"
-      "  --tag-output        prefix every output line with \"[RANK] \"\n"
-      "  --timeout SECONDS   kill the job and exit 124 if it runs longer\n"
-      "  -x NAME=VALUE       set an extra environment variable in every rank (repeatable; the\n"
-      "                      variables tbcoll-run sets below, the token excepted, cannot be overridden)\n"
-      "  --bind-to core|none pin rank i to the i-th usable CPU, as mpirun does (default: core when\n"
-      "                      there are at least as many CPUs as ranks, else none)\n"
-      "  -h, --help          show this help\n"
-      "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
-      "and TBCOLL_TOKEN (random unless already set). The first failing rank stops the job and its\n"
-      "status becomes the exit status (128+signal if it was killed by a signal). SIGINT, SIGTERM,\n"
-      "SIGHUP and SIGQUIT are forwarded to every rank; ctrl-Z stops the ranks with the launcher.\n",
-      out);
-}
-
-int usage_error(const std::string& message) {
-  std::fprintf(stderr, "tbcoll-run: %s\n", message.c_str());
-  print_usage(stderr);
-  return kExitUsage;
-}
-
-// Fills `opts` from the command line; returns an exit code when the launcher should stop right away.
-std::optional<int> parse_args(int argc, char** argv, Options& opts) {
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; ++i) {
-    std::string arg = argv[i];
-    std::string value;
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      print_usage(stdout);
-      return 0;
-    }
-    if (arg == "--tag-output") {
-      opts.tag_output = true;
-      continue;
-    }
-    if (arg.rfind("--timeout=", 0) == 0) {
-      value = arg.substr(arg.find('=') + 1);
-      arg = "--timeout";
-    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to") {
-      if (i + 1 >= argc) return usage_error("option " + arg + " needs a value");
-      value = argv[++i];
-    } else {
-      return usage_error("unknown option " + arg);
-    }
-    char* end = nullptr;
-    errno = 0;
-    if (arg == "--bind-to") {
-      if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
-      opts.bind_to = value;
-    } else if (arg == "-x") {
-      if (value.find('=') == std::string::npos || value[0] == '=') {
-        return usage_error("-x expects NAME=VALUE, got '" + value + "'");
-      }
-      opts.extra_env.push_back(value);
-    } else if (arg == "--timeout") {
-      opts.timeout_s = std::strtod(value.c_str(), &end);
-      // Capped: far beyond it, the deadline's nanosecond count would overflow (and land in the past).
-      if (value.empty() || *end != '\0' || errno != 0 || !std::isfinite(opts.timeout_s) || opts.timeout_s <= 0 ||
-          opts.timeout_s > kMaxTimeoutSeconds) {
-        return usage_error("bad timeout '" + value + "' (expected seconds in (0, 1e8])");
-      }
-    } else {
-      long n = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxRanks) {
-        return usage_error("bad number of ranks '" + value + "' (expected 1.." + std::to_string(kMaxRanks) + ")");
-      }
-      opts.world_size = static_cast<int>(n);
-    }
-  }
-  if (opts.world_size == 0) return usage_error("the number of ranks (-n N) is required");
-  if (i >= argc) return usage_error("no program to run");
-  opts.prog_argv.assign(argv + i, argv + argc);
-  opts.prog_argv.push_back(nullptr);
-  return std::nullopt;
-}
-
-// ---- helpers ---------------------------------------------------------------------------------------------
 
 int g_signal_pipe[2] = {-1, -1};
 volatile std::sig_atomic_t g_caught[NSIG] = {};
@@ -171,59 +88,8 @@ void on_signal(int sig) {
   errno = saved_errno;
 }
 
-// Both ends close-on-exec, so no rank inherits another rank's pipe or the launcher's. The read end,
-// always ours, is non-blocking; the write end only if asked (a rank's stdout must block).
-bool make_pipe(int fds[2], bool nonblocking_write) {
-  if (pipe(fds) != 0) return false;
-  for (int k = 0; k < 2; ++k) {
-    fcntl(fds[k], F_SETFD, FD_CLOEXEC);
-    if (k == 0 || nonblocking_write) fcntl(fds[k], F_SETFL, fcntl(fds[k], F_GETFL) | O_NONBLOCK);
-  }
-  return true;
-}
-
-void close_pipe(int fds[2]) {
-  for (int k = 0; k < 2; ++k) {
-    if (fds[k] >= 0) close(fds[k]);
-  }
-}
-
-
-std::optional<std::string> random_token() {
-  unsigned char bytes[8];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  ssize_t n = read(fd, bytes, sizeof(bytes));
-  close(fd);
-  if (n != static_cast<ssize_t>(sizeof(bytes))) return std::nullopt;
-  char hex[2 * sizeof(bytes) + 1];
-  for (size_t k = 0; k < sizeof(bytes); ++k) std::snprintf(hex + 2 * k, 3, "%02x", bytes[k]);
-  return std::string(hex);
-}
-
-// A socket listening on 127.0.0.1 and a port the kernel picked, for rank 0's store (close-on-exec: only rank 0
-// gets it, see spawn). Handing over the bound socket leaves no window for another process to take the port.
-int open_root_listener() {
-  int fd = tbcoll::platform::open_socket(AF_INET, SOCK_STREAM, 0, /*nonblocking=*/false);
-  if (fd < 0) return -1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 || listen(fd, SOMAXCONN) != 0) {
-    int saved = errno;
-    close(fd);
-    errno = saved;
-    return -1;
-  }
-  return fd;
-}
-
-int port_of(int fd) {
-  sockaddr_in addr{};
-  socklen_t len = sizeof(addr);
-  if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return -1;
-  return ntohs(addr.sin_port);
-}
+using tbcoll::run::close_pipe;
+using tbcoll::run::make_pipe;
 
 // ---- the launcher ----------------------------------------------------------------------------------------
 
@@ -237,13 +103,23 @@ struct Stream {
 
 struct Rank {
   pid_t pid = -1;      // also its process group id; -1 if never started
-  std::string prefix;  // "[RANK] "
+  std::string prefix;  // "[RANK] ", remote "[RANK HOST] ", or empty without --tag-output
   Stream out, err;
+  // Remote: the host, the write end of the agent's stdin (-1 once closed) and whether the agent said it runs.
+  int host = -1;
+  int control_fd = -1;
+  bool ready = false;
 };
 
 class Launcher {
  public:
-  explicit Launcher(Options opts) : opts_(std::move(opts)), ranks_(opts_.world_size), launcher_pid_(getpid()) {}
+  explicit Launcher(Options opts)
+      : opts_(std::move(opts)), ranks_(opts_.world_size), launcher_pid_(getpid()), remote_(opts_.hosts.has_value()) {
+    if (remote_) {
+      const std::vector<int> placed = tbcoll::run::place_ranks(*opts_.hosts, opts_.world_size);
+      for (int r = 0; r < opts_.world_size; ++r) ranks_[r].host = placed[static_cast<size_t>(r)];
+    }
+  }
 
   int run() {
     if (!install_signal_handlers() || !setup_environment()) return kExitLauncherError;
@@ -257,11 +133,11 @@ class Launcher {
                    std::strerror(errno));
       return kExitLauncherError;
     }
-    if (opts_.tag_output) raise_fd_limit(2 * opts_.world_size + 64);
+    if (opts_.tag_output || remote_) raise_fd_limit(3 * opts_.world_size + 64);
     spawn_all();
+    if (remote_) connect_deadline_ = Clock::now() + seconds(opts_.connect_timeout_s);
     if (opts_.timeout_s > 0) {
-      job_deadline_ =
-          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(opts_.timeout_s));
+      job_deadline_ = Clock::now() + seconds(opts_.timeout_s);
     }
     loop();
     for (Rank& rank : ranks_) {
@@ -269,7 +145,8 @@ class Launcher {
       close_stream(rank.err);
     }
     // A rank killed during set-up (by us, or by anyone) leaves its shared-memory segment, which is unlinked
-    // only once every peer mapped it: remove those whose owner is gone.
+    // only once every peer mapped it: remove those whose owner is gone (remote: each agent does it on its host).
+    if (remote_) return exit_code_.value_or(0);
     if (int removed = tbcoll::shm::remove_stale_segments(); removed > 0) {
       std::fprintf(stderr, "tbcoll-run: removed %d shared-memory segment(s) of ranks that died during set-up\n",
                    removed);
@@ -278,6 +155,12 @@ class Launcher {
   }
 
  private:
+  static Clock::duration seconds(double value) {
+    return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(value));
+  }
+
+  const std::string& host_name(const Rank& rank) const { return opts_.hosts->hosts[static_cast<size_t>(rank.host)].name; }
+
   bool install_signal_handlers() {
     if (!make_pipe(g_signal_pipe, true)) {
       std::perror("tbcoll-run: pipe");
@@ -310,24 +193,86 @@ class Launcher {
       setenv(assignment.substr(0, eq).c_str(), assignment.c_str() + eq + 1, 1);
     }
     if (!std::getenv("TBCOLL_TOKEN")) {
-      std::optional<std::string> token = random_token();
-      if (!token) {
+      const std::string token = tbcoll::run::random_token();
+      if (token.empty()) {
         std::fprintf(stderr, "tbcoll-run: cannot read /dev/urandom: %s\n", std::strerror(errno));
         return false;
       }
-      setenv("TBCOLL_TOKEN", token->c_str(), 1);
-    }
-    root_listener_ = open_root_listener();
-    const int port = root_listener_ >= 0 ? port_of(root_listener_) : -1;
-    if (port < 0) {
-      std::fprintf(stderr, "tbcoll-run: cannot listen on a free TCP port of 127.0.0.1: %s\n", std::strerror(errno));
-      return false;
+      setenv("TBCOLL_TOKEN", token.c_str(), 1);
     }
     std::string size = std::to_string(opts_.world_size);
     setenv("TBCOLL_WORLD_SIZE", size.c_str(), 1);
+    if (remote_) return true;  // the agents get their environment over their stdin (see remote_setup)
+    root_listener_ = tbcoll::run::open_listener("127.0.0.1");
+    const std::string root = root_listener_ >= 0 ? tbcoll::run::listener_address(root_listener_) : "";
+    if (root.empty()) {
+      std::fprintf(stderr, "tbcoll-run: cannot listen on a free TCP port of 127.0.0.1: %s\n", std::strerror(errno));
+      return false;
+    }
     setenv("TBCOLL_LOCAL_SIZE", size.c_str(), 1);
-    setenv("TBCOLL_ROOT", ("127.0.0.1:" + std::to_string(port)).c_str(), 1);
+    setenv("TBCOLL_ROOT", root.c_str(), 1);
     return true;
+  }
+
+  // Remote: what agent r is told before it starts its rank (tools/run/common.h): the hostfile's variables, the -x
+  // ones, every TBCOLL_* variable of ours, then the rank's own, which nothing overrides.
+  std::string remote_setup(int r) const {
+    using tbcoll::run::escape;
+    const tbcoll::run::HostList& list = *opts_.hosts;
+    std::string out;
+    for (const std::string& assignment : list.env) out += "env " + escape(assignment) + "\n";
+    for (const std::string& assignment : opts_.extra_env) out += "env " + escape(assignment) + "\n";
+    for (char** entry = environ; *entry != nullptr; ++entry) {
+      // Not those that name one host's things (an address, an identity, a descriptor): -x passes them on.
+      const std::string name = std::string(*entry).substr(0, std::string(*entry).find('='));
+      if (name.compare(0, 7, "TBCOLL_") != 0 || name == "TBCOLL_ROOT" || name == "TBCOLL_ROOT_FD" ||
+          name == "TBCOLL_HOST_ID" || name == "TBCOLL_SOCKET_ADDR" || name.compare(0, 13, "TBCOLL_LOCAL_") == 0) {
+        continue;
+      }
+      out += "env " + escape(*entry) + "\n";
+    }
+    int local_rank = 0, local_size = 0;
+    for (int k = 0; k < opts_.world_size; ++k) {
+      if (ranks_[k].host != ranks_[r].host) continue;
+      if (k < r) ++local_rank;
+      ++local_size;
+    }
+    for (const auto& [name, value] :
+         {std::pair<std::string, std::string>{"TBCOLL_RANK", std::to_string(r)},
+          {"TBCOLL_LOCAL_RANK", std::to_string(local_rank)},
+          {"TBCOLL_LOCAL_SIZE", std::to_string(local_size)}}) {
+      out += "env " + escape(name + "=" + value) + "\n";
+    }
+    char cwd[4096];
+    if (getcwd(cwd, sizeof(cwd)) != nullptr) out += "cwd " + escape(cwd) + "\n";
+    out += "bind " + opts_.bind_to + "\n";
+    if (r == 0) out += "serve " + escape(list.hosts[static_cast<size_t>(ranks_[r].host)].address) + "\n";
+    return out + "go\n";
+  }
+
+  // Remote: the agent command of rank r, `CMD HOST sh -c '<command>'`. ssh joins its arguments into one line for
+  // the remote shell, so for ssh the command is one quoted word (and ssh gives up connecting at the connect
+  // timeout); any other agent command gets it as separate arguments.
+  std::vector<std::string> agent_command(int r) const {
+    using tbcoll::run::shell_quote;
+    const std::string& host = host_name(ranks_[r]);
+    std::string command = "exec " + shell_quote(opts_.agent_path) + " --agent " + std::to_string(r) + " " +
+                          shell_quote(host) + " --";
+    for (char* const* arg = opts_.prog_argv.data(); *arg != nullptr; ++arg) command += " " + shell_quote(*arg);
+    std::vector<std::string> words;
+    for (size_t at = 0; (at = opts_.launcher.find_first_not_of(" \t", at)) != std::string::npos;) {
+      const size_t end = opts_.launcher.find_first_of(" \t", at);
+      words.push_back(opts_.launcher.substr(at, end == std::string::npos ? std::string::npos : end - at));
+      at = end;
+    }
+    const std::string program = words[0].substr(words[0].rfind('/') == std::string::npos ? 0 : words[0].rfind('/') + 1);
+    if (program == "ssh") {
+      const long connect_s = std::max(1L, static_cast<long>(std::ceil(opts_.connect_timeout_s)));
+      words.insert(words.end(), {"-o", "ConnectTimeout=" + std::to_string(connect_s), host, "sh -c " + shell_quote(command)});
+    } else {
+      words.insert(words.end(), {host, "sh", "-c", command});
+    }
+    return words;
   }
 
   static void raise_fd_limit(rlim_t wanted) {
@@ -344,8 +289,8 @@ class Launcher {
     int dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
     for (int r = 0; r < opts_.world_size; ++r) {
       // Rank 0 reads our stdin unless it is a terminal: a background process group reading the
-      // terminal would be stopped by SIGTTIN.
-      int stdin_fd = (r == 0 && !isatty(STDIN_FILENO)) ? STDIN_FILENO : dev_null;
+      // terminal would be stopped by SIGTTIN. Remote ranks read nothing (their agent's stdin is ours to write).
+      int stdin_fd = (r == 0 && !isatty(STDIN_FILENO) && !remote_) ? STDIN_FILENO : dev_null;
       if (!spawn(r, stdin_fd, original_mask)) {
         std::fprintf(stderr, "tbcoll-run: cannot start rank %d: %s\n", r, std::strerror(errno));
         begin_abort(SIGTERM, kExitLauncherError);
@@ -353,7 +298,7 @@ class Launcher {
       }
     }
     if (dev_null >= 0) close(dev_null);
-    close(root_listener_);  // rank 0 has its own copy
+    if (root_listener_ >= 0) close(root_listener_);  // rank 0 has its own copy
     root_listener_ = -1;
     unsetenv("TBCOLL_ROOT_FD");
     sigprocmask(SIG_SETMASK, &original_mask, nullptr);
@@ -361,14 +306,28 @@ class Launcher {
 
   bool spawn(int r, int stdin_fd, const sigset_t& child_mask) {
     Rank& rank = ranks_[r];
-    rank.prefix = "[" + std::to_string(r) + "] ";
+    if (opts_.tag_output) rank.prefix = "[" + std::to_string(r) + (remote_ ? " " + host_name(rank) : "") + "] ";
     int out_pipe[2] = {-1, -1};
     int err_pipe[2] = {-1, -1};
-    if (opts_.tag_output && (!make_pipe(out_pipe, false) || !make_pipe(err_pipe, false))) {
+    int control_pipe[2] = {-1, -1};
+    // Remote ranks' output always comes through us: we look for the agent's ready line in it.
+    const bool piped = opts_.tag_output || remote_;
+    if ((piped && (!make_pipe(out_pipe, false) || !make_pipe(err_pipe, false))) ||
+        (remote_ && !make_pipe(control_pipe, true))) {
       int saved = errno;
       close_pipe(out_pipe);
+      close_pipe(err_pipe);
       errno = saved;
       return false;
+    }
+    std::vector<std::string> agent_words;
+    std::vector<char*> agent_argv;
+    if (remote_) {
+      agent_words = agent_command(r);
+      for (std::string& word : agent_words) agent_argv.push_back(word.data());
+      agent_argv.push_back(nullptr);
+      fcntl(control_pipe[0], F_SETFL, fcntl(control_pipe[0], F_GETFL) & ~O_NONBLOCK);  // the agent's stdin
+      stdin_fd = control_pipe[0];
     }
     std::string rank_str = std::to_string(r);
     setenv("TBCOLL_RANK", rank_str.c_str(), 1);
@@ -380,22 +339,29 @@ class Launcher {
     }
     pid_t pid = fork();
     if (pid == 0) {
-      if (r == 0) fcntl(root_listener_, F_SETFD, 0);  // rank 0 serves the store on it (not close-on-exec)
-      bind_rank(r);
-      exec_rank(stdin_fd, out_pipe[1], err_pipe[1], child_mask);  // never returns
+      if (r == 0 && !remote_) fcntl(root_listener_, F_SETFD, 0);  // rank 0 serves the store on it (not close-on-exec)
+      if (!remote_) bind_rank(r);  // remote: the agent binds its rank
+      exec_rank(stdin_fd, out_pipe[1], err_pipe[1], child_mask,
+                remote_ ? agent_argv.data() : opts_.prog_argv.data());  // never returns
     }
     int saved = errno;
     if (pid < 0) {
       close_pipe(out_pipe);
       close_pipe(err_pipe);
+      close_pipe(control_pipe);
       errno = saved;
       return false;
     }
-    if (opts_.tag_output) {
+    if (piped) {
       close(out_pipe[1]);
       close(err_pipe[1]);
       rank.out = Stream{out_pipe[0], STDOUT_FILENO, r, {}};
       rank.err = Stream{err_pipe[0], STDERR_FILENO, r, {}};
+    }
+    if (remote_) {
+      close(control_pipe[0]);
+      rank.control_fd = control_pipe[1];
+      send_control(rank, remote_setup(r));
     }
     setpgid(pid, pid);  // the child does it too: whichever runs first wins the race, and both agree
     rank.pid = pid;
@@ -416,7 +382,7 @@ class Launcher {
   }
 
   // In the child between fork() and exec: restore the signal state the launcher started with.
-  [[noreturn]] void exec_rank(int stdin_fd, int out_fd, int err_fd, const sigset_t& child_mask) {
+  [[noreturn]] void exec_rank(int stdin_fd, int out_fd, int err_fd, const sigset_t& child_mask, char* const* argv) {
     for (int sig : kForwardedSignals) sigaction(sig, &original_action_[sig], nullptr);
     for (int sig : {SIGCHLD, SIGPIPE, SIGTSTP, SIGCONT}) sigaction(sig, &original_action_[sig], nullptr);
     // A rank's process group is not the terminal's foreground group even when the launcher's is: under
@@ -431,9 +397,9 @@ class Launcher {
     if (stdin_fd >= 0 && stdin_fd != STDIN_FILENO) dup2(stdin_fd, STDIN_FILENO);
     if (out_fd >= 0) dup2(out_fd, STDOUT_FILENO);
     if (err_fd >= 0) dup2(err_fd, STDERR_FILENO);
-    execvp(opts_.prog_argv[0], opts_.prog_argv.data());
+    execvp(argv[0], argv);
     char message[1024];
-    int len = std::snprintf(message, sizeof(message), "tbcoll-run: cannot execute %s: %s\n", opts_.prog_argv[0],
+    int len = std::snprintf(message, sizeof(message), "tbcoll-run: cannot execute %s: %s\n", argv[0],
                             std::strerror(errno));
     ssize_t ignored = write(STDERR_FILENO, message, std::min(static_cast<size_t>(len), sizeof(message) - 1));
     (void)ignored;
@@ -450,10 +416,27 @@ class Launcher {
         std::fprintf(stderr, "tbcoll-run: job timed out after %g s, terminating all ranks\n", opts_.timeout_s);
         begin_abort(SIGTERM, kExitTimeout);
       }
+      if (connect_deadline_ && !aborting_ && now >= *connect_deadline_) {
+        for (const Rank& rank : ranks_) {
+          if (rank.ready || rank.pid < 0) continue;
+          std::fprintf(stderr,
+                       "tbcoll-run: host %s (rank %d) did not answer within %g s: unreachable, or its agent command "
+                       "(%s) hangs\n", host_name(rank).c_str(), rank.pid < 0 ? -1 : rank_index(rank),
+                       opts_.connect_timeout_s, opts_.launcher.c_str());
+        }
+        begin_abort(SIGTERM, kExitLauncherError);
+      }
       if (aborting_ && !killed_ && now >= kill_at_) {
-        std::fprintf(stderr, "tbcoll-run: ranks still running %lld s after being told to stop, sending SIGKILL\n",
-                     static_cast<long long>(kKillGrace.count()));
-        kill_all();
+        if (remote_ && !agents_signalled_) {
+          // The agents had their grace to end their ranks; now the agent commands themselves.
+          agents_signalled_ = true;
+          signal_groups(SIGTERM);
+          kill_at_ = now + kKillGrace;
+        } else {
+          std::fprintf(stderr, "tbcoll-run: ranks still running %lld s after being told to stop, sending SIGKILL\n",
+                       static_cast<long long>(kKillGrace.count()));
+          kill_all();
+        }
       }
       // An aborted job leaves nothing behind: once every rank has exited, whatever is still in their
       // process groups (children that outlived their rank) is killed too.
@@ -493,6 +476,7 @@ class Launcher {
 
       std::optional<Clock::time_point> wake = output_deadline;
       if (job_deadline_ && !aborting_) wake = std::min(wake.value_or(*job_deadline_), *job_deadline_);
+      if (connect_deadline_ && !aborting_) wake = std::min(wake.value_or(*connect_deadline_), *connect_deadline_);
       if (aborting_ && !killed_) wake = std::min(wake.value_or(kill_at_), kill_at_);
       int timeout_ms = -1;
       if (wake) {
@@ -559,12 +543,34 @@ class Launcher {
       if (it == rank_of_pid_.end() || (!WIFEXITED(status) && !WIFSIGNALED(status))) continue;
       int r = it->second;
       --running_;
+      Rank& rank = ranks_[r];
+      close_control(rank);
+      if (remote_ && !rank.ready && !aborting_) {
+        // The agent command ended before the agent ran: the host was not reached. Its own words (ssh's, say)
+        // go out first, then ours.
+        for (Stream* stream : {&rank.err, &rank.out}) {
+          for (int chunk = 0; chunk < 16 && stream->fd >= 0; ++chunk) {
+            pollfd probe{stream->fd, POLLIN, 0};
+            if (poll(&probe, 1, 0) <= 0) break;
+            read_stream(*stream);
+          }
+        }
+        const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        std::fprintf(stderr, "tbcoll-run: cannot start rank %d on host %s: the agent command (%s %s ...) %s %d%s\n",
+                     r, host_name(rank).c_str(), opts_.launcher.c_str(), host_name(rank).c_str(),
+                     WIFEXITED(status) ? "exited with status" : "was killed by signal",
+                     WIFEXITED(status) ? code : WTERMSIG(status),
+                     code == kExitCannotExecute ? " (is tbcoll-run installed at the same path there? --agent-path)" : "");
+        begin_abort(SIGTERM, kExitLauncherError);
+        continue;
+      }
       // Only the first failure is news; the ones after it are our own doing.
       if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || aborting_) continue;
       int code;
+      const std::string where = remote_ ? " (host " + host_name(rank) + ")" : "";
       if (WIFEXITED(status)) {
         code = WEXITSTATUS(status);
-        std::fprintf(stderr, "tbcoll-run: rank %d exited with status %d\n", r, code);
+        std::fprintf(stderr, "tbcoll-run: rank %d%s exited with status %d\n", r, where.c_str(), code);
       } else {
         code = 128 + WTERMSIG(status);
         std::fprintf(stderr, "tbcoll-run: rank %d killed by signal %d (%s)\n", r, WTERMSIG(status),
@@ -581,7 +587,53 @@ class Launcher {
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
     if (n <= 0) return close_stream(stream);
     stream.pending.append(buffer, static_cast<size_t>(n));
+    Rank& rank = ranks_[stream.rank];
+    if (remote_ && !rank.ready && &stream == &rank.out) take_ready_line(rank, stream);
     emit_lines(stream, false);
+  }
+
+  // Remote: the agent's ready line (rank 0's with the rendezvous address) is ours, not the rank's output; what
+  // came before it (a login banner, say) goes out as usual.
+  void take_ready_line(Rank& rank, Stream& stream) {
+    const size_t at = stream.pending.find(tbcoll::run::kReadyMarker);
+    if (at == std::string::npos || (at > 0 && stream.pending[at - 1] != '\n')) return;
+    const size_t newline = stream.pending.find('\n', at);
+    if (newline == std::string::npos) return;
+    std::string line = stream.pending.substr(at, newline - at);
+    stream.pending.erase(at, newline + 1 - at);
+    rank.ready = true;
+    if (std::all_of(ranks_.begin(), ranks_.end(), [](const Rank& each) { return each.ready; })) {
+      connect_deadline_.reset();
+    }
+    if (rank_index(rank) != 0) return;
+    const size_t space = line.find(' ');
+    if (space == std::string::npos) {
+      std::fprintf(stderr, "tbcoll-run: the agent of rank 0 on host %s named no rendezvous address (another "
+                   "version of tbcoll-run there?)\n", host_name(rank).c_str());
+      return begin_abort(SIGTERM, kExitLauncherError);
+    }
+    const std::string root = line.substr(space + 1);
+    for (Rank& each : ranks_) send_control(each, "root " + root + "\n");
+  }
+
+  int rank_index(const Rank& rank) const { return static_cast<int>(&rank - ranks_.data()); }
+
+  // Remote: a line for the agent. Lines are few and short (a pipe holds 64 KiB); an agent that is gone or not
+  // reading gets nothing more.
+  void send_control(Rank& rank, const std::string& text) {
+    if (rank.control_fd < 0) return;
+    size_t done = 0;
+    while (done < text.size()) {
+      ssize_t n = write(rank.control_fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return close_control(rank);
+      done += static_cast<size_t>(n);
+    }
+  }
+
+  static void close_control(Rank& rank) {
+    if (rank.control_fd >= 0) close(rank.control_fd);
+    rank.control_fd = -1;
   }
 
   // Writes what the target takes now: PIPE_BUF bytes at a time while poll() says it has room, so a write never
@@ -651,6 +703,21 @@ class Launcher {
     if (aborting_) return;
     aborting_ = true;
     kill_at_ = Clock::now() + kKillGrace;
+    if (remote_) {
+      // Each running agent ends its rank (the signal, then SIGKILL) and sweeps its host, then exits, and so does
+      // its agent command; one that never ran has no rank: its command is ended now.
+      kill_at_ = Clock::now() + kRemoteGrace;
+      for (Rank& rank : ranks_) {
+        if (rank.ready) {
+          send_control(rank, "kill " + std::to_string(sig) + "\n");
+          close_control(rank);
+        } else if (rank.pid > 0) {
+          close_control(rank);
+          killpg(rank.pid, SIGTERM);
+        }
+      }
+      return;
+    }
     signal_groups(sig);
     signal_groups(SIGCONT);  // a stopped rank acts on the signal only once it runs again
   }
@@ -671,6 +738,9 @@ class Launcher {
   std::vector<Rank> ranks_;
   pid_t launcher_pid_;
   int root_listener_ = -1;  // listening socket for rank 0's store, until every rank is started
+  bool remote_;              // ranks on hosts, through agents
+  bool agents_signalled_ = false;  // remote abort: the agent commands got SIGTERM after the agents' grace
+  std::optional<Clock::time_point> connect_deadline_;  // remote: every agent must have said it runs by then
   bool foreground_ = false;  // the launcher runs in the foreground of the terminal its output goes to
   // Tagged output not yet written, per target (our stdout, stderr): written when poll() says the target takes
   // more, so a slow or stalled reader never blocks the launcher (signals, failures and the timeout go on).
@@ -697,7 +767,8 @@ int main(int argc, char** argv) {
   for (int fd = 0; fd <= 2; ++fd) {
     if (fcntl(fd, F_GETFD) < 0) open("/dev/null", fd == 0 ? O_RDONLY : O_WRONLY);
   }
+  if (argc > 1 && std::strcmp(argv[1], "--agent") == 0) return tbcoll::run::run_agent(argc, argv);
   Options opts;
-  if (std::optional<int> code = parse_args(argc, argv, opts)) return *code;
+  if (std::optional<int> code = tbcoll::run::parse_args(argc, argv, opts)) return *code;
   return Launcher(std::move(opts)).run();
 }

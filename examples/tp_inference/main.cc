@@ -35,6 +35,7 @@ struct Options {
   uint64_t seed = 0;
   bool have_seed = false;  // else rank 0 picks one from the clock and tells the others
   bool pipeline = false;
+  std::vector<double> tp_weights;  // empty: equal shares
   bool ignore_eos = false;
   int prefill_batch = LlamaModel::kMaxBatch;
 };
@@ -42,13 +43,15 @@ struct Options {
 const char kUsage[] =
     "usage: tp_inference --model PATH [--prompt TEXT] [--tokens N] [--temperature T] [--top-p P] [--seed S]\n"
     "                    [--mode tensor|pipeline] [--ignore-eos]\n"
-    "                    [--prefill-batch N]\n"
+    "                    [--prefill-batch N] [--tp-weights W0,W1,...]\n"
     "  --tokens N       tokens to generate after the prompt (default 256)\n"
     "  --temperature T  0 = greedy (default 0)\n"
     "  --top-p P        nucleus sampling threshold when T > 0 (default 0.9; 1 = off)\n"
     "  --seed S         sampler seed, 0 to 2^64-1 (default: from the clock, the same on every rank)\n"
     "  --mode M         tensor (default): heads and FFN units split across ranks;\n"
     "                   pipeline: layers split across ranks\n"
+    "  --tp-weights W   tensor mode: shares of heads and FFN units in proportion to one weight per rank\n"
+    "                   (2,1: rank 0 takes two thirds; default equal; any number of heads per rank)\n"
     "  --prefill-batch N  prompt tokens per batched forward pass (default 128; 1 = token by token)\n"
     "  --ignore-eos     keep generating through BOS/EOS (fixed-length runs for benchmarks)\n"
     "Run on several ranks with: tbcoll-run -n N -- tp_inference ...\n";
@@ -110,6 +113,12 @@ Options parse_options(int argc, char** argv) {
       const double n = parse_number(flag, value);
       if (!(n >= 1 && n <= 1e6) || n != std::floor(n)) throw UsageError("--prefill-batch must be a positive integer");
       o.prefill_batch = static_cast<int>(n);
+    } else if (flag == "--tp-weights") {
+      try {
+        o.tp_weights = parse_weights(value);
+      } catch (const std::invalid_argument& error) {
+        throw UsageError(std::string("--tp-weights: ") + error.what());
+      }
     } else if (flag == "--mode") {
       const std::string mode = value;
       if (mode != "tensor" && mode != "pipeline") throw UsageError("--mode must be tensor or pipeline");
@@ -119,6 +128,7 @@ Options parse_options(int argc, char** argv) {
     }
   }
   if (o.model.empty()) throw UsageError("--model is required");
+  if (o.pipeline && !o.tp_weights.empty()) throw UsageError("--tp-weights is for --mode tensor");
   return o;
 }
 
@@ -137,7 +147,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
                     " tokens but the embedding has " + std::to_string(config.vocab_size) + " rows");
   }
   const ShardSpec shard = options.pipeline ? pipeline_shard(config, rank, world)
-                                           : tensor_parallel_shard(config, rank, world);
+                                           : tensor_parallel_shard(config, rank, world, options.tp_weights);
 
   // Refuse a prompt that cannot fit before spending time encoding it (a non-empty text gets a space prefix).
   const size_t least = tokenizer.min_tokens(options.prompt.empty() ? 0 : options.prompt.size() + 1);

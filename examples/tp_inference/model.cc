@@ -27,6 +27,7 @@ Floats load_block(const GgufTensor& t, uint64_t row_begin, uint64_t row_end, uin
                               uint64_t col_end) {
   const uint64_t cols = col_end - col_begin;
   Floats out(static_cast<size_t>((row_end - row_begin) * cols));
+  if (cols == 0) return out;  // a rank whose share is empty (more ranks than kv heads)
   for (uint64_t r = row_begin; r < row_end; ++r) {
     GgufFile::read_row(t, r, col_begin, col_end, out.data() + (r - row_begin) * cols);
   }
@@ -145,9 +146,17 @@ LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const Sh
     throw GgufError("model: " + std::to_string(max_positions) + " positions requested but the context is " +
                     std::to_string(c.context_length));
   }
-  local_heads_ = c.n_heads / shard.tp_size;
-  local_kv_heads_ = c.n_kv_heads / shard.tp_size;
-  local_hidden_ = c.hidden_dim / shard.tp_size;
+  const int group = c.n_heads / c.n_kv_heads;
+  if (shard.kv_head_begin < 0 || shard.kv_head_begin > shard.kv_head_end || shard.kv_head_end > c.n_kv_heads ||
+      shard.head_begin != shard.kv_head_begin * group || shard.head_end != shard.kv_head_end * group ||
+      shard.ffn_begin < 0 || shard.ffn_begin > shard.ffn_end || shard.ffn_end > c.hidden_dim) {
+    throw GgufError("model: shard of rank " + std::to_string(shard.tp_rank) + " (kv heads [" +
+                    std::to_string(shard.kv_head_begin) + ", " + std::to_string(shard.kv_head_end) + "), FFN units [" +
+                    std::to_string(shard.ffn_begin) + ", " + std::to_string(shard.ffn_end) + ")) does not fit the model");
+  }
+  local_heads_ = shard.head_end - shard.head_begin;
+  local_kv_heads_ = shard.kv_head_end - shard.kv_head_begin;
+  local_hidden_ = shard.ffn_end - shard.ffn_begin;
   max_batch_ = max_positions < kMaxBatch ? max_positions : kMaxBatch;
   const uint64_t dim = static_cast<uint64_t>(c.dim);
   const uint64_t hidden = static_cast<uint64_t>(c.hidden_dim);
@@ -155,7 +164,10 @@ LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const Sh
   const uint64_t q_rows = static_cast<uint64_t>(local_heads_) * hd;
   const uint64_t kv_rows = static_cast<uint64_t>(local_kv_heads_) * hd;
   const uint64_t f_rows = static_cast<uint64_t>(local_hidden_);
-  const uint64_t r = static_cast<uint64_t>(shard.tp_rank);
+  // First row of this rank's query heads, kv heads and FFN units (shares may differ in size, see shard.h).
+  const uint64_t q0 = static_cast<uint64_t>(shard.head_begin) * hd;
+  const uint64_t kv0 = static_cast<uint64_t>(shard.kv_head_begin) * hd;
+  const uint64_t f0 = static_cast<uint64_t>(shard.ffn_begin);
   const uint64_t kv_dim = static_cast<uint64_t>(c.n_kv_heads) * hd;
 
   // Progress for big models (only where asked, i.e. rank 0): a percentage per layer copied out of the mapping.
@@ -178,14 +190,13 @@ LlamaModel::LlamaModel(const GgufFile& file, const LlamaConfig& config, const Sh
     Layer layer;
     layer.attn_norm = load_vector(file, p + "attn_norm.weight", c.dim);
     layer.ffn_norm = load_vector(file, p + "ffn_norm.weight", c.dim);
-    layer.wq = load_block(file.tensor(p + "attn_q.weight", {dim, dim}), r * q_rows, (r + 1) * q_rows, 0, dim);
-    layer.wk = load_block(file.tensor(p + "attn_k.weight", {dim, kv_dim}), r * kv_rows, (r + 1) * kv_rows, 0, dim);
-    layer.wv = load_block(file.tensor(p + "attn_v.weight", {dim, kv_dim}), r * kv_rows, (r + 1) * kv_rows, 0, dim);
-    layer.wo = load_block(file.tensor(p + "attn_output.weight", {dim, dim}), 0, dim, r * q_rows, (r + 1) * q_rows);
-    layer.w_gate = load_block(file.tensor(p + "ffn_gate.weight", {dim, hidden}), r * f_rows, (r + 1) * f_rows, 0, dim);
-    layer.w_up = load_block(file.tensor(p + "ffn_up.weight", {dim, hidden}), r * f_rows, (r + 1) * f_rows, 0, dim);
-    layer.w_down =
-        load_block(file.tensor(p + "ffn_down.weight", {hidden, dim}), 0, dim, r * f_rows, (r + 1) * f_rows);
+    layer.wq = load_block(file.tensor(p + "attn_q.weight", {dim, dim}), q0, q0 + q_rows, 0, dim);
+    layer.wk = load_block(file.tensor(p + "attn_k.weight", {dim, kv_dim}), kv0, kv0 + kv_rows, 0, dim);
+    layer.wv = load_block(file.tensor(p + "attn_v.weight", {dim, kv_dim}), kv0, kv0 + kv_rows, 0, dim);
+    layer.wo = load_block(file.tensor(p + "attn_output.weight", {dim, dim}), 0, dim, q0, q0 + q_rows);
+    layer.w_gate = load_block(file.tensor(p + "ffn_gate.weight", {dim, hidden}), f0, f0 + f_rows, 0, dim);
+    layer.w_up = load_block(file.tensor(p + "ffn_up.weight", {dim, hidden}), f0, f0 + f_rows, 0, dim);
+    layer.w_down = load_block(file.tensor(p + "ffn_down.weight", {hidden, dim}), 0, dim, f0, f0 + f_rows);
     layer.key_cache.assign(static_cast<size_t>(max_positions) * kv_rows, 0.0f);
     layer.value_cache.assign(static_cast<size_t>(max_positions) * kv_rows, 0.0f);
     layers_.push_back(std::move(layer));

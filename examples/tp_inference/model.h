@@ -2,16 +2,17 @@
 //
 // Tensor parallel (Megatron style), per layer, on each of P ranks:
 //
-//   x ──rmsnorm──► Q,K,V = W{q,k,v}[my heads] · x      column parallel: H/P query heads, KVH/P kv heads per rank
+//   x ──rmsnorm──► Q,K,V = W{q,k,v}[my heads] · x      column parallel: my share of query and kv heads
 //                  attention over my heads (own KV cache)
 //                  partial = Wo[:, my heads] · attn     row parallel
 //                  all_reduce(partial, sum)  ─────────► x += partial          (1 all_reduce of dim floats)
-//   x ──rmsnorm──► gate, up = W{1,3}[my units] · x     column parallel: FFN/P units per rank
+//   x ──rmsnorm──► gate, up = W{1,3}[my units] · x     column parallel: my share of FFN units
 //                  partial = W2[:, my units] · (silu(gate) * up)
 //                  all_reduce(partial, sum)  ─────────► x += partial          (1 all_reduce of dim floats)
 //
 // so a token costs 2 * n_layers all-reduces of dim floats (a batched prompt: of n_tokens * dim floats); embedding
-// and norms are replicated. The output head is vocabulary parallel: rank r scores vocab rows [r*V/P, (r+1)*V/P),
+// and norms are replicated. Shares follow shard.h: even by default (any count: TP=3 on 8 heads is 3/3/2 in whole
+// kv-head groups), or weighted (--tp-weights 2,1) for ranks of different speed. The output head is vocabulary parallel: rank r scores vocab rows [r*V/P, (r+1)*V/P),
 // then greedy decoding all-gathers one (max logit, index) pair per rank, sampling all-gathers the logit shards.
 // Pipeline parallel: each rank holds a contiguous range of whole layers; the first holds the embedding, the last
 // the output head, and the caller moves activations between them.

@@ -159,10 +159,17 @@ TEST_F(TpInference, ParallelRunsMatchSingleRank) {
     const Result single = generate(1, "tensor", extra);
     ASSERT_TRUE(single.exited && single.code == 0) << describe(single);
     ASSERT_GT(single.out.size(), 50u);
-    for (const auto& [ranks, mode] : std::vector<std::pair<int, std::string>>{
-             {2, "tensor"}, {4, "tensor"}, {2, "pipeline"}, {3, "pipeline"}}) {
-      const Result r = generate(ranks, mode, extra);
-      SCOPED_TRACE(mode + " x" + std::to_string(ranks) + " " + extra[1]);
+    // Uneven splits too: TP=3 on 8 heads (4 kv heads: 1/1/2), weighted 2:1 and 1:2:3, and TP=5, where one rank
+    // holds no head at all (4 kv heads) but its FFN units.
+    for (const auto& [ranks, mode, weights] : std::vector<std::tuple<int, std::string, std::string>>{
+             {2, "tensor", ""}, {4, "tensor", ""}, {3, "tensor", ""}, {2, "tensor", "2,1"}, {3, "tensor", "1,2,3"},
+             {5, "tensor", ""}, {2, "pipeline", ""}, {3, "pipeline", ""}}) {
+      // The rarer splits on the first case only: ranks beyond the two cores make every run slow.
+      if ((ranks == 5 || weights == "1,2,3") && &extra != &cases.front()) continue;
+      std::vector<std::string> args = extra;
+      if (!weights.empty()) args.insert(args.end(), {"--tp-weights", weights});
+      const Result r = generate(ranks, mode, args);
+      SCOPED_TRACE(mode + " x" + std::to_string(ranks) + " weights " + weights + " " + extra[1]);
       ASSERT_TRUE(r.exited && r.code == 0) << describe(r);
       EXPECT_EQ(r.out, single.out);
     }
@@ -187,9 +194,16 @@ TEST_F(TpInference, RejectsBadArgumentsAndShapes) {
   r = generate(1, "tensor", {"--tokens", "5000"});
   EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
   EXPECT_NE(r.err.find("context"), std::string::npos) << r.err;
-  r = generate(3, "tensor", {"--tokens", "4"});  // 8 heads over 3 ranks
-  EXPECT_TRUE(r.exited && r.code != 0) << describe(r);
-  EXPECT_NE(r.err.find("does not divide"), std::string::npos) << r.err;
+  r = generate(2, "tensor", {"--tokens", "4", "--tp-weights", "1,1,1"});  // one weight per rank
+  EXPECT_TRUE(r.exited && r.code == 1) << describe(r);
+  EXPECT_NE(r.err.find("3 weights (--tp-weights) for 2 ranks"), std::string::npos) << r.err;
+  for (const char* weights : {"2,", "2,0", "1,-1", "a,b", ""}) {
+    r = generate(1, "tensor", {"--tokens", "4", "--tp-weights", weights});
+    EXPECT_TRUE(r.exited && r.code == 2) << weights << ": " << describe(r);
+    EXPECT_NE(r.err.find("--tp-weights"), std::string::npos) << r.err;
+  }
+  r = generate(1, "pipeline", {"--tokens", "4", "--tp-weights", "1"});
+  EXPECT_TRUE(r.exited && r.code == 2) << describe(r);
   for (const char* top_p : {"2", "-0.5", "nan"}) {  // silently meant "off" before
     r = generate(1, "tensor", {"--tokens", "4", "--temperature", "1", "--top-p", top_p});
     EXPECT_TRUE(r.exited && r.code == 2) << top_p << ": " << describe(r);
@@ -249,7 +263,8 @@ TEST_F(TpInference, BatchedPrefillMatchesTokenByToken) {
 }
 
 // tp_make_synthetic writes a valid GGUF (same loader, tokenizer and engine), deterministically, that the engine
-// labels as synthetic; TP=2 (vocabulary-parallel head, greedy and sampled) reproduces TP=1 on it.
+// labels as synthetic; TP=2, TP=3 and TP=2 weighted 2:1 (vocabulary-parallel head, greedy and sampled) reproduce
+// TP=1 on it.
 TEST_F(TpInference, SyntheticModelRunsAndIsLabelled) {
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
@@ -274,9 +289,12 @@ TEST_F(TpInference, SyntheticModelRunsAndIsLabelled) {
     EXPECT_NE(single.err.find("SYNTHETIC"), std::string::npos) << single.err;
     // --ignore-eos: fixed length; the first of the 40 tokens comes from the prefill pass.
     EXPECT_NE(single.err.find("decode 39 tok"), std::string::npos) << single.err;
-    for (const auto& [ranks, mode] : std::vector<std::pair<int, std::string>>{{2, "tensor"}, {2, "pipeline"}}) {
-      const Result multi = generate(ranks, mode, extra, model);
-      SCOPED_TRACE(mode + " x" + std::to_string(ranks));
+    for (const auto& [ranks, mode, weights] : std::vector<std::tuple<int, std::string, std::string>>{
+             {2, "tensor", ""}, {3, "tensor", ""}, {2, "tensor", "2,1"}, {2, "pipeline", ""}}) {
+      std::vector<std::string> args = extra;
+      if (!weights.empty()) args.insert(args.end(), {"--tp-weights", weights});
+      const Result multi = generate(ranks, mode, args, model);
+      SCOPED_TRACE(mode + " x" + std::to_string(ranks) + " weights " + weights);
       ASSERT_TRUE(multi.exited && multi.code == 0) << describe(multi);
       EXPECT_EQ(multi.out, single.out);
     }

@@ -31,6 +31,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_LINK_DELAY_US", "0", "emulate a slower link: every receive completes this many microseconds after it arrived (turns the shm fast paths off)"},
       {"TBCOLL_HOST_ID", "", "host identity for transport choice (default: hostname + boot id); ranks with equal ids use shm"},
       {"TBCOLL_SOCKET_ADDR", "", "address to listen on and advertise (default: the one that reaches the root)"},
+      {"TBCOLL_SOCKET_IFNAME", "", "interfaces for the tcp and ibverbs side-channel listeners and tbcoll-run's rendezvous, as NCCL_SOCKET_IFNAME: prefixes (en5,eth), =exact, ^ excludes (^docker,lo); default: the one that reaches the root"},
       {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, 64 KiB to 1 GiB (0 = kernel default)"},
       {"TBCOLL_IB_MODE", "auto", "ibverbs queue pairs: uc (Apple's Thunderbolt subset: unreliable connected, SEND only), rc (reliable connected, RoCE/InfiniBand), auto (uc)"},
       {"TBCOLL_IB_DEVICES", "", "ibverbs devices to use, comma-separated (rdma_en3,rdma_en4 or rxe0; default: the first with an active port and an IPv4-mapped GID)"},

@@ -13,12 +13,15 @@
 #include <condition_variable>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <stdexcept>
 #include <mutex>
 #include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "common/ifname.h"
 #include "common/time.h"
 #include "platform/platform.h"
 #include "tbcoll/error.hpp"
@@ -144,6 +147,25 @@ int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who
   freeaddrinfo(found);
   throw TimeoutError(fmt::format("{}: cannot connect to {}:{} before the deadline ({})", who, where.host,
                                  where.port, last_error));
+}
+
+std::string listen_host(const env::Settings& settings, const std::string& fallback, const std::string& who) {
+  const std::string address = settings.get("TBCOLL_SOCKET_ADDR");
+  if (!address.empty()) return address;
+  const std::string spec = settings.get("TBCOLL_SOCKET_IFNAME");
+  if (spec.empty()) return fallback.empty() ? "127.0.0.1" : fallback;
+  const std::vector<platform::NetworkInterface> interfaces = platform::network_interfaces();
+  std::optional<platform::NetworkInterface> chosen;
+  try {
+    chosen = ifname::choose(interfaces, spec, /*allow_loopback=*/true);
+  } catch (const std::invalid_argument& error) {
+    throw InvalidArgument(fmt::format("{}: {}", who, error.what()));
+  }
+  if (!chosen) {
+    throw InvalidArgument(fmt::format("{}: TBCOLL_SOCKET_IFNAME={:?} matches no interface with an address (there are: {})",
+                                      who, spec, ifname::describe(interfaces)));
+  }
+  return chosen->address;
 }
 
 std::string local_address(int fd) {

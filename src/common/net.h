@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <string>
 
+#include "common/env.h"
 #include "tbcoll/store.hpp"
 
 struct addrinfo;
@@ -32,6 +33,11 @@ addrinfo* resolve(const std::string& host, const std::string& port, int flags, D
 /// `cancelled` is set (see check_cancelled).
 int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who,
                 const std::atomic<bool>* cancelled = nullptr);
+
+/// The address a rank listens on and advertises: TBCOLL_SOCKET_ADDR if set, else the first address of an interface
+/// TBCOLL_SOCKET_IFNAME chooses (common/ifname.h), else `fallback` (the address that reached the rendezvous).
+/// Throws InvalidArgument naming who, the setting and the interfaces there are when nothing matches.
+std::string listen_host(const env::Settings& settings, const std::string& fallback, const std::string& who);
 
 /// Local address (numeric host) a connected socket uses, e.g. to listen on the interface that reaches the root.
 std::string local_address(int fd);

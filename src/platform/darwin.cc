@@ -107,6 +107,7 @@ std::string kernel_id() {
 }
 
 uint32_t pid_namespace_tag() { return 1; }     // one pid space per machine
+std::string network_domain() { return ""; }  // one network stack per machine, as far as we know
 std::string shm_domain() { return kernel_id(); }  // every process of the machine can open a user's segments
 
 std::vector<int> allowed_cpus() { return {}; }  // no affinity on macOS

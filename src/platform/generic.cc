@@ -4,6 +4,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -49,6 +52,29 @@ bool ProcessWatch::exited() const {
 }
 
 bool process_exists(int pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
+
+// ---- network interfaces ------------------------------------------------------------------------------------------
+
+std::vector<NetworkInterface> network_interfaces() {
+  std::vector<NetworkInterface> out;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (const ifaddrs* at = list; at != nullptr; at = at->ifa_next) {
+    if (at->ifa_addr == nullptr || (at->ifa_flags & IFF_UP) == 0) continue;
+    const int family = at->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    if (family == AF_INET6) {
+      const auto* v6 = reinterpret_cast<const sockaddr_in6*>(at->ifa_addr);
+      if (IN6_IS_ADDR_LINKLOCAL(&v6->sin6_addr)) continue;  // needs a scope id in every address: not for peers
+    }
+    char host[NI_MAXHOST] = {};
+    const socklen_t length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (getnameinfo(at->ifa_addr, length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) continue;
+    out.push_back({at->ifa_name, host, family == AF_INET6, (at->ifa_flags & IFF_LOOPBACK) != 0});
+  }
+  freeifaddrs(list);
+  return out;
+}
 
 // ---- shared-memory segment names -----------------------------------------------------------------------------
 

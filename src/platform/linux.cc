@@ -101,6 +101,11 @@ static unsigned long pid_namespace() {
   return stat("/proc/self/ns/pid", &ns) == 0 ? static_cast<unsigned long>(ns.st_ino) : 0;
 }
 
+std::string network_domain() {
+  struct stat ns {};
+  return stat("/proc/self/ns/net", &ns) == 0 ? "netns:" + std::to_string(static_cast<unsigned long>(ns.st_ino)) : "";
+}
+
 uint32_t pid_namespace_tag() {
   // Namespace inodes are handed out in sequence: their low 24 bits tell apart all but the 16-millionth next.
   static const uint32_t tag = [] {

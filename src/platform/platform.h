@@ -111,6 +111,24 @@ std::string kernel_id();
 /// "" when unknown (then processes never share memory).
 std::string shm_domain();
 
+/// The network stack this process sees: processes of one machine in different network namespaces ("hosts" of a
+/// test, containers with their own network) count as different hosts for transport choice. Linux: "netns:<inode>";
+/// "" elsewhere (one network stack per machine).
+std::string network_domain();
+
+// ---- network interfaces --------------------------------------------------------------------------------------------
+
+/// One address of a network interface that is up (getifaddrs: Linux and macOS alike).
+struct NetworkInterface {
+  std::string name;     ///< "eth0", "en5", "bridge0", "lo0"
+  std::string address;  ///< numeric, "10.0.0.2" or "fd00::2" (link-local IPv6 addresses are left out)
+  bool ipv6 = false;
+  bool loopback = false;
+};
+/// Every IPv4 and IPv6 (not link-local) address of the interfaces that are up, in the system's order; empty on
+/// failure.
+std::vector<NetworkInterface> network_interfaces();
+
 // ---- CPU placement -------------------------------------------------------------------------------------------------
 
 /// Upper bound of the CPU numbers allowed_cpus() returns and bind_to_cpu() takes.

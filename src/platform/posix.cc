@@ -41,6 +41,7 @@ bool is_listening_socket(int fd) { return generic::is_listening_socket(fd); }
 std::string kernel_id() { return generic::host_kernel_id(); }
 uint32_t pid_namespace_tag() { return 1; }  // one pid namespace per machine, as far as POSIX knows
 
+std::string network_domain() { return ""; }  // one network stack per machine, as far as we know
 std::string shm_domain() {
   // Processes that see the same device behind a fresh segment share the segments' file system (on Linux, a
   // container with a /dev/shm of its own sees another one).

@@ -649,6 +649,12 @@ TEST(TbcollRun, BadCommandLinesExit2WithUsage) {
       {"--timeout", "0", "-n", "1", "true"},
       {"--timeout", "soon", "-n", "1", "true"},
       {"--timeout", "1e10", "-n", "1", "true"},  // its deadline in nanoseconds would overflow
+      {"--hosts", "a:0", "true"},
+      {"--hosts", "a:1,b:1", "-n", "3", "true"},  // more ranks than slots
+      {"--hosts", "a", "--hostfile", "/dev/null", "true"},
+      {"--hostfile", "/nonexistent/hosts", "true"},
+      {"--hosts", "a", "--connect-timeout", "0", "true"},
+      {"--hosts", "a", "--launcher", " ", "true"},
   };
   for (const std::vector<std::string>& args : bad) {
     std::string joined;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "common/net.h"
 #include "common/log.h"
 #include "transports/ibverbs/context.h"
 #include "transports/ibverbs/port.h"
@@ -58,8 +59,7 @@ class Device final : public transport::Device {
     PortOptions options;
     options.mode = parse_mode(settings.get("TBCOLL_IB_MODE"));
     options.devices = split_names(settings.get("TBCOLL_IB_DEVICES"));
-    options.listen_host = settings.get("TBCOLL_SOCKET_ADDR");
-    if (options.listen_host.empty()) options.listen_host = args.bind_host;
+    options.listen_host = net::listen_host(settings, args.bind_host, fmt::format("[ibverbs] rank {}", args.rank));
     options.token = args.token;
     const std::string presence = fmt::format("{:x}.{}", args.self.process_id, args.self.instance);
     return make_context(port_for(presence, options), args);

@@ -58,9 +58,9 @@ class Context final : public transport::Context {
   explicit Context(const transport::ContextArgs& args)
       : args_(args), buffer_bytes_(socket_buffer_bytes(env::Settings(args.knobs))) {
     if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
-    std::string host = env::Settings(args.knobs).get("TBCOLL_SOCKET_ADDR");
-    if (host.empty()) host = args_.bind_host.empty() ? "127.0.0.1" : args_.bind_host;
-    listen_fd_ = net::listen_tcp(host, &address_, fmt::format("[tcp] rank {}", args_.rank));
+    const std::string who = fmt::format("[tcp] rank {}", args_.rank);
+    const std::string host = net::listen_host(env::Settings(args.knobs), args_.bind_host, who);
+    listen_fd_ = net::listen_tcp(host, &address_, who);
   }
 
   ~Context() override {

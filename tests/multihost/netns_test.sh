@@ -1,0 +1,249 @@
+#!/usr/bin/env bash
+# Multi-host tbcoll-run between two network namespaces joined by a veth pair, each namespace a "host" with its own
+# address (ranks in different network namespaces count as different hosts: tcp between them, shm inside one).
+#
+#   tests/multihost/netns_test.sh BUILD_DIR MODEL demo     the README's "Two machines" steps: install into a
+#                                                           prefix, tools/run-2node-demo.sh nsA nsB with the agent
+#                                                           swapped for `ip netns exec`; text equal to 1 rank's;
+#                                                           then 2 x 2 ranks (shm inside a host, tcp across)
+#   tests/multihost/netns_test.sh BUILD_DIR MODEL faults   an unreachable host, a host that never answers, a rank
+#                                                           killed on the second host, SIGINT to the launcher: every
+#                                                           rank on every host gone, no segment left, a clear message
+#
+# Exit 77 (skipped, with the reason) where namespaces cannot be made: not root, no `ip`, no netns support.
+# Namespace and interface names are unique per run and removed on exit, whatever happens.
+set -uo pipefail
+build=$(cd "$1" && pwd)
+model=$2
+what=$3
+source_dir=$(cd "$(dirname "$0")/../.." && pwd)
+
+skip() { echo "netns_test: SKIP: $*"; exit 77; }
+fail() { echo "netns_test: FAIL: $*" >&2; exit 1; }
+[ "$(id -u)" = 0 ] || skip "not root: network namespaces need CAP_SYS_ADMIN"
+command -v ip > /dev/null || skip "no ip command (iproute2)"
+
+tag="$$$(date +%N | cut -c1-3)"
+ns_a="tbcA$tag" ns_b="tbcB$tag"
+veth_a="tva$tag" veth_b="tvb$tag"
+work=$(mktemp -d "${TMPDIR:-/tmp}/tbcoll-netns.XXXXXX")
+cleanup() {
+  for ns in "$ns_a" "$ns_b"; do
+    # Whatever still runs in a namespace is a failure already reported; it must not outlive the test.
+    for pid in $(ip netns pids "$ns" 2> /dev/null); do kill -9 "$pid" 2> /dev/null; done
+    ip netns del "$ns" 2> /dev/null
+  done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+ip netns add "$ns_a" 2> "$work/ip.err" || skip "cannot create a network namespace: $(cat "$work/ip.err")"
+ip netns add "$ns_b" || fail "second namespace"
+ip link add "$veth_a" type veth peer name "$veth_b" 2> "$work/ip.err" || skip "no veth pair: $(cat "$work/ip.err")"
+ip link set "$veth_a" netns "$ns_a" && ip link set "$veth_b" netns "$ns_b" || fail "moving the veth ends"
+ip -n "$ns_a" addr add 10.231.0.1/24 dev "$veth_a" && ip -n "$ns_b" addr add 10.231.0.2/24 dev "$veth_b" ||
+  fail "addresses"
+ip -n "$ns_a" addr add 10.231.0.11/24 dev "$veth_a" || fail "a second address"  # for the hostfile's "ips"
+for ns in "$ns_a" "$ns_b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$ns_a" link set "$veth_a" up && ip -n "$ns_b" link set "$veth_b" up || fail "links up"
+
+# The README's steps: an install prefix (the same path on both "machines") holding the tools and the model.
+prefix=$work/prefix
+cmake --install "$build" --prefix "$prefix" > /dev/null || fail "cmake --install"
+mkdir -p "$prefix/models"
+[ -f "$model" ] && cp "$model" "$prefix/models/stories260K.gguf"
+export TBCOLL_PREFIX=$prefix
+export TBCOLL_DEMO_LAUNCHER="ip netns exec"
+export TBCOLL_SOCKET_IFNAME=tva,tvb  # the veth ends: what bridge0 is between two Macs
+unset TBCOLL_HOST_ID TBCOLL_ROOT TBCOLL_RANK TBCOLL_WORLD_SIZE
+linux_layer=0
+"$build/tbcoll-info" | grep -q "platform layer linux" && linux_layer=1
+demo=$source_dir/tools/run-2node-demo.sh
+run=$prefix/bin/tbcoll-run
+
+# Processes still in either namespace (the agents' and ranks' pids), none expected once a job is over.
+leftovers() { ip netns pids "$ns_a"; ip netns pids "$ns_b"; }
+# Segments in /dev/shm whose owner is one of the pids given (names carry the owner's pid in hex).
+segments_of() {
+  for pid in "$@"; do ls /dev/shm 2> /dev/null | grep -E "^tb[0-9a-f]*-$(printf '%x' "$pid")-" || true; done
+}
+
+case "$what" in
+demo)
+  # The README shows what the script runs, and the script is what runs here: the two must not drift apart.
+  readme_command=$(env -u TBCOLL_PREFIX -u TBCOLL_DEMO_LAUNCHER "$demo" --print mac1.local mac2.local)
+  tr '\n' ' ' < "$source_dir/README.md" | tr -s ' ' | grep -qF "$readme_command" ||
+    fail "README.md does not show the command tools/run-2node-demo.sh runs: $readme_command"
+  grep -q '^ *TBCOLL_SOCKET_IFNAME=bridge0 tools/run-2node-demo.sh mac1.local mac2.local' "$source_dir/README.md" ||
+    fail "README.md does not show tools/run-2node-demo.sh mac1.local mac2.local"
+  # What a rank gets: -x variables, its place, and the rendezvous on the first host's veth address (not loopback).
+  FOO_FROM_HERE=forwarded "$run" --hosts "$ns_a:2,$ns_b:1" --launcher "ip netns exec" -x GREETING=hello \
+    -x FOO_FROM_HERE --tag-output -- sh -c \
+    'echo "$GREETING $FOO_FROM_HERE rank=$TBCOLL_RANK/$TBCOLL_WORLD_SIZE local=$TBCOLL_LOCAL_RANK/$TBCOLL_LOCAL_SIZE root=${TBCOLL_ROOT%:*}"' \
+    > "$work/env.txt" 2>&1 || { cat "$work/env.txt"; fail "environment job"; }
+  sort "$work/env.txt" > "$work/env.sorted"
+  printf '%s\n' "[0 $ns_a] hello forwarded rank=0/3 local=0/2 root=10.231.0.1" \
+    "[1 $ns_a] hello forwarded rank=1/3 local=1/2 root=10.231.0.1" \
+    "[2 $ns_b] hello forwarded rank=2/3 local=0/1 root=10.231.0.1" > "$work/env.expected"
+  cmp -s "$work/env.sorted" "$work/env.expected" || { diff "$work/env.expected" "$work/env.sorted"; fail "environment"; }
+  # mlx.launch's JSON hostfile: one slot per host, its "envs" forwarded, rank 0 serving on the first of its "ips"
+  # (the veth's second address, which nothing else would choose).
+  printf '{"backend": "ring", "envs": ["GREETING=hi"], "hosts": [{"ssh": "%s", "ips": ["10.231.0.11"]}, %s]}\n' \
+    "$ns_a" "{\"ssh\": \"$ns_b\", \"ips\": [\"10.231.0.2\"]}" > "$work/hosts.json"
+  env -u TBCOLL_SOCKET_IFNAME "$run" --hostfile "$work/hosts.json" --launcher "ip netns exec" --tag-output -- sh -c \
+    'echo "$GREETING rank=$TBCOLL_RANK/$TBCOLL_WORLD_SIZE root=${TBCOLL_ROOT%:*}"' > "$work/json.txt" 2>&1 ||
+    { cat "$work/json.txt"; fail "JSON hostfile job"; }
+  printf '%s\n' "[0 $ns_a] hi rank=0/2 root=10.231.0.11" "[1 $ns_b] hi rank=1/2 root=10.231.0.11" > "$work/json.expected"
+  sort "$work/json.txt" | cmp -s - "$work/json.expected" || { cat "$work/json.txt"; fail "JSON hostfile"; }
+  [ -f "$model" ] || skip "no model at $model (tools/get-model.sh)"
+  "$demo" --single > "$work/one.txt" 2> "$work/one.err" || { cat "$work/one.err"; fail "1 rank"; }
+  [ "$(wc -c < "$work/one.txt")" -gt 200 ] || fail "1 rank wrote too little: $(cat "$work/one.txt")"
+  start=$SECONDS
+  "$demo" "$ns_a" "$ns_b" > "$work/two.txt" 2> "$work/two.err" || { cat "$work/two.err"; fail "2 hosts"; }
+  cmp -s "$work/one.txt" "$work/two.txt" || { diff "$work/one.txt" "$work/two.txt"; fail "2 hosts: other text"; }
+  grep "tp_inference: model=" "$work/two.err" | grep -q "ranks=2" || fail "no stats line: $(cat "$work/two.err")"
+  echo "netns_test: 2 hosts x 1 rank (tcp), $((SECONDS - start)) s, text equal to 1 rank's:"
+  grep "tp_inference: model=" "$work/two.err"
+
+  # The same through `ssh` (the default agent command, the script unchanged): a stand-in that takes ssh's options,
+  # then the host, then one line for the remote login shell, run in a session of its own behind a relay as sshd
+  # does. It checks how tbcoll-run quotes the command for ssh and that it asks for batch mode and a time limit.
+  mkdir -p "$work/bin"
+  cat > "$work/bin/ssh" << 'SSH'
+#!/bin/sh
+echo "$@" >> "$(dirname "$0")/ssh.log"
+while [ $# -gt 0 ]; do case $1 in -o) shift 2 ;; -*) shift ;; *) break ;; esac; done
+host=$1
+shift
+# Our stdin reaches the command through a relay, and we exit when the command does, as ssh does.
+fifo=$(mktemp -u)
+mkfifo "$fifo"
+exec 3<&0  # (an asynchronous command's own stdin is /dev/null)
+cat <&3 > "$fifo" &
+relay=$!
+ip netns exec "$host" setsid -w sh -c "$*" < "$fifo"
+status=$?
+kill $relay 2> /dev/null
+rm -f "$fifo"
+exit $status
+SSH
+  chmod +x "$work/bin/ssh"
+  PATH=$work/bin:$PATH TBCOLL_DEMO_LAUNCHER= "$demo" "$ns_a" "$ns_b" > "$work/ssh.txt" 2> "$work/ssh.err" ||
+    { cat "$work/ssh.err"; fail "2 hosts through ssh"; }
+  cmp -s "$work/one.txt" "$work/ssh.txt" || { diff "$work/one.txt" "$work/ssh.txt"; fail "through ssh: other text"; }
+  grep -q -- "^-o BatchMode=yes -o ConnectTimeout=20 $ns_b sh -c 'exec " "$work/bin/ssh.log" ||
+    fail "ssh was called as: $(cat "$work/bin/ssh.log")"
+  echo "netns_test: 2 hosts through ssh (a stand-in): text equal to 1 rank's"
+
+  "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "ip netns exec" -x TBCOLL_DEBUG=INFO --tag-output --timeout 300 -- \
+    "$prefix/bin/tp_inference" --model "$prefix/models/stories260K.gguf" --prompt "Once upon a time" \
+    --tokens 200 > "$work/four.txt" 2> "$work/four.err" || { cat "$work/four.err"; fail "2 hosts x 2 ranks"; }
+  sed -n "s/^\[0 $ns_a\] //p" "$work/four.txt" > "$work/four.rank0"
+  cmp -s "$work/one.txt" "$work/four.rank0" || { diff "$work/one.txt" "$work/four.rank0"; fail "2 x 2: other text"; }
+  if [ $linux_layer = 1 ]; then  # elsewhere namespaces do not tell hosts apart (platform::network_domain)
+    grep -q "^\[0 $ns_a\] .*rank 0/4: connected (peers via .*shm.*tcp\|^\[0 $ns_a\] .*rank 0/4: connected (peers via .*tcp.*shm" \
+      "$work/four.err" || fail "2 x 2: rank 0 not on shm and tcp: $(grep connected "$work/four.err")"
+  fi
+  grep -q "^\[3 $ns_b\] " "$work/four.err" || fail "2 x 2: output not tagged with rank and host"
+  echo "netns_test: 2 hosts x 2 ranks (shm inside, tcp across): text equal to 1 rank's"
+  grep "tp_inference: model=" "$work/four.err"
+  [ -z "$(leftovers)" ] || fail "processes left in the namespaces: $(leftovers)"
+  ;;
+faults)
+  prog=$build/tests/tbcoll_test_prog
+  # An unreachable host: the agent command fails at once (no such namespace); reported by name.
+  start=$SECONDS
+  "$run" --hosts "$ns_a:1,nosuch$tag:1" --launcher "ip netns exec" -- "$prog" check > "$work/out" 2> "$work/err"
+  code=$?
+  [ $code -ne 0 ] || fail "unreachable host: exit 0"
+  grep -q "cannot start rank 1 on host nosuch$tag" "$work/err" || fail "unreachable host: $(cat "$work/err")"
+  [ -z "$(leftovers)" ] || fail "unreachable host: processes left: $(leftovers)"
+  echo "netns_test: unreachable host reported in $((SECONDS - start)) s (exit $code): $(grep 'cannot start' "$work/err")"
+
+  # A host that never answers (an agent command that hangs, like ssh to a silent address): the connect timeout.
+  printf '#!/bin/sh\nexec sleep 300\n' > "$work/silent-agent"
+  chmod +x "$work/silent-agent"
+  start=$SECONDS
+  "$run" --hosts "$ns_a:1,$ns_b:1" --launcher "$work/silent-agent" --connect-timeout 2 -- "$prog" check \
+    > "$work/out" 2> "$work/err"
+  code=$?
+  took=$((SECONDS - start))
+  [ $code -ne 0 ] || fail "silent host: exit 0"
+  grep -q "host $ns_b (rank 1) did not answer within 2 s" "$work/err" || fail "silent host: $(cat "$work/err")"
+  [ $took -le 15 ] || fail "silent host: took $took s"
+  pgrep -f "$work/silent-agent" > /dev/null && fail "silent host: agent commands left running"
+  echo "netns_test: silent host reported after $took s (exit $code)"
+
+  # The launcher killed outright, with an agent command that behaves like ssh: the agent runs in a session of its
+  # own behind a relay, so nothing but its stdin closing tells it (sshd sends no signal either). Its watchdog
+  # must end the ranks.
+  printf '#!/bin/sh\nhost=$1\nshift\ncat | ip netns exec "$host" setsid -w "$@"\n' > "$work/ssh-like-agent"
+  chmod +x "$work/ssh-like-agent"
+  "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "$work/ssh-like-agent" --timeout 60 -- "$prog" check 100000000 \
+    > "$work/out" 2> "$work/err" &
+  launcher=$!
+  for _ in $(seq 100); do
+    [ "$(pgrep -c -f -- "$prog check 100000000")" -ge 8 ] && break  # 4 agents, 4 ranks
+    sleep 0.1
+  done
+  sleep 0.5
+  kill -9 $launcher
+  wait $launcher 2> /dev/null
+  start=$SECONDS
+  for _ in $(seq 100); do
+    [ -z "$(leftovers)" ] && break
+    sleep 0.1
+  done
+  [ -z "$(leftovers)" ] || fail "launcher killed: processes left in the namespaces: $(leftovers)"
+  echo "netns_test: launcher killed outright: agents ended their ranks on both hosts within $((SECONDS - start)) s"
+
+  # A rank killed on the second host, and SIGINT to the launcher, each in a running 2 x 2 job (shm inside a host).
+  for fault in kill-rank sigint; do
+    # A background job of a script starts with SIGINT ignored (and tbcoll-run keeps ignored signals ignored).
+    env --default-signal=INT "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "ip netns exec" --timeout 60 -- \
+      "$prog" check 100000000 > "$work/out" 2> "$work/err" &
+    launcher=$!
+    ranks=()
+    for _ in $(seq 100); do  # until all four ranks run
+      ranks=($(pgrep -f -- "$prog check 100000000" | while read -r pid; do
+        [ "$(ps -o comm= -p "$pid")" = tbcoll_test_pro ] && echo "$pid"; done))
+      [ ${#ranks[@]} -ge 4 ] && break
+      sleep 0.1
+    done
+    [ ${#ranks[@]} -ge 4 ] || { kill -9 $launcher; fail "$fault: the ranks did not start: $(cat "$work/err")"; }
+    sleep 0.5  # connected and all-reducing
+    start=$SECONDS
+    if [ $fault = kill-rank ]; then
+      victim=$(for pid in $(ip netns pids "$ns_b"); do [ "$(ps -o comm= -p "$pid")" = tbcoll_test_pro ] && echo "$pid"; done | head -1)
+      [ -n "$victim" ] || fail "kill-rank: no rank in $ns_b"
+      kill -9 "$victim"
+      # The first failure the launcher hears of sets the status: the killed rank's (137), or, when a peer on
+      # the same host noticed first and its agent answered sooner, that peer's error exit (1).
+      expected="137 1"
+    else
+      kill -INT $launcher
+      expected=130
+    fi
+    wait $launcher
+    code=$?
+    took=$((SECONDS - start))
+    [[ " $expected " == *" $code "* ]] || fail "$fault: exit $code, expected $expected: $(cat "$work/err")"
+    if [ $fault = kill-rank ]; then
+      grep -q "rank [23] on host $ns_b killed by signal 9" "$work/err" || fail "kill-rank: no message: $(cat "$work/err")"
+    else
+      grep -q "caught signal 2" "$work/err" || fail "sigint: no message: $(cat "$work/err")"
+    fi
+    [ -z "$(leftovers)" ] || fail "$fault: processes left in the namespaces: $(leftovers)"
+    left=$(segments_of "${ranks[@]}")
+    [ -z "$left" ] || fail "$fault: segments left in /dev/shm: $left"
+    echo "netns_test: $fault: job ended on both hosts in $took s (exit $code), no process or segment left:" \
+      "$(grep -m1 'killed by signal\|caught signal' "$work/err")"
+  done
+  ;;
+*)
+  fail "unknown part '$what' (demo or faults)"
+  ;;
+esac
+echo "netns_test: PASS ($what)"

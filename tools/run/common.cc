@@ -1,0 +1,147 @@
+#include "tools/run/common.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "platform/platform.h"
+
+namespace tbcoll::run {
+
+bool make_pipe(int fds[2], bool nonblocking_write) {
+  if (pipe(fds) != 0) return false;
+  for (int k = 0; k < 2; ++k) {
+    fcntl(fds[k], F_SETFD, FD_CLOEXEC);
+    if (k == 0 || nonblocking_write) fcntl(fds[k], F_SETFL, fcntl(fds[k], F_GETFL) | O_NONBLOCK);
+  }
+  return true;
+}
+
+void close_pipe(int fds[2]) {
+  for (int k = 0; k < 2; ++k) {
+    if (fds[k] >= 0) close(fds[k]);
+    fds[k] = -1;
+  }
+}
+
+std::string random_token() {
+  unsigned char bytes[8];
+  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  ssize_t n = read(fd, bytes, sizeof(bytes));
+  close(fd);
+  if (n != static_cast<ssize_t>(sizeof(bytes))) return "";
+  char hex[2 * sizeof(bytes) + 1];
+  for (size_t k = 0; k < sizeof(bytes); ++k) std::snprintf(hex + 2 * k, 3, "%02x", bytes[k]);
+  return hex;
+}
+
+int open_listener(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (getaddrinfo(host.c_str(), "0", &hints, &found) != 0 || found == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  int fd = platform::open_socket(found->ai_family, SOCK_STREAM, 0, /*nonblocking=*/false);
+  if (fd < 0 || bind(fd, found->ai_addr, found->ai_addrlen) != 0 || listen(fd, SOMAXCONN) != 0) {
+    int saved = errno;
+    if (fd >= 0) close(fd);
+    freeaddrinfo(found);
+    errno = saved;
+    return -1;
+  }
+  freeaddrinfo(found);
+  return fd;
+}
+
+std::string listener_address(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "";
+  char host[NI_MAXHOST] = {};
+  char port[NI_MAXSERV] = {};
+  if (getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof(host), port, sizeof(port),
+                  NI_NUMERICHOST | NI_NUMERICSERV) != 0) {
+    return "";
+  }
+  return address.ss_family == AF_INET6 ? "[" + std::string(host) + "]:" + port : std::string(host) + ":" + port;
+}
+
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char c : text) {
+    if (c == '\'') {
+      out += "'\\''";
+    } else {
+      out += c;
+    }
+  }
+  return out + "'";
+}
+
+std::string escape(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '%') {
+      out += "%25";
+    } else if (c == '\n') {
+      out += "%0A";
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::string unescape(const std::string& text) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && text.compare(i, 3, "%25") == 0) {
+      out += '%';
+      i += 2;
+    } else if (text[i] == '%' && text.compare(i, 3, "%0A") == 0) {
+      out += '\n';
+      i += 2;
+    } else {
+      out += text[i];
+    }
+  }
+  return out;
+}
+
+std::string own_path(const char* argv0) {
+  std::string name = argv0 != nullptr ? argv0 : "";
+  auto absolute = [](const std::string& path) -> std::string {
+    char resolved[PATH_MAX];
+    return realpath(path.c_str(), resolved) != nullptr ? std::string(resolved) : std::string();
+  };
+  if (name.find('/') != std::string::npos) return absolute(name);
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "";
+  size_t start = 0;
+  while (start <= dirs.size()) {
+    size_t colon = dirs.find(':', start);
+    if (colon == std::string::npos) colon = dirs.size();
+    const std::string dir = dirs.substr(start, colon - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (access(candidate.c_str(), X_OK) == 0) return absolute(candidate);
+    start = colon + 1;
+  }
+  return "";
+}
+
+}  // namespace tbcoll::run
