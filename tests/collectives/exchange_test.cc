@@ -412,7 +412,9 @@ bool any_says(const Outcome& outcome, const std::string& what) {
 // one step), and with the pairwise one at two ranks.
 TEST(ExchangeErrors, AllToAllCountsThatDifferAreReportedOnEveryRankAtOnce) {
   for (const char* transport : {"loopback", "tcp"}) {
-    for (auto [n, algo] : {std::pair{3, "all_to_all:direct"}, std::pair{2, "all_to_all:pairwise"}}) {
+    for (const auto& ranks_and_algo : {std::pair{3, "all_to_all:direct"}, std::pair{2, "all_to_all:pairwise"}}) {
+      const int n = ranks_and_algo.first;  // not a structured binding: C++17 lambdas cannot capture those
+      const char* algo = ranks_and_algo.second;
       SCOPED_TRACE(fmt::format("{} {} ranks {}", transport, n, algo));
       const Outcome outcome = run_mismatch(n, {transport, algo, 20}, [&](Communicator& comm) {
         std::vector<float> send(64, 1.0f), recv(64);
