@@ -80,9 +80,10 @@ tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count
                               tbcollComm_t comm);
 /** As MPI_Alltoallv: sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, recvcounts[p] elements from
  *  rank p land at recvbuff + rdispls[p] (elements; nranks entries each; NULL displacements: packed in rank order).
- *  Zero counts are allowed; rank p's sendcounts[q] must equal rank q's recvcounts[p] (a mismatch is
- *  tbcollInvalidUsage naming both). In place when sendbuff == recvbuff: the recv counts and displacements serve
- *  both sides (sendcounts and sdispls NULL or equal to them). */
+ *  Zero counts are allowed; rank p's sendcounts[q] must equal rank q's recvcounts[p]: the rank that receives a
+ *  block of another size fails with tbcollInvalidUsage naming both arrays, the others at a later call or at the
+ *  deadline at the latest. In place when sendbuff == recvbuff: the recv counts and displacements serve both sides
+ *  (sendcounts and sdispls NULL or equal to them). */
 tbcollResult_t tbcollAllToAllv(const void* sendbuff, void* recvbuff, const size_t sendcounts[], const size_t sdispls[],
                                const size_t recvcounts[], const size_t rdispls[], tbcollDataType_t datatype,
                                tbcollComm_t comm);
