@@ -168,7 +168,20 @@ long long count_wrong(const CheckSpec& spec, int rank, const void* result, size_
       expected_reduction(spec, first + i, want);
       compare(i, exact);
     }
-  } else if (spec.kind == Collective::kAllGather) {
+  } else if (spec.kind == Collective::kAllToAll) {
+    for (int r = 0; r < spec.world_size; ++r) {
+      for (size_t i = 0; i < count; ++i) {
+        store_value(spec.dtype, want, 0, input_value(spec, r, static_cast<size_t>(rank) * count + i));
+        compare(static_cast<size_t>(r) * count + i, true);
+      }
+    }
+  } else if (spec.kind == Collective::kScatter) {
+    for (size_t i = 0; i < count; ++i) {
+      store_value(spec.dtype, want, 0, input_value(spec, spec.root, static_cast<size_t>(rank) * count + i));
+      compare(i, true);
+    }
+  } else if (spec.kind == Collective::kAllGather || spec.kind == Collective::kGather) {
+    if (spec.kind == Collective::kGather && rank != spec.root) return 0;
     for (int r = 0; r < spec.world_size; ++r) {
       for (size_t i = 0; i < count; ++i) {
         store_value(spec.dtype, want, 0, input_value(spec, r, i));

@@ -12,7 +12,16 @@
 
 namespace tbcoll::bench {
 
-enum class Collective { kAllReduce, kAllGather, kReduceScatter, kReduce, kBroadcast };
+enum class Collective {
+  kAllReduce,
+  kAllGather,
+  kReduceScatter,
+  kReduce,
+  kBroadcast,
+  kAllToAll,   ///< all_to_allv too: tbcoll-perf runs it with equal counts
+  kGather,
+  kScatter,
+};
 
 struct CheckSpec {
   Collective kind = Collective::kAllReduce;
@@ -22,11 +31,13 @@ struct CheckSpec {
   int root = 0;  ///< reduce and broadcast
 };
 
-/// Writes rank's input: `elements` elements of spec.dtype (world_size * count for reduce_scatter).
+/// Writes rank's input: `elements` elements of spec.dtype (world_size * count for reduce_scatter, all_to_all and
+/// scatter).
 void fill_input(const CheckSpec& spec, int rank, void* data, size_t elements);
 
 /// Elements of rank's result that differ from the reference. result is what the collective left in rank's
-/// output: count elements, or world_size * count for all_gather. Reduce checks the root only (0 elsewhere).
+/// output: count elements, or world_size * count for all_gather, all_to_all and gather. Reduce and gather check the
+/// root only (0 elsewhere); block p of all_to_all is block `rank` of rank p's input, scatter's is the root's.
 long long count_wrong(const CheckSpec& spec, int rank, const void* result, size_t count);
 
 }  // namespace tbcoll::bench

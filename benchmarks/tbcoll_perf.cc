@@ -4,7 +4,8 @@
 //
 // time = median over iterations of the slowest rank's time for that iteration (us); algbw = size / time;
 // busbw = algbw x nccl-tests' factor (all_reduce 2(n-1)/n, all_gather (n-1)/n, broadcast 1). size is the
-// per-rank buffer of all_reduce/broadcast and the gathered total of all_gather, as in nccl-tests.
+// per-rank buffer of all_reduce/broadcast and the gathered total of all_gather, as in nccl-tests (all_to_all: a
+// rank's whole send buffer; gather/scatter: the root's; their factor (n-1)/n). all_to_allv runs equal counts.
 // Every size is checked against a reference first (#wrong: elements that differ, summed over ranks; see
 // perf_check.h).
 #include <algorithm>
@@ -54,6 +55,7 @@ struct Options {
   bool tcp_floor = true;          ///< --pingpong's raw TCP floor (--no-tcp-floor: not)
   int floor_round_trips = 10000;  ///< of the verbs floors' latency
   int floor_messages = 256;       ///< per direction, of the verbs floors' bandwidth runs (1 MiB each)
+  bool per_peer_counts = false;  // -c all_to_allv: all_to_all's blocks, through all_to_allv
 };
 
 size_t parse_size(const std::string& text) {
@@ -100,7 +102,8 @@ int parse_int(const std::string& flag, const std::string& text) {
 void usage() {
   std::printf(
       "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP]\n"
-      "                   [-c all_reduce|all_gather|reduce_scatter|reduce|broadcast] [-r ROOT] [--transport T]\n"
+      "                   [-c all_reduce|all_gather|reduce_scatter|reduce|broadcast|all_to_all|all_to_allv|\n"
+      "                       gather|scatter] [-r ROOT] [--transport T]\n"
       "                   [--algo A]\n"
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
       "                   [--floor-messages N]]\n"
@@ -172,6 +175,13 @@ Options parse(int argc, char** argv) {
     o.kind = Collective::kReduce;
   } else if (o.collective == "broadcast") {
     o.kind = Collective::kBroadcast;
+  } else if (o.collective == "all_to_all" || o.collective == "all_to_allv") {
+    o.kind = Collective::kAllToAll;
+    o.per_peer_counts = o.collective == "all_to_allv";
+  } else if (o.collective == "gather") {
+    o.kind = Collective::kGather;
+  } else if (o.collective == "scatter") {
+    o.kind = Collective::kScatter;
   } else {
     throw tbcoll::InvalidArgument("unknown collective " + o.collective);
   }
@@ -180,6 +190,7 @@ Options parse(int argc, char** argv) {
 
 struct Buffers {
   std::vector<uint8_t> send, recv;
+  std::vector<size_t> counts, displs;  // all_to_allv: count per peer, packed
 };
 
 // One call of the benchmarked collective; in place uses recv for both sides.
@@ -204,6 +215,22 @@ void call(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count
     case Collective::kBroadcast:
       comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
       break;
+    case Collective::kAllToAll:
+      if (o.per_peer_counts) {
+        comm.all_to_allv(in_place ? b.recv.data() : b.send.data(), b.recv.data(), b.counts.data(), b.displs.data(),
+                         b.counts.data(), b.displs.data(), o.dtype);
+      } else {
+        comm.all_to_all(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype);
+      }
+      break;
+    case Collective::kGather:  // in place: the root's block already in its place in recv
+      comm.gather(in_place && comm.rank() == o.root ? b.recv.data() + o.root * count * es : b.send.data(),
+                  b.recv.data(), count, o.dtype, o.root);
+      break;
+    case Collective::kScatter:  // in place: the root's block stays in send
+      comm.scatter(b.send.data(), in_place && comm.rank() == o.root ? b.send.data() + o.root * count * es
+                                                                      : b.recv.data(), count, o.dtype, o.root);
+      break;
   }
 }
 
@@ -215,8 +242,9 @@ void fill(const Options& o, int rank, int world_size, Buffers& b, bool in_place)
   const size_t es = tbcoll::dtype_size(o.dtype);
   tbcoll::bench::fill_input(check_spec(o, world_size), rank, b.send.data(), b.send.size() / es);
   std::memset(b.recv.data(), 0, b.recv.size());
-  if (in_place && o.kind != Collective::kReduceScatter) {  // reduce_scatter works in place inside send
-    size_t offset = o.kind == Collective::kAllGather ? rank * b.send.size() : 0;
+  // reduce_scatter and scatter work in place inside send
+  if (in_place && o.kind != Collective::kReduceScatter && o.kind != Collective::kScatter) {
+    size_t offset = o.kind == Collective::kAllGather || o.kind == Collective::kGather ? rank * b.send.size() : 0;
     std::memcpy(b.recv.data() + offset, b.send.data(), b.send.size());
   }
 }
@@ -228,7 +256,7 @@ bool is_reduction(const std::string& collective) {
 long long count_wrong(const Options& o, int rank, int n, const Buffers& b, size_t count, bool in_place) {
   // reduce_scatter in place leaves this rank's block in its block of send.
   const uint8_t* out = b.recv.data();
-  if (o.kind == Collective::kReduceScatter && in_place) {
+  if ((o.kind == Collective::kReduceScatter || (o.kind == Collective::kScatter && rank == o.root)) && in_place) {
     out = b.send.data() + rank * count * tbcoll::dtype_size(o.dtype);
   }
   return tbcoll::bench::count_wrong(check_spec(o, n), rank, out, count);
@@ -278,7 +306,10 @@ Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_
 
 double bus_factor(const std::string& collective, int n) {
   if (collective == "all_reduce") return 2.0 * (n - 1) / n;
-  if (collective == "all_gather" || collective == "reduce_scatter") return static_cast<double>(n - 1) / n;
+  if (collective == "all_gather" || collective == "reduce_scatter" || collective == "all_to_all" ||
+      collective == "all_to_allv" || collective == "gather" || collective == "scatter") {
+    return static_cast<double>(n - 1) / n;
+  }
   return 1.0;
 }
 
@@ -328,15 +359,25 @@ int main(int argc, char** argv) {
          size *= o.factor) {
       size_t total = static_cast<size_t>(size);
       // nccl-tests sizes: the gathered total (all_gather), the scattered input (reduce_scatter), else the buffer.
-      const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter";
+      const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter" ||
+                             o.kind == Collective::kAllToAll || o.kind == Collective::kGather ||
+                             o.kind == Collective::kScatter;
       size_t count = per_block ? total / es / n : total / es;
       if (count == 0 || count == last_count) continue;  // -f close to 1: each count once
       last_count = count;
       ++rows;
       size_t bytes = per_block ? count * es * n : count * es;
       Buffers b;
-      b.send.resize(o.collective == "reduce_scatter" ? count * es * n : count * es);
-      b.recv.resize(o.collective == "all_gather" ? count * es * n : count * es);
+      const bool whole_send = o.collective == "reduce_scatter" || o.kind == Collective::kAllToAll ||
+                              o.kind == Collective::kScatter;
+      const bool whole_recv = o.collective == "all_gather" || o.kind == Collective::kAllToAll ||
+                              o.kind == Collective::kGather;
+      b.send.resize(whole_send ? count * es * n : count * es);
+      b.recv.resize(whole_recv ? count * es * n : count * es);
+      for (int p = 0; p < n && o.per_peer_counts; ++p) {
+        b.counts.push_back(count);
+        b.displs.push_back(p * count);
+      }
       Measured out = measure(comm, o, b, count, false);
       Measured in = measure(comm, o, b, count, true);
       total_wrong += out.wrong + in.wrong;

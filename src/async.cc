@@ -198,6 +198,38 @@ Work Communicator::broadcast_async(const void* send, void* recv, size_t count, D
   return impl->async.submit(queued(impl, [=] { impl->broadcast(send, recv, count, dtype, root); }));
 }
 
+Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
+  Impl* impl = &this->impl();
+  impl->check_not_in_group(__func__);
+  impl->check_arguments(OpKind::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0);
+  return impl->async.submit(queued(impl, [=] { impl->all_to_all(send, recv, count, dtype); }));
+}
+
+// The counts and displacements are copied: the caller's arrays may go once the call returned.
+Work Communicator::all_to_allv_async(const void* send, void* recv, const size_t* send_counts,
+                                     const size_t* send_displs, const size_t* recv_counts, const size_t* recv_displs,
+                                     DataType dtype) {
+  Impl* impl = &this->impl();
+  impl->check_not_in_group(__func__);
+  auto layout = std::make_shared<const Impl::AllToAllvLayout>(
+      impl->check_all_to_allv(send, recv, send_counts, send_displs, recv_counts, recv_displs, dtype));
+  return impl->async.submit(queued(impl, [=] { impl->all_to_allv(send, recv, *layout, dtype); }));
+}
+
+Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  Impl* impl = &this->impl();
+  impl->check_not_in_group(__func__);
+  impl->check_arguments(OpKind::kGather, send, recv, count, dtype, ReduceOp::kSum, root);
+  return impl->async.submit(queued(impl, [=] { impl->gather(send, recv, count, dtype, root); }));
+}
+
+Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  Impl* impl = &this->impl();
+  impl->check_not_in_group(__func__);
+  impl->check_arguments(OpKind::kScatter, send, recv, count, dtype, ReduceOp::kSum, root);
+  return impl->async.submit(queued(impl, [=] { impl->scatter(send, recv, count, dtype, root); }));
+}
+
 Work Communicator::barrier_async() {
   Impl* impl = &this->impl();
   impl->check_not_in_group(__func__);

@@ -278,6 +278,39 @@ tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
   });
 }
 
+tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                              tbcollComm_t comm) {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollAllToAll");
+    c.all_to_all(sendbuff, recvbuff, count, dtype_of(datatype));
+  });
+}
+
+tbcollResult_t tbcollAllToAllv(const void* sendbuff, void* recvbuff, const size_t sendcounts[], const size_t sdispls[],
+                               const size_t recvcounts[], const size_t rdispls[], tbcollDataType_t datatype,
+                               tbcollComm_t comm) {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollAllToAllv");
+    c.all_to_allv(sendbuff, recvbuff, sendcounts, sdispls, recvcounts, rdispls, dtype_of(datatype));
+  });
+}
+
+tbcollResult_t tbcollGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+                            int root, tbcollComm_t comm) {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollGather");
+    c.gather(sendbuff, recvbuff, sendcount, dtype_of(datatype), root);
+  });
+}
+
+tbcollResult_t tbcollScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+                             int root, tbcollComm_t comm) {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollScatter");
+    c.scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), root);
+  });
+}
+
 // Asynchronous calls: a request owns the Work of one queued call.
 }  // extern "C"
 
@@ -343,6 +376,35 @@ tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t
                                     int root, tbcollComm_t comm, tbcollRequest_t* request) {
   return start_async(request, comm, [&](tbcoll::Communicator& c) {
     return c.broadcast_async(sendbuff, recvbuff, count, dtype_of(datatype), root);
+  });
+}
+
+tbcollResult_t tbcollAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                   tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.all_to_all_async(sendbuff, recvbuff, count, dtype_of(datatype));
+  });
+}
+
+tbcollResult_t tbcollAllToAllvAsync(const void* sendbuff, void* recvbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], const size_t recvcounts[], const size_t rdispls[],
+                                    tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.all_to_allv_async(sendbuff, recvbuff, sendcounts, sdispls, recvcounts, rdispls, dtype_of(datatype));
+  });
+}
+
+tbcollResult_t tbcollGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+                                 int root, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.gather_async(sendbuff, recvbuff, sendcount, dtype_of(datatype), root);
+  });
+}
+
+tbcollResult_t tbcollScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+                                  int root, tbcollComm_t comm, tbcollRequest_t* request) {
+  return start_async(request, comm, [&](tbcoll::Communicator& c) {
+    return c.scatter_async(sendbuff, recvbuff, recvcount, dtype_of(datatype), root);
   });
 }
 

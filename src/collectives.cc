@@ -1,6 +1,8 @@
 // The collective calls: argument checks, tuner, schedule, and errors that name rank, peer and operation.
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -100,14 +102,16 @@ Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, con
                                            DataType dtype, ReduceOp op, int root) const {
   const char* name = op_kind_name(kind);
   const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
-  const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast;
-  const bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter;
+  const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast || kind == OpKind::kGather ||
+                      kind == OpKind::kScatter;
+  const bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter || kind == OpKind::kAllToAll ||
+                        kind == OpKind::kGather || kind == OpKind::kScatter;
   check_dtype(rank, name, dtype);
   if (reduces) check_op(rank, name, op);
   if (rooted) check_rank(rank, size, name, "root", root);
   const size_t bytes = checked_bytes(rank, name, count, dtype, per_rank ? static_cast<size_t>(size) : 1);
-  const bool reads_send = kind != OpKind::kBroadcast || rank == root;
-  const bool writes_recv = kind != OpKind::kReduce || rank == root;
+  const bool reads_send = (kind != OpKind::kBroadcast && kind != OpKind::kScatter) || rank == root;
+  const bool writes_recv = (kind != OpKind::kReduce && kind != OpKind::kGather) || rank == root;
   if (reads_send) check_buffer(rank, name, "send", send, count);
   if (writes_recv) check_buffer(rank, name, "recv", recv, count);
   if (reads_send && writes_recv) {
@@ -115,8 +119,13 @@ Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, con
     const size_t mine = block * static_cast<size_t>(rank);
     const auto* s = static_cast<const uint8_t*>(send);
     const auto* r = static_cast<const uint8_t*>(recv);
+    const size_t roots = block * static_cast<size_t>(root);  // the root's block (gather, scatter)
     if (kind == OpKind::kAllGather) {
       check_overlap(rank, name, s, block, r, bytes, s == r + mine, "send == recv + rank * count");
+    } else if (kind == OpKind::kGather) {
+      check_overlap(rank, name, s, block, r, bytes, s == r + roots, "send == recv + root * count, at the root");
+    } else if (kind == OpKind::kScatter) {
+      check_overlap(rank, name, s, bytes, r, block, r == s + roots, "recv == send + root * count, at the root");
     } else if (kind == OpKind::kReduceScatter) {
       check_overlap(rank, name, s, bytes, r, block, r == s + mine, "recv == send + rank * count");
     } else {
@@ -131,6 +140,102 @@ Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, con
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
   }
+}
+
+Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
+    const void* send, const void* recv, const size_t* send_counts, const size_t* send_displs,
+    const size_t* recv_counts, const size_t* recv_displs, DataType dtype) const {
+  const char* name = "all_to_allv";
+  check_dtype(rank, name, dtype);
+  const bool in_place = send == recv;
+  if (recv_counts == nullptr) throw InvalidArgument(fmt::format("rank {}: {}: recv_counts is null", rank, name));
+  if (send_counts == nullptr && !in_place) {
+    throw InvalidArgument(fmt::format("rank {}: {}: send_counts is null (allowed in place only, send == recv)", rank,
+                                      name));
+  }
+  const size_t n = static_cast<size_t>(size);
+  AllToAllvLayout layout;
+  layout.recv_counts.assign(recv_counts, recv_counts + n);
+  // Null displacements: the blocks packed in rank order.
+  auto displacements = [&](const size_t* given, const std::vector<size_t>& counts) {
+    std::vector<size_t> out(n);
+    if (given != nullptr) return std::vector<size_t>(given, given + n);
+    size_t at = 0;
+    for (size_t p = 0; p < n; ++p) {
+      out[p] = at;
+      at += counts[p];  // wraps only for counts that checked_extent then refuses
+    }
+    return out;
+  };
+  layout.recv_displs = displacements(recv_displs, layout.recv_counts);
+  if (in_place) {
+    // The recv counts and displacements serve both sides; send's, if given, must say the same.
+    for (size_t p = 0; p < n; ++p) {
+      if ((send_counts != nullptr && send_counts[p] != layout.recv_counts[p]) ||
+          (send_displs != nullptr && send_displs[p] != layout.recv_displs[p])) {
+        throw InvalidArgument(fmt::format("rank {}: {}: in place (send == recv), the recv counts and displacements "
+                                          "serve both sides, but send_{}[{}] differs from recv's (pass null or the "
+                                          "same)", rank, name, send_counts != nullptr && send_counts[p] !=
+                                          layout.recv_counts[p] ? "counts" : "displs", p));
+      }
+    }
+    layout.send_counts = layout.recv_counts;
+    layout.send_displs = layout.recv_displs;
+  } else {
+    layout.send_counts.assign(send_counts, send_counts + n);
+    layout.send_displs = displacements(send_displs, layout.send_counts);
+  }
+  if (layout.send_counts[rank] != layout.recv_counts[rank]) {
+    throw InvalidArgument(fmt::format("rank {}: {}: send_counts[{}] = {} but recv_counts[{}] = {} (this rank's block "
+                                      "to itself)", rank, name, rank, layout.send_counts[rank], rank,
+                                      layout.recv_counts[rank]));
+  }
+  // Each side's extent (from the buffer's start to the end of its last block) in bytes, overflow-checked.
+  auto extent = [&](const char* side, const std::vector<size_t>& counts, const std::vector<size_t>& displs,
+                    size_t* elements) {
+    size_t end = 0;
+    *elements = 0;
+    for (size_t p = 0; p < n; ++p) {
+      size_t block_end = 0;
+      if (__builtin_add_overflow(displs[p], counts[p], &block_end) ||
+          __builtin_add_overflow(*elements, counts[p], elements)) {
+        throw InvalidArgument(fmt::format("rank {}: {}: {}_displs[{}] + {}_counts[{}] overflows", rank, name, side, p,
+                                          side, p));
+      }
+      if (counts[p] > 0) end = std::max(end, block_end);
+    }
+    return checked_bytes(rank, name, end, dtype, 1);
+  };
+  size_t received = 0;
+  const size_t send_bytes = extent("send", layout.send_counts, layout.send_displs, &layout.sent);
+  const size_t recv_bytes = extent("recv", layout.recv_counts, layout.recv_displs, &received);
+  check_buffer(rank, name, "send", send, layout.sent);
+  check_buffer(rank, name, "recv", recv, received);
+  check_overlap(rank, name, send, send_bytes, recv, recv_bytes, in_place,
+                "send == recv, the recv counts and displacements serving both sides");
+  // Received blocks that overlap would leave whichever arrived last.
+  std::vector<std::pair<size_t, size_t>> blocks;  // (displacement, peer) of the non-empty ones
+  for (size_t p = 0; p < n; ++p) {
+    if (layout.recv_counts[p] > 0) blocks.push_back({layout.recv_displs[p], p});
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    const size_t before = blocks[i - 1].second, after = blocks[i].second;
+    if (blocks[i - 1].first + layout.recv_counts[before] > blocks[i].first) {
+      throw InvalidArgument(fmt::format("rank {}: {}: the recv blocks of peers {} and {} overlap (recv_displs {} and "
+                                        "{}, recv_counts {} and {})", rank, name, before, after,
+                                        layout.recv_displs[before], layout.recv_displs[after],
+                                        layout.recv_counts[before], layout.recv_counts[after]));
+    }
+  }
+  layout.choice = nullptr;
+  if (size == 1) return layout;
+  try {
+    layout.choice = &tuner.choose({OpKind::kAllToAllv, 0, size, dtype});
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
+  }
+  return layout;
 }
 
 template <typename Body>
@@ -169,7 +274,11 @@ void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
     const uint64_t differs = error.expected_meta() ^ error.got_meta();
     auto schedule = [&](uint64_t meta) { return tuner.schedule_name(kind_of(meta), schedule_of(meta)); };
     std::string detail =
-        differs == 0 ? fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)", error.peer(),
+        differs == 0 && std::strcmp(call.name, "all_to_allv") == 0
+            ? fmt::format("peer {} sent {} B where {} B were expected: its send_counts[{}] and this rank's "
+                          "recv_counts[{}] differ", error.peer(), error.got_bytes(), error.expected_bytes(), rank,
+                          error.peer())
+        : differs == 0 ? fmt::format("peer {} sent {} B where {} B were expected (tag or count differs)", error.peer(),
                                    error.got_bytes(), error.expected_bytes())
         : (differs & ~kScheduleMask) == 0
             ? fmt::format("peer {} runs it with the {} schedule, this rank with {}: the ranks are tuned differently "

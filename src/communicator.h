@@ -95,6 +95,21 @@ struct Communicator::Impl {
   void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
   void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
   void barrier();
+  /// all_to_all, gather and scatter take check_arguments like the collectives above; all_to_allv's counts and
+  /// displacements are checked (and null displacements made packed ones) by check_all_to_allv, and the call runs
+  /// on its copy of them (the asynchronous form keeps it).
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype);
+  void gather(const void* send, void* recv, size_t count, DataType dtype, int root);
+  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root);
+  struct AllToAllvLayout {
+    std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  ///< per peer, in elements
+    size_t sent = 0;       ///< elements this rank sends in all (for error messages)
+    const Choice* choice = nullptr;  ///< null on one rank
+  };
+  AllToAllvLayout check_all_to_allv(const void* send, const void* recv, const size_t* send_counts,
+                                    const size_t* send_displs, const size_t* recv_counts, const size_t* recv_displs,
+                                    DataType dtype) const;
+  void all_to_allv(const void* send, void* recv, const AllToAllvLayout& layout, DataType dtype);
   /// send (is_send) or recv of count elements with peer; buf is only read for a send.
   void p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer);
   /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.

@@ -14,6 +14,10 @@ const char* op_kind_name(OpKind kind) {
     case OpKind::kSendRecv: return "send/recv";
     case OpKind::kReduceScatter: return "reduce_scatter";
     case OpKind::kReduce: return "reduce";
+    case OpKind::kAllToAll: return "all_to_all";
+    case OpKind::kAllToAllv: return "all_to_allv";
+    case OpKind::kGather: return "gather";
+    case OpKind::kScatter: return "scatter";
   }
   return "unknown";
 }
@@ -33,7 +37,12 @@ std::string describe_meta(uint64_t meta) {
     case OpKind::kBroadcast: return fmt::format("broadcast(count={}, {}, root={})", count, to_string(dtype), root);
     case OpKind::kBarrier: return "barrier()";
     case OpKind::kAllGather:
+    case OpKind::kAllToAll:
     case OpKind::kSendRecv: return fmt::format("{}(count={}, {})", op_kind_name(kind), count, to_string(dtype));
+    case OpKind::kAllToAllv: return fmt::format("all_to_allv({})", to_string(dtype));  // counts are per peer
+    case OpKind::kGather:
+    case OpKind::kScatter:
+      return fmt::format("{}(count={}, {}, root={})", op_kind_name(kind), count, to_string(dtype), root);
   }
   return fmt::format("unknown operation (signature {:#x})", meta);
 }

@@ -83,7 +83,8 @@ ForcedAlgorithms parse_forced(const std::string& spec, const std::vector<KnownFa
     OpKind kind{};
     if (!algo::parse_collective(collective, &kind)) {
       throw InvalidArgument(fmt::format("unknown collective {:?} in TBCOLL_ALGO {:?} (all_reduce, all_gather, "
-                                        "reduce_scatter, reduce, broadcast, barrier)", collective, spec));
+                                        "reduce_scatter, reduce, broadcast, barrier, all_to_all, all_to_allv, gather, "
+                                        "scatter)", collective, spec));
     }
     if (named_explicitly[slot(kind)]) {
       throw InvalidArgument(fmt::format("TBCOLL_ALGO {:?} names {} twice", spec, op_kind_name(kind)));

@@ -28,11 +28,16 @@ enum class OpKind : uint8_t {
   kBarrier = 4,
   kSendRecv = 5,
   kReduceScatter = 6,
-  kReduce = 7
+  kReduce = 7,
+  kAllToAll = 8,
+  kAllToAllv = 9,
+  kGather = 10,
+  kScatter = 11
 };
-constexpr int kNumOpKinds = 8;  ///< OpKind values are below this
+constexpr int kNumOpKinds = 12;  ///< OpKind values are below this
 
-/// "all_reduce", "all_gather", "broadcast", "barrier", "send/recv", "reduce_scatter", "reduce"; "unknown".
+/// "all_reduce", "all_gather", "broadcast", "barrier", "send/recv", "reduce_scatter", "reduce", "all_to_all",
+/// "all_to_allv", "gather", "scatter"; "unknown".
 const char* op_kind_name(OpKind kind);
 
 namespace transport {

@@ -73,6 +73,28 @@ tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t coun
 /** In-place broadcast, as ncclBcast. */
 tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm);
 tbcollResult_t tbcollBarrier(tbcollComm_t comm);
+/** Block p of sendbuff (count elements at sendbuff + p * count; nranks * count in all) goes to rank p; block p of
+ *  recvbuff is rank p's block for this rank. In place when sendbuff == recvbuff (each block replaced by the
+ *  peer's). */
+tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                              tbcollComm_t comm);
+/** As MPI_Alltoallv: sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, recvcounts[p] elements from
+ *  rank p land at recvbuff + rdispls[p] (elements; nranks entries each; NULL displacements: packed in rank order).
+ *  Zero counts are allowed; rank p's sendcounts[q] must equal rank q's recvcounts[p]: the rank that receives a
+ *  block of another size fails with tbcollInvalidUsage naming both arrays, the others at a later call or at the
+ *  deadline at the latest. In place when sendbuff == recvbuff: the recv counts and displacements serve both sides
+ *  (sendcounts and sdispls NULL or equal to them). */
+tbcollResult_t tbcollAllToAllv(const void* sendbuff, void* recvbuff, const size_t sendcounts[], const size_t sdispls[],
+                               const size_t recvcounts[], const size_t rdispls[], tbcollDataType_t datatype,
+                               tbcollComm_t comm);
+/** recvbuff at root (nranks * sendcount elements) = the ranks' sendbuffs in rank order; recvbuff is ignored (may
+ *  be NULL) on other ranks. In place at the root when sendbuff == recvbuff + root * sendcount. */
+tbcollResult_t tbcollGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+                            int root, tbcollComm_t comm);
+/** recvbuff (recvcount elements) = block `rank` of root's sendbuff (nranks * recvcount elements; ignored, may be
+ *  NULL, on other ranks). In place at the root when recvbuff == sendbuff + root * recvcount. */
+tbcollResult_t tbcollScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+                             int root, tbcollComm_t comm);
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm);
 tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm);
@@ -95,6 +117,16 @@ tbcollResult_t tbcollReduceAsync(const void* sendbuff, void* recvbuff, size_t co
                                  tbcollRedOp_t op, int root, tbcollComm_t comm, tbcollRequest_t* request);
 tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                     int root, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+                                   tbcollComm_t comm, tbcollRequest_t* request);
+/** The arrays are copied: they may be freed once the call returned. */
+tbcollResult_t tbcollAllToAllvAsync(const void* sendbuff, void* recvbuff, const size_t sendcounts[],
+                                    const size_t sdispls[], const size_t recvcounts[], const size_t rdispls[],
+                                    tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+                                 int root, tbcollComm_t comm, tbcollRequest_t* request);
+tbcollResult_t tbcollScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+                                  int root, tbcollComm_t comm, tbcollRequest_t* request);
 tbcollResult_t tbcollTest(tbcollRequest_t request, int* done);
 tbcollResult_t tbcollWait(tbcollRequest_t request);
 tbcollResult_t tbcollRequestFree(tbcollRequest_t request);

@@ -157,7 +157,8 @@ class Communicator {
   /// Name of the algorithm the tuner picks for all_reduce of this many bytes (for tools and tests).
   std::string all_reduce_algorithm(size_t bytes) const;
   /// The same for collective "all_reduce", "all_gather" (bytes: the gathered total), "reduce_scatter", "reduce",
-  /// "broadcast" or "barrier"; throws InvalidArgument for another name.
+  /// "broadcast", "barrier", "all_to_all" (bytes: a rank's whole send buffer), "all_to_allv", "gather" or
+  /// "scatter" (bytes: the root's whole buffer); throws InvalidArgument for another name.
   std::string algorithm(const std::string& collective, size_t bytes) const;
 
   /// recv[i] = op over ranks of send[i], i < count. Every rank ends with bitwise identical results (one
@@ -175,6 +176,33 @@ class Communicator {
   void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
   /// Returns once every rank has entered the barrier.
   void barrier();
+  /// Block p of send (count elements at send + p*count; send holds size()*count) goes to rank p; block p of recv
+  /// is what rank p sent this rank. In place when send == recv: each block p of recv is sent to rank p and
+  /// replaced by rank p's block (staged through the communicator's scratch memory, as much as the buffer).
+  void all_to_all(const void* send, void* recv, size_t count, DataType dtype);
+  /// all_to_all with a count per peer, as MPI_Alltoallv: send_counts[p] elements at send + send_displs[p] go to
+  /// rank p; recv_counts[p] elements from rank p land at recv + recv_displs[p]. Counts and displacements are in
+  /// elements, arrays of size() entries (copied: they may go once the call returned, also for the async form);
+  /// null displacements mean the blocks packed in rank order. Counts may be zero (one message per pair still
+  /// goes: it checks the counts agree). Rank p's send_counts[q] must equal rank q's recv_counts[p]: a rank that
+  /// receives a block of another size fails with InvalidUsage naming the peer and both counts' arrays, and
+  /// breaks the communicator, as any mismatch (ranks waiting on it fail at the latest at the deadline). Checked
+  /// here: send_counts[rank] == recv_counts[rank], received blocks not overlapping, no count overflow.
+  /// In place when send == recv: block p of recv (recv_counts[p] at recv_displs[p]) goes to rank p and is
+  /// replaced by rank p's block (staged through scratch); send_counts and send_displs are then null or equal to
+  /// recv's, and the counts must be symmetric (rank p's recv_counts[q] == rank q's recv_counts[p]).
+  /// The tuner cannot choose by size here (sizes differ between ranks): pairwise unless TBCOLL_ALGO says direct.
+  void all_to_allv(const void* send, void* recv, const size_t* send_counts, const size_t* send_displs,
+                   const size_t* recv_counts, const size_t* recv_displs, DataType dtype);
+  /// At root: recv[p*count .. (p+1)*count) = send of rank p (recv holds size()*count elements); recv is not
+  /// touched (may be null) elsewhere. In place at the root when send points at element root*count of recv, as
+  /// MPI_IN_PLACE (the root's block is already there). Non-root ranks only send: a root or count they disagree on
+  /// is reported by the ranks that receive it, and reaches them at a later call (see README).
+  void gather(const void* send, void* recv, size_t count, DataType dtype, int root);
+  /// recv (count elements) = block rank of root's send (send holds size()*count elements at the root; not read,
+  /// may be null, elsewhere). In place at the root when recv points at element root*count of send (the root's
+  /// block stays where it is).
+  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root);
   /// Sends count elements to peer. Matches the peer's recv with the same count and dtype, in call order.
   void send(const void* buf, size_t count, DataType dtype, int peer);
   /// Receives count elements from peer (see send).
@@ -191,6 +219,11 @@ class Communicator {
   Work reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
   Work broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root);
   Work barrier_async();
+  Work all_to_all_async(const void* send, void* recv, size_t count, DataType dtype);
+  Work all_to_allv_async(const void* send, void* recv, const size_t* send_counts, const size_t* send_displs,
+                         const size_t* recv_counts, const size_t* recv_displs, DataType dtype);
+  Work gather_async(const void* send, void* recv, size_t count, DataType dtype, int root);
+  Work scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root);
   /// Between group_start() and group_end(), send and recv only record the operation (buffers must stay valid);
   /// group_end() runs them all at once, so a rank can send to and receive from peers without ordering them
   /// (no deadlock), and may send to itself. Groups nest; the outermost group_end() runs them. Collectives

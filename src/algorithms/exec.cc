@@ -30,7 +30,7 @@ void* Scratch::get(size_t bytes) {
 
 std::string CallInfo::describe() const {
   if (count == 0 && root < 0 && !has_op) return fmt::format("{}()", name);
-  std::string out = fmt::format("{}(count={}, {}", name, count, to_string(dtype));
+  std::string out = fmt::format("{}({}={}, {}", name, count_name, count, to_string(dtype));
   if (has_op) out += ", " + to_string(op);
   if (root >= 0) out += fmt::format(", {}={}", root_name, root);
   return out + ")";

@@ -38,6 +38,7 @@ struct CallInfo {
   bool has_op = false;
   int root = -1;  ///< root (broadcast) or peer (send/recv); -1 when none
   const char* root_name = "root";
+  const char* count_name = "count";  ///< "sent" for all_to_allv (its total; the counts are per peer)
   /// "all_reduce(count=1024, f32, sum)", "broadcast(count=8, i8, root=3)", "barrier()".
   std::string describe() const;
 };
@@ -50,6 +51,12 @@ struct Args {
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
   size_t elem_size = 4;
+  /// all_to_allv only: per peer, elements sent to / received from it and where they are (in elements from
+  /// send / recv). In place (send == recv), the send side is the receive side.
+  const size_t* send_counts = nullptr;
+  const size_t* send_displs = nullptr;
+  const size_t* recv_counts = nullptr;
+  const size_t* recv_displs = nullptr;
 };
 
 /// Request bookkeeping of one call. Owned by the communicator and reused, so a small collective does not

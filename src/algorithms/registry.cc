@@ -23,6 +23,10 @@ ByteRange binomial_range(const TunerConfig& tuning, int world_size) {
 
 void barrier(Exec& exec, const Args&) { barrier_dissemination(exec); }
 
+// all_to_allv: the ranks' byte counts differ, so the tuner cannot choose by size (ranks choosing differently
+// would not match): the direct schedule runs only when forced.
+ByteRange forced_only(const TunerConfig&, int) { return {0, 0}; }
+
 std::vector<Algorithm> built_in() {
   return {
       {OpKind::kAllReduce, "direct", "every rank sends its input to every other, each reduces all n in rank order: "
@@ -43,6 +47,23 @@ std::vector<Algorithm> built_in() {
        "link carries S once", broadcast_chain},
       {OpKind::kBarrier, "dissemination", "round k: token to r+2^k, from r-2^k: ceil(log2 n) steps, no payload",
        barrier},
+      // all_to_all, all_to_allv, gather, scatter (S: a rank's whole send buffer; the root's for gather/scatter).
+      {OpKind::kAllToAll, "direct", "every rank posts its n-1 sends and receives at once: 1 step, (n-1)/n S sent "
+       "per rank", all_to_all_direct, direct_range},
+      {OpKind::kAllToAll, "pairwise", "step k: block to r+k, block from r-k: n-1 steps, (n-1)/n S sent per rank",
+       all_to_all_pairwise},
+      {OpKind::kAllToAllv, "direct", "every rank posts its n-1 sends and receives at once: 1 step (only when "
+       "forced: the ranks' sizes differ)", all_to_allv_direct, forced_only},
+      {OpKind::kAllToAllv, "pairwise", "step k: block to r+k, block from r-k: n-1 steps, each byte sent once",
+       all_to_allv_pairwise},
+      {OpKind::kGather, "binomial", "binomial tree to the root, subtrees' blocks forwarded: ceil(log2 n) steps, the "
+       "root receives (n-1)/n S", gather_binomial, binomial_range},
+      {OpKind::kGather, "direct", "every rank sends its block to the root: 1 step, the root receives (n-1)/n S in "
+       "n-1 messages", gather_direct},
+      {OpKind::kScatter, "binomial", "binomial tree from the root, subtrees' blocks forwarded: ceil(log2 n) steps, "
+       "the root sends (n-1)/n S", scatter_binomial, binomial_range},
+      {OpKind::kScatter, "direct", "the root sends every rank its block: 1 step, the root sends (n-1)/n S in n-1 "
+       "messages", scatter_direct},
   };
 }
 
@@ -105,7 +126,10 @@ bool parse_collective(const std::string& name, OpKind* kind) {
       {"all_gather", OpKind::kAllGather},         {"allgather", OpKind::kAllGather},
       {"reduce_scatter", OpKind::kReduceScatter}, {"reducescatter", OpKind::kReduceScatter},
       {"reduce", OpKind::kReduce},                {"broadcast", OpKind::kBroadcast},
-      {"bcast", OpKind::kBroadcast},              {"barrier", OpKind::kBarrier}};
+      {"bcast", OpKind::kBroadcast},              {"barrier", OpKind::kBarrier},
+      {"all_to_all", OpKind::kAllToAll},          {"alltoall", OpKind::kAllToAll},
+      {"all_to_allv", OpKind::kAllToAllv},        {"alltoallv", OpKind::kAllToAllv},
+      {"gather", OpKind::kGather},                {"scatter", OpKind::kScatter}};
   for (const auto& [text, value] : names) {
     if (name == text) {
       *kind = value;
@@ -117,7 +141,9 @@ bool parse_collective(const std::string& name, OpKind* kind) {
 
 const std::vector<OpKind>& collectives() {
   static const std::vector<OpKind> kinds = {OpKind::kAllReduce, OpKind::kAllGather, OpKind::kReduceScatter,
-                                            OpKind::kReduce,    OpKind::kBroadcast, OpKind::kBarrier};
+                                            OpKind::kReduce,    OpKind::kBroadcast, OpKind::kBarrier,
+                                            OpKind::kAllToAll,  OpKind::kAllToAllv, OpKind::kGather,
+                                            OpKind::kScatter};
   return kinds;
 }
 

@@ -24,7 +24,10 @@ namespace tbcoll::algo {
 /// What the tuner and the constraints see of a call.
 struct CallShape {
   OpKind kind = OpKind::kAllReduce;
-  size_t bytes = 0;  ///< per rank: the input of all_reduce, reduce, broadcast; the total of all_gather, reduce_scatter
+  /// per rank: the input of all_reduce, reduce, broadcast; the total of all_gather, reduce_scatter, all_to_all,
+  /// gather, scatter (the root's buffer); 0 for all_to_allv, whose sizes differ from rank to rank (the choice must
+  /// be the same on every rank).
+  size_t bytes = 0;
   int world_size = 1;
   DataType dtype = DataType::kFloat32;
 };
@@ -65,7 +68,8 @@ void register_algorithm(const Algorithm& row);
 const char* self_algorithm_name();
 
 /// Collectives by the names users write: "all_reduce" or "allreduce", "all_gather"/"allgather",
-/// "reduce_scatter"/"reducescatter", "reduce", "broadcast"/"bcast", "barrier". False if unknown.
+/// "reduce_scatter"/"reducescatter", "reduce", "broadcast"/"bcast", "barrier", "all_to_all"/"alltoall",
+/// "all_to_allv"/"alltoallv", "gather", "scatter". False if unknown.
 bool parse_collective(const std::string& name, OpKind* kind);
 /// The collectives that have algorithms, in the order tools list them.
 const std::vector<OpKind>& collectives();

@@ -22,7 +22,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
       {"TBCOLL_SPIN_YIELD", "-1", "1: spinning waits call sched_yield now and then; 0: never; -1: when another rank on this machine may run on one of this rank's CPUs"},
       {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of ring and chain algorithms (4 KiB to 64 MiB)"},
-      {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather up to this size use the direct exchange"},
+      {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather (and all_to_all: a rank's whole buffer) up to this size use the direct exchange"},
       {"TBCOLL_CMA_MIN_BYTES", "4194304", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach); below it, above the direct size, the two-shot through the segment"},
       {"TBCOLL_CMA_MAX_BYTES", "33554432", "all_reduce from this size goes back to the shm two-shot (streaming stores beat cross-memory attach on DRAM-sized buffers)"},
       {"TBCOLL_CMA_GATHER_MIN_BYTES", "16384", "all_gather (gathered bytes) and broadcast from this size read peers' buffers in place"},

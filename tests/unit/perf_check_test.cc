@@ -119,6 +119,34 @@ TEST(PerfCheck, CatchesMisplacedChunksAndBlocks) {
   EXPECT_EQ(count_wrong(to_root, 1, wrong_data.data(), count), 0);
 }
 
+// all_to_all, gather and scatter: the right blocks pass, a block from the wrong rank or place is caught.
+TEST(PerfCheck, CatchesWrongBlocksOfTheExchanges) {
+  const int n = 3;
+  const size_t count = 257;
+  const size_t es = 4;
+  CheckSpec a2a{Collective::kAllToAll, DataType::kFloat32, ReduceOp::kSum, n, 0};
+  std::vector<Bytes> inputs;
+  for (int r = 0; r < n; ++r) inputs.push_back(input(a2a, r, n * count));
+  Bytes received;  // rank 1's result: block 1 of every rank's input
+  for (int r = 0; r < n; ++r) {
+    received.insert(received.end(), inputs[r].begin() + es * count, inputs[r].begin() + 2 * es * count);
+  }
+  EXPECT_EQ(count_wrong(a2a, 1, received.data(), count), 0);
+  EXPECT_GT(count_wrong(a2a, 2, received.data(), count), static_cast<long long>(count)) << "rank 2's blocks differ";
+  CheckSpec gather{Collective::kGather, DataType::kInt32, ReduceOp::kSum, n, 1};
+  Bytes gathered;
+  for (int r : {0, 1, 1}) {  // block 2 holds rank 1's data
+    Bytes block = input(gather, r, count);
+    gathered.insert(gathered.end(), block.begin(), block.end());
+  }
+  EXPECT_GT(count_wrong(gather, 1, gathered.data(), count), static_cast<long long>(count / 2));
+  EXPECT_EQ(count_wrong(gather, 0, gathered.data(), count), 0) << "only the root is checked";
+  CheckSpec scatter{Collective::kScatter, DataType::kUint8, ReduceOp::kSum, n, 2};
+  const Bytes root_input = input(scatter, 2, n * count);
+  EXPECT_EQ(count_wrong(scatter, 1, root_input.data() + count, count), 0);
+  EXPECT_GT(count_wrong(scatter, 1, root_input.data(), count), static_cast<long long>(count / 2));
+}
+
 // Integer results wrap as the library documents: an 8-rank int8 product or sum is checked modulo 256.
 TEST(PerfCheck, IntegerResultsWrapAround) {
   for (ReduceOp op : {ReduceOp::kProd, ReduceOp::kSum, ReduceOp::kAvg}) {

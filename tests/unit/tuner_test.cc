@@ -111,7 +111,10 @@ TEST(Tuner, BadNamesAreRefusedNamingWhatThereIs) {
   message = error_of([] { parse_forced("allreduce:chain", known()); });
   EXPECT_NE(message.find("all_reduce has no algorithm \"chain\""), std::string::npos) << message;
   EXPECT_NE(message.find("oneshot (shm fast path)"), std::string::npos) << message;
-  EXPECT_NE(error_of([] { parse_forced("gather:ring", known()); }).find("unknown collective \"gather\""),
+  EXPECT_NE(error_of([] { parse_forced("allscatter:ring", known()); }).find("unknown collective \"allscatter\""),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_forced("gather:ring", known()); }).find("gather has no algorithm \"ring\" "
+                                                                         "(TBCOLL_ALGO; it has binomial, direct)"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_forced("allreduce:ring,all_reduce:direct", known()); }).find("twice"),
             std::string::npos);
@@ -164,7 +167,9 @@ TEST(Registry, EveryCollectiveEndsWithARowForEverySize) {
   OpKind kind{};
   EXPECT_TRUE(algo::parse_collective("bcast", &kind));
   EXPECT_EQ(kind, OpKind::kBroadcast);
-  EXPECT_FALSE(algo::parse_collective("gather", &kind));
+  EXPECT_TRUE(algo::parse_collective("alltoallv", &kind));
+  EXPECT_EQ(kind, OpKind::kAllToAllv);
+  EXPECT_FALSE(algo::parse_collective("allscatter", &kind));
 }
 
 }  // namespace
