@@ -27,6 +27,7 @@ struct CallShape {
   size_t bytes = 0;  ///< per rank: the input of all_reduce, reduce, broadcast; the total of all_gather, reduce_scatter
   int world_size = 1;
   DataType dtype = DataType::kFloat32;
+  int hosts = 1;  ///< how many hosts the communicator's ranks are on (TBCOLL_HOST_ID tells them apart)
 };
 
 /// [min, max) in bytes.
