@@ -16,12 +16,17 @@
 // rank ends with bitwise identical results.
 //
 // Order of messages. Every rank runs the same program of phases i = 0, 1, ...:
-//   U(0,i) U(1,i)          wait for chunk i of tree t's children, reduce, send it up (a root sends it down)
-//   D(0,i-L) D(1,i-L)      wait for chunk i-L coming down from a parent that is not the root; send it down
-// L (a few tree depths) lets the up-going chunks run ahead of the down-going ones. Both ends of a link list
-// their messages in this order, and receives are posted in it (matching is FIFO per peer); chunks from children
-// land in a few scratch slots, taken in posting order and freed as the up steps consume them.
+//   U(a,i) U(b,i)          up steps: wait for chunk i from tree t's children, reduce, send it up (a root sends
+//                          it down at once)
+//   D(b,i-L) D(a,i-L)      down steps: wait for chunk i-L from a parent that is not the root; send it down
+// a is the tree this rank is a leaf of, b the one it is an inner node of (each rank is inner in one tree at
+// most), so a leaf's chunk leaves before it waits for anything, and both trees' waves move at once: one chunk
+// costs 2 ceil(log2 n) latencies, not twice that. L (a few tree depths) lets the up-going chunks run ahead of the
+// down-going ones. Receives are posted per phase in the order the sending peer emits (matching is FIFO per
+// peer; each side computes the other's order); chunks from children land in a few scratch slots, freed as the up
+// steps consume them.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
@@ -34,19 +39,31 @@
 namespace tbcoll::algo {
 namespace {
 
-constexpr size_t kSlots = 8;                 // scratch slots for chunks coming up from children
+constexpr size_t kSlots = 8;                 // scratch slots for chunks coming up from children (4 per phase at most)
 constexpr size_t kMinChunkBytes = 32 << 10;  // pipelining chunks: at least this, at most TBCOLL_CHUNK_BYTES
 constexpr size_t kChunksPerHalf = 16;        // ... and small enough that a large half makes this many
 
 struct RecvItem {
+  int order;    // the sender's position of the step that sends it, within the phase
   bool up;      // from a child into a slot, or from the parent straight into recv
   int tree;
   size_t chunk;
+  int child;    // 0 or 1: which child (up items)
   int peer;
   size_t slot = 0;
   size_t id = 0;
   bool posted = false;
 };
+
+// The order in which rank r runs its up steps in a phase: the tree it is a leaf of first. Its down steps go the
+// other way round (the tree it forwards in first).
+std::array<int, 2> up_order(int n, int r) {
+  const TreeLinks zero = double_tree(n, r, 0);
+  const bool inner_in_zero = zero.child[0] >= 0 || zero.child[1] >= 0;
+  return inner_in_zero ? std::array<int, 2>{1, 0} : std::array<int, 2>{0, 1};
+}
+
+int position(const std::array<int, 2>& order, int tree) { return order[0] == tree ? 0 : 1; }
 
 }  // namespace
 
@@ -59,6 +76,8 @@ void all_reduce_tree(Exec& exec, const Args& args) {
   const reduce::Kernel kernel = reduce::kernel(args.dtype, args.op);
   const TreeLinks tree[2] = {double_tree(n, r, 0), double_tree(n, r, 1)};
   const int root[2] = {0, n % 2 == 0 ? n - 1 : 1};
+  const std::array<int, 2> my_up = up_order(n, r);
+  const std::array<int, 2> my_down = {my_up[1], my_up[0]};
 
   const size_t half_bytes = (args.count + 1) / 2 * es;
   const size_t chunk_bytes =
@@ -66,33 +85,46 @@ void all_reduce_tree(Exec& exec, const Args& args) {
   const size_t chunk_elems = std::max<size_t>(1, chunk_bytes / es);
   std::vector<Piece> pieces[2] = {chunks(segment(args.count, 2, 0), chunk_elems),
                                   chunks(segment(args.count, 2, 1), chunk_elems)};
-  const size_t phases_with_chunks = std::max(pieces[0].size(), pieces[1].size());
-  const size_t lag = 2 * static_cast<size_t>(tree_depth(n)) + 2;
+  const size_t phases = std::max(pieces[0].size(), pieces[1].size()) + 2 * static_cast<size_t>(tree_depth(n)) + 2;
+  const size_t lag = phases - std::max(pieces[0].size(), pieces[1].size());
+  auto has_up = [&](int t, size_t i) { return i < pieces[t].size(); };
+  auto has_down = [&](int t, size_t i) { return i >= lag && i - lag < pieces[t].size() && tree[t].parent >= 0; };
 
-  // Receives in posting order (the order of the phases above), and per (tree, chunk) where its items are.
+  // Receives in posting order: phase by phase, each phase's in the order their senders emit them.
+  const bool parent_is_root[2] = {tree[0].parent == root[0], tree[1].parent == root[1]};
   std::vector<RecvItem> items;
-  std::vector<size_t> first_up[2], down_item[2];
+  std::vector<std::array<size_t, 2>> up_item[2];
+  std::vector<size_t> down_item[2];
   for (int t = 0; t < 2; ++t) {
-    first_up[t].assign(pieces[t].size(), 0);
+    up_item[t].assign(pieces[t].size(), {SIZE_MAX, SIZE_MAX});
     down_item[t].assign(pieces[t].size(), SIZE_MAX);
   }
-  const bool parent_is_root[2] = {tree[0].parent == root[0], tree[1].parent == root[1]};
-  for (size_t i = 0; i < phases_with_chunks + lag; ++i) {
+  for (size_t i = 0; i < phases; ++i) {
+    const size_t first = items.size();
     for (int t = 0; t < 2; ++t) {
-      if (i >= pieces[t].size()) continue;
-      first_up[t][i] = items.size();
-      for (int child : tree[t].child) {
-        if (child >= 0) items.push_back({true, t, i, child});
+      if (!has_up(t, i)) continue;
+      for (int c = 0; c < 2; ++c) {
+        const int child = tree[t].child[c];
+        if (child >= 0) items.push_back({position(up_order(n, child), t), true, t, i, c, child});
       }
       if (parent_is_root[t]) {  // the root sends down in its up step
-        down_item[t][i] = items.size();
-        items.push_back({false, t, i, tree[t].parent});
+        items.push_back({position(up_order(n, root[t]), t), false, t, i, 0, root[t]});
       }
     }
     for (int t = 0; t < 2; ++t) {
-      if (i < lag || i - lag >= pieces[t].size() || tree[t].parent < 0 || parent_is_root[t]) continue;
-      down_item[t][i - lag] = items.size();
-      items.push_back({false, t, i - lag, tree[t].parent});
+      if (!has_down(t, i) || parent_is_root[t]) continue;
+      const std::array<int, 2> up = up_order(n, tree[t].parent);
+      items.push_back({2 + position({up[1], up[0]}, t), false, t, i - lag, 0, tree[t].parent});
+    }
+    std::stable_sort(items.begin() + static_cast<std::ptrdiff_t>(first), items.end(),
+                     [](const RecvItem& a, const RecvItem& b) { return a.order < b.order; });
+    for (size_t k = first; k < items.size(); ++k) {
+      const RecvItem& item = items[k];
+      if (item.up) {
+        up_item[item.tree][item.chunk][static_cast<size_t>(item.child)] = k;
+      } else {
+        down_item[item.tree][item.chunk] = k;
+      }
     }
   }
 
@@ -100,15 +132,15 @@ void all_reduce_tree(Exec& exec, const Args& args) {
   std::vector<size_t> free_slots;
   for (size_t s = 0; s < kSlots; ++s) free_slots.push_back(kSlots - 1 - s);
   size_t posted = 0;
-  auto piece_at = [&](int t, size_t k) { return pieces[t][k]; };
-  // Posts receives in order for as long as slots last; then up to `needed` at least (slots are free by then).
+  // Posts receives in order for as long as slots last, and at least up to `needed` (whose slots are free by then:
+  // every up item of an earlier phase has been consumed, and a phase has 4 at most).
   auto post = [&](size_t needed) {
     for (; posted < items.size(); ++posted) {
       RecvItem& item = items[posted];
-      const Piece piece = piece_at(item.tree, item.chunk);
+      const Piece piece = pieces[item.tree][item.chunk];
       if (item.up) {
         if (free_slots.empty()) {
-          TBCOLL_ENFORCE(posted > needed || needed == SIZE_MAX);
+          TBCOLL_ENFORCE(needed == SIZE_MAX);
           return;
         }
         item.slot = free_slots.back();
@@ -118,6 +150,10 @@ void all_reduce_tree(Exec& exec, const Args& args) {
         item.id = exec.irecv(item.peer, dst + piece.offset * es, piece.count * es);
       }
       item.posted = true;
+      if (posted == needed) {
+        ++posted;
+        return;
+      }
     }
   };
   auto wait_item = [&](size_t index) {
@@ -131,16 +167,15 @@ void all_reduce_tree(Exec& exec, const Args& args) {
   };
 
   post(SIZE_MAX);
-  for (size_t i = 0; i < phases_with_chunks + lag; ++i) {
-    for (int t = 0; t < 2; ++t) {  // U(t, i)
-      if (i >= pieces[t].size()) continue;
+  for (size_t i = 0; i < phases; ++i) {
+    for (int t : my_up) {  // U(t, i)
+      if (!has_up(t, i)) continue;
       const Piece piece = pieces[t][i];
-      const uint8_t* own = src + piece.offset * es;
       uint8_t* out = dst + piece.offset * es;
-      size_t item = first_up[t][i];
-      const uint8_t* partial = own;
+      const uint8_t* partial = src + piece.offset * es;
       for (int c = 0; c < 2; ++c) {
         if (tree[t].child[c] < 0) continue;
+        const size_t item = up_item[t][i][static_cast<size_t>(c)];
         wait_item(item);
         const uint8_t* got = slots + items[item].slot * chunk_elems * es;
         if (c == 0) {
@@ -150,7 +185,6 @@ void all_reduce_tree(Exec& exec, const Args& args) {
         }
         partial = out;
         free_slots.push_back(items[item].slot);
-        ++item;
       }
       if (tree[t].parent >= 0) {
         exec.isend(tree[t].parent, partial, piece.count * es);
@@ -160,8 +194,8 @@ void all_reduce_tree(Exec& exec, const Args& args) {
       }
     }
     post(SIZE_MAX);
-    for (int t = 0; t < 2; ++t) {  // D(t, i - lag), and the down chunks that came straight from the root
-      if (i < lag || i - lag >= pieces[t].size() || tree[t].parent < 0) continue;
+    for (int t : my_down) {  // D(t, i - lag): chunks from below the root, and those that came from the root
+      if (!has_down(t, i)) continue;
       wait_item(down_item[t][i - lag]);
       send_down(t, pieces[t][i - lag]);
     }
