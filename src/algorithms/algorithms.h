@@ -26,6 +26,7 @@ void all_reduce_halving_doubling(Exec& exec, const Args& args);
 void all_reduce_mesh(Exec& exec, const Args& args);
 void all_reduce_hierarchical(Exec& exec, const Args& args);
 void all_gather_hierarchical(Exec& exec, const Args& args);
+void all_gather_recursive_doubling(Exec& exec, const Args& args);
 
 /// The ranks of each host in rank order, hosts numbered as Exec::host_of numbers them.
 inline std::vector<std::vector<int>> hosts_of(const Exec& exec) {

@@ -63,6 +63,8 @@ std::vector<Algorithm> built_in() {
       {OpKind::kAllGather, "hierarchical", "gather at one leader per host, ring of the leaders with whole hosts' "
        "blocks, back inside the host: 2 + (H-1) steps for H hosts, (H-1)/H S received per leader",
        all_gather_hierarchical, forced_only, needs_hosts_with_several_ranks},
+      {OpKind::kAllGather, "recursive_doubling", "swap everything gathered so far with r XOR 2^k (non-powers of "
+       "two folded): log2 n steps (+2), (n-1)/n S received per rank", all_gather_recursive_doubling, forced_only},
       {OpKind::kAllGather, "ring", "blocks forwarded around the ring, chunked: n-1 steps, (n-1)/n S sent per rank",
        all_gather_ring},
       {OpKind::kReduceScatter, "direct", "block p of every rank sent to rank p, reduced there in rank order: 1 step, "

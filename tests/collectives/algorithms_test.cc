@@ -98,9 +98,13 @@ TEST(AllReduceAlgorithms, EachOnLoopback) {
   for (const std::string& algo : kFlat) {
     for (int n : {2, 3, 5, 8}) {
       SCOPED_TRACE(fmt::format("{} n={}", algo, n));
-      run_ranks(n, {"loopback", "allreduce:" + algo}, [&](Communicator& comm) {
+      run_ranks(n, {"loopback", algo}, [&](Communicator& comm) {  // bare: all_gather's recursive_doubling too
         EXPECT_EQ(comm.all_reduce_algorithm(8), algo);
+        if (algo == "recursive_doubling") {
+          EXPECT_EQ(comm.algorithm("all_gather", 8), algo);
+        }
         check_a_few(comm, {1, 7, 4099});
+        for (size_t count : {size_t{1}, size_t{7}, size_t{4099}}) check_all_gather(comm, DataType::kInt8, count);
       });
     }
   }
@@ -355,7 +359,8 @@ void PrintTo(const SweepParam& param, std::ostream* os) {
 
 class AlgorithmSweep : public ::testing::TestWithParam<SweepParam> {};
 
-// Every flat algorithm x counts {0, 1, odd, 4096, 1 Mi + 3} x a few dtypes and ops, in place and out of place;
+// Every flat algorithm (and all_gather's of the same name: recursive_doubling) x counts {0, 1, odd, 4096, 1 Mi + 3}
+// x a few dtypes and ops, in place and out of place;
 // the hierarchical pair with the ranks split over two pretend hosts (loopback and tcp carry both).
 TEST_P(AlgorithmSweep, AllReduce) {
   const SweepParam& param = GetParam();
@@ -364,8 +369,10 @@ TEST_P(AlgorithmSweep, AllReduce) {
   if (param.transport == "shm") algos = {"mesh"};
   for (const std::string& algo : algos) {
     SCOPED_TRACE(algo);
-    run_ranks(param.world_size, {param.transport, "allreduce:" + algo}, [&](Communicator& comm) {
+    run_ranks(param.world_size, {param.transport, algo}, [&](Communicator& comm) {  // all_gather's too, if any
       check_a_few(comm, counts);
+      if (algo != "recursive_doubling") return;  // the other all_gathers are the Sweep's
+      for (size_t count : counts) check_all_gather(comm, count > 5000 ? DataType::kFloat32 : DataType::kInt8, count);
     });
   }
   if (param.transport == "shm" || param.world_size < 3) return;
