@@ -136,7 +136,7 @@ Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, con
   // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
   // here, before anything is queued or sent, naming the call.
   try {
-    return {bytes, &tuner.choose({kind, bytes, size, dtype})};
+    return {bytes, &tuner.choose({kind, bytes, size, dtype, hosts})};
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
   }
@@ -248,7 +248,7 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
     const TunerConfig& tuning = tuner.config();
     algo::Exec exec(rank, size, peers, max_message, tag, deadline_after(config.timeout_s), tuning.spin, spin_yields,
-                    tuning.chunk_bytes, scratch, request_table, call);
+                    tuning.chunk_bytes, scratch, request_table, call, &host_of);
     body(exec);
   });
 }

@@ -161,6 +161,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   impl->transport_names.assign(config.world_size, "self");
   impl->p2p_sent.assign(config.world_size, 0);
   impl->p2p_received.assign(config.world_size, 0);
+  impl->host_of.assign(config.world_size, 0);
   const env::Settings settings(config.knobs);
   const TunerConfig tuning = TunerConfig::from_env(settings);
   const Devices devices = transport::available_devices();
@@ -265,6 +266,14 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     plan[chosen].push_back({peer, other.addresses[chosen], "", other.info});
     impl->transport_names[peer] = chosen;
   }
+  std::vector<std::string> host_ids;  // by host number
+  for (int p = 0; p < size; ++p) {
+    const std::string& id = everyone[static_cast<size_t>(p)].info.host_id;
+    const auto known = std::find(host_ids.begin(), host_ids.end(), id);
+    impl->host_of[static_cast<size_t>(p)] = static_cast<int>(known - host_ids.begin());
+    if (known == host_ids.end()) host_ids.push_back(id);
+  }
+  impl->hosts = static_cast<int>(host_ids.size());
   bootstrap::exchange_per_peer_addresses(store, prefix, rank, devices, contexts, plan, deadline, cancelled);
   forget_records(store, prefix, rank, size, deadline);
   impl->spin_yields = spin_should_yield(self.cpus, same_machine_cpus);
@@ -323,7 +332,7 @@ std::string Communicator::algorithm(const std::string& collective, size_t bytes)
   for (OpKind kind : algo::collectives()) {
     if (collective != op_kind_name(kind)) continue;
     if (impl().size == 1) return algo::self_algorithm_name();
-    return impl().tuner.choose({kind, bytes, impl().size, DataType::kFloat32}).name;
+    return impl().tuner.choose({kind, bytes, impl().size, DataType::kFloat32, impl().hosts}).name;
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
 }

@@ -33,6 +33,10 @@ struct Communicator::Impl {
   std::vector<std::unique_ptr<transport::Endpoint>> owned_endpoints;
   std::vector<transport::Endpoint*> peers;  // by rank; nullptr for self
   std::vector<std::string> transport_names;
+  /// host_of[p]: the host of rank p (equal PeerInfo::host_id, TBCOLL_HOST_ID included), hosts numbered 0.. in the
+  /// order of their lowest rank; hosts: how many. The hierarchical schedules group ranks by it.
+  std::vector<int> host_of;
+  int hosts = 1;
   uint64_t collective_seq = 0;
   uint64_t splits = 0;  ///< split() calls so far (collective, so equal on every rank)
   struct GroupedP2p {

@@ -2,7 +2,10 @@
 // with a picture of its schedule and its cost.
 #pragma once
 
+#include <vector>
+
 #include "algorithms/exec.h"
+#include "algorithms/topology.h"
 
 namespace tbcoll::algo {
 
@@ -24,5 +27,24 @@ void gather_direct(Exec& exec, const Args& args);
 void scatter_direct(Exec& exec, const Args& args);
 void gather_binomial(Exec& exec, const Args& args);
 void scatter_binomial(Exec& exec, const Args& args);
+
+// Issue 15's all_reduce and all_gather schedules (one file each, all_reduce_<name>.cc).
+void all_reduce_tree(Exec& exec, const Args& args);
+void all_reduce_recursive_doubling(Exec& exec, const Args& args);
+void all_reduce_halving_doubling(Exec& exec, const Args& args);
+void all_reduce_mesh(Exec& exec, const Args& args);
+void all_reduce_hierarchical(Exec& exec, const Args& args);
+void all_gather_hierarchical(Exec& exec, const Args& args);
+void all_gather_recursive_doubling(Exec& exec, const Args& args);
+
+/// The ranks of each host in rank order, hosts numbered as Exec::host_of numbers them.
+inline std::vector<std::vector<int>> hosts_of(const Exec& exec) {
+  std::vector<int> host_of(static_cast<size_t>(exec.size()));
+  for (int p = 0; p < exec.size(); ++p) host_of[static_cast<size_t>(p)] = exec.host_of(p);
+  return ranks_by_host(host_of);
+}
+
+/// The ring all-reduce among the ranks of ring only (in that order; this rank among them, at least 2).
+void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring);
 
 }  // namespace tbcoll::algo

@@ -10,6 +10,8 @@
 // Pipelining: received chunk k is reduced (and forwarded) while chunks k+1.. are still arriving; up to
 // kDepth receive buffers are in flight. Each segment is reduced once, by a fixed chain of ranks, and then
 // copied around, so every rank ends with bitwise identical results. Avg divides once, at the owner.
+// ring_all_reduce runs the same schedule over a subset of the ranks (the hierarchical schedule's leaders).
+#include <algorithm>
 #include <vector>
 
 #include "algorithms/algorithms.h"
@@ -30,10 +32,16 @@ struct RecvItem {
 }  // namespace
 
 void all_reduce_ring(Exec& exec, const Args& args) {
-  const int n = exec.size();
-  const int r = exec.rank();
-  const int right = mod(r + 1, n);
-  const int left = mod(r - 1, n);
+  std::vector<int> everyone(static_cast<size_t>(exec.size()));
+  for (int p = 0; p < exec.size(); ++p) everyone[static_cast<size_t>(p)] = p;
+  ring_all_reduce(exec, args, everyone);
+}
+
+void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring) {
+  const int n = static_cast<int>(ring.size());
+  const int r = static_cast<int>(std::find(ring.begin(), ring.end(), exec.rank()) - ring.begin());
+  const int right = ring[static_cast<size_t>(mod(r + 1, n))];
+  const int left = ring[static_cast<size_t>(mod(r - 1, n))];
   const size_t es = args.elem_size;
   const auto* src = static_cast<const uint8_t*>(args.send);
   auto* dst = static_cast<uint8_t*>(args.recv);

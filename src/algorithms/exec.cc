@@ -50,7 +50,8 @@ void RequestTable::reset(int world_size) {
 
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
            transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
-           Scratch& scratch, RequestTable& table, [[maybe_unused]] const CallInfo& call)
+           Scratch& scratch, RequestTable& table, [[maybe_unused]] const CallInfo& call,
+           const std::vector<int>* host_of)
     : rank_(rank),
       size_(size),
       peers_(peers),
@@ -66,7 +67,8 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, c
       done_(table.done),
       pending_sends_(table.pending_sends),
       pending_recvs_(table.pending_recvs),
-      active_peers_(table.active_peers) {
+      active_peers_(table.active_peers),
+      host_of_(host_of) {
   table_.reset(size);
 }
 

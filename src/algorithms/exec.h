@@ -80,12 +80,15 @@ struct RequestTable {
 class Exec {
  public:
   /// max_message[p]: the largest message peer p's transport takes (Capabilities::max_message_bytes).
+  /// host_of[p]: the host of rank p (hosts numbered 0.. in the order of their lowest rank); null: one host.
   Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
        transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
-       Scratch& scratch, RequestTable& table, const CallInfo& call);
+       Scratch& scratch, RequestTable& table, const CallInfo& call, const std::vector<int>* host_of = nullptr);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  /// The host of rank p, as the communicator grouped its ranks (TBCOLL_HOST_ID, else the machine).
+  int host_of(int p) const { return host_of_ == nullptr ? 0 : (*host_of_)[static_cast<size_t>(p)]; }
   size_t chunk_bytes() const { return chunk_bytes_; }
   Scratch& scratch() { return scratch_; }
 
@@ -123,6 +126,7 @@ class Exec {
   std::vector<std::deque<size_t>>& pending_sends_;
   std::vector<std::deque<size_t>>& pending_recvs_;
   std::vector<int>& active_peers_;
+  const std::vector<int>* host_of_;
 };
 
 }  // namespace tbcoll::algo

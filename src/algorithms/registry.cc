@@ -23,18 +23,49 @@ ByteRange binomial_range(const TunerConfig& tuning, int world_size) {
 
 void barrier(Exec& exec, const Args&) { barrier_dissemination(exec); }
 
-// all_to_allv: the ranks' byte counts differ, so the tuner cannot choose by size (ranks choosing differently
-// would not match): the direct schedule runs only when forced.
+// Rows the tuner never picks on its own: all_to_allv's direct (the ranks' byte counts differ, so ranks choosing
+// by size would not match) and, until the cost-model tuner chooses among them, issue 15's all_reduce/all_gather
+// algorithms (the defaults above stay as measured); TBCOLL_ALGO (allreduce:tree, ...) forces them.
 ByteRange forced_only(const TunerConfig&, int) { return {0, 0}; }
+
+std::string needs_hosts_with_several_ranks(const CallShape& call) {
+  if (call.hosts <= 1) {
+    return fmt::format("all {} ranks are on one host (ranks with different TBCOLL_HOST_ID are on different hosts)",
+                       call.world_size);
+  }
+  if (call.hosts >= call.world_size) {
+    return fmt::format("each of the {} hosts has one rank, so there is nothing to combine inside a host", call.hosts);
+  }
+  return "";
+}
 
 std::vector<Algorithm> built_in() {
   return {
       {OpKind::kAllReduce, "direct", "every rank sends its input to every other, each reduces all n in rank order: "
        "1 step, (n-1)S sent per rank", all_reduce_direct, direct_range},
+      // Issue 15: ahead of ring, which stays each collective's last row (it takes every size).
+      {OpKind::kAllReduce, "tree", "double binary tree, each tree half the data, chunked: reduce up, broadcast "
+       "down: 2 ceil(log2 n) steps, about S sent per rank", all_reduce_tree, forced_only},
+      {OpKind::kAllReduce, "recursive_doubling", "swap and combine with r XOR 2^k (non-powers of two folded): "
+       "log2 n steps (+2), S sent per step", all_reduce_recursive_doubling, forced_only},
+      {OpKind::kAllReduce, "halving_doubling", "Rabenseifner: reduce-scatter by recursive halving, all-gather by "
+       "recursive doubling (non-powers of two folded): 2 log2 n steps (+2), 2(n-1)/n S sent per rank",
+       all_reduce_halving_doubling, forced_only},
+      {OpKind::kAllReduce, "mesh", "one-shot over a full mesh: every rank sends its input to every peer at once, "
+       "chunked, and reduces all n in rank order: 1 step, (n-1)S sent per rank over n-1 links",
+       all_reduce_mesh, forced_only},
+      {OpKind::kAllReduce, "hierarchical", "reduce to one leader per host, ring of the leaders across hosts, back "
+       "inside the host: 2 + 2(H-1) steps for H hosts, 2(H-1) S across hosts in all", all_reduce_hierarchical,
+       forced_only, needs_hosts_with_several_ranks},
       {OpKind::kAllReduce, "ring", "reduce-scatter then all-gather around the ring, chunked and pipelined: 2(n-1) "
        "steps, 2(n-1)/n S sent per rank", all_reduce_ring},
       {OpKind::kAllGather, "direct", "every rank sends its block to every other: 1 step, (n-1)/n S sent per rank",
        all_gather_direct, direct_range},
+      {OpKind::kAllGather, "hierarchical", "gather at one leader per host, ring of the leaders with whole hosts' "
+       "blocks, back inside the host: 2 + (H-1) steps for H hosts, (H-1)/H S received per leader",
+       all_gather_hierarchical, forced_only, needs_hosts_with_several_ranks},
+      {OpKind::kAllGather, "recursive_doubling", "swap everything gathered so far with r XOR 2^k (non-powers of "
+       "two folded): log2 n steps (+2), (n-1)/n S received per rank", all_gather_recursive_doubling, forced_only},
       {OpKind::kAllGather, "ring", "blocks forwarded around the ring, chunked: n-1 steps, (n-1)/n S sent per rank",
        all_gather_ring},
       {OpKind::kReduceScatter, "direct", "block p of every rank sent to rank p, reduced there in rank order: 1 step, "

@@ -30,6 +30,7 @@ struct CallShape {
   size_t bytes = 0;
   int world_size = 1;
   DataType dtype = DataType::kFloat32;
+  int hosts = 1;  ///< how many hosts the communicator's ranks are on (TBCOLL_HOST_ID tells them apart)
 };
 
 /// [min, max) in bytes.

@@ -31,6 +31,9 @@ void run_ranks(int n, const RankOptions& options, const std::function<void(Commu
         config.algo = options.algo_per_rank.empty() ? options.algo : options.algo_per_rank[rank];
         config.timeout_s = options.timeout_s;
         config.knobs = options.knobs;
+        if (!options.knobs_per_rank.empty()) {
+          for (const auto& [name, value] : options.knobs_per_rank[static_cast<size_t>(rank)]) config.knobs[name] = value;
+        }
         Communicator comm = Communicator::init(config);
         body(comm);
       } catch (const std::exception& error) {

@@ -44,6 +44,7 @@ struct RankOptions {
   double timeout_s = 60;
   std::vector<std::string> algo_per_rank;  ///< when not empty, rank r uses algo_per_rank[r] instead of algo
   std::map<std::string, std::string> knobs;  ///< Config::knobs of every rank
+  std::vector<std::map<std::string, std::string>> knobs_per_rank;  ///< when not empty, rank r's on top of knobs
 };
 
 /// Builds n communicators (one per thread) sharing an in-memory store and runs body on each. Failures in

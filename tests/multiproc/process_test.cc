@@ -139,6 +139,18 @@ TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
   EXPECT_NE(result.output.find("rank 3 transports tcp,tcp,shm,self"), std::string::npos) << result.output;
 }
 
+// The hierarchical all_reduce and all_gather where they are meant to run: shm inside each pretend host, tcp
+// between the leaders (2 + 2 ranks, and 2 + 3).
+TEST(Processes, HierarchicalOverShmInsideAndTcpAcross) {
+  for (int n : {4, 5}) {
+    Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
+                        " -x TBCOLL_ALGO=hierarchical -x TBCOLL_TIMEOUT=60 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
+    EXPECT_EQ(result.status, 0) << result.output;
+    EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+    EXPECT_NE(result.output.find("rank 0 transports self,shm,tcp,tcp"), std::string::npos) << result.output;
+  }
+}
+
 // A rank with a /dev/shm of its own (a container sharing the host's pids and network but not its IPC mount)
 // cannot open its peers' segments: the ranks use TCP instead of failing at set-up.
 TEST(Processes, RanksWithSeparateDevShmFallBackToTcp) {
