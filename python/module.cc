@@ -276,6 +276,101 @@ py::object broadcast(PyComm& self, py::object buf, py::object recv, int root, py
       [&](Communicator& c) { c.broadcast(s.data, r.data, s.count, s.dtype, root); });
 }
 
+py::object all_to_all(PyComm& self, py::object send, py::object recv, py::object dtype, bool async_op) {
+  const auto forced = optional_dtype(dtype);
+  if (recv.is_none()) recv = send;
+  const bool in_place = recv.is(send);
+  View s = view_of(send, "send", in_place, forced);
+  View r = in_place ? s : view_of(recv, "recv", true, forced);
+  const size_t n = static_cast<size_t>(self.size());
+  if (s.count % n != 0) {
+    throw InvalidArgument(fmt::format("send has {} elements, not {} equal blocks (one per rank)", s.count, n));
+  }
+  check_same(s, "send", r, "recv", s.count);
+  const size_t count = s.count / n;
+  return finish(
+      self, async_op, recv, s, r, "all_to_all",
+      [&](Communicator& c) { return c.all_to_all_async(s.data, r.data, count, s.dtype); },
+      [&](Communicator& c) { c.all_to_all(s.data, r.data, count, s.dtype); });
+}
+
+std::vector<size_t> per_rank(const py::object& values, const char* what, size_t n) {
+  if (values.is_none()) return {};
+  std::vector<size_t> out;
+  for (const auto& v : values) out.push_back(v.cast<size_t>());
+  if (out.size() != n) {
+    throw InvalidArgument(fmt::format("{} has {} entries; it needs one per rank ({})", what, out.size(), n));
+  }
+  return out;
+}
+
+py::object all_to_allv(PyComm& self, py::object send, py::object recv, py::object send_counts,
+                       py::object recv_counts, py::object send_displs, py::object recv_displs, py::object dtype,
+                       bool async_op) {
+  const auto forced = optional_dtype(dtype);
+  const size_t n = static_cast<size_t>(self.size());
+  const bool in_place = recv.is(send);
+  View s = view_of(send, "send", in_place, forced);
+  View r = in_place ? s : view_of(recv, "recv", true, forced);
+  if (s.dtype != r.dtype) {
+    throw InvalidArgument(fmt::format("send is {} but recv is {}", to_string(s.dtype), to_string(r.dtype)));
+  }
+  auto sc = per_rank(send_counts, "send_counts", n), rc = per_rank(recv_counts, "recv_counts", n);
+  auto sd = per_rank(send_displs, "send_displs", n), rd = per_rank(recv_displs, "recv_displs", n);
+  if (sc.empty() || rc.empty()) throw InvalidArgument("all_to_allv needs send_counts and recv_counts");
+  // Each block must lie inside its buffer (the library checks overlaps; the extent is known here only).
+  auto check_extent = [&](const std::vector<size_t>& counts, const std::vector<size_t>& displs, const View& v,
+                          const char* what) {
+    size_t at = 0;
+    for (size_t p = 0; p < n; ++p) {
+      const size_t start = displs.empty() ? at : displs[p];
+      if (start > v.count || counts[p] > v.count - start) {
+        throw InvalidArgument(fmt::format("{}: block {} ({} elements at {}) runs past its {} elements", what, p,
+                                          counts[p], start, v.count));
+      }
+      at = start + counts[p];
+    }
+  };
+  check_extent(sc, sd, s, "send");
+  check_extent(rc, rd, r, "recv");
+  const size_t* sdp = sd.empty() ? nullptr : sd.data();
+  const size_t* rdp = rd.empty() ? nullptr : rd.data();
+  return finish(
+      self, async_op, recv, s, r, "all_to_allv",
+      [&](Communicator& c) {
+        return c.all_to_allv_async(s.data, r.data, sc.data(), sdp, rc.data(), rdp, s.dtype);
+      },
+      [&](Communicator& c) { c.all_to_allv(s.data, r.data, sc.data(), sdp, rc.data(), rdp, s.dtype); });
+}
+
+py::object gather(PyComm& self, py::object send, py::object recv, int root, py::object dtype, bool async_op) {
+  const auto forced = optional_dtype(dtype);
+  View s = view_of(send, "send", false, forced);
+  View r;
+  if (self.rank() == root) {
+    r = view_of(recv, "recv", true, forced);
+    check_same(s, "send", r, "recv", s.count * static_cast<size_t>(self.size()));
+  }
+  return finish(
+      self, async_op, recv, s, r, "gather",
+      [&](Communicator& c) { return c.gather_async(s.data, r.data, s.count, s.dtype, root); },
+      [&](Communicator& c) { c.gather(s.data, r.data, s.count, s.dtype, root); });
+}
+
+py::object scatter(PyComm& self, py::object send, py::object recv, int root, py::object dtype, bool async_op) {
+  const auto forced = optional_dtype(dtype);
+  View r = view_of(recv, "recv", true, forced);
+  View s;
+  if (self.rank() == root) {
+    s = view_of(send, "send", false, forced);
+    check_same(r, "recv", s, "send", r.count * static_cast<size_t>(self.size()));
+  }
+  return finish(
+      self, async_op, recv, s, r, "scatter",
+      [&](Communicator& c) { return c.scatter_async(s.data, r.data, r.count, r.dtype, root); },
+      [&](Communicator& c) { c.scatter(s.data, r.data, r.count, r.dtype, root); });
+}
+
 // Raw forms for the torch backend, which holds its tensors itself and passes data_ptr()s: no buffer export on
 // the fast path. Pointers must stay valid until the call (or its Work) completed.
 template <typename F>
@@ -358,6 +453,15 @@ PYBIND11_MODULE(_tbcoll, m) {
            py::arg("root") = 0, py::arg("dtype") = py::none(), py::arg("async_op") = false)
       .def("broadcast", &broadcast, py::arg("buf"), py::arg("recv") = py::none(), py::arg("root") = 0,
            py::arg("dtype") = py::none(), py::arg("async_op") = false)
+      .def("all_to_all", &all_to_all, py::arg("send"), py::arg("recv") = py::none(), py::arg("dtype") = py::none(),
+           py::arg("async_op") = false)
+      .def("all_to_allv", &all_to_allv, py::arg("send"), py::arg("recv"), py::arg("send_counts"),
+           py::arg("recv_counts"), py::arg("send_displs") = py::none(), py::arg("recv_displs") = py::none(),
+           py::arg("dtype") = py::none(), py::arg("async_op") = false)
+      .def("gather", &gather, py::arg("send"), py::arg("recv") = py::none(), py::arg("root") = 0,
+           py::arg("dtype") = py::none(), py::arg("async_op") = false)
+      .def("scatter", &scatter, py::arg("send"), py::arg("recv"), py::arg("root") = 0, py::arg("dtype") = py::none(),
+           py::arg("async_op") = false)
       .def("barrier", [](PyComm& self, bool async_op) -> py::object {
              return finish(self, async_op, py::none(), View(), View(), "barrier",
                            [](Communicator& c) { return c.barrier_async(); }, [](Communicator& c) { c.barrier(); });
@@ -422,6 +526,20 @@ PYBIND11_MODULE(_tbcoll, m) {
                const auto start = Clock::now();
                for (int i = 0; i < iters; ++i) c.all_reduce(ptr(buf), ptr(buf), count, dtype, ReduceOp::kSum);
                return std::chrono::duration<double>(Clock::now() - start).count();
+             });
+           })
+      .def("_gather_raw", [](PyComm& self, uintptr_t send, uintptr_t recv, size_t count, DataType dtype, int root,
+                             bool async_op) {
+             return raw(self, async_op, "gather", [&](Communicator& c, bool a) {
+               return a ? c.gather_async(ptr(send), ptr(recv), count, dtype, root)
+                        : (c.gather(ptr(send), ptr(recv), count, dtype, root), Work());
+             });
+           })
+      .def("_scatter_raw", [](PyComm& self, uintptr_t send, uintptr_t recv, size_t count, DataType dtype, int root,
+                              bool async_op) {
+             return raw(self, async_op, "scatter", [&](Communicator& c, bool a) {
+               return a ? c.scatter_async(ptr(send), ptr(recv), count, dtype, root)
+                        : (c.scatter(ptr(send), ptr(recv), count, dtype, root), Work());
              });
            })
       .def("_send_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {

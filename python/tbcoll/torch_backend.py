@@ -9,7 +9,7 @@ Calls go to the C++ library with the tensors' data pointers (no copy), on the co
 (async_op=False) runs on the calling thread as soon as torch waits for it, an async_op=True call runs on the
 communicator's progress thread while Python computes. all_gather with a list of separate tensors and reduce_scatter
 with a list gather through one contiguous buffer and copy at wait(). send/recv block until done (isend/irecv return a
-completed Work). all_to_all goes through tbcoll's grouped send/recv. The backend's timeout is every call's deadline.
+completed Work). all_to_all (equal or uneven splits, tensor or list form), gather and scatter use tbcoll's own. The backend's timeout is every call's deadline.
 """
 from datetime import timedelta
 
@@ -240,46 +240,101 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
     def recv_anysource(self, tensors, tag=0):
         raise tbcoll.InvalidArgument("tbcoll backend: recv from any source is not supported; name the source rank")
 
-    def _exchange(self, sends, recvs):
-        # sends[i], recvs[i]: the tensor (or None) to send to / receive from rank i, all in one group.
-        self._comm.group_start()
-        try:
-            for peer, t in enumerate(sends):
-                if t is not None and t.numel() > 0:
-                    self._comm._send_raw(t.data_ptr(), t.numel(), _check(t, f"all_to_all's block for {peer}"), peer)
-            for peer, t in enumerate(recvs):
-                if t is not None and t.numel() > 0:
-                    self._comm._recv_raw(t.data_ptr(), t.numel(), _check(t, f"all_to_all's block from {peer}"), peer)
-        finally:
-            self._comm.group_end()
-
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self._size
+        dtype = _check(input, "all_to_all's input")
+        if _check(output, "all_to_all's output") != dtype:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: all_to_all's input is {input.dtype} but its output is {output.dtype}")
 
-        def blocks(t, sizes, what):
+        def counts(t, sizes, what):
+            rows = t.shape[0] if t.dim() > 0 else 1
+            row = t.numel() // rows if rows else 0
             if not sizes:
-                if t.shape[0] % n != 0:
+                if rows % n != 0:
                     raise tbcoll.InvalidArgument(
-                        f"tbcoll backend: all_to_all's {what} has {t.shape[0]} rows, not a multiple of {n} ranks")
-                sizes = [t.shape[0] // n] * n
-            if len(sizes) != n or sum(sizes) != t.shape[0]:
+                        f"tbcoll backend: all_to_all's {what} has {rows} rows, not a multiple of {n} ranks")
+                sizes = [rows // n] * n
+            if len(sizes) != n or sum(sizes) != rows:
                 raise tbcoll.InvalidArgument(
-                    f"tbcoll backend: all_to_all's {what} split sizes {list(sizes)} do not cover its {t.shape[0]} "
-                    f"rows in {n} blocks")
-            return list(torch.split(t, list(sizes)))
+                    f"tbcoll backend: all_to_all's {what} split sizes {list(sizes)} do not cover its {rows} rows "
+                    f"in {n} blocks")
+            return [k * row for k in sizes]
 
-        _check(input, "all_to_all's input")
-        _check(output, "all_to_all's output")
-        self._exchange(blocks(input, input_split_sizes, "input"), blocks(output, output_split_sizes, "output"))
-        return _Work(None, None, [output])
+        send_counts = counts(input, input_split_sizes, "input")
+        recv_counts = counts(output, output_split_sizes, "output")
+        if not input_split_sizes and not output_split_sizes:
+            work = self._comm.all_to_all(input, output, async_op=True)
+        else:
+            work = self._comm.all_to_allv(input, output, send_counts, recv_counts, async_op=True)
+        return _Work(work, [output, input], [output])
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != self._size or len(input_tensors) != self._size:
             raise tbcoll.InvalidArgument(
                 f"tbcoll backend: all_to_all takes {self._size} input and output tensors, got "
                 f"{len(input_tensors)} and {len(output_tensors)}")
-        self._exchange(input_tensors, output_tensors)
-        return _Work(None, None, output_tensors)
+        for i, (o, t) in enumerate(zip(output_tensors, input_tensors)):
+            _check(o, f"all_to_all's output {i}")
+            _check(t, f"all_to_all's input {i}")
+        flat_in = torch.cat([t.reshape(-1) for t in input_tensors])
+        flat_out = torch.empty(sum(o.numel() for o in output_tensors), dtype=output_tensors[0].dtype)
+        work = self._comm.all_to_allv(flat_in, flat_out, [t.numel() for t in input_tensors],
+                                      [o.numel() for o in output_tensors], async_op=True)
+
+        def copy_out():
+            at = 0
+            for o in output_tensors:
+                o.copy_(flat_out[at:at + o.numel()].view_as(o))
+                at += o.numel()
+
+        return _Work(work, [flat_in, flat_out], output_tensors, copy_out)
+
+    def gather(self, output_tensors, input_tensors, opts=None):
+        t = _one(input_tensors, "gather")
+        dtype = _check(t, "gather's input")
+        root = _root_of(opts)
+        if self.rank() != root:
+            work = self._comm._gather_raw(t.data_ptr(), 0, t.numel(), dtype, root, True)
+            return _Work(work, [t], [])
+        outputs = _one(output_tensors, "gather")
+        if len(outputs) != self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: gather's list has {len(outputs)} tensors for {self._size} ranks")
+        for i, o in enumerate(outputs):
+            if _check(o, f"gather's output {i}") != dtype or o.numel() != t.numel():
+                raise tbcoll.InvalidArgument(
+                    f"tbcoll backend: gather's output {i} has {o.numel()} elements of {o.dtype}; the input has "
+                    f"{t.numel()} of {t.dtype}")
+        flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
+        work = self._comm._gather_raw(t.data_ptr(), flat.data_ptr(), t.numel(), dtype, root, True)
+
+        def copy_out():
+            n = t.numel()
+            for i, o in enumerate(outputs):
+                o.copy_(flat[i * n:(i + 1) * n].view_as(o))
+
+        return _Work(work, [flat, t], output_tensors, copy_out)
+
+    def scatter(self, output_tensors, input_tensors, opts=None):
+        t = _one(output_tensors, "scatter")
+        dtype = _check(t, "scatter's output")
+        root = _root_of(opts)
+        if self.rank() != root:
+            work = self._comm._scatter_raw(0, t.data_ptr(), t.numel(), dtype, root, True)
+            return _Work(work, [t], output_tensors)
+        inputs = _one(input_tensors, "scatter")
+        if len(inputs) != self._size:
+            raise tbcoll.InvalidArgument(
+                f"tbcoll backend: scatter's list has {len(inputs)} tensors for {self._size} ranks")
+        for i, x in enumerate(inputs):
+            if _dtype(x, f"scatter's input {i}") != dtype or x.numel() != t.numel():
+                raise tbcoll.InvalidArgument(
+                    f"tbcoll backend: scatter's input {i} has {x.numel()} elements of {x.dtype}; the output has "
+                    f"{t.numel()} of {t.dtype}")
+        flat = torch.cat([x.reshape(-1) for x in inputs])
+        work = self._comm._scatter_raw(flat.data_ptr(), t.data_ptr(), t.numel(), dtype, root, True)
+        return _Work(work, [flat, t], output_tensors)
 
 
 def _create(store, rank, size, timeout):

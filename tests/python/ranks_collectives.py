@@ -105,6 +105,48 @@ for dtype in ("int32", "float32", "float16", "uint8"):
             comm.broadcast(inputs[rank], out, root=root)
             check(out, inputs[root], f"broadcast {dtype} n={n} root={root} out of place")
 
+# ---- all_to_all, all_to_allv, gather, scatter ------------------------------------------------------------------
+for dtype in ("int64", "float32", "float16"):
+    for n in (0, 1, 9, 5001):
+        blocks = [[data(r, n, dtype, salt=10 * r + p) for p in range(size)] for r in range(size)]  # [from][to]
+        mine = np.concatenate(blocks[rank]) if n else np.zeros(0, dtype)
+        want = np.concatenate([blocks[p][rank] for p in range(size)]) if n else np.zeros(0, dtype)
+        out = np.zeros(n * size, dtype)
+        comm.all_to_all(mine, out)
+        check(out, want, f"all_to_all {dtype} n={n}")
+        x = mine.copy()
+        comm.all_to_all(x)
+        check(x, want, f"all_to_all {dtype} n={n} in place")
+        w = np.zeros(n * size, dtype)
+        comm.all_to_all(mine, w, async_op=True).wait()
+        check(w, want, f"all_to_all {dtype} n={n} async")
+        for root in range(size):
+            g = np.zeros(n * size, dtype) if rank == root else None
+            comm.gather(blocks[rank][0], g, root=root)
+            if rank == root:
+                check(g, np.concatenate([blocks[r][0] for r in range(size)]) if n else g, f"gather {dtype} n={n}")
+            r_out = np.zeros(n, dtype)
+            comm.scatter(mine if rank == root else None, r_out, root=root)
+            check(r_out, blocks[root][rank], f"scatter {dtype} n={n} root={root}")
+# all_to_allv: rank r sends (r + p) % 3 elements to rank p (zero for some pairs), packed, and displaced on receive.
+send_counts = [(rank + p) % 3 for p in range(size)]
+recv_counts = [(p + rank) % 3 for p in range(size)]
+send = np.concatenate([np.full(send_counts[p], 100 * rank + p, np.int32) for p in range(size)])
+recv_displs = [sum(recv_counts[:p]) + p for p in range(size)]  # a gap of one element after each block
+recv = np.full(sum(recv_counts) + size, -1, np.int32)
+comm.all_to_allv(send, recv, send_counts, recv_counts, recv_displs=recv_displs)
+want = np.full(sum(recv_counts) + size, -1, np.int32)
+for p in range(size):
+    want[recv_displs[p]:recv_displs[p] + recv_counts[p]] = 100 * p + rank
+check(recv, want, "all_to_allv uneven, zero counts, displaced")
+expect_msg = None
+try:
+    comm.all_to_allv(send, recv, send_counts[:-1] if size > 1 else [], recv_counts)
+except tbcoll.InvalidArgument as e:
+    expect_msg = str(e)
+assert expect_msg and "one per rank" in expect_msg, expect_msg
+checks += 1
+
 comm.barrier()
 
 # ---- async: several calls queued, then waited; buffers kept alive by the Work ------------------------------------

@@ -102,6 +102,32 @@ for dtype in (torch.float32, torch.int64, torch.float16):
     record(f"all_to_all_single uneven {dtype}", a2a_uneven)
 
 
+for dtype in (torch.float32, torch.int64):
+    def gather(dtype=dtype):
+        outs = []
+        for root in range(size):
+            lst = [torch.zeros(4, dtype=dtype) for _ in range(size)] if rank == root else None
+            dist.gather(inp(4, dtype, root), lst, dst=root)
+            outs += lst if rank == root else []
+        return outs
+    record(f"gather {dtype}", gather)
+
+    def scatter(dtype=dtype):
+        outs = []
+        for root in range(size):
+            t = torch.zeros(4, dtype=dtype)
+            dist.scatter(t, [inp(4, dtype, i) for i in range(size)] if rank == root else None, src=root)
+            outs.append(t)
+        return outs
+    record(f"scatter {dtype}", scatter)
+
+    def a2a_list(dtype=dtype):
+        outs = [torch.zeros(rank + 1, dtype=dtype) for _ in range(size)]
+        dist.all_to_all(outs, [torch.full((p + 1,), 10 * rank + p).to(dtype) for p in range(size)])
+        return outs
+    record(f"all_to_all list {dtype}", a2a_list)
+
+
 def p2p():
     t = torch.zeros(4)
     if rank == 0:
