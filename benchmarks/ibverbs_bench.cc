@@ -69,6 +69,14 @@ void BM_IbverbsMessage(benchmark::State& state) {
 }
 BENCHMARK(BM_IbverbsMessage)->Arg(8)->Arg(1024)->Arg(4032)->Arg(65536)->Arg(1 << 20);
 
+// The same with every frame posted alone (TBCOLL_IB_POST_BATCH=1: a doorbell per frame): what batching saves.
+void BM_IbverbsMessageUnbatched(benchmark::State& state) {
+  const size_t bytes = static_cast<size_t>(state.range(0));
+  auto pair = connect_pair({{"TBCOLL_IB_POST_BATCH", "1"}});
+  exchange(state, *pair, bytes);
+}
+BENCHMARK(BM_IbverbsMessageUnbatched)->Arg(8)->Arg(65536)->Arg(1 << 20);
+
 void BM_IbverbsRails(benchmark::State& state) {
   const size_t bytes = static_cast<size_t>(state.range(0));
   fake::Options two_devices;

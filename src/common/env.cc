@@ -36,6 +36,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_IB_DEVICES", "", "ibverbs devices to use, comma-separated (rdma_en3,rdma_en4 or rxe0; default: the first with an active port and an IPv4-mapped GID), or a device matrix: a path to MLX's JSON file (N x N, row = this rank, each cell null, \"rdma_enX\" or a list, one name per cable) or the JSON itself; unset: MLX_IBV_DEVICES"},
       {"TBCOLL_IB_RAILS", "1", "ibverbs without a device matrix: how many of the usable devices every peer is reached over (each a rail; several only where every device reaches every peer, as RoCE NICs on one network)"},
       {"TBCOLL_IB_STRIPE_BYTES", "65536", "ibverbs messages from this size are cut across a peer's rails (several cables); smaller ones go on one"},
+      {"TBCOLL_IB_POST_BATCH", "0", "ibverbs frames posted per ibv_post_send (one doorbell) at most, 1-32; 0: 1 on Apple's librdma (lists untried there), 16 elsewhere"},
       {"TBCOLL_IB_MAX_QPS", "auto", "ibverbs queue pairs per device in a process (one per peer and rail): auto = 10 on Apple's rdma_enN devices, no limit elsewhere; past it, peers use tcp (TBCOLL_IB_MODE=auto) or init fails naming it"},
   };
   return table;

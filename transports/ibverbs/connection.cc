@@ -352,6 +352,7 @@ void Connection::pump_sends_locked() {
     free_send_slots_.pop_back();
     post_frame(slot, header);
   }
+  flush_locked();
 }
 
 void Connection::post_frame(int slot, wire::Header header) {
@@ -363,21 +364,31 @@ void Connection::post_frame(int slot, wire::Header header) {
   header.payload_sum = wire::payload_sum(frame + sizeof(header), header.payload);
   wire::seal(header);
   std::memcpy(frame, &header, sizeof(header));
-  ibv_sge sge{};
+  ibv_sge& sge = batch_sge_[batched_];
   sge.addr = reinterpret_cast<uintptr_t>(frame);
   sge.length = static_cast<uint32_t>(sizeof(header) + header.payload);
   sge.lkey = mr_->lkey;
-  ibv_send_wr wr{};
+  ibv_send_wr& wr = batch_[batched_];
+  wr = ibv_send_wr{};
   wr.wr_id = static_cast<uint64_t>(slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
+  if (batched_ > 0) batch_[batched_ - 1].next = &wr;
+  ++batched_;
   --credits_;
-  if (local_.verbs->post_send(qp_, &wr, &bad) != 0) {
-    fail_locked(
-        fmt::format("[ibverbs] {}: ibv_post_send to {} failed: {}", local_.device, peer_key_, errno_text(errno)));
+  if (batched_ >= std::min(local_.post_batch, kMaxPostBatch)) flush_locked();
+}
+
+void Connection::flush_locked() {
+  if (batched_ == 0) return;
+  ibv_send_wr* bad = nullptr;
+  const int posted = batched_;
+  batched_ = 0;
+  if (local_.verbs->post_send(qp_, &batch_[0], &bad) != 0) {
+    fail_locked(fmt::format("[ibverbs] {}: ibv_post_send of {} frames to {} failed: {}", local_.device, posted,
+                            peer_key_, errno_text(errno)));
   }
 }
 

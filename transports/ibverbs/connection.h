@@ -50,6 +50,7 @@ struct LocalPort {
   ibv_mtu mtu = IBV_MTU_1024;
   Mode mode = Mode::kUc;   ///< what this port uses (TBCOLL_IB_MODE, or what the device showed it has for auto)
   bool auto_mode = false;  ///< mode was chosen automatically: a peer with less is met in UC
+  int post_batch = 16;     ///< frames posted per ibv_post_send call at most (one doorbell each)
 };
 
 class Endpoint;
@@ -58,6 +59,7 @@ class Connection {
  public:
   static constexpr int kRecvDepth = 32;  ///< receives posted for the peer (Apple: more than ~32 fails on some versions)
   static constexpr int kSendDepth = 32;  ///< frames in flight
+  static constexpr int kMaxPostBatch = kSendDepth;
 
   /// Creates the queue pair (INIT, of type mode) and its registered buffers. Throws IoError naming the verb and
   /// errno.
@@ -103,8 +105,10 @@ class Connection {
   void poll_locked();
   void on_frame(int slot, uint32_t bytes);
   void pump_sends_locked();
-  /// Seals and posts the frame in send slot `slot` (its payload already in place).
+  /// Seals the frame in send slot `slot` (its payload already in place) and adds it to the batch of work
+  /// requests, posted when full (LocalPort::post_batch) or by flush_locked().
   void post_frame(int slot, wire::Header header);
+  void flush_locked();
   void post_recv(int slot);
   void check_side_channel_locked();
   [[noreturn]] void fail_locked(const std::string& why);
@@ -137,6 +141,9 @@ class Connection {
   uint64_t frames_in_ = 0;  // frames received from the peer in all
   int peer_depth_ = 0;
   std::vector<int> free_send_slots_;
+  ibv_send_wr batch_[kMaxPostBatch] = {};
+  ibv_sge batch_sge_[kMaxPostBatch] = {};
+  int batched_ = 0;
   std::map<uint64_t, Attached> endpoints_;
   std::map<uint64_t, std::deque<std::vector<uint8_t>>> early_;  // frames of communicators not attached yet
   std::map<uint64_t, std::string> aborted_;                     // comm ids the peer aborted

@@ -105,6 +105,12 @@ class Device final : public transport::Device {
     options.listen_host = settings.get("TBCOLL_SOCKET_ADDR");
     if (options.listen_host.empty()) options.listen_host = args.bind_host;
     options.token = args.token;
+    const long long post_batch = settings.get_int("TBCOLL_IB_POST_BATCH");
+    if (post_batch < 0 || post_batch > Connection::kMaxPostBatch) {
+      throw InvalidArgument(fmt::format("[env] TBCOLL_IB_POST_BATCH={}: 0 (automatic) to {}", post_batch,
+                                        Connection::kMaxPostBatch));
+    }
+    options.post_batch = static_cast<int>(post_batch);
     const long long stripe_bytes = settings.get_int("TBCOLL_IB_STRIPE_BYTES");
     if (stripe_bytes < 0) {
       throw InvalidArgument(fmt::format("[env] TBCOLL_IB_STRIPE_BYTES={}: a size in bytes", stripe_bytes));

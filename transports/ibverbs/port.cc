@@ -192,6 +192,8 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
     throw IoError(fmt::format("[ibverbs] {}: ibv_alloc_pd failed (is the port down?)", found.name));
   }
   local_.auto_mode = options_.auto_mode;
+  // Lists of work requests in one ibv_post_send: untried on Apple's provider, so one at a time there by default.
+  local_.post_batch = options_.post_batch > 0 ? options_.post_batch : verbs_.provider == "librdma.dylib" ? 1 : 16;
   local_.mode = options_.auto_mode ? (has_rc(verbs_, local_) ? Mode::kRc : Mode::kUc) : options_.mode;
   std::random_device random;
   key_ = fmt::format("{}.{}.{:08x}", presence, found.name, random());

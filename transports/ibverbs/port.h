@@ -25,6 +25,7 @@ namespace tbcoll::ibverbs {
 struct PortOptions {
   Mode mode = Mode::kUc;
   bool auto_mode = false;   ///< TBCOLL_IB_MODE=auto: RC if the device creates an RC queue pair, else UC
+  int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
   std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;        ///< job token, checked in every handshake
 };
