@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/time.h"
 #include "transports/endpoint_list.h"
 #include "transports/ibverbs/endpoint.h"
@@ -67,6 +68,12 @@ class Context final : public transport::Context {
     std::vector<std::unique_ptr<transport::Endpoint>> out;
     for (std::vector<Peer>* group : {&dialed, &awaited}) {
       for (Peer& peer : *group) {
+        std::string rails;
+        for (size_t k = 0; k < peer.rails.size(); ++k) {
+          rails += fmt::format("{}{}-{}", k == 0 ? "" : " + ", peer.rails[k].device, peer.rails[k].peer.device);
+        }
+        log::info("[ibverbs] rank {}: peer {} over {} ({} queue pair{})", args_.rank, peer.rank, rails,
+                  mode_name(peer.connections[0]->mode()), peer.rails.size() > 1 ? "s, striped" : "");
         out.push_back(endpoints_.add<transport::Endpoint>(std::make_unique<Endpoint>(
             std::move(peer.connections), args_.rank, peer.rank, args_.comm_id, stripe_bytes_)));
       }
