@@ -410,7 +410,7 @@ TEST(IbverbsAutoMode, PortsThatDifferMeetInUcOrFailWhenBothAreForced) {
   configs[0].knobs = {{"TBCOLL_IB_MODE", "uc"}};
   configs[1].knobs = {{"TBCOLL_IB_MODE", "rc"}};
   configs[0].store = configs[1].store = make_in_memory_store();
-  configs[0].timeout_s = configs[1].timeout_s = 3;
+  configs[0].timeout_s = configs[1].timeout_s = 1;
   threads.clear();
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] { errors[rank] = error_of([&] { Communicator::init(configs[rank]); }); });
