@@ -213,14 +213,18 @@ void Connection::detach(uint64_t comm_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = endpoints_.find(comm_id);
   if (it == endpoints_.end()) return;
-  senders_.erase(std::remove(senders_.begin(), senders_.end(), it->second.endpoint), senders_.end());
+  Endpoint* leaving = it->second.endpoint;
+  senders_.erase(std::remove_if(senders_.begin(), senders_.end(),
+                                [leaving](const std::pair<Endpoint*, int>& sender) { return sender.first == leaving; }),
+                 senders_.end());
   endpoints_.erase(it);
   aborted_.erase(comm_id);
 }
 
-void Connection::want_to_send(Endpoint* endpoint) {
+void Connection::want_to_send(Endpoint* endpoint, int rail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (std::find(senders_.begin(), senders_.end(), endpoint) == senders_.end()) senders_.push_back(endpoint);
+  const std::pair<Endpoint*, int> sender{endpoint, rail};
+  if (std::find(senders_.begin(), senders_.end(), sender) == senders_.end()) senders_.push_back(sender);
   if (!failure_.empty()) return;
   try {
     pump_sends_locked();  // small messages leave in this call
@@ -327,20 +331,19 @@ Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
 
 void Connection::pump_sends_locked() {
   while (!senders_.empty() && credits_ >= 2 && !free_send_slots_.empty()) {
-    Endpoint* endpoint = senders_.front();
+    const auto [endpoint, rail] = senders_.front();
     senders_.pop_front();
-    Attached* attached = endpoint_of(endpoint->comm_id());
-    if (attached == nullptr) continue;
     const int slot = free_send_slots_.back();
     uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
     wire::Header header;
-    if (!endpoint->fill_frame(attached->rail, &header, frame + sizeof(header))) continue;
+    bool more = false;
+    if (!endpoint->fill_frame(rail, &header, frame + sizeof(header), &more)) continue;
     free_send_slots_.pop_back();
     post_frame(slot, header);
     frames_sent_.fetch_add(1, std::memory_order_relaxed);
     payload_sent_.fetch_add(header.payload, std::memory_order_relaxed);
     // Round robin between the communicators that have something to send.
-    if (endpoint->has_frame(attached->rail)) senders_.push_back(endpoint);
+    if (more) senders_.emplace_back(endpoint, rail);
   }
   // Credits back to the peer when it has nothing to carry them, or may be running short.
   const uint64_t peer_credits = static_cast<uint64_t>(kRecvDepth) + reported_ - frames_in_;

@@ -87,8 +87,8 @@ class Connection {
   /// to it now). Detach before destroying it.
   void attach(uint64_t comm_id, Endpoint* endpoint, int rail);
   void detach(uint64_t comm_id);
-  /// An endpoint with something to send.
-  void want_to_send(Endpoint* endpoint);
+  /// An endpoint (for which this connection is rail `rail`) with something to send.
+  void want_to_send(Endpoint* endpoint, int rail);
   /// Tells the peer that communicator comm_id was aborted here (side channel). Never throws.
   void notify_abort(uint64_t comm_id);
 
@@ -147,7 +147,7 @@ class Connection {
   std::map<uint64_t, Attached> endpoints_;
   std::map<uint64_t, std::deque<std::vector<uint8_t>>> early_;  // frames of communicators not attached yet
   std::map<uint64_t, std::string> aborted_;                     // comm ids the peer aborted
-  std::deque<Endpoint*> senders_;
+  std::deque<std::pair<Endpoint*, int>> senders_;  // with their rail on this connection
   std::atomic<uint64_t> frames_sent_{0};
   std::atomic<uint64_t> payload_sent_{0};
   Clock::time_point next_side_check_{};

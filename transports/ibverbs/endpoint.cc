@@ -26,23 +26,22 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
                     rank_, bytes, peer_, wire::kMaxMessageBytes));
   }
   std::unique_ptr<transport::Request> request;
-  std::vector<bool> touched(rails_.size(), false);
+  bool striped = false;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto [made, op] = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag);
     request = std::move(made);
     op->number = sends_posted_++;
-    for (size_t rail = 0; rail < rails_.size(); ++rail) {
-      op->parts.push_back(wire::part_of(bytes, rails(), stripe_bytes_, static_cast<int>(rail)));
-      if (op->parts.back().carries) {
-        ++op->parts_left;
-        touched[rail] = true;
-      }
+    op->part0 = wire::part_of(bytes, rails(), stripe_bytes_, 0);
+    op->parts_left = 1;
+    striped = rails() > 1 && wire::part_of(bytes, rails(), stripe_bytes_, 1).carries;
+    for (int rail = 1; striped && rail < rails(); ++rail) {
+      op->other_parts.push_back(wire::part_of(bytes, rails(), stripe_bytes_, rail));
+      op->parts_left += op->other_parts.back().carries ? 1 : 0;
     }
   }
-  for (size_t rail = 0; rail < rails_.size(); ++rail) {
-    if (touched[rail]) rails_[rail]->want_to_send(this);  // small messages leave in this call
-  }
+  rails_[0]->want_to_send(this, 0);  // small messages leave in this call
+  for (size_t rail = 1; striped && rail < rails_.size(); ++rail) rails_[rail]->want_to_send(this, static_cast<int>(rail));
   return request;
 }
 
@@ -114,26 +113,21 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
   transport::forget_buffer(op, sends_, recvs_);
 }
 
-bool Endpoint::has_frame(int rail) {
+bool Endpoint::fill_frame(int rail, wire::Header* header, uint8_t* payload, bool* more) {
   std::lock_guard<std::mutex> lock(mutex_);
+  *more = false;
   if (!broken_.empty() || aborted_) return false;
   const size_t r = static_cast<size_t>(rail);
-  for (size_t i = rail_cursor_[r] > send_base_ ? rail_cursor_[r] - send_base_ : 0; i < sends_.size(); ++i) {
-    if (sends_[i]->parts[r].carries) return true;
-  }
-  return false;
-}
-
-bool Endpoint::fill_frame(int rail, wire::Header* header, uint8_t* payload) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (!broken_.empty() || aborted_) return false;
-  const size_t r = static_cast<size_t>(rail);
+  auto carries = [r](Operation& op) {
+    const wire::Part* part = op.part(r);
+    return part != nullptr && part->carries;
+  };
   size_t i = rail_cursor_[r] > send_base_ ? static_cast<size_t>(rail_cursor_[r] - send_base_) : 0;
-  while (i < sends_.size() && !sends_[i]->parts[r].carries) ++i;
+  while (i < sends_.size() && !carries(*sends_[i])) ++i;
   rail_cursor_[r] = send_base_ + i;
   if (i == sends_.size()) return false;
-  Operation& op = *sends_[i];
-  wire::Part& part = op.parts[r];
+  Operation& op = *sends_[i];  // not used once it may have left sends_ below
+  wire::Part& part = *op.part(r);
   const size_t bytes = std::min(wire::kPayloadBytes, part.end - part.begin);
   header->kind = static_cast<uint8_t>(wire::FrameKind::kData);
   header->flags = static_cast<uint8_t>((part.begin == 0 ? wire::kFirst : 0) |
@@ -158,6 +152,9 @@ bool Endpoint::fill_frame(int rail, wire::Header* header, uint8_t* payload) {
       }
     }
   }
+  // Frames left for this rail: this send's, or a later one's.
+  const size_t from = rail_cursor_[r] > send_base_ ? static_cast<size_t>(rail_cursor_[r] - send_base_) : 0;
+  for (size_t j = from; j < sends_.size() && !*more; ++j) *more = carries(*sends_[j]);
   return true;
 }
 

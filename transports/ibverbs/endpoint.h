@@ -28,8 +28,15 @@ struct Operation : transport::QueuedOperation {
   uint64_t number = 0;           ///< the message's number on this endpoint and direction
   bool matched = false;          ///< receives: the message's first frame was checked against it
   bool arrived = false;          ///< receives: a frame of it came (an empty message has one)
-  std::vector<wire::Part> parts;  ///< sends: what each rail carries; begin advances as frames go
+  wire::Part part0;               ///< sends: what rail 0 carries; begin advances as frames go
+  std::vector<wire::Part> other_parts;  ///< sends: rails 1.. of a striped message (none for a small one)
   int parts_left = 0;            ///< sends: rails with frames still to go
+
+  /// What rail `rail` carries of this send (null: nothing).
+  wire::Part* part(size_t rail) {
+    if (rail == 0) return &part0;
+    return rail <= other_parts.size() ? &other_parts[rail - 1] : nullptr;
+  }
   std::vector<uint8_t> storage;  ///< an unexpected message's bytes
 };
 
@@ -56,11 +63,10 @@ class Endpoint final : public transport::Endpoint {
   void abandon(const std::shared_ptr<Operation>& op);
 
   // Called by the connection of rail `rail`, under its lock.
-  /// Whether a send has frames left for this rail.
-  bool has_frame(int rail);
   /// The next frame of the oldest send with frames left on this rail: fills header's message fields and copies its
-  /// payload to `payload` (room for wire::kPayloadBytes). False if there is none.
-  bool fill_frame(int rail, wire::Header* header, uint8_t* payload);
+  /// payload to `payload` (room for wire::kPayloadBytes); *more says whether a frame for this rail is left after
+  /// it. False if there is none.
+  bool fill_frame(int rail, wire::Header* header, uint8_t* payload, bool* more);
   void on_frame(int rail, const wire::Header& header, const uint8_t* payload);
   /// The connection failed, or the peer aborted this communicator: every operation fails with why.
   void fail(const std::string& why);
