@@ -94,10 +94,12 @@ int take_inherited_listener(int port) {
 // published and that can join them, or "" if none. Symmetric, so every rank computes every pair alike.
 using Devices = std::vector<std::shared_ptr<transport::Device>>;
 
-std::string transport_between(const Devices& devices, const Published& a, const Published& b) {
+std::string transport_between(const Devices& devices, const Published& a, const Published& b,
+                              std::string* why_not = nullptr) {
   for (const auto& device : devices) {
     const std::string& name = device->name();
-    if (a.addresses.count(name) != 0 && b.addresses.count(name) != 0 && device->can_connect(a.info, b.info)) {
+    if (a.addresses.count(name) != 0 && b.addresses.count(name) != 0 && device->can_connect(a.info, b.info) &&
+        device->can_connect_addresses(a.info, a.addresses.at(name), b.info, b.addresses.at(name), why_not)) {
       return name;
     }
   }
@@ -258,10 +260,12 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
                                      other.world_size, size));
     }
     if (other.kernel == self.kernel) same_machine_cpus.push_back(other.cpus);
-    const std::string chosen = transport_between(devices, self, other);
+    std::string why_not;
+    const std::string chosen = transport_between(devices, self, other, &why_not);
     if (chosen.empty()) {
-      throw InvalidArgument(fmt::format("rank {}: no transport can reach peer {}{}", rank, peer,
-                                        config.transport.empty() ? "" : " with TBCOLL_TRANSPORT=" + config.transport));
+      throw InvalidArgument(fmt::format("rank {}: no transport can reach peer {}{}{}", rank, peer,
+                                        config.transport.empty() ? "" : " with TBCOLL_TRANSPORT=" + config.transport,
+                                        why_not.empty() ? "" : " (" + why_not + ")"));
     }
     plan[chosen].push_back({peer, other.addresses[chosen], "", other.info});
     impl->transport_names[peer] = chosen;

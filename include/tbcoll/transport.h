@@ -157,6 +157,15 @@ class Device {
   virtual Capabilities capabilities() const = 0;
   /// Whether this transport can connect self and peer. Must be symmetric.
   virtual bool can_connect(const PeerInfo& self, const PeerInfo& peer) const = 0;
+  /// Asked after can_connect() said yes, with the addresses both contexts published (Context::address()): a
+  /// transport that serves only some pairs (RDMA cables listed per pair, a queue pair budget per device) declines
+  /// the others here, and they take the next transport. Must be symmetric. *why_not (may be null) says why, for
+  /// the error when no transport is left for the pair.
+  virtual bool can_connect_addresses(const PeerInfo& self, const std::string& self_address, const PeerInfo& peer,
+                                     const std::string& peer_address, std::string* why_not) const {
+    (void)self, (void)self_address, (void)peer, (void)peer_address, (void)why_not;
+    return true;
+  }
   /// The fast-path algorithms its contexts may offer (names, collectives, descriptions; sizes unset), for
   /// TBCOLL_ALGO's checks, errors and tbcoll-info. A context's fast_path() offers a subset.
   virtual std::vector<FastPathAlgorithm> fast_path_algorithms() const { return {}; }

@@ -177,7 +177,11 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
     error_completion(qp, wr->wr_id, IBV_WC_LOC_PROT_ERR, opcode, qp->sending_seq);
     return;
   }
-  if (fabric.fail_send) {
+  // Injected faults hit the sends of one device only when Options::faulty_device says so (one flaky cable).
+  const int faulty = fabric.options.faulty_device;
+  const bool faults_here = faulty < 0 || (static_cast<size_t>(faulty) < fabric.devices.size() &&
+                                          qp->context->verbs.device == fabric.devices[static_cast<size_t>(faulty)].get());
+  if (fabric.fail_send && faults_here) {
     fabric.fail_send = false;
     error_completion(qp, wr->wr_id, fabric.fail_send_status, opcode, qp->sending_seq);
     return;
@@ -190,13 +194,13 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
     }
     offset += wr->sg_list[i].length;
   }
-  if (fabric.drop_sends > 0) {
+  if (fabric.drop_sends > 0 && faults_here) {
     --fabric.drop_sends;
     ++fabric.counters.dropped_injected;
     succeeded();
     return;
   }
-  if (fabric.corrupt_sends > 0 && length > 0) {
+  if (fabric.corrupt_sends > 0 && length > 0 && faults_here) {
     --fabric.corrupt_sends;
     ++fabric.counters.corrupted;
     data[length / 2] ^= 0xff;

@@ -79,6 +79,9 @@ struct Options {
   int ipv4_gid_index = 1;
   /// get_device_list returns null with errno ENOSYS, as rdma-core does on a kernel without RDMA.
   bool no_kernel_support = false;
+  /// The injected send faults below (drop, corrupt, fail a completion) hit only sends from contexts of device
+  /// rdma_en<faulty_device>, as one flaky cable among several would; -1: sends anywhere.
+  int faulty_device = -1;
   /// Ports are ACTIVE; false: IBV_PORT_DOWN, and alloc_pd returns null (errno EIO), as Apple's provider does when
   /// the Mac at the other end of the cable has no RDMA.
   bool ports_active = true;
@@ -90,7 +93,8 @@ void reset(const Options& options = Options{});
 /// The function table, bound to the process-wide fabric; provider "fake". The pointer stays valid across reset().
 const VerbsApi* verbs();
 
-// ---- fault injection: each applies to the next sends posted anywhere in the fabric, in posting order ----------
+// ---- fault injection: each applies to the next sends posted anywhere in the fabric (or on
+// Options::faulty_device), in posting order ---------------------------------------------------------------------
 
 /// The next n messages are lost on the wire (the sender sees a normal completion), like a flaky cable.
 void drop_next_sends(int n);

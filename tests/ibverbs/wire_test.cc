@@ -14,7 +14,9 @@ TEST(IbverbsWire, HeaderChecksumCatchesAnyFlippedBit) {
   header.flags = wire::kFirst;
   header.seq = 12345;
   header.credits = 7;
-  header.payload = 4048;
+  header.payload = 4032;
+  header.message = 77;
+  header.offset = 8064;
   header.comm_id = 0x1122334455667788ull;
   header.tag = 99;
   header.meta = 0xabcdef;
@@ -40,15 +42,43 @@ TEST(IbverbsWire, FramesPerMessage) {
 }
 
 TEST(IbverbsWire, PortAddressesParseAndMalformedOnesAreRefused) {
-  std::string key, side_channel, device;
-  Port::parse("ab12.0.00ff00ff|10.9.0.1:4242|rdma_en3", &key, &side_channel, &device);
-  EXPECT_EQ(key, "ab12.0.00ff00ff");
-  EXPECT_EQ(side_channel, "10.9.0.1:4242");
-  EXPECT_EQ(device, "rdma_en3");
-  const std::string long_key = std::string(100, 'k') + "|h:1|d";
-  for (const std::string& bad : {std::string(), std::string("key-only"), std::string("|host:1|dev"),
-                                 std::string("key||dev"), long_key}) {
-    EXPECT_THROW(Port::parse(bad, &key, &side_channel, &device), InvalidArgument) << bad;
+  const PortAddress parsed = Port::parse("ab12.0.rdma_en3.00ff00ff|10.9.0.1:4242|rdma_en3|rc+auto");
+  EXPECT_EQ(parsed.key, "ab12.0.rdma_en3.00ff00ff");
+  EXPECT_EQ(parsed.side_channel, "10.9.0.1:4242");
+  EXPECT_EQ(parsed.device, "rdma_en3");
+  EXPECT_EQ(parsed.mode, Mode::kRc);
+  EXPECT_TRUE(parsed.auto_mode);
+  EXPECT_EQ(Port::parse("k|h:1|d|uc").mode, Mode::kUc);
+  EXPECT_FALSE(Port::parse("k|h:1|d|uc").auto_mode);
+  const std::string long_key = std::string(100, 'k') + "|h:1|d|uc";
+  for (const std::string& bad :
+       {std::string(), std::string("key-only"), std::string("|host:1|dev|uc"), std::string("key||dev|uc"),
+        std::string("key|h:1|dev"), std::string("key|h:1|dev|xx"), std::string("key|h:1|dev|uc|more"), long_key}) {
+    EXPECT_THROW(Port::parse(bad), InvalidArgument) << bad;
+  }
+}
+
+// Striping: below the stripe size (or on one rail) all on rail 0; above it, whole frames per rail, in order,
+// covering every byte once.
+TEST(IbverbsWire, PartsCoverTheMessageOnceInWholeFrames) {
+  EXPECT_TRUE(wire::part_of(0, 2, 1, 0).carries) << "an empty message is one frame on rail 0";
+  EXPECT_FALSE(wire::part_of(0, 2, 1, 1).carries);
+  EXPECT_EQ(wire::part_of(100000, 1, 1, 0).end, 100000u);
+  EXPECT_FALSE(wire::part_of(65535, 2, 65536, 1).carries) << "below the stripe size: one rail";
+  for (size_t bytes : {size_t{4033}, size_t{65536}, size_t{100003}, size_t{3} * wire::kPayloadBytes,
+                       size_t{(1 << 20) + 7}}) {
+    for (int rails : {2, 3, 4}) {
+      size_t next = 0;
+      for (int rail = 0; rail < rails; ++rail) {
+        const wire::Part part = wire::part_of(bytes, rails, 4033, rail);
+        if (!part.carries) continue;
+        EXPECT_EQ(part.begin, next) << bytes << " B over " << rails << " rails, rail " << rail;
+        EXPECT_TRUE(part.end == bytes || (part.end - part.begin) % wire::kPayloadBytes == 0);
+        next = part.end;
+      }
+      EXPECT_EQ(next, bytes) << bytes << " B over " << rails << " rails";
+      EXPECT_TRUE(wire::part_of(bytes, rails, 4033, 1).carries) << "striped: rail 1 has a part";
+    }
   }
 }
 

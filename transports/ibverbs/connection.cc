@@ -30,8 +30,16 @@ std::string errno_text(int error) { return fmt::format("errno {} ({})", error, s
 
 const char* mode_name(Mode mode) { return mode == Mode::kRc ? "rc" : "uc"; }
 
-Connection::Connection(const LocalPort& local, std::string peer_key, int side_channel)
-    : local_(local), peer_key_(std::move(peer_key)), side_channel_(side_channel) {
+Mode pair_mode(Mode local, bool local_auto, Mode peer, bool peer_auto, const std::string& who) {
+  if (local == peer) return local;
+  if (local_auto || peer_auto) return Mode::kUc;
+  throw IoError(fmt::format("{}: the peer uses mode {}, this rank {} (set TBCOLL_IB_MODE alike on every rank, or "
+                            "auto)",
+                            who, mode_name(peer), mode_name(local)));
+}
+
+Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, int side_channel)
+    : local_(local), mode_(mode), peer_key_(std::move(peer_key)), side_channel_(side_channel) {
   const VerbsApi& v = *local_.verbs;
   auto cleanup = [&] {
     if (qp_ != nullptr) v.destroy_qp(qp_);
@@ -44,7 +52,7 @@ Connection::Connection(const LocalPort& local, std::string peer_key, int side_ch
   ibv_qp_init_attr init{};
   init.send_cq = cq_;
   init.recv_cq = cq_;
-  init.qp_type = local_.mode == Mode::kRc ? IBV_QPT_RC : IBV_QPT_UC;
+  init.qp_type = mode_ == Mode::kRc ? IBV_QPT_RC : IBV_QPT_UC;
   init.cap.max_send_wr = kSendDepth;
   init.cap.max_recv_wr = kRecvDepth;
   init.cap.max_send_sge = 1;
@@ -54,8 +62,8 @@ Connection::Connection(const LocalPort& local, std::string peer_key, int side_ch
     const int error = errno;
     cleanup();
     throw IoError(fmt::format("[ibverbs] {} ({} queue pair)",
-                              hints::describe(hints::Verb::kCreateQp, error, {local_.device, local_.mode == Mode::kRc}),
-                              mode_name(local_.mode)));
+                              hints::describe(hints::Verb::kCreateQp, error, {local_.device, mode_ == Mode::kRc}),
+                              mode_name(mode_)));
   }
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
@@ -98,7 +106,7 @@ wire::Hello Connection::hello(const std::string& key) const {
   hello.psn = psn_;
   hello.lid = local_.lid;
   hello.mtu = static_cast<uint8_t>(local_.mtu);
-  hello.mode = static_cast<uint8_t>(local_.mode);
+  hello.mode = static_cast<uint8_t>(static_cast<uint8_t>(local_.mode) | (local_.auto_mode ? 0x10 : 0));
   hello.recv_depth = kRecvDepth;
   return hello;
 }
@@ -106,9 +114,11 @@ wire::Hello Connection::hello(const std::string& key) const {
 void Connection::establish(const wire::Hello& peer, Deadline deadline, const std::atomic<bool>* cancelled) {
   const VerbsApi& v = *local_.verbs;
   const std::string who = fmt::format("[ibverbs] {}: connection to {}", local_.device, peer_key_);
-  if (peer.mode != static_cast<uint8_t>(local_.mode)) {
-    throw IoError(fmt::format("{}: the peer uses mode {}, this rank {} (set TBCOLL_IB_MODE alike on every rank)", who,
-                              mode_name(static_cast<Mode>(peer.mode)), mode_name(local_.mode)));
+  const Mode agreed = pair_mode(local_.mode, local_.auto_mode, static_cast<Mode>(peer.mode & 0x0f),
+                                (peer.mode & 0x10) != 0, who);
+  if (agreed != mode_) {  // both ends compute it from the same facts: this is a bug, not a setting
+    throw IoError(fmt::format("{}: this end made a {} queue pair, the pair's mode is {}", who, mode_name(mode_),
+                              mode_name(agreed)));
   }
   if (peer.recv_depth < 2)
     throw IoError(fmt::format("{}: the peer posts {} receives (at least 2)", who, peer.recv_depth));
@@ -124,7 +134,7 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   attr.ah_attr.dlid = peer.lid;
   attr.ah_attr.port_num = local_.port;
   int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
-  if (local_.mode == Mode::kRc) {
+  if (mode_ == Mode::kRc) {
     attr.max_dest_rd_atomic = 1;
     attr.min_rnr_timer = 12;
     mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -139,7 +149,7 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   attr.qp_state = IBV_QPS_RTS;
   attr.sq_psn = psn_;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (local_.mode == Mode::kRc) {
+  if (mode_ == Mode::kRc) {
     attr.timeout = 14;
     attr.retry_cnt = 7;
     attr.rnr_retry = 7;
@@ -179,15 +189,15 @@ void Connection::post_recv(int slot) {
   }
 }
 
-void Connection::attach(uint64_t comm_id, Endpoint* endpoint) {
+void Connection::attach(uint64_t comm_id, Endpoint* endpoint, int rail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  endpoints_[comm_id] = endpoint;
+  endpoints_[comm_id] = Attached{endpoint, rail};
   auto early = early_.find(comm_id);
   if (early != early_.end()) {
     for (const std::vector<uint8_t>& frame : early->second) {
       wire::Header header;
       std::memcpy(&header, frame.data(), sizeof(header));
-      endpoint->on_frame(header, frame.data() + sizeof(header));
+      endpoint->on_frame(rail, header, frame.data() + sizeof(header));
     }
     early_.erase(early);
   }
@@ -200,14 +210,18 @@ void Connection::detach(uint64_t comm_id) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = endpoints_.find(comm_id);
   if (it == endpoints_.end()) return;
-  senders_.erase(std::remove(senders_.begin(), senders_.end(), it->second), senders_.end());
+  Endpoint* leaving = it->second.endpoint;
+  senders_.erase(std::remove_if(senders_.begin(), senders_.end(),
+                                [leaving](const std::pair<Endpoint*, int>& sender) { return sender.first == leaving; }),
+                 senders_.end());
   endpoints_.erase(it);
   aborted_.erase(comm_id);
 }
 
-void Connection::want_to_send(Endpoint* endpoint) {
+void Connection::want_to_send(Endpoint* endpoint, int rail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (std::find(senders_.begin(), senders_.end(), endpoint) == senders_.end()) senders_.push_back(endpoint);
+  const std::pair<Endpoint*, int> sender{endpoint, rail};
+  if (std::find(senders_.begin(), senders_.end(), sender) == senders_.end()) senders_.push_back(sender);
   if (!failure_.empty()) return;
   try {
     pump_sends_locked();  // small messages leave in this call
@@ -296,9 +310,9 @@ void Connection::on_frame(int slot, uint32_t bytes) {
   ++frames_in_;
   credits_ += static_cast<int>(header.credits);
   if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) {
-    Endpoint* endpoint = endpoint_of(header.comm_id);
-    if (endpoint != nullptr) {
-      endpoint->on_frame(header, frame + sizeof(header));
+    Attached* attached = endpoint_of(header.comm_id);
+    if (attached != nullptr) {
+      attached->endpoint->on_frame(attached->rail, header, frame + sizeof(header));
     } else {
       early_[header.comm_id].emplace_back(frame, frame + sizeof(header) + header.payload);
     }
@@ -307,34 +321,26 @@ void Connection::on_frame(int slot, uint32_t bytes) {
   ++owed_;
 }
 
-Endpoint* Connection::endpoint_of(uint64_t comm_id) {
+Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
   auto it = endpoints_.find(comm_id);
-  return it == endpoints_.end() ? nullptr : it->second;
+  return it == endpoints_.end() ? nullptr : &it->second;
 }
 
 void Connection::pump_sends_locked() {
   while (!senders_.empty() && credits_ >= 2 && !free_send_slots_.empty()) {
-    Endpoint* endpoint = senders_.front();
-    Operation* op = endpoint->next_send();
-    if (op == nullptr) {
-      senders_.pop_front();
-      continue;
-    }
-    const size_t payload = std::min(wire::kPayloadBytes, op->bytes - op->done);
-    wire::Header header;
-    header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
-    header.flags =
-        static_cast<uint8_t>((op->done == 0 ? wire::kFirst : 0) | (op->done + payload == op->bytes ? wire::kLast : 0));
-    header.payload = static_cast<uint16_t>(payload);
-    header.comm_id = endpoint->comm_id();
-    header.tag = op->tag.tag;
-    header.meta = op->tag.meta;
-    header.total = static_cast<uint32_t>(op->bytes);
-    post_frame(header, op->buf == nullptr ? nullptr : op->buf + op->done, payload);
-    endpoint->framed(op, payload);
-    // Round robin between the communicators that have something to send.
+    const auto [endpoint, rail] = senders_.front();
     senders_.pop_front();
-    if (endpoint->next_send() != nullptr) senders_.push_back(endpoint);
+    const int slot = free_send_slots_.back();
+    uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
+    wire::Header header;
+    bool more = false;
+    if (!endpoint->fill_frame(rail, &header, frame + sizeof(header), &more)) continue;
+    free_send_slots_.pop_back();
+    post_frame(slot, header);
+    frames_sent_.fetch_add(1, std::memory_order_relaxed);
+    payload_sent_.fetch_add(header.payload, std::memory_order_relaxed);
+    // Round robin between the communicators that have something to send.
+    if (more) senders_.emplace_back(endpoint, rail);
   }
   // Credits back to the peer when it has nothing to carry them, or may be running short.
   const uint64_t peer_credits = static_cast<uint64_t>(kRecvDepth) + reported_ - frames_in_;
@@ -342,38 +348,48 @@ void Connection::pump_sends_locked() {
       (owed_ >= static_cast<uint32_t>(kRecvDepth / 2) || peer_credits <= 2)) {
     wire::Header header;
     header.kind = static_cast<uint8_t>(wire::FrameKind::kCredit);
-    post_frame(header, nullptr, 0);
+    const int slot = free_send_slots_.back();
+    free_send_slots_.pop_back();
+    post_frame(slot, header);
   }
+  flush_locked();
 }
 
-void Connection::post_frame(const wire::Header& header_in, const uint8_t* payload, size_t bytes) {
-  const int slot = free_send_slots_.back();
-  free_send_slots_.pop_back();
+void Connection::post_frame(int slot, wire::Header header) {
   uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
-  wire::Header header = header_in;
   header.seq = send_seq_++;
   header.credits = static_cast<uint16_t>(owed_);
   reported_ += owed_;
   owed_ = 0;
-  if (bytes > 0 && payload != nullptr) std::memcpy(frame + sizeof(header), payload, bytes);
-  header.payload_sum = wire::payload_sum(frame + sizeof(header), bytes);
+  header.payload_sum = wire::payload_sum(frame + sizeof(header), header.payload);
   wire::seal(header);
   std::memcpy(frame, &header, sizeof(header));
-  ibv_sge sge{};
+  ibv_sge& sge = batch_sge_[batched_];
   sge.addr = reinterpret_cast<uintptr_t>(frame);
-  sge.length = static_cast<uint32_t>(sizeof(header) + bytes);
+  sge.length = static_cast<uint32_t>(sizeof(header) + header.payload);
   sge.lkey = mr_->lkey;
-  ibv_send_wr wr{};
+  ibv_send_wr& wr = batch_[batched_];
+  wr = ibv_send_wr{};
   wr.wr_id = static_cast<uint64_t>(slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
-  ibv_send_wr* bad = nullptr;
+  if (batched_ > 0) batch_[batched_ - 1].next = &wr;
+  ++batched_;
   --credits_;
-  if (local_.verbs->post_send(qp_, &wr, &bad) != 0) {
-    fail_locked(
-        fmt::format("[ibverbs] to {}: {}", peer_key_, hints::describe(hints::Verb::kPostSend, errno, {local_.device})));
+  if (batched_ >= std::min(local_.post_batch, kMaxPostBatch)) flush_locked();
+}
+
+void Connection::flush_locked() {
+  if (batched_ == 0) return;
+  ibv_send_wr* bad = nullptr;
+  const int posted = batched_;
+  batched_ = 0;
+  if (local_.verbs->post_send(qp_, &batch_[0], &bad) != 0) {
+    const int error = errno;
+    fail_locked(fmt::format("[ibverbs] to {}: {} ({} frames)", peer_key_,
+                            hints::describe(hints::Verb::kPostSend, error, {local_.device}), posted));
   }
 }
 
@@ -400,7 +416,7 @@ void Connection::check_side_channel_locked() {
         const std::string why =
             fmt::format("[ibverbs] {}: the peer {} aborted the communicator", local_.device, peer_key_);
         aborted_[notice.comm_id] = why;
-        if (Endpoint* endpoint = endpoint_of(notice.comm_id)) endpoint->fail(why);
+        if (Attached* attached = endpoint_of(notice.comm_id)) attached->endpoint->fail(why);
       }
     }
   }
@@ -409,7 +425,7 @@ void Connection::check_side_channel_locked() {
 void Connection::fail_locked(const std::string& why) {
   if (failure_.empty()) {
     failure_ = why;
-    for (auto& [comm_id, endpoint] : endpoints_) endpoint->fail(why);
+    for (auto& [comm_id, attached] : endpoints_) attached.endpoint->fail(why);
   }
   throw IoError(failure_);
 }

@@ -32,6 +32,11 @@ namespace tbcoll::ibverbs {
 enum class Mode : uint8_t { kUc = 1, kRc = 2 };
 const char* mode_name(Mode mode);
 
+/// The queue pair type two ports use: what both have if they agree; UC when they differ and either chose
+/// automatically (TBCOLL_IB_MODE=auto: every device that has RC has UC too). Two forced modes that differ: throws
+/// IoError naming both.
+Mode pair_mode(Mode local, bool local_auto, Mode peer, bool peer_auto, const std::string& who);
+
 /// What the local end brings to a connection.
 struct LocalPort {
   const VerbsApi* verbs = nullptr;
@@ -43,39 +48,22 @@ struct LocalPort {
   ibv_gid gid{};
   uint16_t lid = 0;
   ibv_mtu mtu = IBV_MTU_1024;
-  Mode mode = Mode::kUc;
+  Mode mode = Mode::kUc;   ///< what this port uses (TBCOLL_IB_MODE, or what the device showed it has for auto)
+  bool auto_mode = false;  ///< mode was chosen automatically: a peer with less is met in UC
+  int post_batch = 16;     ///< frames posted per ibv_post_send call at most (one doorbell each)
 };
 
 class Endpoint;
-
-/// A send in progress: the isend's buffer, copied frame by frame into registered buffers.
-struct SendOp {
-  const uint8_t* data = nullptr;
-  size_t bytes = 0;
-  transport::Tag tag;
-  size_t sent = 0;       ///< payload bytes framed so far
-  bool started = false;  ///< first frame posted
-  bool done = false;
-};
-
-/// A receive in progress (posted irecv) or a message that arrived before its receive (unexpected).
-struct RecvOp {
-  uint8_t* data = nullptr;  ///< the irecv's buffer; for an unexpected message, storage.data()
-  size_t bytes = 0;         ///< expected (irecv) or announced (unexpected) size
-  transport::Tag tag;
-  size_t received = 0;
-  bool matched = false;  ///< a message is flowing into it
-  bool done = false;
-  std::vector<uint8_t> storage;  ///< unexpected messages only
-};
 
 class Connection {
  public:
   static constexpr int kRecvDepth = 32;  ///< receives posted for the peer (Apple: more than ~32 fails on some versions)
   static constexpr int kSendDepth = 32;  ///< frames in flight
+  static constexpr int kMaxPostBatch = kSendDepth;
 
-  /// Creates the queue pair (INIT) and its registered buffers. Throws IoError naming the verb and errno.
-  Connection(const LocalPort& local, std::string peer_key, int side_channel);
+  /// Creates the queue pair (INIT, of type mode) and its registered buffers. Throws IoError naming the verb and
+  /// errno.
+  Connection(const LocalPort& local, Mode mode, std::string peer_key, int side_channel);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -87,14 +75,20 @@ class Connection {
   void establish(const wire::Hello& peer, Deadline deadline, const std::atomic<bool>* cancelled);
 
   const std::string& peer_key() const { return peer_key_; }
+  const std::string& device() const { return local_.device; }
+  Mode mode() const { return mode_; }
+  /// Data frames and payload bytes sent on this connection so far (every communicator's). Any thread.
+  uint64_t frames_sent() const { return frames_sent_.load(std::memory_order_relaxed); }
+  uint64_t payload_sent() const { return payload_sent_.load(std::memory_order_relaxed); }
   /// False once the peer is gone or a frame was lost; then every request on it fails.
   bool alive() const { return failure_.empty(); }
 
-  /// Routes frames of comm_id to endpoint (frames that came before go to it now). Detach before destroying it.
-  void attach(uint64_t comm_id, Endpoint* endpoint);
+  /// Routes frames of comm_id to endpoint, for which this connection is rail `rail` (frames that came before go
+  /// to it now). Detach before destroying it.
+  void attach(uint64_t comm_id, Endpoint* endpoint, int rail);
   void detach(uint64_t comm_id);
-  /// An endpoint with something to send.
-  void want_to_send(Endpoint* endpoint);
+  /// An endpoint (for which this connection is rail `rail`) with something to send.
+  void want_to_send(Endpoint* endpoint, int rail);
   /// Tells the peer that communicator comm_id was aborted here (side channel). Never throws.
   void notify_abort(uint64_t comm_id);
 
@@ -111,13 +105,21 @@ class Connection {
   void poll_locked();
   void on_frame(int slot, uint32_t bytes);
   void pump_sends_locked();
-  void post_frame(const wire::Header& header, const uint8_t* payload, size_t bytes);
+  /// Seals the frame in send slot `slot` (its payload already in place) and adds it to the batch of work
+  /// requests, posted when full (LocalPort::post_batch) or by flush_locked().
+  void post_frame(int slot, wire::Header header);
+  void flush_locked();
   void post_recv(int slot);
   void check_side_channel_locked();
   [[noreturn]] void fail_locked(const std::string& why);
-  Endpoint* endpoint_of(uint64_t comm_id);
+  struct Attached {
+    Endpoint* endpoint = nullptr;
+    int rail = 0;
+  };
+  Attached* endpoint_of(uint64_t comm_id);
 
   LocalPort local_;
+  Mode mode_;
   std::string peer_key_;
   int side_channel_;
   ibv_cq* cq_ = nullptr;
@@ -139,10 +141,15 @@ class Connection {
   uint64_t frames_in_ = 0;  // frames received from the peer in all
   int peer_depth_ = 0;
   std::vector<int> free_send_slots_;
-  std::map<uint64_t, Endpoint*> endpoints_;
+  ibv_send_wr batch_[kMaxPostBatch] = {};
+  ibv_sge batch_sge_[kMaxPostBatch] = {};
+  int batched_ = 0;
+  std::map<uint64_t, Attached> endpoints_;
   std::map<uint64_t, std::deque<std::vector<uint8_t>>> early_;  // frames of communicators not attached yet
   std::map<uint64_t, std::string> aborted_;                     // comm ids the peer aborted
-  std::deque<Endpoint*> senders_;
+  std::deque<std::pair<Endpoint*, int>> senders_;  // with their rail on this connection
+  std::atomic<uint64_t> frames_sent_{0};
+  std::atomic<uint64_t> payload_sent_{0};
   Clock::time_point next_side_check_{};
   Clock::time_point gone_at_{};  // when the side channel closed; zero while the peer is there
 };

@@ -1,10 +1,15 @@
-// ibverbs context: the address is the port's; connect() makes (or reuses) the port's connection to each peer's
-// port, the smaller key dialing first so no two ports wait on each other, and puts this communicator's endpoint
-// on it.
+// ibverbs context: the address lists the rank's ports and routes (routes.h); connect() makes (or reuses) one
+// connection per rail to each peer, the rank with the smaller port keys dialing first so no two ranks wait on each
+// other, and puts this communicator's endpoint on them.
 #include "transports/ibverbs/context.h"
 
 #include <algorithm>
+#include <thread>
 
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/time.h"
 #include "transports/endpoint_list.h"
 #include "transports/ibverbs/endpoint.h"
 
@@ -13,30 +18,65 @@ namespace {
 
 class Context final : public transport::Context {
  public:
-  Context(std::shared_ptr<Port> port, const transport::ContextArgs& args) : port_(std::move(port)), args_(args) {}
+  Context(std::vector<std::shared_ptr<Port>> ports, ContextAddress self, size_t stripe_bytes,
+          const transport::ContextArgs& args)
+      : ports_(std::move(ports)), self_(std::move(self)), stripe_bytes_(stripe_bytes), args_(args) {
+    for (const auto& port : ports_) self_.ports.push_back(port->address());
+  }
 
-  std::string address() const override { return port_->address(); }
+  std::string address() const override { return encode(self_); }
 
   std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
                                                             Deadline deadline) override {
-    // Dial the ports with larger keys first, then wait for the smaller ones' calls: waits only ever point from a
-    // smaller key to a larger, so they cannot form a cycle.
-    std::vector<const transport::PeerAddress*> order;
-    for (const auto& peer : peers) order.push_back(&peer);
-    auto dials = [&](const transport::PeerAddress* peer) {
-      std::string key, side_channel, device;
-      Port::parse(peer->address, &key, &side_channel, &device);
-      return port_->key() < key;
-    };
-    std::stable_partition(order.begin(), order.end(), dials);
-    std::map<int, std::shared_ptr<Connection>> connections;
-    for (const transport::PeerAddress* peer : order) {
-      connections[peer->rank] = port_->connect(peer->address, deadline, args_.cancelled);
+    std::vector<Peer> dialed, awaited;
+    for (const auto& peer : peers) {
+      std::string why_not;
+      Peer entry{peer.rank, rails_between(self_, decode_context_address(peer.address), &why_not), {}};
+      if (entry.rails.empty()) {
+        throw IoError(fmt::format("[ibverbs] rank {}: cannot reach peer {}: {}", args_.rank, peer.rank, why_not));
+      }
+      // A rank's port keys all compare alike with another rank's (port.h): it dials on every rail or on none.
+      (port(entry.rails[0].device).key() < entry.rails[0].peer.key ? dialed : awaited).push_back(std::move(entry));
+    }
+    // Dial the ranks with larger keys first, then wait for the smaller ones' calls, accepting on every port: waits
+    // only ever point from a smaller key to a larger, so they cannot form a cycle.
+    for (Peer& peer : dialed) {
+      for (const Rail& rail : peer.rails) {
+        peer.connections.push_back(port(rail.device).dial(rail.peer, deadline, args_.cancelled));
+      }
+    }
+    for (;;) {
+      bool all = true;
+      for (Peer& peer : awaited) {
+        peer.connections.clear();
+        for (const Rail& rail : peer.rails) {
+          auto connection = port(rail.device).find(rail.peer.key);
+          if (!connection) {
+            all = false;
+            break;
+          }
+          peer.connections.push_back(std::move(connection));
+        }
+        if (!all) break;
+      }
+      if (all) break;
+      if (Clock::now() >= deadline) throw TimeoutError(missing(awaited));
+      check_cancelled(args_.cancelled, fmt::format("[ibverbs] rank {}: connecting", args_.rank));
+      const auto wait = std::chrono::milliseconds(ports_.size() > 1 ? 2 : 10);
+      for (const auto& port : ports_) port->accept_one(deadline, args_.cancelled, wait);
     }
     std::vector<std::unique_ptr<transport::Endpoint>> out;
-    for (const auto& peer : peers) {
-      out.push_back(endpoints_.add<transport::Endpoint>(
-          std::make_unique<Endpoint>(connections.at(peer.rank), args_.rank, peer.rank, args_.comm_id)));
+    for (std::vector<Peer>* group : {&dialed, &awaited}) {
+      for (Peer& peer : *group) {
+        std::string rails;
+        for (size_t k = 0; k < peer.rails.size(); ++k) {
+          rails += fmt::format("{}{}-{}", k == 0 ? "" : " + ", peer.rails[k].device, peer.rails[k].peer.device);
+        }
+        log::info("[ibverbs] rank {}: peer {} over {} ({} queue pair{})", args_.rank, peer.rank, rails,
+                  mode_name(peer.connections[0]->mode()), peer.rails.size() > 1 ? "s, striped" : "");
+        out.push_back(endpoints_.add<transport::Endpoint>(std::make_unique<Endpoint>(
+            std::move(peer.connections), args_.rank, peer.rank, args_.comm_id, stripe_bytes_)));
+      }
     }
     return out;
   }
@@ -44,15 +84,44 @@ class Context final : public transport::Context {
   void abort() override { endpoints_.abort_all(); }
 
  private:
-  std::shared_ptr<Port> port_;
+  struct Peer {
+    int rank;
+    std::vector<Rail> rails;
+    std::vector<std::shared_ptr<Connection>> connections;
+  };
+
+  Port& port(const std::string& device) {
+    for (const auto& port : ports_) {
+      if (port->device() == device) return *port;
+    }
+    throw InvalidArgument(fmt::format("[ibverbs] rank {}: no port on {}", args_.rank, device));
+  }
+
+  std::string missing(const std::vector<Peer>& awaited) {
+    std::string names;
+    for (const Peer& peer : awaited) {
+      for (const Rail& rail : peer.rails) {
+        if (!port(rail.device).find(rail.peer.key)) {
+          names += fmt::format("{}peer {} on {} (its {})", names.empty() ? "" : ", ", peer.rank, rail.device,
+                               rail.peer.device);
+        }
+      }
+    }
+    return fmt::format("[ibverbs] rank {}: not connected before the deadline: {}", args_.rank, names);
+  }
+
+  std::vector<std::shared_ptr<Port>> ports_;
+  ContextAddress self_;
+  size_t stripe_bytes_;
   transport::ContextArgs args_;
   transport::EndpointList<Endpoint> endpoints_;
 };
 
 }  // namespace
 
-std::unique_ptr<transport::Context> make_context(std::shared_ptr<Port> port, const transport::ContextArgs& args) {
-  return std::make_unique<Context>(std::move(port), args);
+std::unique_ptr<transport::Context> make_context(std::vector<std::shared_ptr<Port>> ports, ContextAddress self,
+                                                 size_t stripe_bytes, const transport::ContextArgs& args) {
+  return std::make_unique<Context>(std::move(ports), std::move(self), stripe_bytes, args);
 }
 
 }  // namespace tbcoll::ibverbs

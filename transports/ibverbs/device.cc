@@ -2,6 +2,7 @@
 // IPv4-mapped GID; one port per rank and device (port.h), shared by the rank's communicators.
 #include "transports/ibverbs/device.h"
 
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -11,6 +12,7 @@
 #include "common/net.h"
 #include "common/log.h"
 #include "transports/ibverbs/context.h"
+#include "transports/ibverbs/device_matrix.h"
 #include "transports/ibverbs/port.h"
 #include "transports/ibverbs/wire.h"
 #include "transports/registry.h"
@@ -29,10 +31,43 @@ std::vector<std::string> split_names(const std::string& text) {
   return out;
 }
 
-Mode parse_mode(const std::string& text) {
-  if (text == "uc" || text == "auto" || text.empty()) return Mode::kUc;  // auto: the subset every stack has
-  if (text == "rc") return Mode::kRc;
-  throw InvalidArgument(fmt::format("[env] TBCOLL_IB_MODE={:?}: use uc, rc or auto", text));
+void parse_mode(const std::string& text, PortOptions* options) {
+  options->auto_mode = text == "auto" || text.empty();
+  if (text == "uc" || options->auto_mode) {
+    options->mode = Mode::kUc;
+  } else if (text == "rc") {
+    options->mode = Mode::kRc;
+  } else {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_IB_MODE={:?}: use uc, rc or auto", text));
+  }
+}
+
+// TBCOLL_IB_DEVICES, else MLX's variable (a path to its device matrix), so MLX users' settings carry over.
+std::string device_spec(const env::Settings& settings) {
+  std::string spec = settings.get("TBCOLL_IB_DEVICES");
+  if (spec.empty()) {
+    const char* mlx = std::getenv("MLX_IBV_DEVICES");
+    if (mlx != nullptr) spec = mlx;
+  }
+  return spec;
+}
+
+DeviceMatrix matrix_of(const std::string& spec) {
+  const size_t first = spec.find_first_not_of(" \t\n");
+  if (first != std::string::npos && spec[first] == '[') return parse_device_matrix(spec, "TBCOLL_IB_DEVICES");
+  return load_device_matrix(spec);
+}
+
+// Queue pairs a device allows per process: TBCOLL_IB_MAX_QPS, or for auto 10 on Apple's Thunderbolt devices
+// (rdma_enN; the 11th fails with EBUSY) and no limit of ours elsewhere (the device says EBUSY/ENOMEM itself).
+int qp_budget(const env::Settings& settings, const std::string& device) {
+  const std::string text = settings.get("TBCOLL_IB_MAX_QPS");
+  if (text == "auto") return device.rfind("rdma_en", 0) == 0 ? 10 : 0;
+  const long long value = settings.get_int("TBCOLL_IB_MAX_QPS");
+  if (value < 0 || value > 1000000) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_IB_MAX_QPS={}: use auto, 0 (no limit) or a count", value));
+  }
+  return static_cast<int>(value);
 }
 
 class Device final : public transport::Device {
@@ -54,25 +89,105 @@ class Device final : public transport::Device {
     return !same_process_only_ || (self.host_id == peer.host_id && self.process_id == peer.process_id);
   }
 
+  bool can_connect_addresses(const transport::PeerInfo&, const std::string& self_address,
+                             const transport::PeerInfo&, const std::string& peer_address,
+                             std::string* why_not) const override {
+    std::string why;
+    const bool yes = !rails_between(decode_context_address(self_address), decode_context_address(peer_address), &why)
+                          .empty();
+    if (!yes && why_not != nullptr) *why_not = "[ibverbs] " + why;
+    return yes;
+  }
+
   std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
     const env::Settings settings(args.knobs);
     PortOptions options;
-    options.mode = parse_mode(settings.get("TBCOLL_IB_MODE"));
-    options.devices = split_names(settings.get("TBCOLL_IB_DEVICES"));
+    parse_mode(settings.get("TBCOLL_IB_MODE"), &options);
     options.listen_host = net::listen_host(settings, args.bind_host, fmt::format("[ibverbs] rank {}", args.rank));
     options.token = args.token;
+    const long long post_batch = settings.get_int("TBCOLL_IB_POST_BATCH");
+    if (post_batch < 0 || post_batch > Connection::kMaxPostBatch) {
+      throw InvalidArgument(fmt::format("[env] TBCOLL_IB_POST_BATCH={}: 0 (automatic) to {}", post_batch,
+                                        Connection::kMaxPostBatch));
+    }
+    options.post_batch = static_cast<int>(post_batch);
+    const long long stripe_bytes = settings.get_int("TBCOLL_IB_STRIPE_BYTES");
+    if (stripe_bytes < 0) {
+      throw InvalidArgument(fmt::format("[env] TBCOLL_IB_STRIPE_BYTES={}: a size in bytes", stripe_bytes));
+    }
     const std::string presence = fmt::format("{:x}.{}", args.self.process_id, args.self.instance);
-    return make_context(port_for(presence, options), args);
+    const int instance = args.self.instance;
+
+    ContextAddress self;
+    self.instance = instance;
+    std::vector<std::string> used;  // devices, in the order of first use
+    const std::string spec = device_spec(settings);
+    if (names_a_matrix(spec)) {
+      const DeviceMatrix matrix = matrix_of(spec);
+      // N is the job's size: checked by the communicator that opens the rank's ports (the world's, before splits).
+      check_device_matrix(matrix, has_ports(presence) ? matrix.size() : args.world_size, instance,
+                          device_names(*verbs_));
+      self.every_peer = false;
+      const auto& row = matrix.cells[static_cast<size_t>(instance)];
+      for (int peer = 0; peer < matrix.size(); ++peer) {
+        if (row[static_cast<size_t>(peer)].empty()) continue;
+        self.routes[peer] = row[static_cast<size_t>(peer)];
+        for (const std::string& name : row[static_cast<size_t>(peer)]) {
+          if (std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
+        }
+      }
+      if (used.empty()) {
+        throw IoError(fmt::format("[ibverbs] device matrix {}: row {} has no cable (this rank reaches no peer over "
+                                  "ibverbs)",
+                                  matrix.source, instance));
+      }
+    } else {
+      const long long rails = settings.get_int("TBCOLL_IB_RAILS");
+      if (rails < 1 || rails > 16) {
+        throw InvalidArgument(fmt::format("[env] TBCOLL_IB_RAILS={}: 1 to 16 devices per peer", rails));
+      }
+      for (const Found& found : probe_all(*verbs_, split_names(spec))) {
+        if (static_cast<long long>(used.size()) < rails) used.push_back(found.name);
+      }
+      self.devices = used;
+    }
+    for (const std::string& device : used) {
+      self.budget[device] = qp_budget(settings, device);
+      if (options.auto_mode) continue;  // auto: the peers past the budget use the next transport (routes.h)
+      const int limit = self.budget[device];
+      int demand = self.every_peer ? args.world_size - 1 : 0;
+      for (const auto& [peer, names] : self.routes) {
+        demand += std::count(names.begin(), names.end(), device) > 0 ? 1 : 0;
+      }
+      if (limit > 0 && demand > limit) {
+        throw InvalidArgument(fmt::format(
+            "[ibverbs] rank {}: {} would need {} queue pairs (one per peer), over its limit of {} (TBCOLL_IB_MAX_QPS; "
+            "Apple's Thunderbolt allows about 10 per device): with TBCOLL_IB_MODE=auto the peers past the limit use "
+            "tcp, or give the pairs other cables in a device matrix",
+            args.rank, device, demand, limit));
+      }
+    }
+    std::vector<std::shared_ptr<Port>> ports;
+    for (const std::string& device : used) ports.push_back(port_for(presence, device, options));
+    return make_context(std::move(ports), std::move(self), static_cast<size_t>(stripe_bytes), args);
   }
 
  private:
-  // The rank's port: the one its other communicators use, if any, else a new one.
-  std::shared_ptr<Port> port_for(const std::string& presence, const PortOptions& options) {
+  bool has_ports(const std::string& presence) {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::shared_ptr<Port> port = ports_[presence].lock();
+    for (const auto& [key, port] : ports_) {
+      if (key.rfind(presence + "/", 0) == 0 && !port.expired()) return true;
+    }
+    return false;
+  }
+
+  // The rank's port on device: the one its other communicators use, if any, else a new one.
+  std::shared_ptr<Port> port_for(const std::string& presence, const std::string& device, const PortOptions& options) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::shared_ptr<Port> port = ports_[presence + "/" + device].lock();
     if (!port) {
-      port = std::make_shared<Port>(*verbs_, presence, options);
-      ports_[presence] = port;
+      port = std::make_shared<Port>(*verbs_, presence, device, options);
+      ports_[presence + "/" + device] = port;
     }
     return port;
   }
@@ -102,7 +217,8 @@ std::shared_ptr<Device> make_ibverbs_device() {
     return nullptr;
   }
   try {
-    ibverbs::probe(*verbs, ibverbs::split_names(env::get("TBCOLL_IB_DEVICES")));
+    const std::string spec = ibverbs::device_spec(env::Settings());
+    ibverbs::probe(*verbs, ibverbs::names_a_matrix(spec) ? std::vector<std::string>{} : ibverbs::split_names(spec));
   } catch (const Error& error) {
     log::info("{} (the ibverbs transport is not offered)", error.what());
     return nullptr;

@@ -7,12 +7,16 @@
 
 namespace tbcoll::ibverbs {
 
-Endpoint::Endpoint(std::shared_ptr<Connection> connection, int rank, int peer, uint64_t comm_id)
-    : connection_(std::move(connection)), rank_(rank), peer_(peer), comm_id_(comm_id) {
-  connection_->attach(comm_id_, this);
+Endpoint::Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id,
+                   size_t stripe_bytes)
+    : rails_(std::move(rails)), rank_(rank), peer_(peer), comm_id_(comm_id), stripe_bytes_(stripe_bytes) {
+  rail_cursor_.assign(rails_.size(), 0);
+  for (size_t rail = 0; rail < rails_.size(); ++rail) rails_[rail]->attach(comm_id_, this, static_cast<int>(rail));
 }
 
-Endpoint::~Endpoint() { connection_->detach(comm_id_); }
+Endpoint::~Endpoint() {
+  for (auto& rail : rails_) rail->detach(comm_id_);
+}
 
 std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
   if (bytes > wire::kMaxMessageBytes) {
@@ -22,42 +26,62 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
                     rank_, bytes, peer_, wire::kMaxMessageBytes));
   }
   std::unique_ptr<transport::Request> request;
+  bool striped = false;
   {
-    std::lock_guard<std::mutex> lock(connection_->mutex());
-    request = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag).first;
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto [made, op] = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag);
+    request = std::move(made);
+    op->number = sends_posted_++;
+    op->part0 = wire::part_of(bytes, rails(), stripe_bytes_, 0);
+    op->parts_left = 1;
+    striped = rails() > 1 && wire::part_of(bytes, rails(), stripe_bytes_, 1).carries;
+    for (int rail = 1; striped && rail < rails(); ++rail) {
+      op->other_parts.push_back(wire::part_of(bytes, rails(), stripe_bytes_, rail));
+      op->parts_left += op->other_parts.back().carries ? 1 : 0;
+    }
   }
-  connection_->want_to_send(this);
+  rails_[0]->want_to_send(this, 0);  // small messages leave in this call
+  for (size_t rail = 1; striped && rail < rails_.size(); ++rail) rails_[rail]->want_to_send(this, static_cast<int>(rail));
   return request;
 }
 
 std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
-  std::lock_guard<std::mutex> lock(connection_->mutex());
+  std::lock_guard<std::mutex> lock(mutex_);
   auto [request, op] = transport::enqueue<Endpoint, Operation>(this, recvs_, buf, bytes, tag);
-  // Messages wait unexpected only while every posted receive has its message: the oldest is this receive's.
-  if (!unexpected_.empty()) {
-    std::shared_ptr<Operation> early = std::move(unexpected_.front());
-    unexpected_.pop_front();
+  op->number = recvs_posted_++;
+  auto early_it = unexpected_.find(op->number);
+  if (early_it != unexpected_.end()) {  // (some of) its message came first
+    std::shared_ptr<Operation> early = std::move(early_it->second);
+    unexpected_.erase(early_it);
     if (early->tag.tag != tag.tag || early->tag.meta != tag.meta || early->bytes != bytes) {
-      std::string what = fmt::format(
-          "[ibverbs] rank {}: message from peer {} does not match: expected tag {} meta "
-          "{:#x} {} B, got tag {} meta {:#x} {} B",
-          rank_, peer_, tag.tag, tag.meta, bytes, early->tag.tag, early->tag.meta, early->bytes);
-      if (broken_.empty()) broken_ = what;
-      mismatch_.emplace(what, peer_, tag.meta, early->tag.meta, bytes, early->bytes);
-      if (incoming_ == early.get()) {  // still arriving: drop the rest of its frames (early goes away here)
-        incoming_ = nullptr;
-        discard_ = wire::frames_for(early->bytes) - early->done / wire::kPayloadBytes;
-      }
+      mismatch_locked(tag, bytes, early->tag, early->bytes);  // never copies; later frames are dropped
     } else {
-      if (early->done > 0) std::memcpy(op->buf, early->storage.data(), early->done);
+      if (bytes > 0) std::memcpy(op->buf, early->storage.data(), bytes);  // the parts not come yet follow here
       op->done = early->done;
       op->matched = true;
-      op->complete = early->complete;
-      if (incoming_ == early.get()) incoming_ = op;
-      while (!recvs_.empty() && recvs_.front()->complete) recvs_.pop_front();
+      op->arrived = early->arrived;
+      op->complete = op->arrived && op->done == op->bytes;
+      while (!recvs_.empty() && recvs_.front()->complete) {
+        recvs_.pop_front();
+        ++recv_base_;
+      }
     }
   }
   return std::move(request);
+}
+
+void Endpoint::mismatch_locked(const transport::Tag& expected, size_t expected_bytes, const transport::Tag& got,
+                               size_t got_bytes) {
+  std::string what = fmt::format(
+      "[ibverbs] rank {}: message from peer {} does not match: expected tag {} meta {:#x} {} B, got tag {} meta "
+      "{:#x} {} B",
+      rank_, peer_, expected.tag, expected.meta, expected_bytes, got.tag, got.meta, got_bytes);
+  broken_locked(what);
+  if (!mismatch_) mismatch_.emplace(what, peer_, expected.meta, got.meta, expected_bytes, got_bytes);
+}
+
+void Endpoint::broken_locked(const std::string& why) {
+  if (broken_.empty()) broken_ = why;
 }
 
 void Endpoint::check_locked() {
@@ -70,104 +94,129 @@ void Endpoint::check_locked() {
 }
 
 void Endpoint::progress() {
-  connection_->progress();
-  std::lock_guard<std::mutex> lock(connection_->mutex());
+  for (auto& rail : rails_) rail->progress();
+  std::lock_guard<std::mutex> lock(mutex_);
   check_locked();
 }
 
-void Endpoint::block(std::chrono::microseconds max_wait) { connection_->block(max_wait); }
+void Endpoint::block(std::chrono::microseconds max_wait) { rails_[0]->block(max_wait); }
 
 void Endpoint::abort() {
   aborted_ = true;
-  connection_->notify_abort(comm_id_);
+  for (auto& rail : rails_) rail->notify_abort(comm_id_);
 }
 
 void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
-  std::lock_guard<std::mutex> lock(connection_->mutex());
-  if (broken_.empty()) {
-    broken_ = fmt::format("[ibverbs] rank {}: connection to peer {} is out of sync (an operation was abandoned)", rank_,
-                          peer_);
-  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  broken_locked(
+      fmt::format("[ibverbs] rank {}: connection to peer {} is out of sync (an operation was abandoned)", rank_, peer_));
   transport::forget_buffer(op, sends_, recvs_);
 }
 
-Operation* Endpoint::next_send() {
-  if (!broken_.empty() || aborted_) return nullptr;
-  return sends_.empty() ? nullptr : sends_.front().get();
-}
-
-void Endpoint::framed(Operation* op, size_t payload) {
-  op->done += payload;
-  if (op->done >= op->bytes) {
-    op->complete = true;  // copied into registered frames: the caller's buffer is free
-    sends_.pop_front();
-  }
-}
-
-Operation* Endpoint::match_locked(const wire::Header& header) {
-  // The oldest posted receive that no message flows into yet.
-  for (auto& op : recvs_) {
-    if (op->matched) continue;
-    if (op->tag.tag != header.tag || op->tag.meta != header.meta || op->bytes != header.total) {
-      std::string what = fmt::format(
-          "[ibverbs] rank {}: message from peer {} does not match: expected tag {} meta "
-          "{:#x} {} B, got tag {} meta {:#x} {} B",
-          rank_, peer_, op->tag.tag, op->tag.meta, op->bytes, header.tag, header.meta, header.total);
-      if (broken_.empty()) broken_ = what;
-      mismatch_.emplace(what, peer_, op->tag.meta, header.meta, op->bytes, header.total);
-      return nullptr;
+bool Endpoint::fill_frame(int rail, wire::Header* header, uint8_t* payload, bool* more) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  *more = false;
+  if (!broken_.empty() || aborted_) return false;
+  const size_t r = static_cast<size_t>(rail);
+  auto carries = [r](Operation& op) {
+    const wire::Part* part = op.part(r);
+    return part != nullptr && part->carries;
+  };
+  size_t i = rail_cursor_[r] > send_base_ ? static_cast<size_t>(rail_cursor_[r] - send_base_) : 0;
+  while (i < sends_.size() && !carries(*sends_[i])) ++i;
+  rail_cursor_[r] = send_base_ + i;
+  if (i == sends_.size()) return false;
+  Operation& op = *sends_[i];  // not used once it may have left sends_ below
+  wire::Part& part = *op.part(r);
+  const size_t bytes = std::min(wire::kPayloadBytes, part.end - part.begin);
+  header->kind = static_cast<uint8_t>(wire::FrameKind::kData);
+  header->flags = static_cast<uint8_t>((part.begin == 0 ? wire::kFirst : 0) |
+                                       (part.begin + bytes == op.bytes ? wire::kLast : 0));
+  header->payload = static_cast<uint16_t>(bytes);
+  header->comm_id = comm_id_;
+  header->tag = op.tag.tag;
+  header->meta = op.tag.meta;
+  header->total = static_cast<uint32_t>(op.bytes);
+  header->message = op.number;
+  header->offset = static_cast<uint32_t>(part.begin);
+  if (bytes > 0 && op.buf != nullptr) std::memcpy(payload, op.buf + part.begin, bytes);
+  part.begin += bytes;
+  op.done += bytes;
+  if (part.begin == part.end) {
+    part.carries = false;
+    if (--op.parts_left == 0) {
+      op.complete = true;  // copied into registered frames: the caller's buffer is free
+      while (!sends_.empty() && sends_.front()->complete) {
+        sends_.pop_front();
+        ++send_base_;
+      }
     }
-    op->matched = true;
-    return op.get();
   }
-  auto early = std::make_shared<Operation>();
-  early->bytes = header.total;
-  early->tag = {header.tag, header.meta};
-  early->storage.resize(header.total);
-  early->buf = early->storage.data();
-  early->matched = true;
-  unexpected_.push_back(early);
+  // Frames left for this rail: this send's, or a later one's.
+  const size_t from = rail_cursor_[r] > send_base_ ? static_cast<size_t>(rail_cursor_[r] - send_base_) : 0;
+  for (size_t j = from; j < sends_.size() && !*more; ++j) *more = carries(*sends_[j]);
+  return true;
+}
+
+Operation* Endpoint::receive_for_locked(const wire::Header& header) {
+  if (header.message < recv_base_) {
+    broken_locked(fmt::format("[ibverbs] rank {}: a frame from peer {} belongs to message {}, which is complete "
+                              "(lost or repeated frames?)",
+                              rank_, peer_, header.message));
+    return nullptr;
+  }
+  if (header.message < recvs_posted_) {
+    Operation* op = recvs_[static_cast<size_t>(header.message - recv_base_)].get();
+    if (!op->matched) {
+      if (op->tag.tag != header.tag || op->tag.meta != header.meta || op->bytes != header.total) {
+        mismatch_locked(op->tag, op->bytes, {header.tag, header.meta}, header.total);
+        return nullptr;
+      }
+      op->matched = true;
+    }
+    return op;
+  }
+  std::shared_ptr<Operation>& early = unexpected_[header.message];
+  if (!early) {
+    early = std::make_shared<Operation>();
+    early->number = header.message;
+    early->bytes = header.total;
+    early->tag = {header.tag, header.meta};
+    early->storage.resize(header.total);
+    early->buf = early->storage.data();
+    early->matched = true;
+  }
   return early.get();
 }
 
-void Endpoint::on_frame(const wire::Header& header, const uint8_t* payload) {
-  if ((header.flags & wire::kFirst) != 0) {
-    discard_ = 0;
-    incoming_ = match_locked(header);
-    if (incoming_ == nullptr) discard_ = wire::frames_for(header.total);  // a refused message: drop its frames
-  }
-  if (discard_ > 0) {
-    --discard_;
+void Endpoint::on_frame(int rail, const wire::Header& header, const uint8_t* payload) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!broken_.empty()) return;  // a mismatch or loss: nothing more is delivered here
+  Operation* op = receive_for_locked(header);
+  if (op == nullptr) return;
+  if (header.total != op->bytes || header.offset > op->bytes || header.payload > op->bytes - header.offset ||
+      op->done + header.payload > op->bytes) {
+    broken_locked(fmt::format("[ibverbs] rank {}: a frame from peer {} on rail {} ({}) lies outside its message "
+                              "({} B at offset {} of {} B)",
+                              rank_, peer_, rail, rails_[static_cast<size_t>(rail)]->device(), header.payload,
+                              header.offset, op->bytes));
     return;
   }
-  if (incoming_ == nullptr) {
-    if (broken_.empty()) {
-      broken_ =
-          fmt::format("[ibverbs] rank {}: a frame from peer {} continues no message (lost frames?)", rank_, peer_);
+  if (header.payload > 0 && op->buf != nullptr) std::memcpy(op->buf + header.offset, payload, header.payload);
+  op->done += header.payload;
+  op->arrived = true;
+  if (op->done == op->bytes && header.message < recvs_posted_) {
+    op->complete = true;
+    while (!recvs_.empty() && recvs_.front()->complete) {
+      recvs_.pop_front();
+      ++recv_base_;
     }
-    return;
-  }
-  Operation& op = *incoming_;
-  const size_t room = op.bytes - op.done;
-  if (header.payload > room) {
-    if (broken_.empty()) {
-      broken_ = fmt::format("[ibverbs] rank {}: peer {} sent {} B more than its message announced", rank_, peer_,
-                            header.payload - room);
-    }
-    incoming_ = nullptr;
-    return;
-  }
-  if (header.payload > 0 && op.buf != nullptr) std::memcpy(op.buf + op.done, payload, header.payload);
-  op.done += header.payload;
-  if (op.done == op.bytes) {
-    op.complete = true;
-    incoming_ = nullptr;
-    while (!recvs_.empty() && recvs_.front()->complete) recvs_.pop_front();
   }
 }
 
 void Endpoint::fail(const std::string& why) {
-  if (broken_.empty()) broken_ = why;
+  std::lock_guard<std::mutex> lock(mutex_);
+  broken_locked(why);
 }
 
 }  // namespace tbcoll::ibverbs

@@ -91,7 +91,7 @@ Found inspect(const VerbsApi& verbs, ibv_context* context, const std::string& na
 
 }  // namespace
 
-Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed_names) {
+std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed_names) {
   errno = 0;
   DeviceList devices(verbs);
   if (devices.list == nullptr || devices.count == 0) {
@@ -99,6 +99,7 @@ Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed_names
     throw IoError(fmt::format("[ibverbs] no RDMA device: {}", hints::fix(hints::Verb::kGetDeviceList, error, {})));
   }
   std::vector<std::string> seen;
+  std::vector<Found> usable;
   for (int d = 0; d < devices.count; ++d) {
     const std::string name = verbs.get_device_name(devices.list[d]);
     if (!allowed(allowed_names, name)) continue;
@@ -114,8 +115,9 @@ Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed_names
       seen.push_back(why_not);
       continue;
     }
-    return found;
+    usable.push_back(found);
   }
+  if (!usable.empty()) return usable;
   if (seen.empty()) {
     throw IoError(fmt::format("[ibverbs] none of the RDMA devices is one of TBCOLL_IB_DEVICES={}",
                               fmt::join(allowed_names, ",")));
@@ -123,9 +125,40 @@ Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed_names
   throw IoError(fmt::format("[ibverbs] no usable RDMA device: {}", fmt::join(seen, "; ")));
 }
 
-Port::Port(const VerbsApi& verbs, const std::string& presence, const PortOptions& options)
+std::vector<std::string> device_names(const VerbsApi& verbs) {
+  DeviceList devices(verbs);
+  std::vector<std::string> names;
+  for (int d = 0; devices.list != nullptr && d < devices.count; ++d) names.push_back(verbs.get_device_name(devices.list[d]));
+  return names;
+}
+
+namespace {
+
+// Whether the device creates an RC queue pair (Apple's refuses with errno 102; rxe and RoCE NICs have it).
+bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
+  ibv_cq* cq = verbs.create_cq(local.context, 4, nullptr, nullptr, 0);
+  if (cq == nullptr) return false;
+  ibv_qp_init_attr init{};
+  init.send_cq = cq;
+  init.recv_cq = cq;
+  init.qp_type = IBV_QPT_RC;
+  init.cap.max_send_wr = 1;
+  init.cap.max_recv_wr = 1;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  ibv_qp* qp = verbs.create_qp(local.pd, &init);
+  const int error = errno;
+  if (qp != nullptr) verbs.destroy_qp(qp);
+  verbs.destroy_cq(cq);
+  if (qp == nullptr) log::info("[ibverbs] {}: no RC queue pair ({}): UC", local.device, std::strerror(error));
+  return qp != nullptr;
+}
+
+}  // namespace
+
+Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string& device, const PortOptions& options)
     : verbs_(verbs), options_(options) {
-  const std::string name = probe(verbs_, options_.devices).name;
+  const std::string& name = device;
   {
     DeviceList devices(verbs_);
     for (int d = 0; d < devices.count && local_.context == nullptr; ++d) {
@@ -147,14 +180,17 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const PortOptions
   local_.gid = found.gid;
   local_.lid = found.lid;
   local_.mtu = found.mtu;
-  local_.mode = options_.mode;
   local_.pd = verbs_.alloc_pd(local_.context);
   if (local_.pd == nullptr) {
     verbs_.close_device(local_.context);
     throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {found.name})));
   }
+  local_.auto_mode = options_.auto_mode;
+  // Lists of work requests in one ibv_post_send: untried on Apple's provider, so one at a time there by default.
+  local_.post_batch = options_.post_batch > 0 ? options_.post_batch : verbs_.provider == "librdma.dylib" ? 1 : 16;
+  local_.mode = options_.auto_mode ? (has_rc(verbs_, local_) ? Mode::kRc : Mode::kUc) : options_.mode;
   std::random_device random;
-  key_ = fmt::format("{}.{:08x}", presence, random());
+  key_ = fmt::format("{}.{}.{:08x}", presence, found.name, random());
   try {
     listen_fd_ = net::listen_tcp(options_.listen_host.empty() ? "127.0.0.1" : options_.listen_host, &listen_address_,
                                  "[ibverbs] side channel");
@@ -163,8 +199,8 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const PortOptions
     verbs_.close_device(local_.context);
     throw;
   }
-  log::info("[ibverbs] port {} on {} (GID {} at index {}, {} mode)", key_, found.name, ipv4_of(found.gid),
-            found.gid_index, mode_name(options_.mode));
+  log::info("[ibverbs] port {} on {} (GID {} at index {}, {} mode{})", key_, found.name, ipv4_of(found.gid),
+            found.gid_index, mode_name(local_.mode), local_.auto_mode ? ", chosen automatically" : "");
 }
 
 Port::~Port() {
@@ -174,82 +210,93 @@ Port::~Port() {
   verbs_.close_device(local_.context);
 }
 
-std::string Port::address() const { return fmt::format("{}|{}|{}", key_, listen_address_, local_.device); }
-
-void Port::parse(const std::string& address, std::string* key, std::string* side_channel, std::string* device) {
-  const size_t first = address.find('|');
-  const size_t second = first == std::string::npos ? std::string::npos : address.find('|', first + 1);
-  if (second == std::string::npos || first == 0 || first + 1 == second || first >= wire::kMaxKeyBytes) {
-    throw InvalidArgument(fmt::format("[ibverbs] malformed port address {:?}", address));
-  }
-  *key = address.substr(0, first);
-  *side_channel = address.substr(first + 1, second - first - 1);
-  *device = address.substr(second + 1);
+std::string Port::address() const {
+  return fmt::format("{}|{}|{}|{}{}", key_, listen_address_, local_.device, mode_name(local_.mode),
+                     local_.auto_mode ? "+auto" : "");
 }
 
-std::shared_ptr<Connection> Port::connect(const std::string& address, Deadline deadline,
-                                          const std::atomic<bool>* cancelled) {
-  std::string peer_key, side_channel, device;
-  parse(address, &peer_key, &side_channel, &device);
-  if (peer_key == key_) {
+PortAddress Port::parse(const std::string& address) {
+  std::vector<std::string> fields;
+  for (size_t start = 0;;) {
+    const size_t bar = address.find('|', start);
+    fields.push_back(address.substr(start, bar == std::string::npos ? std::string::npos : bar - start));
+    if (bar == std::string::npos) break;
+    start = bar + 1;
+  }
+  PortAddress out;
+  const bool shape = fields.size() == 4 && !fields[0].empty() && fields[0].size() < wire::kMaxKeyBytes &&
+                     !fields[1].empty() && !fields[2].empty();
+  if (shape) {
+    out.key = fields[0];
+    out.side_channel = fields[1];
+    out.device = fields[2];
+    std::string mode = fields[3];
+    const std::string suffix = "+auto";
+    if (mode.size() > suffix.size() && mode.compare(mode.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      out.auto_mode = true;
+      mode.resize(mode.size() - suffix.size());
+    }
+    if (mode == "uc" || mode == "rc") {
+      out.mode = mode == "rc" ? Mode::kRc : Mode::kUc;
+      return out;
+    }
+  }
+  throw InvalidArgument(fmt::format("[ibverbs] malformed port address {:?}", address));
+}
+
+std::shared_ptr<Connection> Port::find(const std::string& peer_key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = connections_.find(peer_key);
+  return it != connections_.end() && it->second->alive() ? it->second : nullptr;
+}
+
+std::shared_ptr<Connection> Port::dial(const PortAddress& peer, Deadline deadline, const std::atomic<bool>* cancelled) {
+  if (peer.key == key_) {
     throw InvalidUsage(
         fmt::format("[ibverbs] port {}: asked to connect to itself (two ranks with one identity: "
                     "ContextArgs::self)",
                     key_));
   }
-  if (peer_key < key_) {  // the peer dials: wait for its call (made here or by another communicator's set-up)
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        auto it = connections_.find(peer_key);
-        if (it != connections_.end() && it->second->alive()) return it->second;
-      }
-      if (Clock::now() >= deadline) {
-        throw TimeoutError(
-            fmt::format("[ibverbs] port {}: {} on {} did not connect before the deadline", key_, peer_key, device));
-      }
-      check_cancelled(cancelled, fmt::format("[ibverbs] port {}", key_));
-      accept_one(deadline, cancelled);
-    }
-  }
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = connections_.find(peer_key);
+  auto it = connections_.find(peer.key);
   if (it != connections_.end() && it->second->alive()) return it->second;
-  auto connection = dial(peer_key, side_channel, deadline, cancelled);
-  connections_[peer_key] = connection;
+  auto connection = dial_locked(peer, deadline, cancelled);
+  connections_[peer.key] = connection;
   return connection;
 }
 
-std::shared_ptr<Connection> Port::dial(const std::string& peer_key, const std::string& side_channel, Deadline deadline,
-                                       const std::atomic<bool>* cancelled) {
-  const std::string who = fmt::format("[ibverbs] port {}: dialing {} at {}", key_, peer_key, side_channel);
-  const int fd = net::connect_tcp(net::parse_host_port(side_channel, "ibverbs side channel"), deadline, who, cancelled);
+std::shared_ptr<Connection> Port::dial_locked(const PortAddress& peer, Deadline deadline,
+                                              const std::atomic<bool>* cancelled) {
+  const std::string who = fmt::format("[ibverbs] port {}: dialing {} at {}", key_, peer.key, peer.side_channel);
+  const Mode mode = pair_mode(local_.mode, local_.auto_mode, peer.mode, peer.auto_mode, who);
+  const int fd =
+      net::connect_tcp(net::parse_host_port(peer.side_channel, "ibverbs side channel"), deadline, who, cancelled);
   std::shared_ptr<Connection> connection;
   try {
-    connection = std::make_shared<Connection>(local_, peer_key, fd);
+    connection = std::make_shared<Connection>(local_, mode, peer.key, fd);
   } catch (...) {
     close(fd);
     throw;
   }
   send_hello(fd, *connection, deadline, cancelled);
   wire::Hello theirs;
-  if (!read_hello(fd, &theirs, deadline, cancelled) || peer_key != theirs.key) {
+  if (!read_hello(fd, &theirs, deadline, cancelled) || peer.key != theirs.key) {
     throw IoError(fmt::format("{}: the port there is not the one published (another job, or a stale address)", who));
   }
   connection->establish(theirs, deadline, cancelled);
   return connection;
 }
 
-std::string Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled) {
+void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std::chrono::milliseconds wait) {
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
   if (!lock.owns_lock()) {  // another set-up of this port is accepting: it will file the connection
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    return "";
+    return;
   }
   pollfd watch{listen_fd_, POLLIN, 0};
-  if (poll(&watch, 1, 10) <= 0 || (watch.revents & POLLIN) == 0) return "";
+  if (poll(&watch, 1, static_cast<int>(wait.count())) <= 0 || (watch.revents & POLLIN) == 0) return;
   const int fd = net::accept_tcp(listen_fd_);
-  if (fd < 0) return "";
+  if (fd < 0) return;
   const Deadline limit = std::min(deadline, Clock::now() + kHandshakeTimeout);
   wire::Hello theirs;
   bool ours = false;
@@ -261,14 +308,22 @@ std::string Port::accept_one(Deadline deadline, const std::atomic<bool>* cancell
   }
   if (!ours) {
     close(fd);
-    return "";
+    return;
   }
   const std::string peer_key = theirs.key;
-  auto connection = std::make_shared<Connection>(local_, peer_key, fd);
+  const std::string who = fmt::format("[ibverbs] port {}: call from {}", key_, peer_key);
+  std::shared_ptr<Connection> connection;
+  try {
+    const Mode mode =
+        pair_mode(local_.mode, local_.auto_mode, static_cast<Mode>(theirs.mode & 0x0f), (theirs.mode & 0x10) != 0, who);
+    connection = std::make_shared<Connection>(local_, mode, peer_key, fd);
+  } catch (...) {
+    close(fd);
+    throw;
+  }
   send_hello(fd, *connection, deadline, cancelled);
   connection->establish(theirs, deadline, cancelled);
   connections_[peer_key] = connection;
-  return peer_key;
 }
 
 void Port::send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled) {

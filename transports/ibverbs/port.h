@@ -5,7 +5,9 @@
 //
 // A port lives while a context uses it (the device keeps a weak reference). Its key names the presence (process
 // and PeerInfo::instance) and a random nonce, so a port opened later by the same rank is a new peer to everyone.
-// Connections are made through the side channel: the port with the smaller key dials, the other accepts.
+// Connections are made through the side channel: the port with the smaller key dials, the other accepts. The keys
+// of one rank's ports (one per device it uses) differ only after the presence, so every pair of ranks compares
+// alike on every device: a rank dials another on all rails or on none (context.cc relies on it).
 #pragma once
 
 #include <atomic>
@@ -22,9 +24,19 @@ namespace tbcoll::ibverbs {
 
 struct PortOptions {
   Mode mode = Mode::kUc;
-  std::vector<std::string> devices;  ///< allowed device names (TBCOLL_IB_DEVICES); empty: any
-  std::string listen_host;           ///< where the side-channel listener binds (the interface reaching the root)
-  std::string token;                 ///< job token, checked in every handshake
+  bool auto_mode = false;   ///< TBCOLL_IB_MODE=auto: RC if the device creates an RC queue pair, else UC
+  int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
+  std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
+  std::string token;        ///< job token, checked in every handshake
+};
+
+/// What a port publishes (Port::address()), parsed.
+struct PortAddress {
+  std::string key;
+  std::string side_channel;  ///< host:port of its listener
+  std::string device;
+  Mode mode = Mode::kUc;
+  bool auto_mode = false;
 };
 
 /// A usable device and port, as found by probe().
@@ -37,33 +49,47 @@ struct Found {
   ibv_mtu mtu = IBV_MTU_1024;
 };
 
-/// The first device (among allowed, if any) with an active port and an IPv4-mapped GID. Throws IoError with what
-/// was found instead and how to fix it (no devices, ports down, no IPv4 address behind the GID).
-Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed);
+/// The usable devices (among allowed, if any; in the order listed by the provider): an active port and an
+/// IPv4-mapped GID. At least one, or throws IoError with what was found instead and how to fix it (no devices, ports
+/// down, no IPv4 address behind the GID).
+std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed);
+inline Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed) {
+  return probe_all(verbs, allowed).front();
+}
+/// Every device name the provider lists, usable or not (none when it lists none).
+std::vector<std::string> device_names(const VerbsApi& verbs);
 
 class Port {
  public:
-  Port(const VerbsApi& verbs, const std::string& presence, const PortOptions& options);
+  /// Opens `device` (which must be usable: probe_all) for the rank `presence`. With options.auto_mode, creates an
+  /// RC queue pair once to learn whether the device has RC (Apple's refuses it).
+  Port(const VerbsApi& verbs, const std::string& presence, const std::string& device, const PortOptions& options);
   ~Port();
   Port(const Port&) = delete;
   Port& operator=(const Port&) = delete;
 
   const std::string& key() const { return key_; }
-  /// What peers need to reach this port: "<key>|<host>:<port>|<device>".
+  const std::string& device() const { return local_.device; }
+  Mode mode() const { return local_.mode; }
+  bool auto_mode() const { return local_.auto_mode; }
+  /// What peers need to reach this port: "<key>|<host>:<port>|<device>|<mode>", mode "uc", "rc", "uc+auto"...
   std::string address() const;
-  /// The connection to the port published as `address` (address() of a peer), made if there is none yet (this
-  /// port dials when its key is the smaller, else waits for the peer's call). Blocks until it is established or
-  /// the deadline (TimeoutError), *cancelled (InvalidUsage). Throws IoError for a malformed address.
-  std::shared_ptr<Connection> connect(const std::string& address, Deadline deadline,
-                                      const std::atomic<bool>* cancelled);
-  /// Splits an address into key, side-channel host:port and device name; InvalidArgument if malformed.
-  static void parse(const std::string& address, std::string* key, std::string* side_channel, std::string* device);
+  /// Splits an address; InvalidArgument if malformed.
+  static PortAddress parse(const std::string& address);
+
+  /// The live connection to the port keyed peer_key, or null.
+  std::shared_ptr<Connection> find(const std::string& peer_key);
+  /// The connection to `peer` (whose key is larger than this port's), dialed unless there is one. Blocks until it
+  /// is established or the deadline (TimeoutError), *cancelled (InvalidUsage); IoError if the port there is not
+  /// the one published.
+  std::shared_ptr<Connection> dial(const PortAddress& peer, Deadline deadline, const std::atomic<bool>* cancelled);
+  /// Accepts one caller if one is waiting (polling up to `wait`) and files its connection (find() then returns it):
+  /// what a rank waiting for its peers' calls does, on each of its ports in turn.
+  void accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std::chrono::milliseconds wait);
 
  private:
-  std::shared_ptr<Connection> dial(const std::string& peer_key, const std::string& side_channel, Deadline deadline,
-                                   const std::atomic<bool>* cancelled);
-  /// Accepts one caller if one is waiting (up to ~10 ms); returns the key it connected, or "".
-  std::string accept_one(Deadline deadline, const std::atomic<bool>* cancelled);
+  std::shared_ptr<Connection> dial_locked(const PortAddress& peer, Deadline deadline,
+                                          const std::atomic<bool>* cancelled);
   void send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled);
   /// Reads a hello and the token after it; "" if it is not one of ours (token, magic, meant for another port).
   bool read_hello(int fd, wire::Hello* hello, Deadline deadline, const std::atomic<bool>* cancelled);

@@ -1,10 +1,12 @@
 // What travels on an ibverbs connection: 4 KiB frames, each one SEND into one posted receive, so every send and
 // its receive cover the same number of frames (one), as Apple's Thunderbolt stack requires.
 //
-//   frame = Header (48 B) | payload (up to 4048 B)
+//   frame = Header (64 B) | payload (up to 4032 B)
 //
-// A message (one isend) is the frames of one communicator in order; frames of several communicators sharing the
-// connection interleave. Every frame carries the connection's sequence number for its direction (UC may drop a
+// A message (one isend) is numbered per endpoint and direction (the k-th send meets the k-th receive), and every
+// frame says which message it belongs to and where its payload goes in it, so the frames of one message may travel
+// over several connections (rails: one per cable between the two ranks) and meet in order at the receiver. On one
+// connection the frames of a message go in order; frames of several communicators sharing it interleave. Every frame carries the connection's sequence number for its direction (UC may drop a
 // frame: a gap is reported, never papered over), the credits its sender returns (receives reposted since its
 // last report), a sum of its payload and a checksum of the header: damage the link's CRC missed, or a provider
 // bug, is reported instead of delivered.
@@ -22,7 +24,7 @@ namespace tbcoll::ibverbs::wire {
 
 constexpr size_t kFrameBytes = 4096;
 constexpr uint16_t kMagic = 0x7462;  // "tb"
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 
 enum class FrameKind : uint8_t { kData = 1, kCredit = 2 };
 enum FrameFlags : uint8_t { kFirst = 1, kLast = 2 };
@@ -38,13 +40,16 @@ struct Header {
   uint64_t comm_id = 0;  ///< the communicator (Context) the message belongs to
   uint64_t tag = 0;
   uint64_t meta = 0;
+  uint64_t message = 0;      ///< the message's number on its endpoint and direction, from 0
+  uint32_t offset = 0;       ///< where the payload goes in the message
+  uint32_t reserved = 0;
   uint32_t payload_sum = 0;  ///< payload_sum() of the payload
-  uint32_t checksum = 0;     ///< of the 44 bytes before it
+  uint32_t checksum = 0;     ///< of the 60 bytes before it
 };
-static_assert(sizeof(Header) == 48, "wire header layout");
+static_assert(sizeof(Header) == 64, "wire header layout");
 constexpr size_t kPayloadBytes = kFrameBytes - sizeof(Header);
 
-/// FNV-1a over the header's first 44 bytes.
+/// FNV-1a over the header's first 60 bytes.
 inline uint32_t header_checksum(const Header& header) {
   const auto* bytes = reinterpret_cast<const uint8_t*>(&header);
   uint32_t hash = 2166136261u;
@@ -83,6 +88,25 @@ constexpr size_t kMaxMessageBytes = 0xffffffffu;
 /// Frames a message of `bytes` takes (an empty message still sends one frame).
 constexpr size_t frames_for(size_t bytes) { return bytes == 0 ? 1 : (bytes + kPayloadBytes - 1) / kPayloadBytes; }
 
+/// The part of a message of `bytes` that rail `rail` of `rails` carries: [begin, end), and whether it carries a frame
+/// at all. Below stripe_bytes (or with one rail) the whole message goes on rail 0 (an empty one as one frame);
+/// from stripe_bytes on it is cut into `rails` parts of whole frames, in order (rail 0 the first bytes).
+struct Part {
+  size_t begin = 0;
+  size_t end = 0;
+  bool carries = false;
+};
+inline Part part_of(size_t bytes, int rails, size_t stripe_bytes, int rail) {
+  if (rails <= 1 || bytes < stripe_bytes || bytes <= kPayloadBytes) {
+    return rail == 0 ? Part{0, bytes, true} : Part{};
+  }
+  const size_t frames = frames_for(bytes);
+  const size_t per_rail = (frames + static_cast<size_t>(rails) - 1) / static_cast<size_t>(rails) * kPayloadBytes;
+  const size_t begin = std::min(bytes, per_rail * static_cast<size_t>(rail));
+  const size_t end = std::min(bytes, begin + per_rail);
+  return Part{begin, end, end > begin};
+}
+
 // ---- side channel --------------------------------------------------------------------------------------------
 
 constexpr uint32_t kHelloMagic = 0x74624942;  // "tbIB"
@@ -99,7 +123,7 @@ struct Hello {
   uint32_t psn = 0;
   uint16_t lid = 0;
   uint8_t mtu = 0;          ///< ibv_mtu
-  uint8_t mode = 0;         ///< 1 UC, 2 RC
+  uint8_t mode = 0;         ///< 1 UC, 2 RC: the queue pair's type (both ends compute it alike, see pair_mode)
   uint32_t recv_depth = 0;  ///< receives posted for the peer: its initial credits
   uint32_t token_bytes = 0;
 };
