@@ -8,13 +8,18 @@
 #   posix        the generic POSIX platform layer, whole suite (tools/test-posix.sh)
 #   clang        clang + libc++, warnings as errors, whole suite (tools/test-clang-libcxx.sh)
 #   arm64        cross-compiled, reduce kernels and shm tests under qemu-aarch64 (tools/test-arm64.sh)
+#   asan         ASan + UBSan: unit, collective (security included), fuzz corpus and soak tests, 0 reports
+#                (tools/test-sanitizers.sh asan)
+#   tsan         TSan: the concurrency tests (async, split, transports, shm, tcp, fake verbs, soak), 0 reports
+#                (tools/test-sanitizers.sh tsan)
+#   fuzz         every fuzz target 30 s under libFuzzer + ASan + UBSan (tools/fuzz.sh 30)
 #
 #   tools/run-tests.sh [STAGE...]   (default: all of them; `ctest -L fast` in build/ is the quick local run)
 # Exits non-zero if any stage failed; all stages run either way.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(suite portability posix clang arm64)
+[ ${#stages[@]} -gt 0 ] || stages=(suite portability posix clang arm64 asan tsan fuzz)
 failed=()
 summary=()
 start=$SECONDS
@@ -37,7 +42,10 @@ for stage in "${stages[@]}"; do
     posix) run_stage posix tools/test-posix.sh ;;
     clang) run_stage clang tools/test-clang-libcxx.sh ;;
     arm64) run_stage arm64 tools/test-arm64.sh ;;
-    *) echo "run-tests: unknown stage $stage (suite portability posix clang arm64)"; exit 2 ;;
+    asan) run_stage asan tools/test-sanitizers.sh asan ;;
+    tsan) run_stage tsan tools/test-sanitizers.sh tsan ;;
+    fuzz) run_stage fuzz tools/fuzz.sh 30 ;;
+    *) echo "run-tests: unknown stage $stage (suite portability posix clang arm64 asan tsan fuzz)"; exit 2 ;;
   esac
 done
 echo "==== summary"

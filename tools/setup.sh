@@ -3,12 +3,13 @@
 set -euo pipefail
 # libibverbs-dev: the verbs headers the ibverbs transport and the tests' fake provider build against (never linked).
 # python3: benchmarks/compare.sh's table and tools/check-portability.sh; curl + ca-certificates: tools/get-model.sh
-# on machines without ../shared. clang, libc++: the clang + libc++ build (tools/test-clang-libcxx.sh);
+# on machines without ../shared. clang, libc++: the clang + libc++ build (tools/test-clang-libcxx.sh); libclang-rt-14-dev:
+# libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh);
 # g++-aarch64-linux-gnu, qemu-user and the arm64 GoogleTest and fmt: tools/test-arm64.sh; ccache: the extra builds
 # share object files where they can.
 packages=(build-essential cmake libboost-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev
           openmpi-bin libopenmpi-dev python3 curl ca-certificates ccache
-          clang libc++-dev libc++abi-dev googletest
+          clang libc++-dev libc++abi-dev libclang-rt-14-dev googletest
           g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libfmt-dev:arm64)
 # The RDMA test layer (tools/test-rdma-qemu.sh): qemu-system-x86 boots Debian's kernel with Soft-RoCE (rdma_rxe),
 # busybox-static is the guest's userland, rdma-core + ibverbs-providers + ibverbs-utils give the guest libibverbs,

@@ -29,7 +29,8 @@ uint64_t record_number(const std::string& value, const std::string& what) {
   char* end = nullptr;
   errno = 0;
   const unsigned long long parsed = std::strtoull(value.c_str(), &end, 10);
-  if (value.empty() || value[0] < '0' || value[0] > '9' || *end != '\0' || errno == ERANGE) {
+  // end must be the string's end: an embedded NUL would otherwise pass for it ("12\0junk" read as 12).
+  if (value.empty() || value[0] < '0' || value[0] > '9' || end != value.c_str() + value.size() || errno == ERANGE) {
     throw IoError(fmt::format("{} is malformed ({:?}): another program wrote to the rendezvous store?", what, value));
   }
   return parsed;

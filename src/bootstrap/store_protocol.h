@@ -71,6 +71,14 @@ struct ResponseHeader {
   uint32_t value_len;
 };
 
+/// The server's verdict on a client's hello, before its token is read: kOk, kBadRequest (not a store client, or
+/// a token longer than kMaxTokenBytes) or kBadVersion.
+inline Status check_hello(const Hello& hello) {
+  if (hello.magic != kMagic || hello.token_len > kMaxTokenBytes) return Status::kBadRequest;
+  if (hello.version != kVersion) return Status::kBadVersion;
+  return Status::kOk;
+}
+
 /// Validates a request header; returns an empty string when fine, else why not.
 inline std::string check_request(const RequestHeader& header) {
   if (header.op < 1 || header.op > 4) return "unknown op " + std::to_string(header.op);

@@ -66,13 +66,22 @@ struct TcpStoreServer::Impl {
         boost::system::error_code ignored;
         socket_.close(ignored);
       });
+      // A client that closes before it is through is let go at once (the hello timer would hold it, and its
+      // descriptor, for kHelloTimeout).
       asio::async_read(socket_, asio::buffer(&hello_, sizeof(hello_)), [this, self](auto ec, size_t) {
-        if (ec) return;
-        if (hello_.magic != sp::kMagic || hello_.token_len > sp::kMaxTokenBytes) return reject("bad magic", sp::Status::kBadRequest);
-        if (hello_.version != sp::kVersion) return reject("protocol version mismatch", sp::Status::kBadVersion);
+        if (ec) {
+          hello_timer_.cancel();
+          return;
+        }
+        const sp::Status verdict = sp::check_hello(hello_);
+        if (verdict == sp::Status::kBadRequest) return reject("bad magic", verdict);
+        if (verdict != sp::Status::kOk) return reject("protocol version mismatch", verdict);
         body_.resize(hello_.token_len);
         asio::async_read(socket_, asio::buffer(body_), [this, self](auto ec2, size_t) {
-          if (ec2) return;
+          if (ec2) {
+            hello_timer_.cancel();
+            return;
+          }
           if (std::string(body_.begin(), body_.end()) != server_.token) return reject("wrong job token", sp::Status::kBadToken);
           authenticated_ = true;
           hello_timer_.cancel();

@@ -1,6 +1,8 @@
 // The ibverbs transport's pure pieces: frame header and its checksum, frame counts, port addresses.
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "tbcoll/error.hpp"
 #include "transports/ibverbs/port.h"
 #include "transports/ibverbs/wire.h"
@@ -28,6 +30,43 @@ TEST(IbverbsWire, HeaderChecksumCatchesAnyFlippedBit) {
       wire::Header damaged = header;
       reinterpret_cast<uint8_t*>(&damaged)[byte] ^= static_cast<uint8_t>(1u << bit);
       EXPECT_FALSE(wire::intact(damaged)) << "byte " << byte << " bit " << bit;
+    }
+  }
+}
+
+// A flipped bit moves the payload's 64-bit weighted sum by D = +-c * 2^b + m * 2^64 (c a lane weight, b the bit,
+// m the wraps of 2^64, |D| < 2^64): the fold (mod a prime) catches every flip exactly when that prime divides none
+// of these D. All of them, checked.
+TEST(IbverbsWire, PayloadSumCatchesAnyFlippedBit) {
+  using Wide = __int128;
+  const Wide limit = Wide{1} << 64;
+  for (uint64_t weight : wire::kPayloadSumWeights) {
+    for (int bit = 0; bit < 64; ++bit) {
+      for (int sign : {-1, 1}) {
+        for (int wraps = -9; wraps <= 9; ++wraps) {
+          const Wide change = sign * static_cast<Wide>(weight) * (Wide{1} << bit) + wraps * limit;
+          if (change <= -limit || change >= limit) continue;
+          ASSERT_NE(change, 0);
+          EXPECT_NE(change % static_cast<Wide>(wire::kPayloadSumPrime), 0)
+              << "weight " << weight << " bit " << bit << " sign " << sign << " wraps " << wraps;
+        }
+      }
+    }
+  }
+  // The case the fuzzer found for the old fold (halves xor-ed): words summing to 2^63 - 1, then one bit more.
+  uint64_t words[2] = {0x7fffffffffffffffull, 0};
+  const uint32_t before = wire::payload_sum(reinterpret_cast<const uint8_t*>(words), sizeof(words));
+  words[1] = 1;
+  EXPECT_NE(wire::payload_sum(reinterpret_cast<const uint8_t*>(words), sizeof(words)), before);
+  // And every single flip of a full frame of arbitrary data.
+  std::vector<uint8_t> payload(wire::kPayloadBytes);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 131 + (i >> 7));
+  const uint32_t sum = wire::payload_sum(payload.data(), payload.size());
+  for (size_t byte = 0; byte < payload.size(); ++byte) {
+    for (int bit = 0; bit < 8; ++bit) {
+      payload[byte] ^= static_cast<uint8_t>(1u << bit);
+      ASSERT_NE(wire::payload_sum(payload.data(), payload.size()), sum) << "byte " << byte << " bit " << bit;
+      payload[byte] ^= static_cast<uint8_t>(1u << bit);
     }
   }
 }

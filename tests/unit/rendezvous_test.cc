@@ -75,6 +75,15 @@ TEST(Rendezvous, MalformedNumbersGiveIoErrorNamingTheRecord) {
   EXPECT_EQ(decode(0, "world=4294967298\n").world_size, -1);
 }
 
+// Found by fuzz/rendezvous.cc: strtoull stops at an embedded NUL, which passed for the end of the string.
+TEST(Rendezvous, NumbersWithAnEmbeddedNulAreMalformed) {
+  const std::string nul_inside("12\0junk", 7);
+  EXPECT_THROW(record_number(nul_inside, "a number"), IoError);
+  EXPECT_THROW(record_number(std::string("7\0", 2), "a number"), IoError);
+  EXPECT_THROW(decode(1, "pid=" + nul_inside + "\n"), IoError);
+  EXPECT_EQ(record_number("0012", "a number"), 12u);
+}
+
 TEST(Rendezvous, UnknownKeysAndOtherLinesAreIgnored) {
   const std::string record = "future=1\nno equals sign here\n\nworld2=abc\nhosts=elsewhere\n" + encode(sample()) +
                              "device.tcp=1.2.3.4:5\npidx=junk\n";

@@ -294,9 +294,7 @@ void Connection::poll_locked() {
 void Connection::on_frame(int slot, uint32_t bytes) {
   const uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
   wire::Header header;
-  std::memcpy(&header, frame, sizeof(header));
-  if (bytes < sizeof(header) || !wire::intact(header) || header.payload > bytes - sizeof(header) ||
-      wire::payload_sum(frame + sizeof(header), header.payload) != header.payload_sum) {
+  if (!wire::decode_frame(frame, bytes, &header)) {
     fail_locked(fmt::format("[ibverbs] {}: a damaged frame from {} ({} B): the link delivered corrupt data",
                             local_.device, peer_key_, bytes));
   }

@@ -338,9 +338,7 @@ void Port::send_hello(int fd, const Connection& connection, Deadline deadline, c
 bool Port::read_hello(int fd, wire::Hello* hello, Deadline deadline, const std::atomic<bool>* cancelled) {
   const std::string who = fmt::format("[ibverbs] port {}: handshake", key_);
   net::read_exact(fd, hello, sizeof(*hello), deadline, who, cancelled);
-  hello->key[sizeof(hello->key) - 1] = '\0';
-  hello->peer_key[sizeof(hello->peer_key) - 1] = '\0';
-  if (hello->magic != wire::kHelloMagic || hello->version != wire::kVersion || hello->token_bytes > 1024) {
+  if (!wire::hello_acceptable(*hello)) {
     log::warn("[ibverbs] port {}: rejected a side channel: not a tbcoll ibverbs handshake (or another version)", key_);
     return false;
   }

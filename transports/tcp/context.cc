@@ -130,47 +130,30 @@ class Context final : public transport::Context {
     std::vector<uint8_t> in;  // Hello, then the token
   };
 
-  // The verdict on a complete handshake.
-  WelcomeStatus judge(const Hello& hello, const std::string& token, const std::map<int, bool>& expected,
-                      const std::map<int, int>& have) const {
-    if (hello.version != kProtocolVersion) return WelcomeStatus::kBadVersion;
-    if (token != args_.token) return WelcomeStatus::kBadToken;
-    if (hello.comm_id != args_.comm_id) return WelcomeStatus::kBadComm;
-    if (hello.to_rank != args_.rank || expected.count(hello.from_rank) == 0 || have.count(hello.from_rank) != 0) {
-      return WelcomeStatus::kBadRank;
-    }
-    return WelcomeStatus::kAccepted;
-  }
-
   // Reads what the connection has sent. Returns the peer rank once its handshake is complete and accepted,
   // -1 while it is incomplete, -2 when it was rejected or failed (the caller closes it).
   int advance(Pending& pending, const std::map<int, bool>& expected, const std::map<int, int>& have) {
     const std::string who = fmt::format("[tcp] rank {}: handshake", args_.rank);
-    size_t want = sizeof(Hello);
     Hello hello{};
-    if (pending.in.size() >= sizeof(Hello)) {
-      std::memcpy(&hello, pending.in.data(), sizeof(hello));
-      want += hello.token_len;
-    }
-    while (pending.in.size() < want) {
+    std::string token;
+    for (;;) {
+      size_t want = 0;
+      const HelloParse parsed = parse_hello(pending.in.data(), pending.in.size(), &hello, &token, &want);
+      if (parsed == HelloParse::kComplete) break;
+      if (parsed == HelloParse::kNotTbcoll) {
+        log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank,
+                  hello.magic);
+        return -2;  // garbage: don't even answer
+      }
+      if (parsed == HelloParse::kTokenTooLong) return reject(pending.fd, hello, WelcomeStatus::kBadToken, who);
       uint8_t buf[512];
       ssize_t got = recv(pending.fd, buf, std::min(sizeof(buf), want - pending.in.size()), MSG_DONTWAIT);
       if (got == 0) return -2;  // closed
       if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
       pending.in.insert(pending.in.end(), buf, buf + got);
-      if (pending.in.size() == sizeof(Hello)) {
-        std::memcpy(&hello, pending.in.data(), sizeof(hello));
-        if (hello.magic != kHelloMagic) {
-          log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank,
-                    hello.magic);
-          return -2;  // garbage: don't even answer
-        }
-        if (hello.token_len > kMaxTokenBytes) return reject(pending.fd, hello, WelcomeStatus::kBadToken, who);
-        want += hello.token_len;
-      }
     }
-    const std::string token(pending.in.begin() + sizeof(Hello), pending.in.end());
-    const WelcomeStatus status = judge(hello, token, expected, have);
+    const bool rank_wanted = expected.count(hello.from_rank) != 0 && have.count(hello.from_rank) == 0;
+    const WelcomeStatus status = judge_hello(hello, token, args_.token, args_.comm_id, args_.rank, rank_wanted);
     if (status != WelcomeStatus::kAccepted) return reject(pending.fd, hello, status, who);
     try {
       Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};

@@ -5,7 +5,10 @@
 //   every message                    : MessageHeader | payload (header.bytes)
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
+#include <string>
 
 namespace tbcoll::tcp {
 
@@ -39,6 +42,35 @@ struct MessageHeader {
   uint64_t bytes;
 };
 static_assert(sizeof(MessageHeader) == 32, "header layout");
+
+/// Where an acceptor stands with the handshake bytes `in` received so far (the Hello, then its token).
+enum class HelloParse { kIncomplete, kNotTbcoll, kTokenTooLong, kComplete };
+
+/// Parses the first `size` bytes of a handshake (pure: fuzz/tcp_handshake.cc runs it on any bytes). Sets *wanted
+/// to the handshake's whole length as far as known (sizeof(Hello) until the Hello is in, then with its token);
+/// kComplete once size == *wanted, with *hello and *token filled. Bytes beyond *wanted are never looked at.
+inline HelloParse parse_hello(const uint8_t* in, size_t size, Hello* hello, std::string* token, size_t* wanted) {
+  *wanted = sizeof(Hello);
+  if (size < sizeof(Hello)) return HelloParse::kIncomplete;
+  std::memcpy(hello, in, sizeof(Hello));
+  if (hello->magic != kHelloMagic) return HelloParse::kNotTbcoll;
+  if (hello->token_len > kMaxTokenBytes) return HelloParse::kTokenTooLong;
+  *wanted += hello->token_len;
+  if (size < *wanted) return HelloParse::kIncomplete;
+  token->assign(reinterpret_cast<const char*>(in) + sizeof(Hello), hello->token_len);
+  return HelloParse::kComplete;
+}
+
+/// The acceptor's verdict on a complete handshake: ours is (protocol version, token, communicator, rank) and
+/// rank_wanted says whether the claimed from_rank is one this side still waits for.
+inline WelcomeStatus judge_hello(const Hello& hello, const std::string& token, const std::string& our_token,
+                                 uint64_t our_comm_id, int our_rank, bool rank_wanted) {
+  if (hello.version != kProtocolVersion) return WelcomeStatus::kBadVersion;
+  if (token != our_token) return WelcomeStatus::kBadToken;
+  if (hello.comm_id != our_comm_id) return WelcomeStatus::kBadComm;
+  if (hello.to_rank != our_rank || !rank_wanted) return WelcomeStatus::kBadRank;
+  return WelcomeStatus::kAccepted;
+}
 
 inline const char* welcome_status_name(uint32_t status) {
   switch (static_cast<WelcomeStatus>(status)) {

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The test suite under the sanitizers (GCC, ccache), each build in its own directory:
+#
+#   asan   ASan + UBSan (-fno-sanitize-recover: any undefined behaviour fails), in build-asan: the unit,
+#          collective (with the security tests) and fuzz corpus tests, and the short soak
+#   tsan   TSan, in build-tsan: the concurrency tests: async, split, every transport's conformance suite (loopback,
+#          shm, tcp, the fake verbs provider), the shm and tcp sweeps up to 4 ranks, the fake verbs fabric, the
+#          store and peer exchange, and the short soak
+#
+#   tools/test-sanitizers.sh asan|tsan [ctest arguments...]   (after tools/setup.sh); PASS or FAIL, non-zero on
+#   failure. Every process writes its reports to <build>/sanitizer-reports/ (children that tbcoll-run starts too):
+#   the stage passes only with every test passing and that directory empty, and prints how many reports it found.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:-}
+shift || true
+case "$kind" in
+  asan)
+    flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1"
+    targets=(tbcoll_unit_tests tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
+    tests='^(fuzz_replay_|soak_short)'
+    labels='unit|collectives'
+    ;;
+  tsan)
+    flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
+    targets=(tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
+    tests='^(Transports/|Async|Split|FakeVerbs|IbverbsFake|PeerExchange|Security|Collectives[.]Shm|soak_short|'
+    tests+='TransportsAndSizes/Sweep[.][A-Za-z]*/(loopback|shm|tcp|fakeverbs)_[1-4])'
+    labels=''
+    ;;
+  *)
+    echo "usage: tools/test-sanitizers.sh asan|tsan [ctest arguments...]"
+    exit 2
+    ;;
+esac
+build=build-$kind
+launcher=()
+command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fail() {
+  echo "$kind: FAIL ($1)"
+  exit 1
+}
+for target in $(find fuzz -maxdepth 1 -name '*.cc' ! -name 'replay_main.cc' ! -name 'make_corpus.cc' ! -name 'gguf_writer.cc'); do
+  [ "$kind" = asan ] && targets+=("fuzz_$(basename "$target" .cc)")
+done
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
+  -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DTBCOLL_BUILD_BENCHMARKS=OFF \
+  -DTBCOLL_BUILD_EXAMPLES=OFF "${launcher[@]}" > "$build.configure.log" 2>&1 || {
+  cat "$build.configure.log"
+  fail "configure"
+}
+available=$(cmake --build "$build" --target help)
+built=()
+for target in "${targets[@]}"; do
+  if grep -qx "\.\.\. $target" <<< "$available"; then built+=("$target"); fi
+done
+cmake --build "$build" -j 2 --target "${built[@]}" > "$build.build.log" 2>&1 || {
+  grep -E 'error' "$build.build.log" | head -40
+  fail "build; see $build.build.log"
+}
+reports=$PWD/$build/sanitizer-reports
+rm -rf "$reports"
+mkdir -p "$reports"
+export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan:${ASAN_OPTIONS:-}"
+export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan:${UBSAN_OPTIONS:-}"
+export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan:${TSAN_OPTIONS:-}"
+select=(-R "$tests")
+[ -n "$labels" ] && select=(-L "$labels")
+status=0
+(cd "$build" && ctest -j 2 --timeout 900 "${select[@]}" "$@" > ctest.log 2>&1) || status=$?
+if [ -n "$labels" ]; then  # the label run, then the named extras
+  (cd "$build" && ctest -j 2 --timeout 900 -R "$tests" "$@" >> ctest.log 2>&1) || status=$?
+fi
+count=$(find "$reports" -type f | wc -l)
+if [ "$count" -gt 0 ]; then
+  echo "$kind: $count sanitizer report(s):"
+  for report in $(find "$reports" -type f | head -5); do
+    echo "---- $report"
+    grep -E 'ERROR|WARNING|SUMMARY|runtime error|#[0-4] ' "$report" | head -12
+  done
+fi
+if [ $status -ne 0 ]; then
+  grep -E '\*\*\*(Failed|Timeout|Exception)|Not Run' "$build/ctest.log" | head -20
+fi
+[ $status -eq 0 ] && [ "$count" -eq 0 ] || fail "$count reports, tests $( [ $status -eq 0 ] && echo passed || echo failed ); see $build/ctest.log"
+echo "$kind: PASS ($(grep -E 'tests passed' "$build/ctest.log" | tr '\n' ' '), 0 sanitizer reports)"
