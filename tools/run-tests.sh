@@ -5,8 +5,8 @@
 #
 #   suite        the whole ctest suite of ./build (Linux platform layer, GCC, libstdc++)
 #   portability  no Linux-only call outside src/platform (tools/check-portability.sh)
-#   posix        the generic POSIX platform layer, whole suite (tools/test-posix.sh)
-#   clang        clang + libc++, warnings as errors, whole suite (tools/test-clang-libcxx.sh)
+#   posix        the generic POSIX platform layer, the fast tests (tools/test-posix.sh -L fast)
+#   clang        clang + libc++, warnings as errors, the fast tests (tools/test-clang-libcxx.sh -L fast)
 #   arm64        cross-compiled, reduce kernels and shm tests under qemu-aarch64 (tools/test-arm64.sh)
 #   asan         ASan + UBSan: unit, collective (security included), fuzz corpus and soak tests, 0 reports
 #                (tools/test-sanitizers.sh asan)
@@ -39,8 +39,8 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     suite) run_stage suite bash -c 'cd build && ctest --output-on-failure -j 2 --timeout 600' ;;
     portability) run_stage portability tools/check-portability.sh build ;;
-    posix) run_stage posix tools/test-posix.sh ;;
-    clang) run_stage clang tools/test-clang-libcxx.sh ;;
+    posix) run_stage posix tools/test-posix.sh -L fast ;;
+    clang) run_stage clang tools/test-clang-libcxx.sh -L fast ;;
     arm64) run_stage arm64 tools/test-arm64.sh ;;
     asan) run_stage asan tools/test-sanitizers.sh asan ;;
     tsan) run_stage tsan tools/test-sanitizers.sh tsan ;;
