@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/cost.h"
 #include "signature.h"
 #include "tuner.h"
 
@@ -26,23 +27,23 @@ void barrier(Exec& exec, const Args&) { barrier_dissemination(exec); }
 std::vector<Algorithm> built_in() {
   return {
       {OpKind::kAllReduce, "direct", "every rank sends its input to every other, each reduces all n in rank order: "
-       "1 step, (n-1)S sent per rank", all_reduce_direct, direct_range},
+       "1 step, (n-1)S sent per rank", all_reduce_direct, direct_range, nullptr, cost_all_reduce_direct},
       {OpKind::kAllReduce, "ring", "reduce-scatter then all-gather around the ring, chunked and pipelined: 2(n-1) "
-       "steps, 2(n-1)/n S sent per rank", all_reduce_ring},
+       "steps, 2(n-1)/n S sent per rank", all_reduce_ring, nullptr, nullptr, cost_all_reduce_ring},
       {OpKind::kAllGather, "direct", "every rank sends its block to every other: 1 step, (n-1)/n S sent per rank",
-       all_gather_direct, direct_range},
+       all_gather_direct, direct_range, nullptr, cost_all_gather_direct},
       {OpKind::kAllGather, "ring", "blocks forwarded around the ring, chunked: n-1 steps, (n-1)/n S sent per rank",
-       all_gather_ring},
+       all_gather_ring, nullptr, nullptr, cost_all_gather_ring},
       {OpKind::kReduceScatter, "direct", "block p of every rank sent to rank p, reduced there in rank order: 1 step, "
-       "(n-1)/n S sent per rank", reduce_scatter_direct},
+       "(n-1)/n S sent per rank", reduce_scatter_direct, nullptr, nullptr, cost_reduce_scatter_direct},
       {OpKind::kReduce, "direct", "every rank sends its input to the root, which reduces in rank order: 1 step, the "
-       "root receives (n-1)S", reduce_direct},
+       "root receives (n-1)S", reduce_direct, nullptr, nullptr, cost_reduce_direct},
       {OpKind::kBroadcast, "binomial", "binomial tree from the root: ceil(log2 n) steps of S", broadcast_tree,
-       binomial_range},
+       binomial_range, nullptr, cost_broadcast_binomial},
       {OpKind::kBroadcast, "chain", "root -> next -> ... chunked and pipelined: n-2 + S/chunk chunk times, every "
-       "link carries S once", broadcast_chain},
+       "link carries S once", broadcast_chain, nullptr, nullptr, cost_broadcast_chain},
       {OpKind::kBarrier, "dissemination", "round k: token to r+2^k, from r-2^k: ceil(log2 n) steps, no payload",
-       barrier},
+       barrier, nullptr, nullptr, cost_barrier_dissemination},
   };
 }
 
