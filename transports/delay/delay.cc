@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -10,6 +11,10 @@ namespace tbcoll::transport {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Emulated receives of the process still waiting for their bytes, over every endpoint and communicator: while
+// there are any, a wait naps in short slices so their arrivals are stamped on time (see block()).
+std::atomic<int> receives_not_arrived{0};
 
 class DelayedEndpoint;
 
@@ -28,6 +33,7 @@ class DelayedReceive final : public Request {
   void observe(Clock::time_point now, Clock::time_point* link_free, Clock::duration latency, double seconds_per_byte) {
     if (arrived_ || !inner_->test()) return;
     arrived_ = true;
+    receives_not_arrived.fetch_sub(1, std::memory_order_relaxed);
     const Clock::time_point start = std::max(now, *link_free);
     *link_free = start + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(static_cast<double>(bytes_) * seconds_per_byte));
@@ -76,9 +82,13 @@ class DelayedEndpoint final : public Endpoint {
 DelayedReceive::DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Request> inner, size_t bytes)
     : endpoint_(endpoint), inner_(std::move(inner)), bytes_(bytes) {
   endpoint_->add(this);
+  receives_not_arrived.fetch_add(1, std::memory_order_relaxed);
 }
 
-DelayedReceive::~DelayedReceive() { endpoint_->remove(this); }
+DelayedReceive::~DelayedReceive() {
+  endpoint_->remove(this);
+  if (!arrived_) receives_not_arrived.fetch_sub(1, std::memory_order_relaxed);
+}
 
 bool DelayedReceive::test() {
   // Every test stamps every pending receive that arrived, this one's arrival or not: a message that arrives while
@@ -93,12 +103,15 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
     return;
   }
   // Arrived, waiting out the link: sleep through the long part, leave the last stretch to the caller's
-  // polling (a sleep overshoots by tens of microseconds). Naps of at most an eighth of the latency (or a quarter
-  // of what is left of a long serialisation), so later messages arriving meanwhile are stamped (by the next
-  // test) at most that late.
+  // polling (a sleep overshoots by tens of microseconds). While other receives (of any endpoint) wait for their
+  // bytes, naps of at most an eighth of the latency (or a quarter of what is left of a long serialisation), so
+  // messages arriving meanwhile are stamped (by the next test) at most that late; with none, one nap: on a busy
+  // host every wake-up may cost a scheduler tick, and a step of short naps would pay several.
   auto left = std::chrono::duration_cast<std::chrono::microseconds>(ready_at_ - Clock::now());
   const auto latency = std::chrono::duration_cast<std::chrono::microseconds>(endpoint_->latency());
-  auto nap = std::min({left, max_wait, std::max(latency / 8, left / 4)}) - std::chrono::microseconds(60);
+  const bool others_waiting = receives_not_arrived.load(std::memory_order_relaxed) > 0;
+  const auto slice = others_waiting ? std::max(latency / 8, left / 4) : left;
+  auto nap = std::min({left, max_wait, slice}) - std::chrono::microseconds(60);
   if (nap.count() > 0) {
     timespec ts{static_cast<time_t>(nap.count() / 1000000), static_cast<long>(nap.count() % 1000000) * 1000};
     nanosleep(&ts, nullptr);
