@@ -13,8 +13,12 @@
 #     --rounds 1                   runs of every case; the table takes each algorithm's median over rounds,
 #                                  and the rounds interleave the algorithms (the machine's noise moves slowly)
 #     --out DIR                    keep the CSVs there (default: a temporary directory)
+#     --table-only                 no runs: the tables of the CSVs a former run left in --out DIR
 # Times are tbcoll-perf's (median over iterations of the slowest rank, out of place). Each row names the
-# algorithm auto chose; ratio = auto / best forced; "!" marks ratios above 1.15.
+# algorithm auto chose; auto / best = the automatic run's time over the best forced one's ("!" above 1.15);
+# choice / best = the forced run of the algorithm auto chose over the best forced one: the cost of the choice
+# alone, without the noise between the automatic run and the forced runs (which on an oversubscribed machine
+# can exceed the differences between algorithms).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -22,7 +26,7 @@ ranks="2 3 4 8"
 links="none tb5-rdma tb5-tcp"
 algos=""
 collective=all_reduce
-min=8 max=64M factor=4 iterations=10 warmup=2 rounds=1 out=""
+min=8 max=64M factor=4 iterations=10 warmup=2 rounds=1 out="" table_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -36,7 +40,8 @@ while [ $# -gt 0 ]; do
     -w) warmup=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --table-only) table_only=1; shift ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tuner_sweep.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -50,6 +55,10 @@ if [ -z "$algos" ]; then  # the collective's rows in tbcoll-info, fast paths (na
     on && mine && $0 ~ "^    " && $2 !~ /^\(/ { printf "%s ", $1 }')
 fi
 [ -n "$algos" ] || { echo "tuner_sweep.sh: no algorithms found for '$collective'" >&2; exit 1; }
+if [ "$table_only" = 1 ] && [ -z "$out" ]; then
+  echo "tuner_sweep.sh: --table-only needs --out DIR" >&2
+  exit 2
+fi
 if [ -z "$out" ]; then
   out=$(mktemp -d)
   trap 'rm -rf "$out"' EXIT
@@ -57,7 +66,7 @@ fi
 mkdir -p "$out"
 echo "# tuner sweep: $collective over tcp, ranks: $ranks; links: $links; algorithms: $algos+ auto;" \
      "sizes $min..$max x$factor; -n $iterations -w $warmup; $rounds round(s); $(nproc) CPUs; $(date -u +%FT%TZ)"
-for link in $links; do
+[ "$table_only" = 1 ] || for link in $links; do
   for n in $ranks; do
     for round in $(seq "$rounds"); do
       for algo in $algos auto; do
@@ -80,7 +89,8 @@ done
 python3 - "$out" "$links" "$ranks" "$algos" "$rounds" <<'PY'
 import csv, statistics, sys
 out, links, ranks, algos, rounds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
-worst_overall = 0
+worst_overall = worst_choice_overall = 0
+agree = total = 0
 for link in links:
     for n in ranks:
         times, chosen, emulation = {}, {}, ""
@@ -95,9 +105,9 @@ for link in links:
                         chosen.setdefault(size, set()).add(row["algo"])
                     emulation = row.get("emulation", "")
         print(f"\n## {n} ranks, link {link} ({emulation or 'off'}); time in us (median of {rounds} round(s))")
-        print("| size | " + " | ".join(algos) + " | auto (choice) | best forced | auto / best |")
-        print("|---" * (len(algos) + 4) + "|")
-        worst = 0
+        print("| size | " + " | ".join(algos) + " | auto (choice) | best forced | auto / best | choice / best |")
+        print("|---" * (len(algos) + 5) + "|")
+        worst = worst_choice = 0
         for size in sorted(times["auto"]):
             forced = {a: statistics.median(times[a][size]) for a in algos if size in times.get(a, {})}
             auto = statistics.median(times["auto"][size])
@@ -106,8 +116,16 @@ for link in links:
             worst = max(worst, ratio)
             cells = " | ".join(f"{forced[a]:.1f}" if a in forced else "-" for a in algos)
             mark = " !" if ratio > 1.15 else ""
-            print(f"| {size} | {cells} | {auto:.1f} ({'/'.join(sorted(chosen[size]))}) | {best} | {ratio:.2f}{mark} |")
-        print(f"worst auto / best forced: {worst:.2f}")
+            picks = sorted(chosen[size])
+            choice = max(forced[p] for p in picks if p in forced) / forced[best] if any(p in forced for p in picks) else float("nan")
+            worst_choice = max(worst_choice, choice)
+            total += 1
+            agree += best in picks
+            choice_mark = " !" if choice > 1.15 else ""
+            print(f"| {size} | {cells} | {auto:.1f} ({'/'.join(picks)}) | {best} | {ratio:.2f}{mark} | {choice:.2f}{choice_mark} |")
+        print(f"worst auto / best forced: {worst:.2f}; worst choice / best forced: {worst_choice:.2f}")
         worst_overall = max(worst_overall, worst)
-print(f"\n# worst auto / best forced over every case: {worst_overall:.2f} (target <= 1.15)")
+        worst_choice_overall = max(worst_choice_overall, worst_choice)
+print(f"\n# worst auto / best forced over every case: {worst_overall:.2f} (target <= 1.15); worst choice / best "
+      f"forced: {worst_choice_overall:.2f}; auto chose the best forced algorithm at {agree} of {total} sizes")
 PY

@@ -146,10 +146,12 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
   costs.source = fmt::format("the capabilities of {}", fmt::join(used, ", "));
   // What a step costs beyond the wire: the core's own work per message (requests, polling), and, where a
   // machine runs more ranks than it has CPUs for them, a wake-up of a sleeping peer (a futex wake across
-  // processes: 25-29 us measured here, shared/peers/README.md).
+  // processes: 25-29 us measured here, shared/peers/README.md); there, too, a rank gets only its share of a CPU
+  // for the bytes its transport copies and reduces: rank_beta and gamma grow by ranks / CPUs.
   constexpr double kStepOverhead = 1e-6, kWakeUp = 25e-6;
   std::map<std::string, std::pair<int, std::set<int>>> per_machine;  // kernel -> ranks, CPUs they may use
   bool oversubscribed = false;
+  double crowding = 1;  // the most ranks per CPU on a machine
   for (const Published& rank : everyone) {
     auto& [ranks, cpus] = per_machine[rank.kernel];
     ++ranks;
@@ -158,10 +160,16 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
   }
   for (const auto& [kernel, machine] : per_machine) {
     oversubscribed |= machine.first > static_cast<int>(machine.second.size());
+    crowding = std::max(crowding, static_cast<double>(machine.first) / static_cast<double>(machine.second.size()));
   }
-  for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) kind->alpha += kStepOverhead + (oversubscribed ? kWakeUp : 0);
-  costs.source +=
-      oversubscribed ? " + 1 us per step + 25 us wake-ups (more ranks than CPUs on a machine)" : " + 1 us per step";
+  for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
+    kind->alpha += kStepOverhead + (oversubscribed ? kWakeUp : 0);
+    kind->rank_beta *= crowding;
+  }
+  costs.gamma *= crowding;
+  costs.source += oversubscribed ? fmt::format(" + 1 us per step + 25 us wake-ups, per-rank bytes x{:.2g} (more ranks "
+                                               "than CPUs on a machine)", crowding)
+                                 : std::string(" + 1 us per step");
   if (link.on()) {
     for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
       kind->alpha += link.latency_us * 1e-6;

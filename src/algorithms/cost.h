@@ -14,7 +14,8 @@
 // Where the figures come from (communicator.cc): alpha and rank_beta from the transports' Capabilities
 // (latency_us, bandwidth_gbps) of the pairs' transports, the worst pair of each kind (inside a host, between
 // hosts), plus 1 us per step for the core's own work and 25 us per step where a machine runs more ranks than it
-// has CPUs for them (every step then waits for a peer to be woken and scheduled); the link emulation adds its latency
+// has CPUs for them (every step then waits for a peer to be woken and scheduled; rank_beta and gamma then grow by
+// ranks / CPUs, each rank's share of a CPU); the link emulation adds its latency
 // to alpha and sets beta (it adds to the real transport's time, delay.h); TBCOLL_LINK_ALPHA_US and TBCOLL_LINK_GBPS
 // override alpha and beta of the links between hosts (of every link when the job runs on one host). gamma is a fixed 10
 // GB/s (the reduce kernels in L2/L3 here).
