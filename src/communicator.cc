@@ -357,12 +357,13 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine; spinning waits {}", rank,
             format_cpus(self.cpus), same_machine_cpus.size(), impl->spin_yields ? "yield now and then" : "never yield");
   impl->max_message.assign(static_cast<size_t>(size), SIZE_MAX);
+  const auto receives_waiting = std::make_shared<std::atomic<int>>(0);  // the emulated links' (delay.h)
   for (auto& [name, peers] : plan) {
     const size_t max_message = bootstrap::device_named(devices, name).capabilities().max_message_bytes;
     auto endpoints = contexts[name]->connect(peers, deadline);
     for (auto& endpoint : endpoints) {
       impl->max_message[static_cast<size_t>(endpoint->peer())] = std::max<size_t>(1, max_message);
-      endpoint = transport::with_emulation(std::move(endpoint), link);
+      endpoint = transport::with_emulation(std::move(endpoint), link, receives_waiting);
       impl->peers[endpoint->peer()] = endpoint.get();
       impl->owned_endpoints.push_back(std::move(endpoint));
     }

@@ -12,9 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Emulated receives of the process still waiting for their bytes, over every endpoint and communicator: while
-// there are any, a wait naps in short slices so their arrivals are stamped on time (see block()).
-std::atomic<int> receives_not_arrived{0};
 
 class DelayedEndpoint;
 
@@ -33,7 +30,7 @@ class DelayedReceive final : public Request {
   void observe(Clock::time_point now, Clock::time_point* link_free, Clock::duration latency, double seconds_per_byte) {
     if (arrived_ || !inner_->test()) return;
     arrived_ = true;
-    receives_not_arrived.fetch_sub(1, std::memory_order_relaxed);
+    waiting_->fetch_sub(1, std::memory_order_relaxed);
     const Clock::time_point start = std::max(now, *link_free);
     *link_free = start + std::chrono::duration_cast<Clock::duration>(
                              std::chrono::duration<double>(static_cast<double>(bytes_) * seconds_per_byte));
@@ -42,6 +39,7 @@ class DelayedReceive final : public Request {
 
  private:
   DelayedEndpoint* endpoint_;
+  std::atomic<int>* waiting_;  // the endpoint's communicator's count of receives waiting for their bytes
   std::unique_ptr<Request> inner_;
   size_t bytes_;
   bool arrived_ = false;
@@ -50,8 +48,10 @@ class DelayedReceive final : public Request {
 
 class DelayedEndpoint final : public Endpoint {
  public:
-  DelayedEndpoint(std::unique_ptr<Endpoint> inner, const LinkEmulation& link)
+  DelayedEndpoint(std::unique_ptr<Endpoint> inner, const LinkEmulation& link,
+                  std::shared_ptr<std::atomic<int>> waiting)
       : inner_(std::move(inner)),
+        waiting_(std::move(waiting)),
         latency_(
             std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(link.latency_us))),
         seconds_per_byte_(link.seconds_per_byte()) {}
@@ -70,9 +70,12 @@ class DelayedEndpoint final : public Endpoint {
     for (DelayedReceive* receive : pending_) receive->observe(now, &link_free_, latency_, seconds_per_byte_);
   }
   Clock::duration latency() const { return latency_; }
+  /// The communicator's emulated receives still waiting for their bytes.
+  std::atomic<int>& waiting() { return *waiting_; }
 
  private:
   std::unique_ptr<Endpoint> inner_;
+  std::shared_ptr<std::atomic<int>> waiting_;
   Clock::duration latency_;
   double seconds_per_byte_;
   Clock::time_point link_free_{};         // when the link (peer -> this rank) finishes its last message
@@ -80,14 +83,14 @@ class DelayedEndpoint final : public Endpoint {
 };
 
 DelayedReceive::DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Request> inner, size_t bytes)
-    : endpoint_(endpoint), inner_(std::move(inner)), bytes_(bytes) {
+    : endpoint_(endpoint), waiting_(&endpoint->waiting()), inner_(std::move(inner)), bytes_(bytes) {
   endpoint_->add(this);
-  receives_not_arrived.fetch_add(1, std::memory_order_relaxed);
+  waiting_->fetch_add(1, std::memory_order_relaxed);
 }
 
 DelayedReceive::~DelayedReceive() {
   endpoint_->remove(this);
-  if (!arrived_) receives_not_arrived.fetch_sub(1, std::memory_order_relaxed);
+  if (!arrived_) waiting_->fetch_sub(1, std::memory_order_relaxed);
 }
 
 bool DelayedReceive::test() {
@@ -103,13 +106,13 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
     return;
   }
   // Arrived, waiting out the link: sleep through the long part, leave the last stretch to the caller's
-  // polling (a sleep overshoots by tens of microseconds). While other receives (of any endpoint) wait for their
-  // bytes, naps of at most an eighth of the latency (or a quarter of what is left of a long serialisation), so
+  // polling (a sleep overshoots by tens of microseconds). While other receives (of any endpoint of the
+  // communicator) wait for their bytes, naps of at most an eighth of the latency (or a quarter of what is left of a long serialisation), so
   // messages arriving meanwhile are stamped (by the next test) at most that late; with none, one nap: on a busy
   // host every wake-up may cost a scheduler tick, and a step of short naps would pay several.
   auto left = std::chrono::duration_cast<std::chrono::microseconds>(ready_at_ - Clock::now());
   const auto latency = std::chrono::duration_cast<std::chrono::microseconds>(endpoint_->latency());
-  const bool others_waiting = receives_not_arrived.load(std::memory_order_relaxed) > 0;
+  const bool others_waiting = endpoint_->waiting().load(std::memory_order_relaxed) > 0;
   const auto slice = others_waiting ? std::max(latency / 8, left / 4) : left;
   auto nap = std::min({left, max_wait, slice}) - std::chrono::microseconds(60);
   if (nap.count() > 0) {
@@ -120,9 +123,10 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
 
 }  // namespace
 
-std::unique_ptr<Endpoint> with_emulation(std::unique_ptr<Endpoint> inner, const LinkEmulation& link) {
+std::unique_ptr<Endpoint> with_emulation(std::unique_ptr<Endpoint> inner, const LinkEmulation& link,
+                                         std::shared_ptr<std::atomic<int>> receives_waiting) {
   if (!link.on()) return inner;
-  return std::make_unique<DelayedEndpoint>(std::move(inner), link);
+  return std::make_unique<DelayedEndpoint>(std::move(inner), link, std::move(receives_waiting));
 }
 
 }  // namespace tbcoll::transport

@@ -16,6 +16,7 @@
 // whole-collective fast paths off (they bypass endpoints).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 
@@ -24,7 +25,9 @@
 
 namespace tbcoll::transport {
 
-/// inner itself when link is off.
-std::unique_ptr<Endpoint> with_emulation(std::unique_ptr<Endpoint> inner, const LinkEmulation& link);
+/// inner itself when link is off. receives_waiting: one counter shared by every endpoint of a communicator (the
+/// receives still waiting for their bytes; while there are any, waits nap in short slices to stamp them on time).
+std::unique_ptr<Endpoint> with_emulation(std::unique_ptr<Endpoint> inner, const LinkEmulation& link,
+                                         std::shared_ptr<std::atomic<int>> receives_waiting);
 
 }  // namespace tbcoll::transport
