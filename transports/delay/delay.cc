@@ -12,7 +12,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-
 class DelayedEndpoint;
 
 // A receive whose completion is held back by the emulated link (delay.h), counted from when its bytes arrived.
@@ -48,8 +47,7 @@ class DelayedReceive final : public Request {
 
 class DelayedEndpoint final : public Endpoint {
  public:
-  DelayedEndpoint(std::unique_ptr<Endpoint> inner, const LinkEmulation& link,
-                  std::shared_ptr<std::atomic<int>> waiting)
+  DelayedEndpoint(std::unique_ptr<Endpoint> inner, const LinkEmulation& link, std::shared_ptr<std::atomic<int>> waiting)
       : inner_(std::move(inner)),
         waiting_(std::move(waiting)),
         latency_(
@@ -107,9 +105,9 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
   }
   // Arrived, waiting out the link: sleep through the long part, leave the last stretch to the caller's
   // polling (a sleep overshoots by tens of microseconds). While other receives (of any endpoint of the
-  // communicator) wait for their bytes, naps of at most an eighth of the latency (or a quarter of what is left of a long serialisation), so
-  // messages arriving meanwhile are stamped (by the next test) at most that late; with none, one nap: on a busy
-  // host every wake-up may cost a scheduler tick, and a step of short naps would pay several.
+  // communicator) wait for their bytes, naps of at most an eighth of the latency (or a quarter of what is left of a
+  // long serialisation), so messages arriving meanwhile are stamped (by the next test) at most that late; with none,
+  // one nap: on a busy host every wake-up may cost a scheduler tick, and a step of short naps would pay several.
   auto left = std::chrono::duration_cast<std::chrono::microseconds>(ready_at_ - Clock::now());
   const auto latency = std::chrono::duration_cast<std::chrono::microseconds>(endpoint_->latency());
   const bool others_waiting = endpoint_->waiting().load(std::memory_order_relaxed) > 0;
