@@ -56,6 +56,8 @@ struct Options {
   int floor_round_trips = 10000;  ///< of the verbs floors' latency
   int floor_messages = 256;       ///< per direction, of the verbs floors' bandwidth runs (1 MiB each)
   bool per_peer_counts = false;  // -c all_to_allv: all_to_all's blocks, through all_to_allv
+  bool explain = false;       // --explain: the cost model's prediction per size next to the measurement
+  bool explain_only = false;  // --explain-only: the predictions alone, nothing measured
 };
 
 size_t parse_size(const std::string& text) {
@@ -106,8 +108,10 @@ void usage() {
       "                       gather|scatter] [-r ROOT] [--transport T]\n"
       "                   [--algo A]\n"
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
-      "                   [--floor-messages N]]\n"
+      "                   [--floor-messages N]] [--explain | --explain-only]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
+      "  --explain prints per size the cost model's predicted time of every algorithm that can run and the one the\n"
+      "  tuner picks (with the alpha/beta it used); --explain-only prints that without measuring.\n"
       "  --algo takes TBCOLL_ALGO's forms: a name, or collective:name[,collective:name...]. Algorithms:\n");
   const auto devices = tbcoll::transport::available_devices();
   for (tbcoll::OpKind kind : tbcoll::algo::collectives()) {
@@ -151,6 +155,10 @@ Options parse(int argc, char** argv) {
     else if (arg == "--no-tcp-floor") o.tcp_floor = false;
     else if (arg == "--floor-round-trips") o.floor_round_trips = parse_int(arg, value());
     else if (arg == "--floor-messages") o.floor_messages = parse_int(arg, value());
+    else if (arg == "--explain")
+      o.explain = true;
+    else if (arg == "--explain-only")
+      o.explain = o.explain_only = true;
     else if (arg == "-h" || arg == "--help") {
       usage();
       std::exit(0);
@@ -313,6 +321,25 @@ double bus_factor(const std::string& collective, int n) {
   return 1.0;
 }
 
+// "#   model 1 KiB: direct 12.3 us, ring 45.6 us, twoshot (fast path: its own sizes); chosen direct (by the model)"
+void print_explanation(const tbcoll::Communicator& comm, const std::string& collective, size_t bytes) {
+  const tbcoll::Communicator::Explanation why = comm.explain(collective, bytes);
+  std::string line;
+  for (const auto& algorithm : why.algorithms) {
+    if (!algorithm.cannot_run.empty()) continue;  // only those that can run the call
+    char text[160];
+    if (algorithm.predicted_us >= 0) {
+      std::snprintf(text, sizeof(text), "%s %.1f us", algorithm.name.c_str(), algorithm.predicted_us);
+    } else {
+      std::snprintf(text, sizeof(text), "%s (%s)", algorithm.name.c_str(),
+                    algorithm.fast_path ? "fast path: its own sizes" : "no cost: size ranges");
+    }
+    line += (line.empty() ? "" : ", ") + std::string(text);
+  }
+  std::printf("#   predicted %zu B: %s; chosen %s (%s)\n", bytes, line.c_str(), why.chosen.c_str(),
+              why.model_decides ? "cheapest by the model" : "forced, a fast path in its size range, or size ranges");
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -341,12 +368,16 @@ int main(int argc, char** argv) {
       if (csv == nullptr) {
         throw tbcoll::InvalidArgument("--csv " + o.csv + ": cannot open for writing: " + std::strerror(errno));
       }
-      std::fprintf(csv, "collective,ranks,transport,algo,size,count,type,redop,inplace,median_us,mean_us,algbw,busbw,wrong\n");
+      std::fprintf(csv,
+                   "collective,ranks,transport,algo,size,count,type,redop,inplace,median_us,mean_us,algbw,busbw,wrong,"
+                   "emulation\n");
     }
     if (lead) {
       std::printf("# tbcoll-perf: %s, %d ranks, transport %s, dtype %s, op %s, %d iterations (+%d warm-up)\n",
                   o.collective.c_str(), n, n > 1 ? comm.transport_name(1).c_str() : "self",
                   tbcoll::to_string(o.dtype).c_str(), tbcoll::to_string(o.op).c_str(), o.iterations, o.warmup);
+      std::printf("# link emulation: %s\n", comm.link_emulation().c_str());
+      if (o.explain) std::printf("# cost model: %s\n", comm.explain(o.collective, o.min_bytes).model.c_str());
       std::printf("# time = median over iterations of the slowest rank (us)\n");
       std::printf("#%11s %12s %6s %6s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type", "redop",
                   "algo", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
@@ -367,6 +398,10 @@ int main(int argc, char** argv) {
       last_count = count;
       ++rows;
       size_t bytes = per_block ? count * es * n : count * es;
+      if (o.explain_only) {
+        if (lead) print_explanation(comm, o.collective, bytes);
+        continue;
+      }
       Buffers b;
       const bool whole_send = o.collective == "reduce_scatter" || o.kind == Collective::kAllToAll ||
                               o.kind == Collective::kScatter;
@@ -393,16 +428,17 @@ int main(int argc, char** argv) {
                   tbcoll::to_string(o.dtype).c_str(), is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none",
                   algo.c_str(), out.median_us, algbw_out, algbw_out * factor, out.wrong, in.median_us, algbw_in,
                   algbw_in * factor, in.wrong);
+      if (o.explain) print_explanation(comm, o.collective, bytes);
       std::fflush(stdout);
       if (csv) {
         for (int place = 0; place < 2; ++place) {
           const Measured& m = place ? in : out;
           double algbw = bytes / m.median_us / 1e3;
-          std::fprintf(csv, "%s,%d,%s,%s,%zu,%zu,%s,%s,%d,%.3f,%.3f,%.4f,%.4f,%lld\n", o.collective.c_str(), n,
+          std::fprintf(csv, "%s,%d,%s,%s,%zu,%zu,%s,%s,%d,%.3f,%.3f,%.4f,%.4f,%lld,\"%s\"\n", o.collective.c_str(), n,
                        n > 1 ? comm.transport_name(1).c_str() : "self", algo.c_str(), bytes, count,
                        tbcoll::to_string(o.dtype).c_str(),
                        is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none", place, m.median_us,
-                       m.mean_us, algbw, algbw * factor, m.wrong);
+                       m.mean_us, algbw, algbw * factor, m.wrong, comm.link_emulation().c_str());
         }
       }
     }

@@ -9,12 +9,15 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cmath>
 #include <map>
 #include <random>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "algorithms/cost.h"
 #include "algorithms/registry.h"
 #include "bootstrap/peer_exchange.h"
 #include "bootstrap/rendezvous.h"
@@ -116,6 +119,90 @@ bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Publi
   return true;
 }
 
+// The cost model's figures (algorithms/cost.h), the same on every rank: from every pair's transport (each
+// rank computes every pair from everyone's records), the link emulation, then the knobs.
+algo::CostParams link_costs(const Devices& devices, const std::vector<Published>& everyone,
+                            const transport::LinkEmulation& link, const env::Settings& settings) {
+  algo::CostParams costs;
+  std::map<std::string, int> per_host;
+  for (const Published& rank : everyone) ++per_host[rank.info.host_id];
+  costs.hosts = static_cast<int>(per_host.size());
+  for (const auto& [host, ranks] : per_host) costs.ranks_per_host = std::max(costs.ranks_per_host, ranks);
+  bool have_intra = false, have_inter = false;
+  std::vector<std::string> used;
+  for (size_t a = 0; a < everyone.size(); ++a) {
+    for (size_t b = a + 1; b < everyone.size(); ++b) {
+      const std::string name = transport_between(devices, everyone[a], everyone[b]);
+      if (name.empty()) continue;
+      if (std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
+      const transport::Capabilities caps = bootstrap::device_named(devices, name).capabilities();
+      const algo::LinkCost pair{caps.latency_us * 1e-6, 0, caps.bandwidth_gbps > 0 ? 1e-9 / caps.bandwidth_gbps : 0};
+      const bool same_host = everyone[a].info.host_id == everyone[b].info.host_id;
+      algo::LinkCost& kind = same_host ? costs.intra : costs.inter;
+      bool& have = same_host ? have_intra : have_inter;
+      if (!have) kind = pair;
+      kind = {std::max(kind.alpha, pair.alpha), std::max(kind.beta, pair.beta),
+              std::max(kind.rank_beta, pair.rank_beta)};
+      have = true;
+    }
+  }
+  if (!have_intra) costs.intra = costs.inter;
+  if (!have_inter) costs.inter = costs.intra;
+  costs.source = fmt::format("the capabilities of {}", fmt::join(used, ", "));
+  // What a step costs beyond the wire: the core's own work per message (requests, polling), and, where a
+  // machine runs more ranks than it has CPUs for them, a wake-up of a sleeping peer (a futex wake across
+  // processes: 25-29 us measured here, shared/peers/README.md); there, too, a rank gets only its share of a CPU
+  // for the bytes its transport copies and reduces: rank_beta and gamma grow by ranks / CPUs.
+  constexpr double kStepOverhead = 1e-6, kWakeUp = 25e-6;
+  std::map<std::string, std::pair<int, std::set<int>>> per_machine;  // kernel -> ranks, CPUs they may use
+  bool oversubscribed = false;
+  double crowding = 1;  // the most ranks per CPU on a machine
+  for (const Published& rank : everyone) {
+    auto& [ranks, cpus] = per_machine[rank.kernel];
+    ++ranks;
+    cpus.insert(rank.cpus.begin(), rank.cpus.end());
+    if (rank.cpus.empty()) cpus.insert(-1 - static_cast<int>(cpus.size()));  // unknown: count it as a CPU of its own
+  }
+  for (const auto& [kernel, machine] : per_machine) {
+    oversubscribed |= machine.first > static_cast<int>(machine.second.size());
+    crowding = std::max(crowding, static_cast<double>(machine.first) / static_cast<double>(machine.second.size()));
+  }
+  for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
+    kind->alpha += kStepOverhead + (oversubscribed ? kWakeUp : 0);
+    kind->rank_beta *= crowding;
+  }
+  costs.gamma *= crowding;
+  costs.source += oversubscribed ? fmt::format(" + 1 us per step + 25 us wake-ups, per-rank bytes x{:.2g} (more ranks "
+                                               "than CPUs on a machine)", crowding)
+                                 : std::string(" + 1 us per step");
+  if (link.on()) {
+    for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
+      kind->alpha += link.latency_us * 1e-6;
+      kind->beta = link.seconds_per_byte();
+    }
+    costs.source += " + link emulation " + link.describe();
+  }
+  algo::LinkCost& knobbed = costs.hosts > 1 ? costs.inter : costs.intra;
+  if (settings.is_set("TBCOLL_LINK_ALPHA_US")) {
+    const double alpha_us = settings.get_double("TBCOLL_LINK_ALPHA_US");
+    if (!(alpha_us >= 0) || !std::isfinite(alpha_us)) {
+      throw InvalidArgument(fmt::format("[env] TBCOLL_LINK_ALPHA_US={} must be a non-negative number", alpha_us));
+    }
+    knobbed.alpha = alpha_us * 1e-6;
+    costs.source += fmt::format(", TBCOLL_LINK_ALPHA_US={:g}", alpha_us);
+  }
+  if (settings.is_set("TBCOLL_LINK_GBPS")) {
+    const double gbps = settings.get_double("TBCOLL_LINK_GBPS");
+    if (!(gbps > 0) || !std::isfinite(gbps)) {
+      throw InvalidArgument(fmt::format("[env] TBCOLL_LINK_GBPS={} must be a positive number (Gbit/s)", gbps));
+    }
+    knobbed.beta = 8.0 / (gbps * 1e9);
+    costs.source += fmt::format(", TBCOLL_LINK_GBPS={:g}", gbps);
+  }
+  if (costs.hosts == 1) costs.inter = costs.intra;
+  return costs;
+}
+
 }  // namespace
 
 void Communicator::Impl::mark_broken(const std::string& reason) {
@@ -172,6 +259,8 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     for (const auto& algorithm : device->fast_path_algorithms()) known_fast_paths.push_back({device->name(), algorithm});
   }
   const ForcedAlgorithms forced = parse_forced(config.algo, known_fast_paths);
+  impl->link =
+      transport::parse_link_emulation(settings.get("TBCOLL_LINK_EMULATION"), settings.get_int("TBCOLL_LINK_DELAY_US"));
   impl->tuner = Tuner(tuning, config.world_size, forced, {}, known_fast_paths);
   const int rank = config.rank;
   const int size = config.world_size;
@@ -207,8 +296,8 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     comm_id = read_comm_id(store, prefix, rank, size, deadline, cancelled);
   }
 
-  const std::chrono::microseconds link_delay(std::max<long long>(0, settings.get_int("TBCOLL_LINK_DELAY_US")));
-  if (link_delay.count() > 0) log::info("rank {}: emulating a link with {} us extra latency", rank, link_delay.count());
+  const transport::LinkEmulation& link = impl->link;
+  if (link.on()) log::info("rank {}: emulating links: {}", rank, link.describe());
 
   // A context per usable device; publish identity and addresses.
   Published self;
@@ -284,12 +373,13 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine; spinning waits {}", rank,
             format_cpus(self.cpus), same_machine_cpus.size(), impl->spin_yields ? "yield now and then" : "never yield");
   impl->max_message.assign(static_cast<size_t>(size), SIZE_MAX);
+  const auto receives_waiting = std::make_shared<std::atomic<int>>(0);  // the emulated links' (delay.h)
   for (auto& [name, peers] : plan) {
     const size_t max_message = bootstrap::device_named(devices, name).capabilities().max_message_bytes;
     auto endpoints = contexts[name]->connect(peers, deadline);
     for (auto& endpoint : endpoints) {
       impl->max_message[static_cast<size_t>(endpoint->peer())] = std::max<size_t>(1, max_message);
-      endpoint = transport::with_delay(std::move(endpoint), link_delay);
+      endpoint = transport::with_emulation(std::move(endpoint), link, receives_waiting);
       impl->peers[endpoint->peer()] = endpoint.get();
       impl->owned_endpoints.push_back(std::move(endpoint));
     }
@@ -298,11 +388,14 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   // A transport that reached every peer may offer a whole-collective fast path, if it also joins every other pair
   // of ranks: decided from everyone's records, so every rank decides alike (TBCOLL_TRANSPORT set on one rank only
   // would otherwise give that rank a fast path its peers do not take).
-  if (plan.size() == 1 && impl->contexts.size() == 1 && link_delay.count() == 0 &&
+  const algo::CostParams costs = link_costs(devices, everyone, link, settings);
+  log::info("rank {}: cost model: {}", rank, costs.describe());
+  impl->tuner = Tuner(tuning, size, forced, {}, known_fast_paths, costs);
+  if (plan.size() == 1 && impl->contexts.size() == 1 && !link.on() &&
       one_transport_for_all_pairs(devices, everyone, plan.begin()->first)) {
     impl->fast_path = impl->contexts[0]->fast_path();
     if (impl->fast_path != nullptr) {
-      impl->tuner = Tuner(tuning, size, forced, impl->fast_path->algorithms(), known_fast_paths);
+      impl->tuner = Tuner(tuning, size, forced, impl->fast_path->algorithms(), known_fast_paths, costs);
     }
   }
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
@@ -337,6 +430,36 @@ std::string Communicator::algorithm(const std::string& collective, size_t bytes)
     if (collective != op_kind_name(kind)) continue;
     if (impl().size == 1) return algo::self_algorithm_name();
     return impl().tuner.choose({kind, bytes, impl().size, DataType::kFloat32, impl().hosts}).name;
+  }
+  throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
+}
+
+std::string Communicator::link_emulation() const { return impl().link.describe(); }
+
+Communicator::Explanation Communicator::explain(const std::string& collective, size_t bytes) const {
+  for (OpKind kind : algo::collectives()) {
+    if (collective != op_kind_name(kind)) continue;
+    const Tuner& tuner = impl().tuner;
+    Explanation out;
+    out.model = tuner.costs().describe();
+    if (impl().size == 1) {
+      out.chosen = algo::self_algorithm_name();
+      return out;
+    }
+    const algo::CallShape call{kind, bytes, impl().size, DataType::kFloat32};
+    bool every_runnable_row_priced = true;
+    for (const Estimate& estimate : tuner.estimates(call)) {
+      out.algorithms.push_back(
+          {estimate.name, estimate.seconds >= 0 ? estimate.seconds * 1e6 : -1, estimate.refusal, estimate.fast_path});
+    }
+    const Choice& chosen = tuner.choose(call);
+    for (const Estimate& estimate : tuner.estimates(call)) {
+      if (!estimate.fast_path && estimate.refusal.empty() && estimate.seconds < 0) every_runnable_row_priced = false;
+    }
+    out.chosen = chosen.name;
+    out.model_decides =
+        tuner.config().use_model && chosen.fast_path_index < 0 && !tuner.forced(kind) && every_runnable_row_priced;
+    return out;
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
 }

@@ -14,6 +14,7 @@
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tbcoll/transport.h"
+#include "transports/delay/emulation.h"
 #include "tuner.h"
 
 namespace tbcoll {
@@ -56,6 +57,7 @@ struct Communicator::Impl {
   algo::RequestTable request_table;
   transport::CollectiveFastPath* fast_path = nullptr;  // owned by one of contexts
   Tuner tuner;
+  transport::LinkEmulation link;    ///< TBCOLL_LINK_EMULATION / TBCOLL_LINK_DELAY_US; off by default
   std::vector<size_t> max_message;  // by peer: the largest message its transport takes
   bool spin_yields = true;  // spin_should_yield() for this communicator's ranks on this host
   // Declared last, so destroyed first: queued calls finish while every member above still exists.

@@ -55,6 +55,17 @@ TunerConfig TunerConfig::from_env(const env::Settings& settings) {
   }
   config.chunk_bytes = static_cast<size_t>(chunk);
   config.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, settings.get_int("TBCOLL_DIRECT_MAX_BYTES")));
+  const std::string mode = settings.get("TBCOLL_TUNER");
+  if (mode == "model") {
+    config.use_model = true;
+  } else if (mode == "ranges") {
+    config.use_model = false;
+  } else if (mode == "auto") {
+    // A direct-exchange size set by hand asks for the ranges it sets.
+    config.use_model = !settings.is_set("TBCOLL_DIRECT_MAX_BYTES");
+  } else {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_TUNER={:?} is not auto, model or ranges", mode));
+  }
   return config;
 }
 
@@ -106,8 +117,10 @@ std::string Choice::refusal(const algo::CallShape& call) const {
 }
 
 Tuner::Tuner(const TunerConfig& config, int world_size, const ForcedAlgorithms& forced,
-             const std::vector<transport::FastPathAlgorithm>& fast_path, std::vector<KnownFastPath> known)
-    : config_(config), forced_names_(forced), known_(std::move(known)) {
+             const std::vector<transport::FastPathAlgorithm>& fast_path, std::vector<KnownFastPath> known,
+             algo::CostParams costs)
+    : config_(config), costs_(std::move(costs)), forced_names_(forced), known_(std::move(known)) {
+  costs_.chunk_bytes = config_.chunk_bytes;
   for (size_t i = 0; i < fast_path.size(); ++i) {
     const transport::FastPathAlgorithm& offered = fast_path[i];
     Choice choice;
@@ -127,6 +140,7 @@ Tuner::Tuner(const TunerConfig& config, int world_size, const ForcedAlgorithms& 
       choice.schedule = ++schedule;
       choice.auto_range = row.auto_range != nullptr ? row.auto_range(config, world_size) : algo::kAllSizes;
       choice.cannot_run = row.cannot_run;
+      choice.cost = row.cost;
       menu_[slot(kind)].push_back(choice);
     }
   }
@@ -160,7 +174,41 @@ const Choice& Tuner::choose(const algo::CallShape& call) const {
       }
     }
     refuse(call, fmt::format("it is a fast path of {}, which this communicator does not use between every pair of "
-                             "ranks (or TBCOLL_LINK_DELAY_US is set)", device));
+                             "ranks (or link emulation is on)",
+                             device));
+  }
+  auto runnable = [&](const Choice& choice) {
+    if (call.bytes > choice.max_bytes || (choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) return false;
+    return choice.cannot_run == nullptr || choice.cannot_run(call).empty();
+  };
+  for (const Choice& choice : menu) {  // fast paths within their own ranges first
+    if (choice.fast_path_index >= 0 && choice.auto_range.holds(call.bytes) && runnable(choice)) return choice;
+  }
+  if (config_.use_model) {
+    const Choice* cheapest = nullptr;
+    double cheapest_cost = 0;
+    bool every_row_priced = true;
+    for (const Choice& choice : menu) {
+      if (choice.fast_path_index >= 0 || !runnable(choice)) continue;
+      if (choice.cost == nullptr) {
+        every_row_priced = false;
+        break;
+      }
+      const double cost = choice.cost(call, costs_);
+      if (cheapest == nullptr || cost < cheapest_cost) {
+        cheapest = &choice;
+        cheapest_cost = cost;
+      }
+    }
+    if (every_row_priced && cheapest != nullptr) {
+      // Rows the model cannot tell apart (ring and direct all_gather on two ranks are the same exchange): the
+      // size ranges decide between them.
+      for (const Choice& choice : menu) {
+        if (choice.fast_path_index >= 0 || !choice.auto_range.holds(call.bytes) || !runnable(choice)) continue;
+        if (choice.cost(call, costs_) <= cheapest_cost * (1 + 1e-9)) return choice;
+      }
+      return *cheapest;
+    }
   }
   for (const Choice& choice : menu) {
     if (!choice.auto_range.holds(call.bytes) || call.bytes > choice.max_bytes) continue;
@@ -182,6 +230,19 @@ void Tuner::refuse(const algo::CallShape& call, const std::string& why) const {
   }
   throw InvalidArgument(fmt::format("algorithm {:?} cannot run this call: {}; algorithms that can: {}",
                                     forced_names_[slot(call.kind)], why, fmt::join(can, ", ")));
+}
+
+std::vector<Estimate> Tuner::estimates(const algo::CallShape& call) const {
+  std::vector<Estimate> out;
+  for (const Choice& choice : menu_[slot(call.kind)]) {
+    Estimate estimate;
+    estimate.name = choice.name;
+    estimate.refusal = choice.refusal(call);
+    estimate.fast_path = choice.fast_path_index >= 0;
+    if (choice.cost != nullptr) estimate.seconds = choice.cost(call, costs_);
+    out.push_back(estimate);
+  }
+  return out;
 }
 
 std::string Tuner::schedule_name(OpKind kind, unsigned schedule) const {

@@ -1,6 +1,11 @@
 // Tuner: a communicator's table of algorithms per collective (the transport's fast paths, then the rows of
-// src/algorithms/registry.cc) and the choice among them per call, by size, dtype and world size. TBCOLL_ALGO
-// (or Config::algo) forces algorithms, for every collective that has one of that name ("ring") or per
+// src/algorithms/registry.cc) and the choice among them per call, by size, dtype and world size.
+//
+// The choice: a fast path whose own size range holds the call (its transport measured where it wins; the
+// alpha-beta figures of shared memory are too crude to place it), else the point-to-point row the cost model
+// (algorithms/cost.h) predicts cheapest for the call on the communicator's links, else (TBCOLL_TUNER=ranges, a
+// TBCOLL_DIRECT_MAX_BYTES set by hand, or a runnable row without a cost) the first row whose size range holds it.
+// TBCOLL_ALGO (or Config::algo) forces algorithms, for every collective that has one of that name ("ring") or per
 // collective ("allreduce:ring,broadcast:chain"); a forced algorithm that cannot run a call is refused, naming
 // those that can. Nothing is substituted silently.
 #pragma once
@@ -11,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "algorithms/cost.h"
 #include "algorithms/registry.h"
 #include "signature.h"
 #include "tbcoll/fast_path.h"
@@ -27,9 +33,11 @@ struct TunerConfig {
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
   size_t chunk_bytes = 256 * 1024;      ///< pipelining chunk of the ring and chain schedules
   std::chrono::microseconds spin{50};   ///< how long a wait busy-polls before it blocks
+  /// Whether the cost model picks among point-to-point rows (TBCOLL_TUNER); false: the size ranges do.
+  bool use_model = false;
 
-  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US from settings (the communicator's knobs, then
-  /// the environment). Throws InvalidArgument naming a knob out of range.
+  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US, TBCOLL_TUNER from settings (the communicator's knobs,
+  /// then the environment). Throws InvalidArgument naming a knob out of range.
   static TunerConfig from_env(const env::Settings& settings);
 };
 
@@ -55,28 +63,45 @@ struct Choice {
   size_t max_bytes = SIZE_MAX;
   uint32_t dtypes = (1u << kNumDataTypes) - 1;
   std::string (*cannot_run)(const algo::CallShape& call) = nullptr;
+  double (*cost)(const algo::CallShape& call, const algo::CostParams& params) = nullptr;
 
   /// Why it cannot run call ("" if it can).
   std::string refusal(const algo::CallShape& call) const;
 };
 
+/// The cost model's view of one algorithm for one call (tbcoll-perf --explain).
+struct Estimate {
+  std::string name;
+  double seconds = -1;  ///< predicted time; < 0: the row has no cost function (or is a fast path)
+  std::string refusal;  ///< why it cannot run the call ("" if it can)
+  bool fast_path = false;
+};
+
 class Tuner {
  public:
   Tuner() = default;
-  /// fast_path: what the communicator's fast path offers (empty if none); known: every device's fast paths.
+  /// fast_path: what the communicator's fast path offers (empty if none); known: every device's fast paths;
+  /// costs: the links' figures for the cost model.
   Tuner(const TunerConfig& config, int world_size, const ForcedAlgorithms& forced,
-        const std::vector<transport::FastPathAlgorithm>& fast_path, std::vector<KnownFastPath> known);
+        const std::vector<transport::FastPathAlgorithm>& fast_path, std::vector<KnownFastPath> known,
+        algo::CostParams costs = {});
 
   /// The algorithm for call. Throws InvalidArgument when the forced algorithm cannot run it.
   const Choice& choose(const algo::CallShape& call) const;
   /// Name of a point-to-point schedule by its signature number ("none" for 0, "?" if unknown).
   std::string schedule_name(OpKind kind, unsigned schedule) const;
   const TunerConfig& config() const { return config_; }
+  const algo::CostParams& costs() const { return costs_; }
+  /// Whether TBCOLL_ALGO forces an algorithm for this collective.
+  bool forced(OpKind kind) const { return forced_[static_cast<size_t>(kind)] != -1; }
+  /// Every algorithm of call's collective with its predicted time and whether it can run the call.
+  std::vector<Estimate> estimates(const algo::CallShape& call) const;
 
  private:
   [[noreturn]] void refuse(const algo::CallShape& call, const std::string& why) const;
 
   TunerConfig config_;
+  algo::CostParams costs_;
   std::array<std::vector<Choice>, kNumOpKinds> menu_;  // by OpKind, in the order the tuner asks them
   std::array<int, kNumOpKinds> forced_{};              // index into menu_, -1: none, -2: forced, not offered here
   ForcedAlgorithms forced_names_;

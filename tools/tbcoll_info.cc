@@ -9,6 +9,7 @@
 #include "platform/platform.h"
 #include "reduce/reduce.h"
 #include "tbcoll/transport.h"
+#include "transports/delay/emulation.h"
 
 int main(int argc, char** argv) {
   if (argc > 1) {
@@ -37,6 +38,21 @@ int main(int argc, char** argv) {
       }
     }
     for (const auto& row : tbcoll::algo::algorithms_for(kind)) std::printf("    %-18s %s\n", row.name, row.description);
+  }
+  std::printf(
+      "\nlink emulation presets (TBCOLL_LINK_EMULATION=name, or latency_us=N,gbps=N; on top of the real "
+      "transport's own time):\n");
+  for (const auto& preset : tbcoll::transport::link_presets()) {
+    std::printf("  %-10s +%g us one way, %g Gbit/s (%.2f GB/s) per direction per peer\n             assumes: %s\n",
+                preset.name.c_str(), preset.latency_us, preset.gbit_per_s, preset.gbit_per_s / 8,
+                preset.assumes.c_str());
+  }
+  try {
+    const auto now = tbcoll::transport::parse_link_emulation(tbcoll::env::get("TBCOLL_LINK_EMULATION"),
+                                                             tbcoll::env::get_int("TBCOLL_LINK_DELAY_US"));
+    std::printf("  now: %s\n", now.describe().c_str());
+  } catch (const tbcoll::Error& error) {
+    std::printf("  now: invalid: %s\n", error.what());
   }
   std::printf("\nknobs (environment variables):\n");
   for (const auto& knob : tbcoll::env::knobs()) {

@@ -293,7 +293,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
     std::fprintf(stderr,
                  "tp_inference: model=%s%s mode=%s ranks=%d | prefill %d tok %.0f tok/s | decode %d tok %.0f tok/s "
                  "%.4f ms/tok | comm %.1f%% of time, %.1f%% of decode (%.1f us/tok) | per decode token: all_reduce "
-                 "%.1f calls %.0f B, all_gather %.1f calls %.0f B, p2p %.0f B\n",
+                 "%.1f calls %.0f B, all_gather %.1f calls %.0f B, p2p %.0f B | link emulation %s\n",
                  model_name.c_str(), synthetic ? " [SYNTHETIC random weights]" : "",
                  options.pipeline ? "pipeline" : "tensor", world, prefill_tokens,
                  prefill_s > 0 ? prefill_tokens / prefill_s : 0.0, decode_tokens,
@@ -304,7 +304,7 @@ int run(const Options& options, tbcoll::Communicator& comm) {
                  decode_tokens > 0 ? decode_comm * 1e6 / decode_tokens : 0.0,
                  decode_only(&CommCounter::all_reduce_calls), decode_only(&CommCounter::all_reduce_bytes),
                  decode_only(&CommCounter::all_gather_calls), decode_only(&CommCounter::all_gather_bytes),
-                 decode_only(&CommCounter::p2p_bytes));
+                 decode_only(&CommCounter::p2p_bytes), comm.link_emulation().c_str());
   }
   return 0;
 }

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
@@ -160,6 +161,24 @@ class Communicator {
   /// "broadcast", "barrier", "all_to_all" (bytes: a rank's whole send buffer), "all_to_allv", "gather" or
   /// "scatter" (bytes: the root's whole buffer); throws InvalidArgument for another name.
   std::string algorithm(const std::string& collective, size_t bytes) const;
+  /// The link emulation in effect (TBCOLL_LINK_EMULATION, TBCOLL_LINK_DELAY_US): "off", or what it emulates
+  /// ("tb5-rdma: +5 us one way, 60 Gbit/s (7.50 GB/s) per direction per peer").
+  std::string link_emulation() const;
+  /// The cost model's view of one call, for tools (tbcoll-perf --explain): every algorithm of collective with
+  /// its predicted time, whether it can run bytes (float32), the one the tuner picks, and the figures it used.
+  struct AlgorithmEstimate {
+    std::string name;
+    double predicted_us = -1;  ///< < 0: no cost function (fast paths, rows without one)
+    std::string cannot_run;    ///< why it cannot run this call, or ""
+    bool fast_path = false;    ///< a transport's fast path: chosen by its own size range, not by the model
+  };
+  struct Explanation {
+    std::vector<AlgorithmEstimate> algorithms;
+    std::string chosen;
+    std::string model;           ///< alpha, beta and where they came from
+    bool model_decides = false;  ///< false: the size ranges (TBCOLL_TUNER) or a forced algorithm (TBCOLL_ALGO)
+  };
+  Explanation explain(const std::string& collective, size_t bytes) const;
 
   /// recv[i] = op over ranks of send[i], i < count. Every rank ends with bitwise identical results (one
   /// exception: where two NaNs meet in f16/bf16, which NaN payload survives may differ between ranks of

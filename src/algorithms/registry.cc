@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/cost.h"
 #include "signature.h"
 #include "tuner.h"
 
@@ -42,42 +43,44 @@ std::string needs_hosts_with_several_ranks(const CallShape& call) {
 std::vector<Algorithm> built_in() {
   return {
       {OpKind::kAllReduce, "direct", "every rank sends its input to every other, each reduces all n in rank order: "
-       "1 step, (n-1)S sent per rank", all_reduce_direct, direct_range},
+       "1 step, (n-1)S sent per rank", all_reduce_direct, direct_range, nullptr, cost_all_reduce_direct},
       // Issue 15: ahead of ring, which stays each collective's last row (it takes every size).
       {OpKind::kAllReduce, "tree", "double binary tree, each tree half the data, chunked: reduce up, broadcast "
-       "down: 2 ceil(log2 n) steps, about S sent per rank", all_reduce_tree, forced_only},
+       "down: 2 ceil(log2 n) steps, about S sent per rank", all_reduce_tree, forced_only, nullptr, cost_all_reduce_tree},
       {OpKind::kAllReduce, "recursive_doubling", "swap and combine with r XOR 2^k (non-powers of two folded): "
-       "log2 n steps (+2), S sent per step", all_reduce_recursive_doubling, forced_only},
+       "log2 n steps (+2), S sent per step", all_reduce_recursive_doubling, forced_only, nullptr,
+       cost_all_reduce_recursive_doubling},
       {OpKind::kAllReduce, "halving_doubling", "Rabenseifner: reduce-scatter by recursive halving, all-gather by "
        "recursive doubling (non-powers of two folded): 2 log2 n steps (+2), 2(n-1)/n S sent per rank",
-       all_reduce_halving_doubling, forced_only},
+       all_reduce_halving_doubling, forced_only, nullptr, cost_all_reduce_halving_doubling},
       {OpKind::kAllReduce, "mesh", "one-shot over a full mesh: every rank sends its input to every peer at once, "
        "chunked, and reduces all n in rank order: 1 step, (n-1)S sent per rank over n-1 links",
-       all_reduce_mesh, forced_only},
+       all_reduce_mesh, forced_only, nullptr, cost_all_reduce_mesh},
       {OpKind::kAllReduce, "hierarchical", "reduce to one leader per host, ring of the leaders across hosts, back "
        "inside the host: 2 + 2(H-1) steps for H hosts, 2(H-1) S across hosts in all", all_reduce_hierarchical,
-       forced_only, needs_hosts_with_several_ranks},
+       forced_only, needs_hosts_with_several_ranks, cost_all_reduce_hierarchical},
       {OpKind::kAllReduce, "ring", "reduce-scatter then all-gather around the ring, chunked and pipelined: 2(n-1) "
-       "steps, 2(n-1)/n S sent per rank", all_reduce_ring},
+       "steps, 2(n-1)/n S sent per rank", all_reduce_ring, nullptr, nullptr, cost_all_reduce_ring},
       {OpKind::kAllGather, "direct", "every rank sends its block to every other: 1 step, (n-1)/n S sent per rank",
-       all_gather_direct, direct_range},
+       all_gather_direct, direct_range, nullptr, cost_all_gather_direct},
       {OpKind::kAllGather, "hierarchical", "gather at one leader per host, ring of the leaders with whole hosts' "
        "blocks, back inside the host: 2 + (H-1) steps for H hosts, (H-1)/H S received per leader",
-       all_gather_hierarchical, forced_only, needs_hosts_with_several_ranks},
+       all_gather_hierarchical, forced_only, needs_hosts_with_several_ranks, cost_all_gather_hierarchical},
       {OpKind::kAllGather, "recursive_doubling", "swap everything gathered so far with r XOR 2^k (non-powers of "
-       "two folded): log2 n steps (+2), (n-1)/n S received per rank", all_gather_recursive_doubling, forced_only},
+       "two folded): log2 n steps (+2), (n-1)/n S received per rank", all_gather_recursive_doubling, forced_only,
+       nullptr, cost_all_gather_recursive_doubling},
       {OpKind::kAllGather, "ring", "blocks forwarded around the ring, chunked: n-1 steps, (n-1)/n S sent per rank",
-       all_gather_ring},
+       all_gather_ring, nullptr, nullptr, cost_all_gather_ring},
       {OpKind::kReduceScatter, "direct", "block p of every rank sent to rank p, reduced there in rank order: 1 step, "
-       "(n-1)/n S sent per rank", reduce_scatter_direct},
+       "(n-1)/n S sent per rank", reduce_scatter_direct, nullptr, nullptr, cost_reduce_scatter_direct},
       {OpKind::kReduce, "direct", "every rank sends its input to the root, which reduces in rank order: 1 step, the "
-       "root receives (n-1)S", reduce_direct},
+       "root receives (n-1)S", reduce_direct, nullptr, nullptr, cost_reduce_direct},
       {OpKind::kBroadcast, "binomial", "binomial tree from the root: ceil(log2 n) steps of S", broadcast_tree,
-       binomial_range},
+       binomial_range, nullptr, cost_broadcast_binomial},
       {OpKind::kBroadcast, "chain", "root -> next -> ... chunked and pipelined: n-2 + S/chunk chunk times, every "
-       "link carries S once", broadcast_chain},
+       "link carries S once", broadcast_chain, nullptr, nullptr, cost_broadcast_chain},
       {OpKind::kBarrier, "dissemination", "round k: token to r+2^k, from r-2^k: ceil(log2 n) steps, no payload",
-       barrier},
+       barrier, nullptr, nullptr, cost_barrier_dissemination},
       // all_to_all, all_to_allv, gather, scatter (S: a rank's whole send buffer; the root's for gather/scatter).
       {OpKind::kAllToAll, "direct", "every rank posts its n-1 sends and receives at once: 1 step, (n-1)/n S sent "
        "per rank", all_to_all_direct, direct_range},

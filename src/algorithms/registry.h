@@ -3,9 +3,10 @@
 // and one row in registry.cc. A transport's fast-path algorithms (tbcoll/fast_path.h) join a communicator's
 // table at set-up (tuner.h), ahead of these rows.
 //
-// The tuner asks a collective's rows in table order and takes the first whose default range holds the call's
-// size and that can run it, so each collective's last row takes every size. Names are unique per collective;
-// the same name may serve several collectives (ring all_reduce, ring all_gather).
+// The tuner takes the row the cost model predicts cheapest (Algorithm::cost); without a model (TBCOLL_TUNER=ranges,
+// or a row without a cost) it asks a collective's rows in table order and takes the first whose default range
+// holds the call's size and that can run it, so each collective's last row takes every size. Names are unique per
+// collective; the same name may serve several collectives (ring all_reduce, ring all_gather).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +21,8 @@ struct TunerConfig;
 }
 
 namespace tbcoll::algo {
+
+struct CostParams;  // algorithms/cost.h
 
 /// What the tuner and the constraints see of a call.
 struct CallShape {
@@ -55,6 +58,9 @@ struct Algorithm {
   /// Why it cannot run the call, or "" if it can; null: it runs every call. A forced algorithm that cannot
   /// run a call is refused with this reason.
   std::string (*cannot_run)(const CallShape& call) = nullptr;
+  /// The alpha-beta model's predicted time of the call in seconds (algorithms/cost.h); null: no model. When every
+  /// row of a collective that can run a call has one, the tuner takes the cheapest; otherwise the ranges decide.
+  double (*cost)(const CallShape& call, const CostParams& params) = nullptr;
 };
 
 /// The rows of one collective, in the tuner's order (built-in rows, then registered ones).

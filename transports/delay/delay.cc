@@ -3,6 +3,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <utility>
 #include <vector>
 
@@ -13,41 +14,50 @@ using Clock = std::chrono::steady_clock;
 
 class DelayedEndpoint;
 
-// A receive whose completion is held back by the delay, counted from when its bytes arrived. The algorithms test
-// only the oldest pending receive of a peer, so each test looks at every pending receive of the endpoint: the
-// delays of messages that arrived together overlap, as on a real link.
+// A receive whose completion is held back by the emulated link (delay.h), counted from when its bytes arrived.
+// The algorithms test only the oldest pending receive of a peer, so each test looks at every pending receive of
+// the endpoint: the latencies of messages that arrived together overlap, as on a real link.
 class DelayedReceive final : public Request {
  public:
-  DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Request> inner, std::chrono::microseconds delay);
+  DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Request> inner, size_t bytes);
   ~DelayedReceive() override;
 
   bool test() override;
   void block(std::chrono::microseconds max_wait) override;
-  /// Records the arrival time if the bytes are in (tests the inner request).
-  void observe(Clock::time_point now) {
-    if (!arrived_ && inner_->test()) {
-      arrived_ = true;
-      ready_at_ = now + delay_;
-    }
+  /// Records the arrival if the bytes are in (tests the inner request): the time the link is done with them and
+  /// when the receive completes.
+  void observe(Clock::time_point now, Clock::time_point* link_free, Clock::duration latency, double seconds_per_byte) {
+    if (arrived_ || !inner_->test()) return;
+    arrived_ = true;
+    waiting_->fetch_sub(1, std::memory_order_relaxed);
+    const Clock::time_point start = std::max(now, *link_free);
+    *link_free = start + std::chrono::duration_cast<Clock::duration>(
+                             std::chrono::duration<double>(static_cast<double>(bytes_) * seconds_per_byte));
+    ready_at_ = *link_free + latency;
   }
 
  private:
   DelayedEndpoint* endpoint_;
+  std::atomic<int>* waiting_;  // the endpoint's communicator's count of receives waiting for their bytes
   std::unique_ptr<Request> inner_;
-  std::chrono::microseconds delay_;
+  size_t bytes_;
   bool arrived_ = false;
   Clock::time_point ready_at_{};
 };
 
 class DelayedEndpoint final : public Endpoint {
  public:
-  DelayedEndpoint(std::unique_ptr<Endpoint> inner, std::chrono::microseconds delay)
-      : inner_(std::move(inner)), delay_(delay) {}
+  DelayedEndpoint(std::unique_ptr<Endpoint> inner, const LinkEmulation& link, std::shared_ptr<std::atomic<int>> waiting)
+      : inner_(std::move(inner)),
+        waiting_(std::move(waiting)),
+        latency_(
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(link.latency_us))),
+        seconds_per_byte_(link.seconds_per_byte()) {}
   std::unique_ptr<Request> isend(const void* buf, size_t bytes, Tag tag) override {
     return inner_->isend(buf, bytes, tag);
   }
   std::unique_ptr<Request> irecv(void* buf, size_t bytes, Tag tag) override {
-    return std::make_unique<DelayedReceive>(this, inner_->irecv(buf, bytes, tag), delay_);
+    return std::make_unique<DelayedReceive>(this, inner_->irecv(buf, bytes, tag), bytes);
   }
   int peer() const override { return inner_->peer(); }
 
@@ -55,22 +65,31 @@ class DelayedEndpoint final : public Endpoint {
   void remove(DelayedReceive* receive) { pending_.erase(std::find(pending_.begin(), pending_.end(), receive)); }
   void observe_all() {
     const auto now = Clock::now();
-    for (DelayedReceive* receive : pending_) receive->observe(now);
+    for (DelayedReceive* receive : pending_) receive->observe(now, &link_free_, latency_, seconds_per_byte_);
   }
+  Clock::duration latency() const { return latency_; }
+  /// The communicator's emulated receives still waiting for their bytes.
+  std::atomic<int>& waiting() { return *waiting_; }
 
  private:
   std::unique_ptr<Endpoint> inner_;
-  std::chrono::microseconds delay_;
+  std::shared_ptr<std::atomic<int>> waiting_;
+  Clock::duration latency_;
+  double seconds_per_byte_;
+  Clock::time_point link_free_{};         // when the link (peer -> this rank) finishes its last message
   std::vector<DelayedReceive*> pending_;  // in posting order; each receive adds and removes itself
 };
 
-DelayedReceive::DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Request> inner,
-                               std::chrono::microseconds delay)
-    : endpoint_(endpoint), inner_(std::move(inner)), delay_(delay) {
+DelayedReceive::DelayedReceive(DelayedEndpoint* endpoint, std::unique_ptr<Request> inner, size_t bytes)
+    : endpoint_(endpoint), waiting_(&endpoint->waiting()), inner_(std::move(inner)), bytes_(bytes) {
   endpoint_->add(this);
+  waiting_->fetch_add(1, std::memory_order_relaxed);
 }
 
-DelayedReceive::~DelayedReceive() { endpoint_->remove(this); }
+DelayedReceive::~DelayedReceive() {
+  endpoint_->remove(this);
+  if (!arrived_) waiting_->fetch_sub(1, std::memory_order_relaxed);
+}
 
 bool DelayedReceive::test() {
   // Every test stamps every pending receive that arrived, this one's arrival or not: a message that arrives while
@@ -84,11 +103,16 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
     inner_->block(max_wait);
     return;
   }
-  // Arrived, waiting out the delay: sleep through the long part, leave the last stretch to the caller's
-  // polling (a sleep overshoots by tens of microseconds). Naps of at most an eighth of the delay, so later
-  // messages arriving meanwhile are stamped (by the next test) at most that late.
+  // Arrived, waiting out the link: sleep through the long part, leave the last stretch to the caller's
+  // polling (a sleep overshoots by tens of microseconds). While other receives (of any endpoint of the
+  // communicator) wait for their bytes, naps of at most an eighth of the latency (or a quarter of what is left of a
+  // long serialisation), so messages arriving meanwhile are stamped (by the next test) at most that late; with none,
+  // one nap: on a busy host every wake-up may cost a scheduler tick, and a step of short naps would pay several.
   auto left = std::chrono::duration_cast<std::chrono::microseconds>(ready_at_ - Clock::now());
-  auto nap = std::min({left, max_wait, delay_ / 8}) - std::chrono::microseconds(60);
+  const auto latency = std::chrono::duration_cast<std::chrono::microseconds>(endpoint_->latency());
+  const bool others_waiting = endpoint_->waiting().load(std::memory_order_relaxed) > 0;
+  const auto slice = others_waiting ? std::max(latency / 8, left / 4) : left;
+  auto nap = std::min({left, max_wait, slice}) - std::chrono::microseconds(60);
   if (nap.count() > 0) {
     timespec ts{static_cast<time_t>(nap.count() / 1000000), static_cast<long>(nap.count() % 1000000) * 1000};
     nanosleep(&ts, nullptr);
@@ -97,9 +121,10 @@ void DelayedReceive::block(std::chrono::microseconds max_wait) {
 
 }  // namespace
 
-std::unique_ptr<Endpoint> with_delay(std::unique_ptr<Endpoint> inner, std::chrono::microseconds delay) {
-  if (delay.count() <= 0) return inner;
-  return std::make_unique<DelayedEndpoint>(std::move(inner), delay);
+std::unique_ptr<Endpoint> with_emulation(std::unique_ptr<Endpoint> inner, const LinkEmulation& link,
+                                         std::shared_ptr<std::atomic<int>> receives_waiting) {
+  if (!link.on()) return inner;
+  return std::make_unique<DelayedEndpoint>(std::move(inner), link, std::move(receives_waiting));
 }
 
 }  // namespace tbcoll::transport

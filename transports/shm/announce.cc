@@ -54,7 +54,7 @@ void check_unreceived(const Queue& queue, int rank, int peer, const transport::T
 void throw_tuned_differently(int rank, int peer, uint64_t theirs, uint64_t ours) {
   throw InvalidUsage(fmt::format("[shm] rank {}: peer {} runs this call with {}, this rank with {}: the ranks are "
                                  "tuned differently (TBCOLL_ALGO, TBCOLL_*_BYTES, TBCOLL_SHM_CMA and "
-                                 "TBCOLL_LINK_DELAY_US must be the same on every rank)",
+                                 "TBCOLL_LINK_DELAY_US and TBCOLL_LINK_EMULATION must be the same on every rank)",
                                  rank, peer, algorithm_name(theirs), algorithm_name(ours)));
 }
 

@@ -1,0 +1,99 @@
+// The alpha-beta cost model: a predicted time per algorithm and call, from which the tuner picks the cheapest
+// algorithm that can run a call (tuner.h). Pure functions of plain data, unit-tested in tests/unit/cost_test.cc.
+//
+// A call's time is counted from four quantities of its schedule, each on its critical path:
+//   steps         messages in sequence (each pays alpha, the one-way latency of a message);
+//   link bytes    bytes through the busiest link direction (each pays beta, the link's seconds per byte; a
+//                 rank's links to different peers run in parallel, as on a full mesh of Thunderbolt cables or
+//                 the link emulation's per-peer links);
+//   rank bytes    bytes the busiest rank pushes through its transport, over all its links together (each pays
+//                 rank_beta: what the transport stack itself costs per byte, the CPU copying through tcp, say);
+//   reduce bytes  bytes of input the busiest rank reduces (each pays gamma).
+//   time = steps * alpha + link_bytes * beta + rank_bytes * rank_beta + reduce_bytes * gamma
+//
+// Where the figures come from (communicator.cc): alpha and rank_beta from the transports' Capabilities
+// (latency_us, bandwidth_gbps) of the pairs' transports, the worst pair of each kind (inside a host, between
+// hosts), plus 1 us per step for the core's own work and 25 us per step where a machine runs more ranks than it
+// has CPUs for them (every step then waits for a peer to be woken and scheduled; rank_beta and gamma then grow by
+// ranks / CPUs, each rank's share of a CPU); the link emulation adds its latency
+// to alpha and sets beta (it adds to the real transport's time, delay.h); TBCOLL_LINK_ALPHA_US and TBCOLL_LINK_GBPS
+// override alpha and beta of the links between hosts (of every link when the job runs on one host). gamma is a fixed 10
+// GB/s (the reduce kernels in L2/L3 here).
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+#include "algorithms/registry.h"
+
+namespace tbcoll::algo {
+
+/// One kind of link's figures, in seconds.
+struct LinkCost {
+  double alpha = 5e-6;   ///< one-way latency of a message
+  double beta = 0;       ///< seconds per byte through one link direction (0: links are not the bottleneck)
+  double rank_beta = 0;  ///< seconds per byte a rank sends, over all its links together
+};
+
+struct CostParams {
+  LinkCost intra;                   ///< between ranks of one host
+  LinkCost inter;                   ///< between ranks of different hosts
+  double gamma = 1e-10;             ///< seconds per byte of input reduced
+  size_t chunk_bytes = 256 * 1024;  ///< the pipelining chunk of ring, chain and tree schedules
+  int hosts = 1;                    ///< distinct hosts in the communicator
+  int ranks_per_host = 1;           ///< the most ranks on one host
+  std::string source;               ///< where the figures came from, for --explain and the logs
+
+  /// The links a flat schedule (one that ignores hosts) waits on: between hosts when there are several.
+  const LinkCost& flat() const { return hosts > 1 ? inter : intra; }
+  /// "alpha 5.0 us, beta 0.133 ns/B (7.50 GB/s) per link, ... (source)".
+  std::string describe() const;
+};
+
+/// What the model counts of one schedule (see above); time() prices it on link.
+struct Traffic {
+  double steps = 0;
+  double link_bytes = 0;
+  double rank_bytes = 0;
+  double reduce_bytes = 0;
+
+  double time(const LinkCost& link, double gamma) const {
+    return steps * link.alpha + link_bytes * link.beta + rank_bytes * link.rank_beta + reduce_bytes * gamma;
+  }
+};
+
+/// ceil(log2 n) for n >= 1.
+int ceil_log2(int n);
+/// floor(log2 n) for n >= 1.
+int floor_log2(int n);
+
+// ---- the rows of registry.cc (S = call.bytes, n = world size; formulas in cost.cc) ----
+double cost_all_reduce_direct(const CallShape& call, const CostParams& params);
+double cost_all_reduce_ring(const CallShape& call, const CostParams& params);
+double cost_all_gather_direct(const CallShape& call, const CostParams& params);
+double cost_all_gather_ring(const CallShape& call, const CostParams& params);
+double cost_reduce_scatter_direct(const CallShape& call, const CostParams& params);
+double cost_reduce_direct(const CallShape& call, const CostParams& params);
+double cost_broadcast_binomial(const CallShape& call, const CostParams& params);
+double cost_broadcast_chain(const CallShape& call, const CostParams& params);
+double cost_barrier_dissemination(const CallShape& call, const CostParams& params);
+
+// ---- textbook costs of the algorithms of issue 15 that another branch adds (coll-algo): for the lead to put in
+// their rows when merging (Algorithm::cost). Each handles non-powers of two as those schedules do (fold the
+// extra ranks in and out: two more steps of S). ----
+/// all_reduce tree: NCCL's double binary tree, two trees of S/2 each, pipelined in chunks.
+double cost_all_reduce_tree(const CallShape& call, const CostParams& params);
+/// all_reduce recursive_doubling: log2 n exchanges of the whole buffer.
+double cost_all_reduce_recursive_doubling(const CallShape& call, const CostParams& params);
+/// all_reduce halving_doubling (Rabenseifner): reduce-scatter by recursive halving, all-gather by doubling.
+double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams& params);
+/// all_reduce mesh: one-shot, every rank sends its input to every peer at once.
+double cost_all_reduce_mesh(const CallShape& call, const CostParams& params);
+/// all_reduce hierarchical: reduce inside each host (shm), ring between the hosts' leaders, broadcast back.
+double cost_all_reduce_hierarchical(const CallShape& call, const CostParams& params);
+/// all_gather recursive_doubling: log2 n exchanges of doubling size.
+double cost_all_gather_recursive_doubling(const CallShape& call, const CostParams& params);
+/// all_gather hierarchical: gather inside each host, ring between leaders, broadcast back inside the host.
+double cost_all_gather_hierarchical(const CallShape& call, const CostParams& params);
+
+}  // namespace tbcoll::algo

@@ -1,0 +1,115 @@
+// Link emulation (TBCOLL_LINK_EMULATION): the emulated latency adds about L per message step, a bandwidth cap
+// limits a large transfer to about the cap, messages sent back to back queue behind each other on the link, and
+// the communicator says what it emulates. The bounds are wide: they measure the emulation, not the machine. The
+// hard ones: no step faster than L, no transfer faster than the cap; the others catch a latency paid twice or
+// messages that do not queue, with room for a busy host (a sanitizer build on a loaded 2-core VM is too slow for
+// the latency test's upper bound: each nap of the emulation oversleeps).
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "collectives/checks.h"
+#include "collectives/harness.h"
+
+namespace tbcoll::test {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// A ping-pong of 8 B messages: each one-way step pays the emulated latency once (5 ms here, far above what the
+// transports take), so 10 round trips take 20 steps x 5 ms more than without emulation. The same ping-pong
+// without emulation first: what a busy host adds to every step is taken out.
+double ping_pong_seconds(const char* transport, const std::string& emulation, int round_trips) {
+  RankOptions options{transport, ""};
+  options.knobs = {{"TBCOLL_LINK_EMULATION", emulation}};
+  double took = 0;
+  run_ranks(2, options, [&](Communicator& comm) {
+    int64_t token = 0;
+    comm.barrier();
+    const auto start = Clock::now();
+    for (int i = 0; i < round_trips; ++i) {
+      if (comm.rank() == 0) {
+        comm.send(&token, 1, DataType::kInt64, 1);
+        comm.recv(&token, 1, DataType::kInt64, 1);
+      } else {
+        comm.recv(&token, 1, DataType::kInt64, 0);
+        ++token;
+        comm.send(&token, 1, DataType::kInt64, 0);
+      }
+    }
+    if (comm.rank() == 0) {
+      took = seconds_since(start);
+      EXPECT_EQ(token, round_trips) << transport;
+      EXPECT_EQ(comm.link_emulation(), emulation.empty() ? "off" : "custom: +5000 us one way, no bandwidth cap");
+    }
+  });
+  return took;
+}
+
+TEST(LinkEmulation, LatencyAddsAboutLPerStep) {
+  constexpr int kRoundTrips = 10;
+  constexpr double kLatency = 5e-3, kSteps = 2.0 * kRoundTrips;
+  for (const char* transport : {"loopback", "tcp"}) {
+    const double plain = ping_pong_seconds(transport, "", kRoundTrips);
+    const double emulated = ping_pong_seconds(transport, "latency_us=5000", kRoundTrips);
+    EXPECT_GE(emulated / kSteps, kLatency) << transport;
+    EXPECT_LT((emulated - plain) / kSteps, 1.5 * kLatency)
+        << transport << ": " << emulated / kSteps * 1e6 << " us per step emulated, " << plain / kSteps * 1e6
+        << " us without";
+  }
+}
+
+// 8 MiB from rank 0 to rank 1 over a link capped at 1.6 Gbit/s (0.2 GB/s, far below what loopback moves): about
+// 42 ms, so about 0.2 GB/s. Sent as 8 messages of 1 MiB at once, they queue behind each other on the link: still
+// about 42 ms, not the ~5 ms of one message (that would be 8 links in parallel).
+TEST(LinkEmulation, BandwidthCapLimitsALargeTransfer) {
+  constexpr double kCapBytesPerSecond = 0.2e9;
+  constexpr size_t kBytes = 8 << 20, kMessages = 8;
+  for (bool back_to_back : {false, true}) {
+    RankOptions options{"loopback", ""};
+    options.knobs = {{"TBCOLL_LINK_EMULATION", "gbps=1.6"}};
+    run_ranks(2, options, [&](Communicator& comm) {
+      std::vector<uint8_t> data(kBytes, static_cast<uint8_t>(comm.rank() == 0 ? 7 : 0));
+      comm.barrier();
+      const auto start = Clock::now();
+      const size_t piece = back_to_back ? kBytes / kMessages : kBytes;
+      comm.group_start();
+      for (size_t offset = 0; offset < kBytes; offset += piece) {
+        if (comm.rank() == 0)
+          comm.send(data.data() + offset, piece, DataType::kUint8, 1);
+        else
+          comm.recv(data.data() + offset, piece, DataType::kUint8, 0);
+      }
+      comm.group_end();
+      if (comm.rank() != 1) return;
+      const double rate = kBytes / seconds_since(start);
+      EXPECT_EQ(data[kBytes - 1], 7);
+      EXPECT_LE(rate, 1.02 * kCapBytesPerSecond) << (back_to_back ? "8 messages" : "one message");
+      EXPECT_GT(rate, 0.15 * kCapBytesPerSecond) << (back_to_back ? "8 messages" : "one message");
+    });
+  }
+}
+
+// Presets by name, with results still right under them (the tuner's choice included), and the older knob as
+// latency only.
+TEST(LinkEmulation, PresetsAndTheOlderKnob) {
+  RankOptions options{"tcp", ""};
+  options.knobs = {{"TBCOLL_LINK_EMULATION", "10gbe"}};
+  run_ranks(3, options, [&](Communicator& comm) {
+    EXPECT_EQ(comm.link_emulation(), "10gbe: +25 us one way, 10 Gbit/s (1.25 GB/s) per direction per peer");
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 100003, 0);
+    check_all_gather(comm, DataType::kUint8, 4099);
+    const Communicator::Explanation why = comm.explain("all_reduce", 8);
+    EXPECT_NE(why.model.find("link emulation 10gbe"), std::string::npos) << why.model;
+  });
+  options.knobs = {{"TBCOLL_LINK_DELAY_US", "40"}};
+  run_ranks(2, options, [&](Communicator& comm) {
+    EXPECT_EQ(comm.link_emulation(), "TBCOLL_LINK_DELAY_US: +40 us one way, no bandwidth cap");
+  });
+  run_ranks(2, {"loopback", ""}, [&](Communicator& comm) { EXPECT_EQ(comm.link_emulation(), "off"); });
+}
+
+}  // namespace
+}  // namespace tbcoll::test

@@ -1,0 +1,156 @@
+// The alpha-beta cost model (algorithms/cost.h), the tuner's choices by it, and the link emulation's settings.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "algorithms/cost.h"
+#include "common/env.h"
+#include "tbcoll/error.hpp"
+#include "transports/delay/emulation.h"
+#include "tuner.h"
+
+namespace tbcoll {
+namespace {
+
+using algo::CallShape;
+using algo::CostParams;
+
+// Links of alpha_us one-way latency and gbytes_per_s per link, a transport that moves 3 GB/s per rank.
+CostParams links(double alpha_us, double gbytes_per_s) {
+  CostParams params;
+  params.intra = {alpha_us * 1e-6, gbytes_per_s > 0 ? 1e-9 / gbytes_per_s : 0, 1e-9 / 3};
+  params.inter = params.intra;
+  return params;
+}
+
+Tuner model_tuner(int world_size, const CostParams& params, const std::string& forced = "") {
+  TunerConfig config;
+  config.use_model = true;
+  return Tuner(config, world_size, parse_forced(forced, {}), {}, {}, params);
+}
+
+CallShape call(OpKind kind, size_t bytes, int world_size) { return {kind, bytes, world_size, DataType::kFloat32}; }
+
+TEST(CostModel, HighLatencyPicksFewStepsForSmallAndRingForLarge) {
+  const Tuner t = model_tuner(8, links(300, 2.5));
+  EXPECT_EQ(t.choose(call(OpKind::kAllReduce, 8, 8)).name, "direct");
+  EXPECT_EQ(t.choose(call(OpKind::kAllReduce, 64 << 20, 8)).name, "ring");
+  EXPECT_EQ(t.choose(call(OpKind::kAllGather, 1024, 8)).name, "direct");
+  EXPECT_EQ(t.choose(call(OpKind::kBroadcast, 1024, 8)).name, "binomial");
+  EXPECT_EQ(t.choose(call(OpKind::kBroadcast, 64 << 20, 8)).name, "chain");
+}
+
+TEST(CostModel, TheCrossoverMovesWithAlpha) {
+  // The size where ring overtakes direct grows with the latency a ring's extra steps pay.
+  auto crossover = [](double alpha_us) {
+    const Tuner t = model_tuner(4, links(alpha_us, 0));
+    for (size_t bytes = 8; bytes < (size_t{1} << 32); bytes *= 2) {
+      if (t.choose(call(OpKind::kAllReduce, bytes, 4)).name == "ring") return bytes;
+    }
+    return size_t{0};
+  };
+  const size_t fast = crossover(1), slow = crossover(300);
+  EXPECT_GT(fast, 0u);
+  EXPECT_GT(slow, 16 * fast) << fast << " " << slow;
+}
+
+TEST(CostModel, ForcedAlgorithmsAndFastPathsStillWin) {
+  const Tuner forced = model_tuner(8, links(300, 2.5), "allreduce:ring");
+  EXPECT_EQ(forced.choose(call(OpKind::kAllReduce, 8, 8)).name, "ring");
+  EXPECT_TRUE(forced.forced(OpKind::kAllReduce));
+  EXPECT_FALSE(forced.forced(OpKind::kBroadcast));
+  TunerConfig config;
+  config.use_model = true;
+  std::vector<transport::FastPathAlgorithm> fast(1);
+  fast[0] = {"oneshot", OpKind::kAllReduce, "", 64 << 10, 0, 2049};
+  const Tuner with_fast(config, 4, {}, fast, {{"shm", fast[0]}}, links(300, 2.5));
+  EXPECT_EQ(with_fast.choose(call(OpKind::kAllReduce, 2048, 4)).name, "oneshot") << "within its own range";
+  EXPECT_EQ(with_fast.choose(call(OpKind::kAllReduce, 4096, 4)).name, "direct");
+}
+
+TEST(CostModel, RangesWhenTheModelIsOff) {
+  using Knobs = std::map<std::string, std::string>;
+  EXPECT_TRUE(TunerConfig::from_env(env::Settings(Knobs{})).use_model) << "the model by default";
+  EXPECT_FALSE(TunerConfig::from_env(env::Settings(Knobs{{"TBCOLL_DIRECT_MAX_BYTES", "100"}})).use_model);
+  EXPECT_TRUE(TunerConfig::from_env(env::Settings(Knobs{{"TBCOLL_TUNER", "model"}, {"TBCOLL_DIRECT_MAX_BYTES", "100"}}))
+                  .use_model);
+  EXPECT_THROW(TunerConfig::from_env(env::Settings(Knobs{{"TBCOLL_TUNER", "fastest"}})), InvalidArgument);
+  // With ranges, 1 MiB at 300 us latency is ring (beyond TBCOLL_DIRECT_MAX_BYTES); the model says direct.
+  TunerConfig ranges;
+  const Tuner by_ranges(ranges, 4, {}, {}, {}, links(300, 0));
+  EXPECT_EQ(by_ranges.choose(call(OpKind::kAllReduce, 1 << 20, 4)).name, "ring");
+  EXPECT_EQ(model_tuner(4, links(3000, 0)).choose(call(OpKind::kAllReduce, 1 << 20, 4)).name, "direct");
+}
+
+TEST(CostModel, EstimatesListEveryAlgorithm) {
+  const Tuner t = model_tuner(4, links(5, 0));
+  const std::vector<Estimate> all = t.estimates(call(OpKind::kAllReduce, 1024, 4));
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].name, "direct");
+  EXPECT_GT(all[1].seconds, all[0].seconds) << "ring's 6 steps against direct's 1";
+  EXPECT_NEAR(all[1].seconds, 6 * 5e-6 + 1.5 * 1024 / 3e9 + 0.75 * 1024 * 1e-10, 1e-9);
+}
+
+// The textbook costs of the other branch's algorithms, as the tuner would weigh them: at 8 ranks and high
+// latency, recursive doubling (3 steps) and the tree (6) beat the ring (14) for small messages; ring and
+// Rabenseifner beat recursive doubling (3 whole buffers) for large ones.
+TEST(CostModel, TextbookCostsOfTheTreeAndDoublingFamilies) {
+  const CostParams slow = links(2000, 2.5);
+  const CallShape small = call(OpKind::kAllReduce, 1024, 8), large = call(OpKind::kAllReduce, 64 << 20, 8);
+  const double ring_small = algo::cost_all_reduce_ring(small, slow);
+  EXPECT_LT(algo::cost_all_reduce_recursive_doubling(small, slow) * 4, ring_small);
+  EXPECT_LT(algo::cost_all_reduce_tree(small, slow) * 2, ring_small);
+  EXPECT_LT(algo::cost_all_reduce_halving_doubling(small, slow), ring_small);
+  EXPECT_LT(algo::cost_all_reduce_ring(large, slow), algo::cost_all_reduce_recursive_doubling(large, slow));
+  EXPECT_LT(algo::cost_all_reduce_halving_doubling(large, slow), algo::cost_all_reduce_recursive_doubling(large, slow));
+  EXPECT_DOUBLE_EQ(algo::cost_all_reduce_mesh(small, slow), algo::cost_all_reduce_direct(small, slow));
+  // Non-powers of two pay the fold in and out.
+  EXPECT_GT(algo::cost_all_reduce_recursive_doubling(call(OpKind::kAllReduce, 1024, 7), slow),
+            algo::cost_all_reduce_recursive_doubling(call(OpKind::kAllReduce, 1024, 4), slow));
+  EXPECT_LT(algo::cost_all_gather_recursive_doubling(call(OpKind::kAllGather, 8192, 8), slow),
+            algo::cost_all_gather_ring(call(OpKind::kAllGather, 8192, 8), slow));
+}
+
+TEST(CostModel, HierarchicalWinsWhenTheHostsAreFarApart) {
+  CostParams params = links(0.3, 8);
+  params.inter = {300e-6, 1e-9 / 1.25, 1e-9 / 3};
+  params.hosts = 2;
+  params.ranks_per_host = 4;
+  const CallShape big = call(OpKind::kAllReduce, 1 << 20, 8);
+  EXPECT_LT(algo::cost_all_reduce_hierarchical(big, params), algo::cost_all_reduce_ring(big, params));
+  EXPECT_LT(algo::cost_all_gather_hierarchical(call(OpKind::kAllGather, 1 << 20, 8), params),
+            algo::cost_all_gather_ring(call(OpKind::kAllGather, 1 << 20, 8), params));
+  EXPECT_EQ(algo::ceil_log2(1), 0);
+  EXPECT_EQ(algo::ceil_log2(5), 3);
+  EXPECT_EQ(algo::floor_log2(7), 2);
+  EXPECT_EQ(algo::floor_log2(8), 3);
+}
+
+TEST(LinkEmulationSettings, PresetsCustomAndErrors) {
+  using transport::parse_link_emulation;
+  EXPECT_FALSE(parse_link_emulation("", 0).on());
+  EXPECT_EQ(parse_link_emulation("", 0).describe(), "off");
+  const auto rdma = parse_link_emulation("tb5-rdma", 0);
+  EXPECT_EQ(rdma.latency_us, 5);
+  EXPECT_EQ(rdma.gbit_per_s, 60);
+  EXPECT_DOUBLE_EQ(rdma.seconds_per_byte(), 8 / 60e9);
+  EXPECT_FALSE(rdma.assumes.empty());
+  const auto custom = parse_link_emulation("latency_us=5,gbps=60", 0);
+  EXPECT_EQ(custom.name, "custom");
+  EXPECT_EQ(custom.describe(), "custom: +5 us one way, 60 Gbit/s (7.50 GB/s) per direction per peer");
+  const auto changed = parse_link_emulation("tb5-tcp,gbps=10", 0);
+  EXPECT_EQ(changed.name, "tb5-tcp+changes");
+  EXPECT_EQ(changed.latency_us, 300);
+  EXPECT_EQ(changed.gbit_per_s, 10);
+  EXPECT_EQ(parse_link_emulation("", 300).latency_us, 300) << "TBCOLL_LINK_DELAY_US is latency only";
+  EXPECT_EQ(parse_link_emulation("", 300).gbit_per_s, 0);
+  EXPECT_EQ(parse_link_emulation("tb5-tcp", 300).gbit_per_s, 20) << "the same latency both ways is fine";
+  for (const char* bad : {"tb6", "latency_us=-1", "gbps=fast", "speed=3", "gbps=1,tb5-rdma", "latency_us="}) {
+    EXPECT_THROW(parse_link_emulation(bad, 0), InvalidArgument) << bad;
+  }
+  EXPECT_THROW(parse_link_emulation("tb5-rdma", 300), InvalidArgument) << "two different latencies";
+  for (const auto& preset : transport::link_presets()) EXPECT_TRUE(preset.on()) << preset.name;
+}
+
+}  // namespace
+}  // namespace tbcoll
