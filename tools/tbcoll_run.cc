@@ -258,6 +258,7 @@ class Launcher {
       return kExitLauncherError;
     }
     if (opts_.tag_output) raise_fd_limit(2 * opts_.world_size + 64);
+    start_sweeper();  // without it (fork failed) the sweeps below and in the ranks' peers remain
     spawn_all();
     if (opts_.timeout_s > 0) {
       job_deadline_ =
@@ -278,6 +279,64 @@ class Launcher {
   }
 
  private:
+  // A launcher killed outright (SIGKILL) cannot sweep: its ranks die with it (parent-death guard) and those still
+  // in set-up leave their segments. So a sweeper process, in a session of its own (signals to the launcher's
+  // group or terminal do not reach it), holds the read end of a pipe the launcher reports every rank's pid on.
+  // When the pipe closes (the launcher ended, however), it waits for those ranks to be gone (at most a few
+  // seconds) and removes the segments they own. After a normal end it finds nothing left and exits at once.
+  void start_sweeper() {
+    int fds[2];
+    if (pipe(fds) != 0) return;
+    fcntl(fds[1], F_SETFD, FD_CLOEXEC);  // ranks must not hold it open
+    const pid_t pid = fork();
+    if (pid < 0) {
+      close_pipe(fds);
+      return;
+    }
+    if (pid > 0) {
+      close(fds[0]);
+      sweeper_fd_ = fds[1];
+      return;
+    }
+    setsid();
+    for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGPIPE}) signal(sig, SIG_IGN);
+    // Nothing of the launcher's stays open here (its output pipes must close when it exits).
+    const int dev_null = open("/dev/null", O_RDWR);
+    for (int fd = 0; fd < 3; ++fd) dup2(dev_null, fd);
+    rlimit limit{};
+    const long open_max = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY
+                              ? static_cast<long>(std::min<rlim_t>(limit.rlim_cur, 65536))
+                              : 65536;
+    for (int fd = 3; fd < open_max; ++fd) {
+      if (fd != fds[0]) close(fd);
+    }
+    std::vector<int32_t> pids;
+    for (;;) {
+      int32_t pid_of_rank = 0;
+      const ssize_t got = read(fds[0], &pid_of_rank, sizeof(pid_of_rank));
+      if (got == static_cast<ssize_t>(sizeof(pid_of_rank))) {
+        pids.push_back(pid_of_rank);
+      } else if (got == 0 || (got < 0 && errno != EINTR)) {
+        break;  // the launcher is gone (a short read cannot happen: 4-byte writes to a pipe are atomic)
+      }
+    }
+    const auto until = Clock::now() + std::chrono::seconds(5);
+    auto any_alive = [&] {
+      for (int32_t rank_pid : pids) {
+        if (tbcoll::platform::process_exists(rank_pid)) return true;
+      }
+      return false;
+    };
+    while (any_alive() && Clock::now() < until) usleep(10000);
+    for (const std::string& name : tbcoll::platform::shm_list()) {
+      int owner = 0;
+      if (tbcoll::shm::segment_owner(name, &owner) && std::count(pids.begin(), pids.end(), owner) > 0) {
+        tbcoll::platform::shm_remove(name);
+      }
+    }
+    _exit(0);
+  }
+
   bool install_signal_handlers() {
     if (!make_pipe(g_signal_pipe, true)) {
       std::perror("tbcoll-run: pipe");
@@ -398,6 +457,11 @@ class Launcher {
       rank.err = Stream{err_pipe[0], STDERR_FILENO, r, {}};
     }
     setpgid(pid, pid);  // the child does it too: whichever runs first wins the race, and both agree
+    if (sweeper_fd_ >= 0) {
+      const int32_t reported = static_cast<int32_t>(pid);
+      ssize_t ignored = write(sweeper_fd_, &reported, sizeof(reported));
+      (void)ignored;
+    }
     rank.pid = pid;
     rank_of_pid_[pid] = r;
     ++running_;
@@ -671,6 +735,7 @@ class Launcher {
   std::vector<Rank> ranks_;
   pid_t launcher_pid_;
   int root_listener_ = -1;  // listening socket for rank 0's store, until every rank is started
+  int sweeper_fd_ = -1;     // write end of the sweeper's pipe (start_sweeper); closed when we exit
   bool foreground_ = false;  // the launcher runs in the foreground of the terminal its output goes to
   // Tagged output not yet written, per target (our stdout, stderr): written when poll() says the target takes
   // more, so a slow or stalled reader never blocks the launcher (signals, failures and the timeout go on).

@@ -598,6 +598,24 @@ TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
   EXPECT_EQ(tbcoll::test::segments_of(pids), std::vector<std::string>{}) << result.err;
 }
 
+// Killed outright (SIGKILL) while a rank is still in set-up: the ranks die with the launcher and cannot unlink
+// their segments, and the launcher cannot sweep; its sweeper process, which outlives it, removes them.
+TEST(TbcollRun, LauncherKilledOutrightDuringSetUpLeavesNoSegments) {
+  Launcher launcher({"-n", "3", "-x", "TBCOLL_TRANSPORT=shm", "--", TBCOLL_TEST_PROG_PATH, "late", "2", "30"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 3; }));
+  const std::vector<pid_t> pids = pids_in(launcher.out());
+  auto segments = [&] { return tbcoll::test::segments_of(pids).size(); };
+  auto until = Clock::now() + std::chrono::seconds(5);
+  while (segments() < 2 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(segments(), 2u) << "ranks 0 and 1 did not reach set-up";
+  ASSERT_EQ(kill(launcher.pid(), SIGKILL), 0);
+  launcher.finish();
+  expect_all_gone(pids);
+  until = Clock::now() + std::chrono::seconds(5);
+  while (segments() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(tbcoll::test::segments_of(pids), std::vector<std::string>{});
+}
+
 TEST(TbcollRun, ForwardsTheSignalItReceived) {
   Launcher launcher({"-n", "2", "--", "sh", "-c", "trap 'echo got-HUP; exit 0' HUP; " + kWaitingRank});
   ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 4; }));
