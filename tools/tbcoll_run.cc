@@ -21,6 +21,7 @@
 // sweep only.
 
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -70,6 +71,7 @@ struct Options {
   std::vector<std::string> extra_env;  // NAME=VALUE from -x
   std::vector<char*> prog_argv;        // null-terminated
   std::string bind_to = "auto";        // core | none | auto (core when ranks <= usable CPUs)
+  std::string secret;                  // --secret: the job secret; empty: drawn per job (TBCOLL_SECRET)
 };
 
 void print_usage(FILE* out) {
@@ -83,9 +85,11 @@ void print_usage(FILE* out) {
       "                      variables tbcoll-run sets below, the token excepted, cannot be overridden)\n"
       "  --bind-to core|none pin rank i to the i-th usable CPU, as mpirun does (default: core when\n"
       "                      there are at least as many CPUs as ranks, else none)\n"
+      "  --secret SECRET     the job secret the ranks prove to each other (TBCOLL_SECRET); default: one\n"
+      "                      drawn per job, unless TBCOLL_SECRET or TBCOLL_SECRET_FILE is set\n"
       "  -h, --help          show this help\n"
-      "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
-      "and TBCOLL_TOKEN (random unless already set). The first failing rank stops the job and its\n"
+      "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT,\n"
+      "TBCOLL_TOKEN and TBCOLL_SECRET (random unless already set). The first failing rank stops the job and its\n"
       "status becomes the exit status (128+signal if it was killed by a signal). SIGINT, SIGTERM,\n"
       "SIGHUP and SIGQUIT are forwarded to every rank; ctrl-Z stops the ranks with the launcher.\n",
       out);
@@ -118,7 +122,8 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     if (arg.rfind("--timeout=", 0) == 0) {
       value = arg.substr(arg.find('=') + 1);
       arg = "--timeout";
-    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to") {
+    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to" ||
+               arg == "--secret") {
       if (i + 1 >= argc) return usage_error("option " + arg + " needs a value");
       value = argv[++i];
     } else {
@@ -126,7 +131,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     }
     char* end = nullptr;
     errno = 0;
-    if (arg == "--bind-to") {
+    if (arg == "--secret") {
+      if (value.empty()) return usage_error("--secret needs a non-empty value");
+      opts.secret = value;
+    } else if (arg == "--bind-to") {
       if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
       opts.bind_to = value;
     } else if (arg == "-x") {
@@ -189,16 +197,27 @@ void close_pipe(int fds[2]) {
 }
 
 
-std::optional<std::string> random_token() {
-  unsigned char bytes[8];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::nullopt;
-  ssize_t n = read(fd, bytes, sizeof(bytes));
-  close(fd);
-  if (n != static_cast<ssize_t>(sizeof(bytes))) return std::nullopt;
-  char hex[2 * sizeof(bytes) + 1];
-  for (size_t k = 0; k < sizeof(bytes); ++k) std::snprintf(hex + 2 * k, 3, "%02x", bytes[k]);
-  return std::string(hex);
+std::optional<std::string> random_token(size_t bytes = 8) {
+  std::vector<unsigned char> random(bytes);
+  if (!tbcoll::platform::random_bytes(random.data(), random.size())) return std::nullopt;
+  std::string hex;
+  char pair[3];
+  for (unsigned char byte : random) {
+    std::snprintf(pair, sizeof(pair), "%02x", byte);
+    hex += pair;
+  }
+  return hex;
+}
+
+// Whether the ranks can load libcrypto for the secret's HMAC (src/common/auth.cc loads the same libraries).
+bool crypto_loadable() {
+  for (const std::string& name : tbcoll::platform::crypto_libraries()) {
+    if (void* handle = dlopen(name.c_str(), RTLD_LAZY | RTLD_LOCAL)) {
+      dlclose(handle);
+      return true;
+    }
+  }
+  return false;
 }
 
 // A socket listening on 127.0.0.1 and a port the kernel picked, for rank 0's store (close-on-exec: only rank 0
@@ -375,6 +394,18 @@ class Launcher {
         return false;
       }
       setenv("TBCOLL_TOKEN", token->c_str(), 1);
+    }
+    // The job secret: --secret, else the caller's, else one drawn for this job (where the ranks can use one).
+    if (!opts_.secret.empty()) {
+      setenv("TBCOLL_SECRET", opts_.secret.c_str(), 1);
+      unsetenv("TBCOLL_SECRET_FILE");
+    } else if (!std::getenv("TBCOLL_SECRET") && !std::getenv("TBCOLL_SECRET_FILE")) {
+      std::optional<std::string> secret = crypto_loadable() ? random_token(32) : std::nullopt;
+      if (secret) {
+        setenv("TBCOLL_SECRET", secret->c_str(), 1);
+      } else {
+        std::fprintf(stderr, "tbcoll-run: no OpenSSL libcrypto here: the job runs without a secret (only its token)\n");
+      }
     }
     root_listener_ = open_root_listener();
     const int port = root_listener_ >= 0 ? port_of(root_listener_) : -1;

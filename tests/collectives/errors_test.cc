@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <limits>
 #include <thread>
 
@@ -43,11 +44,10 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyCommunication) {
                   .find("overlap without being in place (in place means send == recv)"), std::string::npos);
     EXPECT_NE(error_of([&] { comm.broadcast(at + 3, at, 8, DataType::kFloat32, comm.rank()); }).find("overlap"),
               std::string::npos);
-    // all_gather in place is send == recv + rank * count: send == recv is that on rank 0 only (which would run).
-    if (comm.rank() == 1) {
-      EXPECT_NE(error_of([&] { comm.all_gather(at, at, 8, DataType::kFloat32); })
-                    .find("in place means send == recv + rank * count"), std::string::npos);
-    }
+    // all_gather in place is send == recv + rank * count: send == recv is that on rank 0 only (refused on the
+    // others: see RefusedOnSomeRanksFailsTheOthersPromptly). Here every rank passes a wrong layout.
+    EXPECT_NE(error_of([&] { comm.all_gather(at + 1, at, 8, DataType::kFloat32); })
+                  .find("in place means send == recv + rank * count"), std::string::npos);
     EXPECT_THROW(comm.reduce_scatter(at, at + 1, 8, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
     EXPECT_THROW(comm.reduce(at, at + 2, 8, DataType::kFloat32, ReduceOp::kSum, comm.rank()), InvalidArgument);
     // Argument errors don't break the communicator: a correct call still works.
@@ -92,8 +92,10 @@ TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
     EXPECT_TRUE(comm.broken());
     EXPECT_THROW(comm.barrier(), InvalidUsage) << "a broken communicator fails fast";
   });
-  EXPECT_NE(messages[0].find("peer 1 called all_reduce(count=99, f32, sum)"), std::string::npos) << messages[0];
-  EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
+  // Each rank names the other's call: spotted itself ("peer 1 called ..."), or told by the peer that spotted it
+  // first ("peer 1 failed ...: rank 1: all_reduce(count=99, ...) does not match").
+  EXPECT_NE(messages[0].find("all_reduce(count=99, f32, sum)"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
 
   // Same byte size, different dtype: still detected by the signature.
   run_ranks(2, {transport, "ring", 10}, [&](Communicator& comm) {
@@ -114,7 +116,8 @@ TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
     });
     // Rank 1 receives rank 0's all_reduce message and names it; rank 0 then sees rank 1 give up.
     if (comm.rank() == 1) {
-      EXPECT_NE(message.find("peer 0 called all_reduce(count=8, f32, sum)"), std::string::npos) << message;
+      // Told by itself, or by rank 0 that spotted it first.
+      EXPECT_NE(message.find("all_reduce(count=8, f32, sum)"), std::string::npos) << message;
     } else {
       EXPECT_NE(message, "") << "rank 0 must fail too, not hang";
     }
@@ -154,6 +157,110 @@ TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
   }
 }
 
+// Ranks that name different roots of a broadcast or reduce: every rank fails, in that call or at the latest in
+// the next one (here the same mistake again, where the roots only send), with an error naming both roots, well
+// before the deadline. Small messages (point to point on shm too) and 32 KiB (shm reads the root in place).
+TEST_P(Mismatch, DifferentRootsFailEveryRankByTheNextCallNamingBothRoots) {
+  const std::string transport = GetParam();
+  const std::vector<std::vector<int>> patterns = {{0, 1}, {0, 0, 1}, {0, 1, 2}, {2, 0, 2}};
+  for (const std::vector<int>& roots : patterns) {
+    const int n = static_cast<int>(roots.size());
+    for (size_t count : {size_t{16}, size_t{8192}}) {
+      for (bool reduce : {false, true}) {
+        std::vector<std::string> messages(n);
+        const auto start = std::chrono::steady_clock::now();
+        run_ranks(n, {transport, "", 30}, [&](Communicator& comm) {
+          std::vector<float> buf(count, static_cast<float>(comm.rank())), out(count);
+          const int root = roots[comm.rank()];
+          messages[comm.rank()] = error_of([&] {
+            for (int call = 0; call < 2; ++call) {
+              if (reduce) comm.reduce(buf.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root);
+              else comm.broadcast(buf.data(), buf.data(), count, DataType::kFloat32, root);
+            }
+          });
+        });
+        const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        for (int r = 0; r < n; ++r) {
+          const std::string what = transport + (reduce ? " reduce" : " broadcast") + ", count " +
+                                   std::to_string(count) + ", rank " + std::to_string(r) + " of " +
+                                   std::to_string(n) + ": ";
+          bool other_named = false;
+          for (int root : roots) {
+            if (root != roots[r] && messages[r].find("root=" + std::to_string(root)) != std::string::npos) {
+              other_named = true;
+            }
+          }
+          EXPECT_NE(messages[r].find("root=" + std::to_string(roots[r])), std::string::npos) << what << messages[r];
+          EXPECT_TRUE(other_named) << what << messages[r];
+        }
+        EXPECT_LT(seconds, 10) << transport << ": not the 30 s deadline";
+      }
+    }
+  }
+}
+
+// A call refused on some ranks but valid on others (a port of MPI's in-place all_gather: send == recv is the in-place
+// layout of rank 0 only): the refusing ranks tell the others, who fail at once with their reason instead of
+// waiting out the deadline; a call all ranks refuse leaves the communicator usable.
+TEST_P(Mismatch, RefusedOnSomeRanksFailsTheOthersPromptly) {
+  const std::string transport = GetParam();
+  for (size_t count : {size_t{4}, size_t{50000}}) {
+    std::vector<std::string> messages(3), next(3);
+    std::vector<double> seconds(3);
+    run_ranks(3, {transport, "", 30}, [&](Communicator& comm) {
+      std::vector<float> buf(3 * count, 1.0f);
+      // Every rank refuses this one: the communicator stays usable.
+      EXPECT_NE(error_of([&] { comm.all_gather(nullptr, buf.data(), count, DataType::kFloat32); }), "");
+      float x = 1.0f;
+      comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(x, 3.0f);
+      const auto start = std::chrono::steady_clock::now();
+      messages[comm.rank()] = error_of([&] { comm.all_gather(buf.data(), buf.data(), count, DataType::kFloat32); });
+      seconds[comm.rank()] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      // The refusing ranks stay away a while (as a program that stops at the error would): rank 0 must not wait.
+      if (comm.rank() != 0) std::this_thread::sleep_for(std::chrono::seconds(2));
+      next[comm.rank()] = error_of([&] { comm.barrier(); });
+    });
+    for (int r = 1; r < 3; ++r) {
+      EXPECT_NE(messages[r].find("in place means send == recv + rank * count"), std::string::npos) << messages[r];
+    }
+    EXPECT_NE(messages[0].find("refused this call"), std::string::npos) << transport << ": " << messages[0];
+    EXPECT_NE(messages[0].find("in place means"), std::string::npos) << messages[0];
+    EXPECT_LT(seconds[0], 1.5) << transport << ", count " << count << ": rank 0 waited";
+    std::printf("[ time to error ] %s: call refused on 2 of 3 ranks, %zu floats: %.1f ms on the valid rank\n",
+                transport.c_str(), count, seconds[0] * 1e3);
+    for (int r = 0; r < 3; ++r) EXPECT_NE(next[r], "") << "rank " << r << ": ranks are out of step after it";
+  }
+}
+
+// MPI_IN_PLACE (the address 1 in Open MPI and MPICH) is refused naming in-place usage, never dereferenced
+// (it used to crash the shm transport with SIGSEGV); a rank that passed it tells the others.
+TEST_P(Mismatch, MpiInPlaceMarkerIsRefusedNamingInPlaceUsage) {
+  const std::string transport = GetParam();
+  void* const mpi_in_place = reinterpret_cast<void*>(1);
+  std::vector<std::string> messages(2);
+  run_ranks(2, {transport, "", 30}, [&](Communicator& comm) {
+    std::vector<float> buf(64, 1.0f);
+    const std::string all = error_of(
+        [&] { comm.all_reduce(mpi_in_place, buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum); });
+    EXPECT_NE(all.find("points into the first page"), std::string::npos) << all;
+    EXPECT_NE(all.find("MPI_IN_PLACE"), std::string::npos) << all;
+    EXPECT_NE(all.find("in place means send == recv"), std::string::npos) << all;
+    EXPECT_NE(error_of([&] { comm.send(reinterpret_cast<void*>(8), 4, DataType::kFloat32, 1 - comm.rank()); })
+                  .find("first page"), std::string::npos);
+    EXPECT_FALSE(comm.broken()) << "refused by every rank: still usable";
+    comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(buf[63], 2.0f);
+    // Rank 1 alone passes it.
+    messages[comm.rank()] = error_of([&] {
+      comm.all_gather(comm.rank() == 1 ? mpi_in_place : buf.data(), buf.data() + 32, 16, DataType::kFloat32);
+    });
+  });
+  EXPECT_NE(messages[1].find("MPI_IN_PLACE"), std::string::npos) << messages[1];
+  EXPECT_NE(messages[0].find("peer 1 refused this call"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[0].find("MPI_IN_PLACE"), std::string::npos) << messages[0];
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, Mismatch, ::testing::ValuesIn(test_transports()));
 
 TEST(Errors, ShmOneShotMismatchIsReported) {
@@ -164,8 +271,8 @@ TEST(Errors, ShmOneShotMismatchIsReported) {
       comm.all_reduce(buf.data(), buf.data(), comm.rank() == 0 ? 100 : 99, DataType::kFloat32, ReduceOp::kSum);
     });
   });
-  EXPECT_NE(messages[0].find("peer 1 called all_reduce(count=99, f32, sum)"), std::string::npos) << messages[0];
-  EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
+  EXPECT_NE(messages[0].find("all_reduce(count=99, f32, sum)"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("all_reduce(count=100, f32, sum)"), std::string::npos) << messages[1];
 }
 
 // Counts so different that the ranks run different shm algorithms (two-shot and one-shot): each names the
@@ -179,8 +286,8 @@ TEST(Errors, ShmMismatchAcrossAlgorithmsIsReported) {
       comm.all_reduce(buf.data(), buf.data(), comm.rank() == 0 ? 100000 : 10, DataType::kFloat32, ReduceOp::kSum);
     });
   });
-  EXPECT_NE(messages[0].find("peer 1 called all_reduce(count=10, f32, sum)"), std::string::npos) << messages[0];
-  EXPECT_NE(messages[1].find("peer 0 called all_reduce(count=100000, f32, sum)"), std::string::npos) << messages[1];
+  EXPECT_NE(messages[0].find("all_reduce(count=10, f32, sum)"), std::string::npos) << messages[0];
+  EXPECT_NE(messages[1].find("all_reduce(count=100000, f32, sum)"), std::string::npos) << messages[1];
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
 }
 
@@ -197,9 +304,10 @@ TEST(Errors, ShmMismatchWithANonFastPathCallIsReported) {
     });
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(messages[r].find("peer 2 called broadcast(count=10, f32, root=1)"), std::string::npos) << messages[r];
+    EXPECT_NE(messages[r].find("broadcast(count=10, f32, root=1)"), std::string::npos) << messages[r];
   }
-  EXPECT_NE(messages[2].find("called all_reduce(count=10, f32, sum)"), std::string::npos) << messages[2];
+  // Told by itself, or by a peer that spotted it first.
+  EXPECT_NE(messages[2].find("all_reduce(count=10, f32, sum)"), std::string::npos) << messages[2];
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
 }
 

@@ -367,6 +367,24 @@ TEST(TbcollRun, TokenDiffersBetweenJobs) {
   EXPECT_NE(first.out, second.out);
 }
 
+// A secret per job (64 hex digits) unless given (--secret, or TBCOLL_SECRET / TBCOLL_SECRET_FILE already set), and
+// a job of real ranks proves it on every connection (the checks pass over shm and tcp alike).
+TEST(TbcollRun, SecretIsDrawnPerJobOrPassedThrough) {
+  RunResult first = run({"-n", "2", "sh", "-c", "echo $TBCOLL_SECRET"});
+  RunResult second = run({"-n", "1", "sh", "-c", "echo $TBCOLL_SECRET"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  if (first.err.find("no OpenSSL libcrypto") != std::string::npos) GTEST_SKIP() << first.err;
+  const std::vector<std::string> lines = split_lines(first.out);
+  ASSERT_EQ(lines.size(), 2u) << first.out;
+  EXPECT_EQ(lines[0].size(), 64u) << first.out;
+  EXPECT_EQ(lines[0], lines[1]) << "every rank of a job has its secret";
+  EXPECT_NE(lines[0] + "\n", second.out);
+  EXPECT_EQ(run({"-n", "1", "--secret", "given", "sh", "-c", "echo $TBCOLL_SECRET"}).out, "given\n");
+  EXPECT_EQ(run({"-n", "1", "sh", "-c", "echo \"[$TBCOLL_SECRET]\""}, {"TBCOLL_SECRET_FILE=/some/file"}).out, "[]\n");
+  RunResult job = run({"-n", "2", "-x", "TBCOLL_TRANSPORT=tcp", "--", TBCOLL_TEST_PROG_PATH, "check", "1"});
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+}
+
 TEST(TbcollRun, PassesTokenFromEnvironmentThrough) {
   RunResult result = run({"-n", "2", "sh", "-c", "echo \"[$TBCOLL_TOKEN]\""}, {"TBCOLL_TOKEN=not-hex but kept"});
   ASSERT_EQ(result.exit_code, 0) << result.err;

@@ -61,6 +61,7 @@ class Device final : public transport::Device {
     options.listen_host = settings.get("TBCOLL_SOCKET_ADDR");
     if (options.listen_host.empty()) options.listen_host = args.bind_host;
     options.token = args.token;
+    options.secret = args.secret;
     const std::string presence = fmt::format("{:x}.{}", args.self.process_id, args.self.instance);
     return make_context(port_for(presence, options), args);
   }

@@ -25,6 +25,7 @@ struct PortOptions {
   std::vector<std::string> devices;  ///< allowed device names (TBCOLL_IB_DEVICES); empty: any
   std::string listen_host;           ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;                 ///< job token, checked in every handshake
+  std::string secret;                ///< job secret ("" for none): proved both ways first thing (common/auth.h)
 };
 
 /// A usable device and port, as found by probe().
