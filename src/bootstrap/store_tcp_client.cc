@@ -161,6 +161,9 @@ class TcpStoreClient final : public Store {
       }
       throw TimeoutError(fmt::format("{}: the store at {} (hosted by rank 0) did not answer a {} of key {:?} before "
                                      "the deadline", who_, where_, sp::op_name(op), key));
+    } catch (const IoError& error) {
+      close(fd);
+      throw IoError(fmt::format("{} (the store is hosted by rank 0: peer 0 died or closed it)", error.what()));
     } catch (...) {
       close(fd);
       throw;
