@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -48,7 +49,30 @@ std::string read_file(const std::string& path) {
   return text.str();
 }
 
-enum class Fault { kKill, kStopPastDeadline, kStopBriefly, kSlowPeer, kKillRootAfterInit, kKillRootDuringInit };
+enum class Fault { kKill, kStopPastDeadline, kStopBriefly, kSlowPeer, kKillRootAfterInit, kKillRootDuringInit, kReset };
+
+// Destroys every established TCP socket of process pid (ss -K: the kernel aborts it, the other end gets a reset).
+// Returns how many; 0 where ss or the kernel's socket destruction (CONFIG_INET_DIAG_DESTROY) is missing.
+int reset_connections_of(pid_t pid) {
+  FILE* list = popen("ss -tnpH state established 2>/dev/null", "r");
+  if (list == nullptr) return 0;
+  std::vector<std::string> ports;
+  char line[1024];
+  const std::string owner = "pid=" + std::to_string(pid) + ",";
+  while (std::fgets(line, sizeof(line), list) != nullptr) {
+    std::istringstream in(line);
+    std::string recv_q, send_q, local;
+    if (std::string(line).find(owner) == std::string::npos || !(in >> recv_q >> send_q >> local)) continue;
+    ports.push_back(local.substr(local.rfind(':') + 1));
+  }
+  pclose(list);
+  int killed = 0;
+  for (const std::string& port : ports) {
+    const std::string command = "ss -K -tnH 'sport = :" + port + "' 2>/dev/null | grep -q .";
+    if (std::system(command.c_str()) == 0) ++killed;
+  }
+  return killed;
+}
 
 struct Case {
   const char* name;
@@ -68,8 +92,10 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
                         {"peer stopped 0.5 s, then SIGCONT", Fault::kStopBriefly, 1, true},
                         {"slow peer, 1 s within the deadline", Fault::kSlowPeer, 2, true},
                         {"rank 0 (the store) killed after init", Fault::kKillRootAfterInit, 0, false},
-                        {"rank 0 (the store) killed during init", Fault::kKillRootDuringInit, 0, false}};
+                        {"rank 0 (the store) killed during init", Fault::kKillRootDuringInit, 0, false},
+                        {"connection reset (ss -K of a rank's sockets)", Fault::kReset, 1, false}};
   for (const Case& c : cases) {
+    if (c.fault == Fault::kReset && transport != "tcp") continue;  // shm has no connection to reset
     SCOPED_TRACE(transport + ": " + c.name);
     const std::string root = "127.0.0.1:" + std::to_string(free_port());
     const std::string dir = ::testing::TempDir();
@@ -129,6 +155,15 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
         kill(victim, SIGCONT);
         break;
       case Fault::kSlowPeer: break;
+      case Fault::kReset:
+        if (reset_connections_of(victim) == 0) {
+          std::printf("[ skipped ] %s: cannot destroy sockets here (ss -K needs root and CONFIG_INET_DIAG_DESTROY)\n",
+                      c.name);
+          for (pid_t pid : pids) kill(pid, SIGKILL);
+          for (pid_t pid : pids) waitpid(pid, nullptr, 0);
+          continue;
+        }
+        break;
     }
     // Reap as they end (a launcher would); the stopped victim is killed once the others are done.
     std::vector<int> status(n, -1);
@@ -162,7 +197,7 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
     for (int rank = 0; rank < n; ++rank) {
       const int st = status[static_cast<size_t>(rank)];
       const std::string log = read_file(logs[static_cast<size_t>(rank)]);
-      if (rank == c.victim && !c.transient) continue;
+      if (rank == c.victim && !c.transient && c.fault != Fault::kReset) continue;  // the reset victim fails too
       if (c.fault == Fault::kKillRootDuringInit && rank == 2) continue;  // never started
       worst = std::max(worst, seconds[static_cast<size_t>(rank)]);
       if (c.transient) {
