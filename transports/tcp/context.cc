@@ -248,8 +248,13 @@ class Context final : public transport::Context {
   }
 
   int reject(int fd, const Hello& hello, WelcomeStatus status, const std::string& who) {
+    // The status texts speak for the connector; the log speaks for us.
+    const char* why = status == WelcomeStatus::kNeedSecret ? "it has no job secret (TBCOLL_SECRET)"
+                      : status == WelcomeStatus::kNoSecret ? "it has a job secret and this rank none"
+                      : status == WelcomeStatus::kBadSecret ? "wrong proof of the job secret"
+                                                            : welcome_status_name(static_cast<uint32_t>(status));
     log::warn("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank, hello.from_rank,
-              hello.version, welcome_status_name(static_cast<uint32_t>(status)));
+              hello.version, why);
     try {
       Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
       net::write_all(fd, &welcome, sizeof(welcome), Clock::now() + std::chrono::milliseconds(100), who);
