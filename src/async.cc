@@ -166,35 +166,35 @@ std::function<void()> queued(Communicator::Impl* impl, Call call) {
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl* impl = &this->impl();
   impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
+  impl->check_or_refuse(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
   return impl->async.submit(queued(impl, [=] { impl->all_reduce(send, recv, count, dtype, op); }));
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
   Impl* impl = &this->impl();
   impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
+  impl->check_or_refuse(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
   return impl->async.submit(queued(impl, [=] { impl->all_gather(send, recv, count, dtype); }));
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
   Impl* impl = &this->impl();
   impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
+  impl->check_or_refuse(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
   return impl->async.submit(queued(impl, [=] { impl->reduce_scatter(send, recv, count, dtype, op); }));
 }
 
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
   Impl* impl = &this->impl();
   impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root);
+  impl->check_or_refuse(OpKind::kReduce, send, recv, count, dtype, op, root);
   return impl->async.submit(queued(impl, [=] { impl->reduce(send, recv, count, dtype, op, root); }));
 }
 
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
   Impl* impl = &this->impl();
   impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
+  impl->check_or_refuse(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
   return impl->async.submit(queued(impl, [=] { impl->broadcast(send, recv, count, dtype, root); }));
 }
 

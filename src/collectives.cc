@@ -54,9 +54,19 @@ size_t checked_bytes(int rank, const char* op, size_t count, DataType dtype, siz
   return bytes;
 }
 
+// Addresses below this are never a buffer: the first page (4 KiB, or the start of a larger one) is not mapped.
+// Ports from MPI pass MPI_IN_PLACE there (the address 1 in Open MPI and MPICH).
+constexpr uintptr_t kFirstPageEnd = 4096;
+
 void check_buffer(int rank, const char* op, const char* which, const void* buf, size_t count) {
   if (buf == nullptr && count > 0) {
     throw InvalidArgument(fmt::format("rank {}: {}: {} buffer is null with count {}", rank, op, which, count));
+  }
+  if (buf != nullptr && reinterpret_cast<uintptr_t>(buf) < kFirstPageEnd) {
+    throw InvalidArgument(fmt::format(
+        "rank {}: {}: {} buffer {} points into the first page: not a buffer (MPI_IN_PLACE? tbcoll has no such "
+        "marker: in place means send == recv, for all_gather send == recv + rank * count, for reduce_scatter "
+        "recv == send + rank * count)", rank, op, which, buf));
   }
 }
 
@@ -238,9 +248,30 @@ Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
   return layout;
 }
 
+Communicator::Impl::Checked Communicator::Impl::check_or_refuse(OpKind kind, const void* send, const void* recv,
+                                                                size_t count, DataType dtype, ReduceOp op, int root) {
+  try {
+    return check_arguments(kind, send, recv, count, dtype, op, root);
+  } catch (const InvalidArgument& error) {
+    if (size > 1 && !broken) {
+      async.drain();  // asynchronous submissions refuse on the caller's thread: the queued calls go first
+      notices.publish(Notices::Kind::kRefused, ++collective_seq, error.what());
+    }
+    throw;
+  }
+}
+
+namespace {
+
+// A collective's tag counts the calls (send/recv tags have the top bit set; a group's run has none).
+uint64_t collective_number(const transport::Tag& tag) { return (tag.tag >> 63) == 0 ? tag.tag : 0; }
+
+}  // namespace
+
 template <typename Body>
 void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, unsigned schedule, Body&& body) {
-  guard(call, [&] {
+  const uint64_t number = collective_number(tag);
+  guard(call, number, [&] {
     // For peers waiting in a fast-path call (and it checks for messages of earlier calls never received: an
     // error that breaks the communicator, as any mismatch). Not send/recv: their tags count per peer pair, so
     // another rank's receive could take ours for its own call.
@@ -249,6 +280,7 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     const TunerConfig& tuning = tuner.config();
     algo::Exec exec(rank, size, peers, max_message, tag, deadline_after(config.timeout_s), tuning.spin, spin_yields,
                     tuning.chunk_bytes, scratch, request_table, call, &host_of);
+    exec.set_watch([this, number] { notices.check(number, number != 0); });
     body(exec);
   });
 }
@@ -256,18 +288,37 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
 void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice,
                                  const algo::Args& args) {
   if (choice.fast_path_index < 0) {
-    run(call, tag, choice.schedule, [&](algo::Exec& exec) { choice.run(exec, args); });
+    const bool rooted = call.root >= 0 && (tag.tag >> 63) == 0;  // broadcast and reduce
+    run(call, tag, choice.schedule, [&](algo::Exec& exec) {
+      // In a rooted call some ranks only send (a broadcast's root, a reduce's leaves), so no receive of theirs
+      // checks the call's signature: ranks that named different roots each returned success with different
+      // data. Every rank also receives an empty message from rank - 1 and sends one to rank + 1, posted before
+      // the schedule's own (so they pair up on every link, in order): a rank whose neighbour named another root
+      // is told by the signature, in this call. Costs one empty message per rank, sent at the start.
+      if (rooted) {
+        static const uint8_t token = 0;
+        exec.irecv((rank + size - 1) % size, nullptr, 0);
+        exec.isend((rank + 1) % size, &token, 0);
+      }
+      choice.run(exec, args);
+      exec.wait_all();
+    });
     return;
   }
-  guard(call, [&] {  // the transport's fast path: no requests, no Exec
+  guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
     transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag,
-                                   deadline_after(config.timeout_s), tuner.config().spin, spin_yields};
+                                   deadline_after(config.timeout_s), tuner.config().spin, spin_yields,
+                                   [this, &tag] { notices.check(tag.tag, true); }};
     fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }
 
 template <typename Body>
-void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
+void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
+  // The peers learn that this rank takes part in no collective from this one on (the next, after send/recv).
+  auto tell_peers = [&](const std::string& reason) {
+    notices.publish(Notices::Kind::kBroken, call_number != 0 ? call_number : collective_seq + 1, reason);
+  };
   try {
     body();
   } catch (const MismatchError& error) {
@@ -287,11 +338,28 @@ void Communicator::Impl::guard(const algo::CallInfo& call, Body&& body) {
             : fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()));
     std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank,
                                       call.describe(), detail, error.what());
+    const std::string refusal = call_number != 0 ? notices.refusal_of(call_number) : "";
+    if (!refusal.empty()) {
+      message = fmt::format("rank {}: {} failed: {} (here: {})", rank, call.describe(), refusal, error.what());
+    }
     mark_broken(message);
+    tell_peers(message);
+    if (!refusal.empty()) throw RemoteError(message);
     throw InvalidUsage(message);
   } catch (const Error& error) {
     mark_broken(error.what());
-    rethrow_with_context(error, fmt::format("rank {}: {}", rank, call.describe()));
+    const std::string context = fmt::format("rank {}: {}", rank, call.describe());
+    tell_peers(fmt::format("{} failed: {}", context, error.what()));
+    if (error.code() != tbcollRemoteError && error.code() != tbcollInvalidArgument) {
+      // A peer that gave up first (and closed its connections, say) told why: say that rather than what it
+      // did to this rank.
+      try {
+        notices.check_now(call_number, call_number != 0);
+      } catch (const RemoteError& told) {
+        throw RemoteError(fmt::format("{} failed: {} (here: {})", context, told.what(), error.what()));
+      }
+    }
+    rethrow_with_context(error, context);
   }
 }
 
@@ -301,7 +369,7 @@ void Communicator::all_reduce(const void* send, void* recv, size_t count, DataTy
 }
 
 void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  const Checked checked = check_arguments(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
+  const Checked checked = check_or_refuse(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
   algo::CallInfo what{"all_reduce", count, dtype, op, true};
   check_usable(what);
   if (count == 0) return;
@@ -321,7 +389,7 @@ void Communicator::all_gather(const void* send, void* recv, size_t count, DataTy
 }
 
 void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-  const Checked checked = check_arguments(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
+  const Checked checked = check_or_refuse(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
   algo::CallInfo what{"all_gather", count, dtype};
   check_usable(what);
   if (count == 0) return;
@@ -339,7 +407,7 @@ void Communicator::reduce_scatter(const void* send, void* recv, size_t count, Da
 }
 
 void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  const Checked checked = check_arguments(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
+  const Checked checked = check_or_refuse(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
   algo::CallInfo what{"reduce_scatter", count, dtype, op, true};
   check_usable(what);
   if (count == 0) return;
@@ -359,7 +427,7 @@ void Communicator::reduce(const void* send, void* recv, size_t count, DataType d
 }
 
 void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  const Checked checked = check_arguments(OpKind::kReduce, send, recv, count, dtype, op, root);
+  const Checked checked = check_or_refuse(OpKind::kReduce, send, recv, count, dtype, op, root);
   algo::CallInfo what{"reduce", count, dtype, op, true, root};
   check_usable(what);
   if (count == 0) return;
@@ -379,7 +447,7 @@ void Communicator::broadcast(const void* send, void* recv, size_t count, DataTyp
 }
 
 void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  const Checked checked = check_arguments(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
+  const Checked checked = check_or_refuse(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
   algo::CallInfo what{"broadcast", count, dtype, ReduceOp::kSum, false, root};
   check_usable(what);
   if (count == 0) return;
@@ -387,8 +455,7 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
     if (send != recv) std::memcpy(recv, send, checked.bytes);
     return;
   }
-  // The root only sends, so no receive checks its call: ranks that each named themselves root all return,
-  // and the message nobody received fails a later call (see README: "A call in which some ranks only send").
+  // The root only sends: execute() adds a check of the root with the neighbours (different roots are told).
   transport::Tag tag{++collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
   execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
 }

@@ -21,6 +21,7 @@
 #include "algorithms/registry.h"
 #include "bootstrap/peer_exchange.h"
 #include "bootstrap/rendezvous.h"
+#include "common/auth.h"
 #include "common/cpu.h"
 #include "common/env.h"
 #include "common/log.h"
@@ -252,6 +253,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   impl->p2p_received.assign(config.world_size, 0);
   impl->host_of.assign(config.world_size, 0);
   const env::Settings settings(config.knobs);
+  const std::string secret = auth::job_secret(settings);  // "" for none
   const TunerConfig tuning = TunerConfig::from_env(settings);
   const Devices devices = transport::available_devices();
   std::vector<KnownFastPath> known_fast_paths;
@@ -276,16 +278,20 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     }
     net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
     if (rank == 0) {
+      // Only on the address the ranks are told (TBCOLL_ROOT), unless asked for every interface.
       const int listener = take_inherited_listener(root.port);
-      impl->server = listener >= 0 ? std::make_shared<TcpStoreServer>(listener, config.token)
-                                   : std::make_shared<TcpStoreServer>(root.host, root.port, config.token, deadline);
+      const std::string listen_host = settings.get_int("TBCOLL_STORE_LISTEN_ALL") != 0 ? "0.0.0.0" : root.host;
+      impl->server = listener >= 0
+                         ? std::make_shared<TcpStoreServer>(listener, config.token, secret)
+                         : std::make_shared<TcpStoreServer>(listen_host, root.port, config.token, deadline, secret);
     }
-    impl->store = connect_tcp_store(config.root, config.token, deadline);
+    impl->store = connect_tcp_store(config.root, config.token, deadline, secret);
   }
   // Listen on the interface that reaches the rendezvous (127.0.0.1 for in-process stores).
   const std::string bind_host = impl->store->local_address();
   const std::string prefix = config.prefix;
   Store& store = *impl->store;
+  impl->notices.attach(impl->store, prefix, rank);
 
   // One communicator id for the handshakes, chosen by rank 0.
   uint64_t comm_id = 0;
@@ -314,7 +320,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
       continue;
     }
     transport::ContextArgs args{rank,     size,         config.token, bind_host, comm_id, config.timeout_s,
-                                cancelled, config.knobs, self.info};
+                                cancelled, config.knobs, self.info, secret};
     try {
       contexts[device->name()] = device->create_context(args);
     } catch (const InvalidArgument&) {

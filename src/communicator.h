@@ -11,6 +11,7 @@
 
 #include "algorithms/exec.h"
 #include "async.h"
+#include "notices.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tbcoll/transport.h"
@@ -60,6 +61,7 @@ struct Communicator::Impl {
   transport::LinkEmulation link;    ///< TBCOLL_LINK_EMULATION / TBCOLL_LINK_DELAY_US; off by default
   std::vector<size_t> max_message;  // by peer: the largest message its transport takes
   bool spin_yields = true;  // spin_should_yield() for this communicator's ranks on this host
+  Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
   // Declared last, so destroyed first: queued calls finish while every member above still exists.
   AsyncQueue async;
 
@@ -87,6 +89,11 @@ struct Communicator::Impl {
   };
   Checked check_arguments(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root) const;
+  /// check_arguments; when it refuses the call on a communicator of several ranks, the call's number is used up
+  /// here and the peers are told (Notices::kRefused), so those for whom the call is valid fail at once with this
+  /// rank's reason, and ranks that all refused it stay in step. Drains the asynchronous queue first then.
+  Checked check_or_refuse(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype,
+                          ReduceOp op, int root);
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op. The call's
   /// messages carry its signature with the schedule's number (0 for send/recv) added: ranks tuned to different
   /// schedules are told so.
@@ -119,8 +126,9 @@ struct Communicator::Impl {
   /// send (is_send) or recv of count elements with peer; buf is only read for a send.
   void p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer);
   /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.
+  /// call_number: the collective's tag (0 for send/recv), for the notice a failure publishes.
   template <typename Body>
-  void guard(const algo::CallInfo& call, Body&& body);
+  void guard(const algo::CallInfo& call, uint64_t call_number, Body&& body);
 };
 
 }  // namespace tbcoll

@@ -55,6 +55,7 @@
 #include "tools/run/agent.h"
 #include "tools/run/common.h"
 #include "tools/run/options.h"
+#include "tools/run/sweeper.h"
 
 extern char** environ;  // POSIX; declared by no header on macOS
 #include "transports/shm/stale_segments.h"
@@ -134,6 +135,7 @@ class Launcher {
       return kExitLauncherError;
     }
     if (opts_.tag_output || remote_) raise_fd_limit(3 * opts_.world_size + 64);
+    if (!remote_) sweeper_fd_ = tbcoll::run::start_sweeper();  // failing, the other sweeps remain
     spawn_all();
     if (remote_) connect_deadline_ = Clock::now() + seconds(opts_.connect_timeout_s);
     if (opts_.timeout_s > 0) {
@@ -199,6 +201,18 @@ class Launcher {
         return false;
       }
       setenv("TBCOLL_TOKEN", token.c_str(), 1);
+    }
+    // The job secret: --secret, else the caller's, else one drawn for this job (where the ranks can use one).
+    if (!opts_.secret.empty()) {
+      setenv("TBCOLL_SECRET", opts_.secret.c_str(), 1);
+      unsetenv("TBCOLL_SECRET_FILE");
+    } else if (!std::getenv("TBCOLL_SECRET") && !std::getenv("TBCOLL_SECRET_FILE")) {
+      const std::string secret = tbcoll::run::crypto_loadable() ? tbcoll::run::random_token(32) : "";
+      if (!secret.empty()) {
+        setenv("TBCOLL_SECRET", secret.c_str(), 1);
+      } else {
+        std::fprintf(stderr, "tbcoll-run: no OpenSSL libcrypto here: the job runs without a secret (only its token)\n");
+      }
     }
     std::string size = std::to_string(opts_.world_size);
     setenv("TBCOLL_WORLD_SIZE", size.c_str(), 1);
@@ -364,6 +378,7 @@ class Launcher {
       send_control(rank, remote_setup(r));
     }
     setpgid(pid, pid);  // the child does it too: whichever runs first wins the race, and both agree
+    tbcoll::run::report_rank(sweeper_fd_, pid);
     rank.pid = pid;
     rank_of_pid_[pid] = r;
     ++running_;
@@ -738,6 +753,7 @@ class Launcher {
   std::vector<Rank> ranks_;
   pid_t launcher_pid_;
   int root_listener_ = -1;  // listening socket for rank 0's store, until every rank is started
+  int sweeper_fd_ = -1;     // write end of the sweeper's pipe (tools/run/sweeper.h); closed when we exit
   bool remote_;              // ranks on hosts, through agents
   bool agents_signalled_ = false;  // remote abort: the agent commands got SIGTERM after the agents' grace
   std::optional<Clock::time_point> connect_deadline_;  // remote: every agent must have said it runs by then

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,9 @@ struct CollectiveArgs {
   Deadline deadline;
   std::chrono::microseconds spin{50};  ///< busy-poll this long before sleeping
   bool spin_yields = true;             ///< whether spinning hands the CPU over (sched_yield) now and then
+  /// When set: called now and then while the call sleeps in a wait (never while spinning); it throws to end
+  /// the call (a peer that refused the call or broke, told through the store). The fast path lets it through.
+  std::function<void()> watch;
 };
 
 class CollectiveFastPath {

@@ -30,7 +30,8 @@ class Store {
   /// watch the flag while it waits overrides it (the TCP client waits on its connection, polling the flag).
   /// A class that overrides one get overrides both or says `using Store::get;` (else it hides the other).
   virtual std::vector<uint8_t> get(const std::string& key, Deadline deadline, const std::atomic<bool>* cancelled);
-  /// Atomically adds delta to the integer stored at key (0 if absent) and returns the new value.
+  /// Atomically adds delta to the integer stored at key (0 if absent) and returns the new value. A delta of 0
+  /// on an absent key stores nothing (a read of a counter nobody started).
   virtual int64_t add(const std::string& key, int64_t delta, Deadline deadline) = 0;
   /// Removes key if it is set. Communicators remove their rendezvous records once every rank read them, so a
   /// job creating communicators by the thousand does not grow the store. Stores that cannot remove (this
@@ -48,8 +49,12 @@ class Store {
 /// A store living in this process, for ranks that are threads. Share one instance among the ranks.
 std::shared_ptr<Store> make_in_memory_store();
 
-/// Client of the TCP store at host:port. token must match the server's. Connects with the deadline.
+/// Client of the TCP store at host:port. token must match the server's. Connects with the deadline. With a job
+/// secret (TBCOLL_SECRET or TBCOLL_SECRET_FILE in the environment, or `secret`), client and store prove to each
+/// other that they know it (HMAC-SHA256 challenge-response) before anything else.
 std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline);
+std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline,
+                                         const std::string& secret);
 
 /// The TCP store server (hosted by rank 0). Serves until destroyed; malformed clients are dropped.
 class TcpStoreServer {
@@ -58,9 +63,14 @@ class TcpStoreServer {
   /// (TimeoutError otherwise).
   TcpStoreServer(const std::string& host, int port, const std::string& token,
                  Deadline deadline = Clock::now() + std::chrono::seconds(60));
+  /// The same with the job secret every client must prove it knows ("" for none; the constructors without it
+  /// take TBCOLL_SECRET or TBCOLL_SECRET_FILE from the environment).
+  TcpStoreServer(const std::string& host, int port, const std::string& token, Deadline deadline,
+                 const std::string& secret);
   /// Serves on listening_fd, a TCP socket already bound and listening (a launcher's, so no other process can
   /// take the port between picking and binding it). Takes ownership of the descriptor.
   TcpStoreServer(int listening_fd, const std::string& token);
+  TcpStoreServer(int listening_fd, const std::string& token, const std::string& secret);
   ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;

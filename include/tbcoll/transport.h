@@ -117,6 +117,9 @@ struct ContextArgs {
   std::map<std::string, std::string> knobs;
   /// This rank's identity (PeerInfo::instance included).
   PeerInfo self;
+  /// The job secret (TBCOLL_SECRET), "" for none: with one, every connection proves both ways that it knows it
+  /// (src/common/auth.h) before anything else it sends is trusted.
+  std::string secret;
 };
 
 struct PeerAddress {

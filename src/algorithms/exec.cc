@@ -134,6 +134,7 @@ void Exec::wait(size_t id) {
     if (now >= spin_until) {
       // Past the spin budget: sleep in the transport until something can move (bounded, so other
       // endpoints of this call still get progressed and the deadline is honoured).
+      if (watch_) watch_();
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
     } else if (++iterations % 256 == 0 && (spin_yields_ || thread_shares_cpu())) {

@@ -42,6 +42,7 @@ class InMemoryStore final : public Store {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       auto found = values_.find(key);
+      if (found == values_.end() && delta == 0) return 0;  // a read: nothing stored (the TCP store does the same)
       if (found != values_.end() && found->second.size() == sizeof(int64_t)) {
         std::memcpy(&result, found->second.data(), sizeof(result));
       }

@@ -1,7 +1,11 @@
 // Wire format of the TCP rendezvous store. Everything little-endian, fixed-size headers, bounded lengths:
 //
-//   client hello   : magic u32 | version u16 | reserved u16 | token_len u32 | token bytes
+//   client hello   : magic u32 | version u16 | flags u16 | token_len u32 | token bytes [| nonce_c 32 B]
 //   server welcome : magic u32 | status u32                      (status 0 = accepted; else closed)
+// With a job secret (flags bit 0; both sides must have one, common/auth.h), before the token is even looked at:
+//   server         : welcome (status 0) | nonce_s 32 B | HMAC(secret, "tbcoll store responder" 0 nonce_c nonce_s token)
+//   client         : HMAC(secret, "tbcoll store initiator" 0 nonce_s nonce_c token)
+//   server         : welcome (status 0 = accepted: secret and token; else closed)
 //   request        : op u32 | key_len u32 | value_len u32 | reserved u32 | key | value
 //   response       : status u32 | value_len u32 | value          (get waits until the key is set)
 // Ops: set (key, value), get (key), add (key, 8-byte delta; answers the sum), erase (key; absent is fine).
@@ -14,7 +18,10 @@
 namespace tbcoll::store_protocol {
 
 constexpr uint32_t kMagic = 0x54425354;  // "TBST"
-constexpr uint16_t kVersion = 2;  // 2: erase
+constexpr uint16_t kVersion = 3;  // 2: erase; 3: flags, the secret's challenge-response
+constexpr uint16_t kFlagSecret = 1;  ///< hello flags: the client has a job secret (a nonce follows the token)
+constexpr const char* kResponderLabel = "tbcoll store responder";
+constexpr const char* kInitiatorLabel = "tbcoll store initiator";
 constexpr uint32_t kMaxTokenBytes = 1024;
 constexpr uint32_t kMaxKeyBytes = 4096;
 constexpr uint32_t kMaxValueBytes = 16u << 20;
@@ -31,7 +38,17 @@ inline const char* op_name(Op op) {
   }
   return "unknown op";
 }
-enum class Status : uint32_t { kOk = 0, kBadToken = 1, kBadVersion = 2, kBadRequest = 3, kOverflow = 4, kFull = 5 };
+enum class Status : uint32_t {
+  kOk = 0,
+  kBadToken = 1,
+  kBadVersion = 2,
+  kBadRequest = 3,
+  kOverflow = 4,
+  kFull = 5,
+  kNeedSecret = 6,  ///< the store has a secret, the client none
+  kBadSecret = 7,   ///< the client's proof is wrong
+  kNoSecret = 8     ///< the client has a secret, the store none
+};
 
 /// What a non-zero status means, for the client's error message.
 inline std::string status_text(uint32_t status) {
@@ -42,6 +59,9 @@ inline std::string status_text(uint32_t status) {
     case Status::kBadRequest: return "malformed request";
     case Status::kOverflow: return "the counter would overflow 64 bits";
     case Status::kFull: return "the store is full";
+    case Status::kNeedSecret: return "the store requires the job secret and we have none (TBCOLL_SECRET set on some ranks only?)";
+    case Status::kBadSecret: return "the store rejected our proof of the job secret (TBCOLL_SECRET differs between ranks?)";
+    case Status::kNoSecret: return "we have a job secret and the store has none (TBCOLL_SECRET set on some ranks only?)";
   }
   return "unknown status " + std::to_string(status);
 }
@@ -49,7 +69,7 @@ inline std::string status_text(uint32_t status) {
 struct Hello {
   uint32_t magic;
   uint16_t version;
-  uint16_t reserved;
+  uint16_t flags;
   uint32_t token_len;
 };
 static_assert(sizeof(Hello) == 12, "packed hello");

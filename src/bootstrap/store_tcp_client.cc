@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "bootstrap/store_protocol.h"
+#include "common/auth.h"
 #include "common/net.h"
 #include "tbcoll/error.hpp"
 #include "tbcoll/store.hpp"
@@ -27,8 +28,9 @@ namespace {
 // get that timed out still has its answer coming, which would read as the reply to the next call.
 class TcpStoreClient final : public Store {
  public:
-  TcpStoreClient(const std::string& host_port, const std::string& token, Deadline deadline)
-      : where_(host_port), who_(fmt::format("[store] client of {}", host_port)), token_(token) {
+  TcpStoreClient(const std::string& host_port, const std::string& token, Deadline deadline, std::string secret)
+      : where_(host_port), who_(fmt::format("[store] client of {}", host_port)), token_(token),
+        secret_(std::move(secret)) {
     const int fd = connect(deadline);
     local_address_ = net::local_address(fd);
     idle_.push_back(fd);
@@ -66,18 +68,39 @@ class TcpStoreClient final : public Store {
     const int fd = net::connect_tcp(net::parse_host_port(where_, "store address"), deadline, who_);
     try {
       if (token_.size() > sp::kMaxTokenBytes) throw InvalidArgument("[store] job token longer than 1024 bytes");
-      sp::Hello hello{sp::kMagic, sp::kVersion, 0, static_cast<uint32_t>(token_.size())};
+      const bool with_secret = !secret_.empty();
+      sp::Hello hello{sp::kMagic, sp::kVersion, with_secret ? sp::kFlagSecret : uint16_t{0},
+                      static_cast<uint32_t>(token_.size())};
+      const auth::Nonce mine = with_secret ? auth::nonce() : auth::Nonce{};
       std::vector<uint8_t> out(sizeof(hello) + token_.size());
       std::memcpy(out.data(), &hello, sizeof(hello));
       std::memcpy(out.data() + sizeof(hello), token_.data(), token_.size());
+      if (with_secret) out.insert(out.end(), mine.begin(), mine.end());
       net::write_all(fd, out.data(), out.size(), deadline, who_);
-      sp::Welcome welcome{};
-      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who_);
-      if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
-      if (welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)) {
-        throw InvalidUsage(who_ + ": the store rejected our job token (TBCOLL_TOKEN differs between ranks?)");
+      auto read_welcome = [&] {
+        sp::Welcome welcome{};
+        net::read_exact(fd, &welcome, sizeof(welcome), deadline, who_);
+        if (welcome.magic != sp::kMagic) throw RemoteError(who_ + ": the server does not speak the store protocol");
+        if (welcome.status != 0) {
+          throw InvalidUsage(fmt::format("{}: rejected: {}{}", who_, sp::status_text(welcome.status),
+                                         welcome.status == static_cast<uint32_t>(sp::Status::kBadToken)
+                                             ? " (TBCOLL_TOKEN differs between ranks?)" : ""));
+        }
+      };
+      read_welcome();
+      if (with_secret) {  // the store proves the secret first, then we do (store_protocol.h)
+        auth::Nonce theirs{};
+        auth::Proof their_proof{};
+        net::read_exact(fd, theirs.data(), theirs.size(), deadline, who_);
+        net::read_exact(fd, their_proof.data(), their_proof.size(), deadline, who_);
+        if (!auth::same(their_proof, auth::proof(secret_, sp::kResponderLabel, mine, theirs, token_))) {
+          throw RemoteError(who_ + ": the store could not prove it knows the job secret (another job's store, or "
+                                   "TBCOLL_SECRET differs between ranks)");
+        }
+        const auth::Proof proof = auth::proof(secret_, sp::kInitiatorLabel, theirs, mine, token_);
+        net::write_all(fd, proof.data(), proof.size(), deadline, who_);
+        read_welcome();
       }
-      if (welcome.status != 0) throw RemoteError(fmt::format("{}: rejected with status {}", who_, welcome.status));
     } catch (...) {
       close(fd);
       throw;
@@ -138,6 +161,9 @@ class TcpStoreClient final : public Store {
       }
       throw TimeoutError(fmt::format("{}: the store at {} (hosted by rank 0) did not answer a {} of key {:?} before "
                                      "the deadline", who_, where_, sp::op_name(op), key));
+    } catch (const IoError& error) {
+      close(fd);
+      throw IoError(fmt::format("{} (the store is hosted by rank 0: peer 0 died or closed it)", error.what()));
     } catch (...) {
       close(fd);
       throw;
@@ -147,6 +173,7 @@ class TcpStoreClient final : public Store {
   std::string where_;
   std::string who_;
   std::string token_;
+  std::string secret_;  // the job secret ("" for none)
   std::string local_address_;
   std::mutex mutex_;
   std::vector<int> idle_;  // connected, authenticated, no call in flight
@@ -155,7 +182,12 @@ class TcpStoreClient final : public Store {
 }  // namespace
 
 std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline) {
-  return std::make_shared<TcpStoreClient>(host_port, token, deadline);
+  return connect_tcp_store(host_port, token, deadline, auth::job_secret_from_env());
+}
+
+std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline,
+                                         const std::string& secret) {
+  return std::make_shared<TcpStoreClient>(host_port, token, deadline, secret);
 }
 
 }  // namespace tbcoll

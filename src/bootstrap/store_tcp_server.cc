@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "bootstrap/store_protocol.h"
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "platform/platform.h"
@@ -43,6 +44,7 @@ struct TcpStoreServer::Impl {
   tcp::acceptor acceptor{io};
   asio::steady_timer retry{io};
   std::string token;
+  std::string secret;  // the job secret ("" for none): clients must prove it
   std::thread thread;
   std::atomic<uint64_t> rejected{0};
   std::atomic<size_t> sessions{0};  // open connections
@@ -70,27 +72,69 @@ struct TcpStoreServer::Impl {
       // descriptor, for kHelloTimeout).
       asio::async_read(socket_, asio::buffer(&hello_, sizeof(hello_)), [this, self](auto ec, size_t) {
         if (ec) {
-          hello_timer_.cancel();
+          hello_timer_.cancel();  // a client gone mid-hello: the session and its descriptor go now
           return;
         }
-        const sp::Status verdict = sp::check_hello(hello_);
-        if (verdict == sp::Status::kBadRequest) return reject("bad magic", verdict);
-        if (verdict != sp::Status::kOk) return reject("protocol version mismatch", verdict);
-        body_.resize(hello_.token_len);
+        if (hello_.magic != sp::kMagic || hello_.token_len > sp::kMaxTokenBytes) return reject("bad magic", sp::Status::kBadRequest);
+        if (hello_.version != sp::kVersion) return reject("protocol version mismatch", sp::Status::kBadVersion);
+        const bool client_secret = (hello_.flags & sp::kFlagSecret) != 0;
+        if ((hello_.flags & ~sp::kFlagSecret) != 0) return reject("unknown hello flags", sp::Status::kBadRequest);
+        if (!server_.secret.empty() && !client_secret) return reject("no job secret", sp::Status::kNeedSecret);
+        if (server_.secret.empty() && client_secret) return reject("a job secret this store lacks", sp::Status::kNoSecret);
+        body_.resize(hello_.token_len + (client_secret ? auth::kNonceBytes : 0));
         asio::async_read(socket_, asio::buffer(body_), [this, self](auto ec2, size_t) {
           if (ec2) {
             hello_timer_.cancel();
             return;
           }
-          if (std::string(body_.begin(), body_.end()) != server_.token) return reject("wrong job token", sp::Status::kBadToken);
-          authenticated_ = true;
-          hello_timer_.cancel();
-          auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, 0});
-          asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)),
-                            [this, self, welcome](auto ec3, size_t) {
-                              if (!ec3) read_request();
-                            });
+          if (server_.secret.empty()) return check_token();
+          challenge();
         });
+      });
+    }
+
+    // The secret's challenge-response (store_protocol.h): our proof over the client's nonce and a nonce of ours,
+    // then the client's over ours; only then the token. The hello timer still runs.
+    void challenge() {
+      std::copy(body_.end() - auth::kNonceBytes, body_.end(), client_nonce_.begin());
+      body_.resize(hello_.token_len);  // the token
+      try {
+        nonce_ = auth::nonce();
+      } catch (const Error& error) {
+        log::warn("[store] {}", error.what());
+        return reject("no random source for a nonce", sp::Status::kBadRequest);
+      }
+      const std::string token(body_.begin(), body_.end());
+      const auth::Proof proof = auth::proof(server_.secret, sp::kResponderLabel, client_nonce_, nonce_, token);
+      auto out = std::make_shared<std::vector<uint8_t>>(sizeof(sp::Welcome) + nonce_.size() + proof.size());
+      const sp::Welcome welcome{sp::kMagic, 0};
+      std::memcpy(out->data(), &welcome, sizeof(welcome));
+      std::memcpy(out->data() + sizeof(welcome), nonce_.data(), nonce_.size());
+      std::memcpy(out->data() + sizeof(welcome) + nonce_.size(), proof.data(), proof.size());
+      auto self = shared_from_this();
+      asio::async_write(socket_, asio::buffer(*out), [this, self, out](auto ec, size_t) {
+        if (ec) return;
+        asio::async_read(socket_, asio::buffer(client_proof_), [this, self](auto ec2, size_t) {
+          if (ec2) return;
+          const std::string token(body_.begin(), body_.end());
+          if (!auth::same(client_proof_, auth::proof(server_.secret, sp::kInitiatorLabel, nonce_, client_nonce_, token))) {
+            return reject("wrong job secret", sp::Status::kBadSecret);
+          }
+          check_token();
+        });
+      });
+    }
+
+    void check_token() {
+      if (std::string(body_.begin(), body_.begin() + hello_.token_len) != server_.token) {
+        return reject("wrong job token", sp::Status::kBadToken);
+      }
+      authenticated_ = true;
+      hello_timer_.cancel();
+      auto self = shared_from_this();
+      auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, 0});
+      asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)), [this, self, welcome](auto ec, size_t) {
+        if (!ec) read_request();
       });
     }
 
@@ -251,6 +295,10 @@ struct TcpStoreServer::Impl {
           int64_t delta = 0, current = 0;
           std::memcpy(&delta, value.data(), sizeof(delta));
           auto existing = server_.values.find(key);
+          if (existing == server_.values.end() && delta == 0) {  // a read (of a counter): stores nothing
+            reply(sp::Status::kOk, std::vector<uint8_t>(sizeof(current), 0));
+            break;
+          }
           if (existing != server_.values.end() && existing->second.size() == sizeof(current)) {
             std::memcpy(&current, existing->second.data(), sizeof(current));
           }
@@ -281,6 +329,8 @@ struct TcpStoreServer::Impl {
     std::optional<std::string> parked_on_;  // key of a get waiting for its set
     uint64_t parkings_ = 0;                 // gets parked so far: tells a stale watch from the current one
     sp::Hello hello_{};
+    auth::Nonce client_nonce_{}, nonce_{};
+    auth::Proof client_proof_{};
     sp::RequestHeader request_{};
     std::vector<uint8_t> body_;
   };
@@ -305,8 +355,13 @@ struct TcpStoreServer::Impl {
 };
 
 TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token, Deadline deadline)
+    : TcpStoreServer(host, port, token, deadline, auth::job_secret_from_env()) {}
+
+TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::string& token, Deadline deadline,
+                               const std::string& secret)
     : impl_(std::make_unique<Impl>()) {
   impl_->token = token;
+  impl_->secret = secret;
   boost::system::error_code ec;
   auto address = asio::ip::make_address(host.empty() ? "0.0.0.0" : host, ec);
   if (ec) {
@@ -327,8 +382,13 @@ TcpStoreServer::TcpStoreServer(const std::string& host, int port, const std::str
   start();
 }
 
-TcpStoreServer::TcpStoreServer(int listening_fd, const std::string& token) : impl_(std::make_unique<Impl>()) {
+TcpStoreServer::TcpStoreServer(int listening_fd, const std::string& token)
+    : TcpStoreServer(listening_fd, token, auth::job_secret_from_env()) {}
+
+TcpStoreServer::TcpStoreServer(int listening_fd, const std::string& token, const std::string& secret)
+    : impl_(std::make_unique<Impl>()) {
   impl_->token = token;
+  impl_->secret = secret;
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
   if (getsockname(listening_fd, reinterpret_cast<sockaddr*>(&address), &length) != 0 ||

@@ -124,4 +124,9 @@ void arm_parent_death_guard() { generic::arm_parent_death_guard(); }
 
 const char* verbs_library() { return "librdma.dylib"; }
 
+std::vector<std::string> crypto_libraries() {
+  return {"libcrypto.3.dylib", "/opt/homebrew/opt/openssl@3/lib/libcrypto.3.dylib",
+          "/usr/local/opt/openssl@3/lib/libcrypto.3.dylib"};
+}
+
 }  // namespace tbcoll::platform

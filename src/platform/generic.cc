@@ -314,4 +314,25 @@ void arm_parent_death_guard() {
 }
 
 }  // namespace generic
+
+bool random_bytes(void* buf, size_t bytes) {
+  const int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  auto* at = static_cast<uint8_t*>(buf);
+  while (bytes > 0) {
+    const ssize_t got = read(fd, at, bytes);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) {
+      const int saved = got == 0 ? EIO : errno;
+      close(fd);
+      errno = saved;
+      return false;
+    }
+    at += got;
+    bytes -= static_cast<size_t>(got);
+  }
+  close(fd);
+  return true;
+}
+
 }  // namespace tbcoll::platform

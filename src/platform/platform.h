@@ -178,6 +178,15 @@ bool prepare_parent_death_guard();
 /// async-signal-safe calls.
 void arm_parent_death_guard();
 
+// ---- security ------------------------------------------------------------------------------------------------------
+
+/// Fills buf with bytes from the system's random source (/dev/urandom, on Linux and macOS alike); false (errno
+/// set) if it cannot. For nonces and secrets.
+bool random_bytes(void* buf, size_t bytes);
+/// The OpenSSL 3 libcrypto to dlopen, best first: "libcrypto.so.3" (Debian's libssl3); Homebrew's openssl@3 on
+/// macOS (never /usr/lib/libcrypto.dylib, which macOS refuses to let programs load).
+std::vector<std::string> crypto_libraries();
+
 // ---- RDMA ----------------------------------------------------------------------------------------------------------
 
 /// The verbs library to dlopen: "libibverbs.so.1" (rdma-core), "librdma.dylib" (macOS 26.2+).

@@ -74,4 +74,8 @@ void arm_parent_death_guard() { generic::arm_parent_death_guard(); }
 
 const char* verbs_library() { return "libibverbs.so.1"; }
 
+std::vector<std::string> crypto_libraries() {
+  return {"libcrypto.so.3", "libcrypto.so"};
+}
+
 }  // namespace tbcoll::platform

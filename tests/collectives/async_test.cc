@@ -159,22 +159,23 @@ TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
 // peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
 TEST(AsyncErrors, BadArgumentsAreRefusedBeforeQueuing) {
   for (const std::string& transport : test_transports()) {
+    // Every rank refuses the same calls (a call refused on some ranks only fails the others: errors_test), with
+    // calls queued before them, which run first; the calls after pair up as usual.
     run_ranks(2, {transport, "", 10}, [&](Communicator& comm) {
       std::vector<float> a(4, comm.rank() == 0 ? 100.0f : 20.0f), b(4, comm.rank() == 0 ? 100.0f : 200.0f);
-      if (comm.rank() == 0) {
-        EXPECT_THROW(comm.all_reduce_async(a.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
-        EXPECT_THROW(comm.all_reduce_async(a.data(), a.data() + 1, 3, DataType::kFloat32, ReduceOp::kSum),
-                     InvalidArgument);
-        EXPECT_THROW(comm.broadcast_async(a.data(), b.data(), 4, DataType::kFloat32, 5), InvalidArgument);
-        EXPECT_THROW(comm.reduce_async(a.data(), a.data(), 4, static_cast<DataType>(99), ReduceOp::kSum, 0),
-                     InvalidArgument);
-      } else {
-        comm.all_reduce_async(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kSum).wait();
-      }
+      Work first = comm.all_reduce_async(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_THROW(comm.all_reduce_async(a.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kSum), InvalidArgument);
+      EXPECT_THROW(comm.all_reduce_async(a.data(), a.data() + 1, 3, DataType::kFloat32, ReduceOp::kSum),
+                   InvalidArgument);
+      EXPECT_THROW(comm.broadcast_async(a.data(), b.data(), 4, DataType::kFloat32, 5), InvalidArgument);
+      EXPECT_THROW(comm.reduce_async(a.data(), a.data(), 4, static_cast<DataType>(99), ReduceOp::kSum, 0),
+                   InvalidArgument);
       Work work = comm.all_reduce_async(b.data(), b.data(), 4, DataType::kFloat32, ReduceOp::kSum);
-      if (comm.rank() == 0) comm.all_reduce_async(a.data(), a.data(), 4, DataType::kFloat32, ReduceOp::kSum).wait();
+      first.wait();
       work.wait();
-      EXPECT_EQ(b[0], comm.rank() == 0 ? 120.0f : 300.0f) << transport;  // rank 1 pairs a, then b
+      EXPECT_EQ(a[0], 120.0f) << transport;
+      EXPECT_EQ(b[0], 300.0f) << transport;
+      EXPECT_FALSE(comm.broken()) << transport;
     });
   }
 }

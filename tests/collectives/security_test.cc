@@ -6,15 +6,19 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <thread>
 #include <vector>
 
 #include "bootstrap/store_protocol.h"
+#include "common/auth.h"
 #include "common/net.h"
 #include "common/time.h"
 #include "tbcoll/tbcoll.hpp"
 #include "transports/tcp/wire.h"
+#include "collectives/harness.h"
 
 namespace tbcoll {
 namespace {
@@ -243,6 +247,241 @@ TEST(Security, WrongTokenBetweenRanksFailsInit) {
     ADD_FAILURE() << "joined a job with the wrong token";
   } catch (const InvalidUsage& error) {
     EXPECT_NE(std::string(error.what()).find("job token"), std::string::npos) << error.what();
+  }
+}
+
+
+// ---- the job secret (TBCOLL_SECRET): HMAC-SHA256 challenge-response on every connection ----------------------------
+
+#define SKIP_WITHOUT_LIBCRYPTO()                                                    \
+  do {                                                                              \
+    std::string why;                                                                \
+    if (!auth::available(&why)) GTEST_SKIP() << "no libcrypto: " << why;             \
+  } while (0)
+
+TEST(Secret, HmacSha256MatchesRfc4231AndProofsDependOnEverything) {
+  SKIP_WITHOUT_LIBCRYPTO();
+  const std::string data = "what do ya want for nothing?";
+  const auth::Proof mac = auth::hmac_sha256("Jefe", data.data(), data.size());
+  std::string hex;
+  char pair[3];
+  for (uint8_t byte : mac) {
+    std::snprintf(pair, sizeof(pair), "%02x", byte);
+    hex += pair;
+  }
+  EXPECT_EQ(hex, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");  // RFC 4231, case 2
+  const auth::Nonce a = auth::nonce(), b = auth::nonce();
+  EXPECT_NE(a, b) << "nonces from the random source";
+  const auth::Proof p = auth::proof("secret", "label", a, b, "ctx");
+  EXPECT_TRUE(auth::same(p, auth::proof("secret", "label", a, b, "ctx")));
+  EXPECT_FALSE(auth::same(p, auth::proof("secreT", "label", a, b, "ctx")));
+  EXPECT_FALSE(auth::same(p, auth::proof("secret", "other", a, b, "ctx")));
+  EXPECT_FALSE(auth::same(p, auth::proof("secret", "label", b, a, "ctx")));
+  EXPECT_FALSE(auth::same(p, auth::proof("secret", "label", a, b, "ctX")));
+}
+
+TEST(Secret, SettingBothOrAnEmptyFileIsRefused) {
+  EXPECT_EQ(auth::job_secret(env::Settings(std::map<std::string, std::string>{})), "");
+  EXPECT_NE(test::error_of([] {
+              auth::job_secret(env::Settings(std::map<std::string, std::string>{{"TBCOLL_SECRET", "a"}, {"TBCOLL_SECRET_FILE", "/etc/hostname"}}));
+            }).find("both"), std::string::npos);
+  EXPECT_NE(test::error_of([] { auth::job_secret(env::Settings(std::map<std::string, std::string>{{"TBCOLL_SECRET_FILE", "/nonexistent/x"}})); })
+                .find("cannot read"), std::string::npos);
+  SKIP_WITHOUT_LIBCRYPTO();
+  char path[] = "/tmp/tbcoll-secret-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, "from-a-file\n", 12), 12);
+  close(fd);
+  EXPECT_EQ(auth::job_secret(env::Settings(std::map<std::string, std::string>{{"TBCOLL_SECRET_FILE", path}})), "from-a-file");
+  unlink(path);
+}
+
+// With a secret, the store serves nobody who cannot prove it: not a client with the right token and no secret
+// or the wrong one, not a wrong version, not garbage; each is rejected and counted (and logged) while proven
+// clients are served.
+TEST(Secret, StoreServesOnlyClientsThatProveTheSecret) {
+  SKIP_WITHOUT_LIBCRYPTO();
+  namespace sp = store_protocol;
+  const std::string secret = "0123456789abcdef-job-secret";
+  TcpStoreServer server("127.0.0.1", 0, "store-token", deadline_after(5), secret);
+  const std::string address = "127.0.0.1:" + std::to_string(server.port());
+  auto store = connect_tcp_store(address, "store-token", deadline_after(5), secret);
+  store->set("key", {'v', 'a', 'l', 'u', 'e'}, deadline_after(5));
+  uint64_t rejected = server.rejected_connections();
+
+  // The token but no secret: the hello and a get right behind it (not waiting for the welcome).
+  sp::Hello hello{sp::kMagic, sp::kVersion, 0, 11};
+  std::string bytes(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  bytes += "store-token";
+  sp::RequestHeader get{static_cast<uint32_t>(sp::Op::kGet), 3, 0, 0};
+  bytes.append(reinterpret_cast<const char*>(&get), sizeof(get));
+  bytes += "key";
+  std::string reply = poke(address, bytes);
+  ASSERT_EQ(reply.size(), sizeof(sp::Welcome)) << "a rejection and nothing else";
+  sp::Welcome welcome{};
+  std::memcpy(&welcome, reply.data(), sizeof(welcome));
+  EXPECT_EQ(welcome.status, static_cast<uint32_t>(sp::Status::kNeedSecret));
+  EXPECT_EQ(reply.find("value"), std::string::npos);
+  EXPECT_EQ(server.rejected_connections(), ++rejected);
+
+  // The token, a nonce and a made-up proof, with a get behind it: the store's challenge, then a rejection.
+  hello.flags = sp::kFlagSecret;
+  bytes.assign(reinterpret_cast<const char*>(&hello), sizeof(hello));
+  bytes += "store-token" + std::string(auth::kNonceBytes, 'n') + std::string(auth::kProofBytes, 'p');
+  bytes.append(reinterpret_cast<const char*>(&get), sizeof(get));
+  bytes += "key";
+  reply = poke(address, bytes);
+  ASSERT_EQ(reply.size(), 2 * sizeof(sp::Welcome) + auth::kNonceBytes + auth::kProofBytes) << "challenge, verdict";
+  std::memcpy(&welcome, reply.data() + reply.size() - sizeof(welcome), sizeof(welcome));
+  EXPECT_EQ(welcome.status, static_cast<uint32_t>(sp::Status::kBadSecret));
+  EXPECT_EQ(reply.find("value"), std::string::npos);
+  EXPECT_EQ(server.rejected_connections(), ++rejected);
+
+  // Clients of the library: no secret, the wrong secret, the wrong token with the right secret.
+  EXPECT_NE(test::error_of([&] { connect_tcp_store(address, "store-token", deadline_after(5), ""); })
+                .find("requires the job secret"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { connect_tcp_store(address, "store-token", deadline_after(5), "guess"); })
+                .find("could not prove"), std::string::npos) << "a store that does not know our secret is not ours";
+  EXPECT_NE(test::error_of([&] { connect_tcp_store(address, "other-token", deadline_after(5), secret); })
+                .find("wrong job token"), std::string::npos);
+  rejected += 2;  // the client that found the store wrong hung up itself: the store saw it go, nothing to reject
+  // Wrong version, garbage.
+  sp::Hello old{sp::kMagic, static_cast<uint16_t>(sp::kVersion - 1), sp::kFlagSecret, 11};
+  poke(address, std::string(reinterpret_cast<const char*>(&old), sizeof(old)) + "store-token");
+  poke(address, std::string(200, '\x5a'));
+  rejected += 2;
+  EXPECT_EQ(server.rejected_connections(), rejected);
+  // A store without a secret refuses a client that has one (TBCOLL_SECRET set on some ranks only).
+  TcpStoreServer plain("127.0.0.1", 0, "store-token", deadline_after(5), "");
+  EXPECT_NE(test::error_of([&] {
+              connect_tcp_store("127.0.0.1:" + std::to_string(plain.port()), "store-token", deadline_after(5), secret);
+            }).find("the store has none"), std::string::npos);
+  // The proven client is still served.
+  EXPECT_EQ(store->get("key", deadline_after(5)), (std::vector<uint8_t>{'v', 'a', 'l', 'u', 'e'}));
+  auto second = connect_tcp_store(address, "store-token", deadline_after(5), secret);
+  EXPECT_EQ(second->add("counter", 2, deadline_after(5)), 2);
+}
+
+// The tcp transport's handshake with a secret: impostors (no secret, a made-up proof, the wrong token or version,
+// garbage) are rejected while the job runs on and gets the right result.
+TEST(Secret, DataPortRejectsImpostorsAndTheJobGoesOn) {
+  SKIP_WITHOUT_LIBCRYPTO();
+  const std::string secret = "data-port-secret-0123456789";
+  auto store = make_in_memory_store();
+  auto make_config = [&](int rank) {
+    Config config;
+    config.rank = rank;
+    config.world_size = 2;
+    config.store = store;
+    config.prefix = "secret";
+    config.transport = "tcp";
+    config.token = "right-token";
+    config.timeout_s = 20;
+    config.knobs = {{"TBCOLL_SECRET", secret}};
+    return config;
+  };
+  float result[2] = {0, 0};
+  std::string errors[2];
+  auto rank_body = [&](int rank) {
+    try {
+      Communicator comm = Communicator::init(make_config(rank));
+      float value = static_cast<float>(rank + 1);
+      comm.all_reduce(&value, &result[rank], 1, DataType::kFloat32, ReduceOp::kSum);
+    } catch (const std::exception& error) {
+      errors[rank] = error.what();
+    }
+  };
+  std::string placeholder = "host=elsewhere\npid=1\nworld=2\ndev.tcp=127.0.0.1:1\n";
+  store->set("secret/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
+  std::thread rank0(rank_body, 0);
+  auto text = store->get("secret/peer/0", deadline_after(10));
+  std::string info(text.begin(), text.end());
+  size_t at = info.find("dev.tcp=");
+  ASSERT_NE(at, std::string::npos) << info;
+  const std::string address = info.substr(at + 8, info.find('\n', at) - at - 8);
+  auto comm_id_bytes = store->get("secret/comm_id", deadline_after(10));
+  const uint64_t comm_id = std::stoull(std::string(comm_id_bytes.begin(), comm_id_bytes.end()));
+  auto hello = [&](uint16_t version, const std::string& token, uint32_t flags) {
+    tcp::Hello h{tcp::kHelloMagic, version, static_cast<uint16_t>(token.size()), 1, 0, comm_id, flags, 0};
+    return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + token;
+  };
+  const std::string nonce(auth::kNonceBytes, 'n'), proof(auth::kProofBytes, 'p');
+  EXPECT_EQ(welcome_status(poke(address, hello(tcp::kProtocolVersion, "right-token", 0))),
+            static_cast<uint32_t>(tcp::WelcomeStatus::kNeedSecret));
+  std::string reply = poke(address, hello(tcp::kProtocolVersion, "right-token", tcp::kFlagSecret) + nonce + proof);
+  ASSERT_EQ(reply.size(), 2 * sizeof(tcp::Welcome) + auth::kNonceBytes + auth::kProofBytes) << "challenge, verdict";
+  EXPECT_EQ(welcome_status(reply.substr(reply.size() - sizeof(tcp::Welcome))),
+            static_cast<uint32_t>(tcp::WelcomeStatus::kBadSecret));
+  EXPECT_EQ(welcome_status(poke(address, hello(tcp::kProtocolVersion + 1, "right-token", tcp::kFlagSecret) + nonce)),
+            static_cast<uint32_t>(tcp::WelcomeStatus::kBadVersion));
+  EXPECT_EQ(poke(address, std::string(300, 'x')), "") << "garbage gets no answer";
+  // One that knows the secret but not the token: through the challenge, then refused for the token.
+  {
+    int fd = net::connect_tcp(net::parse_host_port(address, "test"), deadline_after(5), "test");
+    const auth::Nonce mine = auth::nonce();
+    tcp::Hello h{tcp::kHelloMagic, tcp::kProtocolVersion, 11, 1, 0, comm_id, tcp::kFlagSecret, 0};
+    std::string out = std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + "wrong-token";
+    out.append(reinterpret_cast<const char*>(mine.data()), mine.size());
+    net::write_all(fd, out.data(), out.size(), deadline_after(5), "test");
+    tcp::Welcome welcome{};
+    auth::Nonce theirs{};
+    auth::Proof their_proof{};
+    net::read_exact(fd, &welcome, sizeof(welcome), deadline_after(5), "test");
+    net::read_exact(fd, theirs.data(), theirs.size(), deadline_after(5), "test");
+    net::read_exact(fd, their_proof.data(), their_proof.size(), deadline_after(5), "test");
+    const std::string context = tcp::proof_context("wrong-token", h);
+    EXPECT_TRUE(auth::same(their_proof, auth::proof(secret, tcp::kResponderLabel, mine, theirs, context)));
+    const auth::Proof ours = auth::proof(secret, tcp::kInitiatorLabel, theirs, mine, context);
+    net::write_all(fd, ours.data(), ours.size(), deadline_after(5), "test");
+    net::read_exact(fd, &welcome, sizeof(welcome), deadline_after(5), "test");
+    EXPECT_EQ(welcome.status, static_cast<uint32_t>(tcp::WelcomeStatus::kBadToken));
+    close(fd);
+  }
+  std::thread rank1(rank_body, 1);
+  rank0.join();
+  rank1.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+  EXPECT_EQ(result[0], 3.0f);
+  EXPECT_EQ(result[1], 3.0f);
+}
+
+// Every transport runs with a secret; ranks whose secrets differ do not connect (init fails, naming the secret).
+TEST(Secret, JobsRunWithASecretAndRanksWithAnotherOneAreRefused) {
+  SKIP_WITHOUT_LIBCRYPTO();
+  for (const std::string& transport : test::test_transports()) {
+    test::RankOptions options{transport, "", 20};
+    options.knobs = {{"TBCOLL_SECRET", "same-secret-for-every-rank"}};
+    test::run_ranks(3, options, [&](Communicator& comm) {
+      std::vector<float> buf(1000, 1.0f);
+      comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(buf[999], 3.0f) << transport;
+    });
+  }
+  // Over TCP (the side channel of ibverbs too, where built): rank 1 has another secret.
+  for (const std::string& transport : {std::string("tcp"), std::string("fakeverbs")}) {
+    if (std::count(test::test_transports().begin(), test::test_transports().end(), transport) == 0) continue;
+    auto store = make_in_memory_store();
+    std::string errors[2];
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        Config config;
+        config.rank = rank;
+        config.world_size = 2;
+        config.store = store;
+        config.transport = transport;
+        config.timeout_s = 1.5;  // the accepting rank waits for a proper peer until then
+        config.knobs = {{"TBCOLL_SECRET", rank == 0 ? "secret-of-rank-zero" : "secret-of-rank-one!"}};
+        errors[rank] = test::error_of([&] { Communicator::init(config); });
+      });
+    }
+    for (auto& thread : ranks) thread.join();
+    EXPECT_TRUE(errors[0].find("secret") != std::string::npos || errors[1].find("secret") != std::string::npos)
+        << transport << ": " << errors[0] << " | " << errors[1];
+    EXPECT_NE(errors[0], "");
+    EXPECT_NE(errors[1], "");
   }
 }
 

@@ -367,6 +367,24 @@ TEST(TbcollRun, TokenDiffersBetweenJobs) {
   EXPECT_NE(first.out, second.out);
 }
 
+// A secret per job (64 hex digits) unless given (--secret, or TBCOLL_SECRET / TBCOLL_SECRET_FILE already set), and
+// a job of real ranks proves it on every connection (the checks pass over shm and tcp alike).
+TEST(TbcollRun, SecretIsDrawnPerJobOrPassedThrough) {
+  RunResult first = run({"-n", "2", "sh", "-c", "echo $TBCOLL_SECRET"});
+  RunResult second = run({"-n", "1", "sh", "-c", "echo $TBCOLL_SECRET"});
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  if (first.err.find("no OpenSSL libcrypto") != std::string::npos) GTEST_SKIP() << first.err;
+  const std::vector<std::string> lines = split_lines(first.out);
+  ASSERT_EQ(lines.size(), 2u) << first.out;
+  EXPECT_EQ(lines[0].size(), 64u) << first.out;
+  EXPECT_EQ(lines[0], lines[1]) << "every rank of a job has its secret";
+  EXPECT_NE(lines[0] + "\n", second.out);
+  EXPECT_EQ(run({"-n", "1", "--secret", "given", "sh", "-c", "echo $TBCOLL_SECRET"}).out, "given\n");
+  EXPECT_EQ(run({"-n", "1", "sh", "-c", "echo \"[$TBCOLL_SECRET]\""}, {"TBCOLL_SECRET_FILE=/some/file"}).out, "[]\n");
+  RunResult job = run({"-n", "2", "-x", "TBCOLL_TRANSPORT=tcp", "--", TBCOLL_TEST_PROG_PATH, "check", "1"});
+  EXPECT_EQ(job.exit_code, 0) << job.err;
+}
+
 TEST(TbcollRun, PassesTokenFromEnvironmentThrough) {
   RunResult result = run({"-n", "2", "sh", "-c", "echo \"[$TBCOLL_TOKEN]\""}, {"TBCOLL_TOKEN=not-hex but kept"});
   ASSERT_EQ(result.exit_code, 0) << result.err;
@@ -596,6 +614,24 @@ TEST(TbcollRun, JobStoppedDuringSetUpLeavesNoSegments) {
   // tbcoll-run removed rank 0's segment, or a set-up running alongside (tests under ctest -j) swept it first:
   // either way, none is left.
   EXPECT_EQ(tbcoll::test::segments_of(pids), std::vector<std::string>{}) << result.err;
+}
+
+// Killed outright (SIGKILL) while a rank is still in set-up: the ranks die with the launcher and cannot unlink
+// their segments, and the launcher cannot sweep; its sweeper process, which outlives it, removes them.
+TEST(TbcollRun, LauncherKilledOutrightDuringSetUpLeavesNoSegments) {
+  Launcher launcher({"-n", "3", "-x", "TBCOLL_TRANSPORT=shm", "--", TBCOLL_TEST_PROG_PATH, "late", "2", "30"});
+  ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 3; }));
+  const std::vector<pid_t> pids = pids_in(launcher.out());
+  auto segments = [&] { return tbcoll::test::segments_of(pids).size(); };
+  auto until = Clock::now() + std::chrono::seconds(5);
+  while (segments() < 2 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  ASSERT_EQ(segments(), 2u) << "ranks 0 and 1 did not reach set-up";
+  ASSERT_EQ(kill(launcher.pid(), SIGKILL), 0);
+  launcher.finish();
+  expect_all_gone(pids);
+  until = Clock::now() + std::chrono::seconds(5);
+  while (segments() > 0 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(tbcoll::test::segments_of(pids), std::vector<std::string>{});
 }
 
 TEST(TbcollRun, ForwardsTheSignalItReceived) {

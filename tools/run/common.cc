@@ -34,15 +34,15 @@ void close_pipe(int fds[2]) {
   }
 }
 
-std::string random_token() {
-  unsigned char bytes[8];
-  int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "";
-  ssize_t n = read(fd, bytes, sizeof(bytes));
-  close(fd);
-  if (n != static_cast<ssize_t>(sizeof(bytes))) return "";
-  char hex[2 * sizeof(bytes) + 1];
-  for (size_t k = 0; k < sizeof(bytes); ++k) std::snprintf(hex + 2 * k, 3, "%02x", bytes[k]);
+std::string random_token(size_t bytes) {
+  std::vector<unsigned char> random(bytes);
+  if (!tbcoll::platform::random_bytes(random.data(), random.size())) return "";
+  std::string hex;
+  char pair[3];
+  for (unsigned char byte : random) {
+    std::snprintf(pair, sizeof(pair), "%02x", byte);
+    hex += pair;
+  }
   return hex;
 }
 

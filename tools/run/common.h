@@ -31,7 +31,7 @@ bool make_pipe(int fds[2], bool nonblocking_write);
 void close_pipe(int fds[2]);
 
 /// 16 hex digits from /dev/urandom; empty on failure.
-std::string random_token();
+std::string random_token(size_t bytes = 8);
 
 /// A blocking TCP socket listening on numeric address host (IPv4 or IPv6) at a port the kernel picks,
 /// close-on-exec; -1 with errno.

@@ -55,6 +55,8 @@ void print_usage(FILE* out) {
       "                      \"ssh -o BatchMode=yes\"; e.g. \"ip netns exec\" for network namespaces)\n"
       "  --connect-timeout S a host whose agent has not answered after S seconds fails the job (30)\n"
       "  --agent-path PATH   tbcoll-run on the hosts (default: this program's absolute path)\n"
+      "  --secret SECRET     the job secret the ranks prove to each other (TBCOLL_SECRET); default: one\n"
+      "                      drawn per job, unless TBCOLL_SECRET or TBCOLL_SECRET_FILE is set\n"
       "  -h, --help          show this help\n"
       "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
       "and TBCOLL_TOKEN (random unless already set). With hosts, rank 0's host serves the rendezvous\n"
@@ -87,7 +89,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) {  // --timeout=5, --hosts=a,b
       value = arg.substr(arg.find('=') + 1);
       arg = arg.substr(0, arg.find('='));
-    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to" ||
+    } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to" || arg == "--secret" ||
                arg == "--hosts" || arg == "--hostfile" || arg == "--launcher" || arg == "--connect-timeout" ||
                arg == "--agent-path") {
       if (i + 1 >= argc) return usage_error("option " + arg + " needs a value");
@@ -95,7 +97,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     } else {
       return usage_error("unknown option " + arg);
     }
-    if (arg == "--bind-to") {
+    if (arg == "--secret") {
+      if (value.empty()) return usage_error("--secret needs a non-empty value");
+      opts.secret = value;
+    } else if (arg == "--bind-to") {
       if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
       opts.bind_to = value;
     } else if (arg == "-x") {

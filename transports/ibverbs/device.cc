@@ -105,6 +105,7 @@ class Device final : public transport::Device {
     parse_mode(settings.get("TBCOLL_IB_MODE"), &options);
     options.listen_host = net::listen_host(settings, args.bind_host, fmt::format("[ibverbs] rank {}", args.rank));
     options.token = args.token;
+    options.secret = args.secret;
     const long long post_batch = settings.get_int("TBCOLL_IB_POST_BATCH");
     if (post_batch < 0 || post_batch > Connection::kMaxPostBatch) {
       throw InvalidArgument(fmt::format("[env] TBCOLL_IB_POST_BATCH={}: 0 (automatic) to {}", post_batch,

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/auth.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
@@ -273,6 +274,7 @@ std::shared_ptr<Connection> Port::dial_locked(const PortAddress& peer, Deadline 
       net::connect_tcp(net::parse_host_port(peer.side_channel, "ibverbs side channel"), deadline, who, cancelled);
   std::shared_ptr<Connection> connection;
   try {
+    if (!options_.secret.empty()) auth::initiate(fd, options_.secret, "tbcoll ibverbs", options_.token, deadline, who, cancelled);
     connection = std::make_shared<Connection>(local_, mode, peer.key, fd);
   } catch (...) {
     close(fd);
@@ -301,7 +303,15 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
   wire::Hello theirs;
   bool ours = false;
   try {
-    ours = read_hello(fd, &theirs, limit, cancelled);
+    std::string why;
+    if (!options_.secret.empty() &&
+        !auth::respond(fd, options_.secret, "tbcoll ibverbs", options_.token, limit,
+                       fmt::format("[ibverbs] port {}: side channel", key_), cancelled, &why)) {
+      log::warn("[ibverbs] port {}: rejected a side channel: {}", key_, why);
+    } else {
+      ours = read_hello(fd, &theirs, limit, cancelled);
+    }
+  } catch (const RemoteError&) {
   } catch (const TimeoutError&) {
     log::warn("[ibverbs] port {}: dropped a side channel that sent no complete handshake", key_);
   } catch (const IoError&) {

@@ -28,6 +28,7 @@ struct PortOptions {
   int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
   std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;        ///< job token, checked in every handshake
+  std::string secret;       ///< job secret ("" for none): proved both ways first thing (common/auth.h)
 };
 
 /// What a port publishes (Port::address()), parsed.

@@ -95,6 +95,8 @@ class Context final : public transport::Context {
         const SegmentHeader* header = peer_mappings_[i].header();
         const bool dead = processes[i].exited();
         if (dead || header->closed.load(std::memory_order_acquire) != 0) {
+          // A dead peer cannot unlink its segment, and not yet reaped (a zombie) the sweeps by pid keep it.
+          if (dead) platform::shm_remove(peers[i].address);
           throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) {} during set-up", args_.rank, peers[i].rank,
                                     header->owner_pid, dead ? "died" : "closed its end"));
         }

@@ -67,6 +67,11 @@ FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<Seg
 
 void FastPath::run(size_t index, const transport::CollectiveArgs& args) {
   spin_yields_ = args.spin_yields;
+  watch_ = args.watch ? &args.watch : nullptr;
+  struct Unwatch {
+    const std::function<void()>*& watch;
+    ~Unwatch() { watch = nullptr; }
+  } unwatch{watch_};
   switch (kinds_[index]) {
     case Kind::kAllReduceOneShot:
       return all_reduce_one_shot(args.send, args.recv, args.count, args.dtype, args.op, args.tag, args.deadline,
@@ -158,6 +163,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       if (counter.load(std::memory_order_acquire) >= target) return;
       throw;
     }
+    if (watch_ != nullptr) (*watch_)();
     uint64_t seen = counter.load(std::memory_order_seq_cst);
     if (seen >= target) return;
     if (sleepers != nullptr) {

@@ -21,6 +21,7 @@
 
 #include <fmt/format.h>
 
+#include "common/auth.h"
 #include "common/env.h"
 #include "common/log.h"
 #include "common/net.h"
@@ -103,17 +104,36 @@ class Context final : public transport::Context {
     int fd = net::connect_tcp(net::parse_host_port(peer.address, "peer address"), deadline, who, args_.cancelled);
     try {
       set_buffers(fd, buffer_bytes_);
+      const bool with_secret = !args_.secret.empty();
       Hello hello{kHelloMagic, kProtocolVersion, static_cast<uint16_t>(args_.token.size()), args_.rank, peer.rank,
-                  args_.comm_id};
+                  args_.comm_id, with_secret ? kFlagSecret : 0u, 0};
+      const auth::Nonce mine = with_secret ? auth::nonce() : auth::Nonce{};
       std::vector<uint8_t> out(sizeof(hello) + args_.token.size());
       std::memcpy(out.data(), &hello, sizeof(hello));
       std::memcpy(out.data() + sizeof(hello), args_.token.data(), args_.token.size());
+      if (with_secret) out.insert(out.end(), mine.begin(), mine.end());
       net::write_all(fd, out.data(), out.size(), deadline, who, args_.cancelled);
-      Welcome welcome{};
-      net::read_exact(fd, &welcome, sizeof(welcome), deadline, who, args_.cancelled);
-      if (welcome.magic != kHelloMagic) throw RemoteError(who + ": the peer does not speak the tbcoll protocol");
-      if (welcome.status != 0) {
-        throw InvalidUsage(fmt::format("{}: rejected by the peer: {}", who, welcome_status_name(welcome.status)));
+      auto read_welcome = [&] {
+        Welcome welcome{};
+        net::read_exact(fd, &welcome, sizeof(welcome), deadline, who, args_.cancelled);
+        if (welcome.magic != kHelloMagic) throw RemoteError(who + ": the peer does not speak the tbcoll protocol");
+        if (welcome.status != 0) {
+          throw InvalidUsage(fmt::format("{}: rejected by the peer: {}", who, welcome_status_name(welcome.status)));
+        }
+      };
+      read_welcome();
+      if (with_secret) {  // the peer proves the secret first, then we do (wire.h)
+        auth::Nonce theirs{};
+        auth::Proof their_proof{};
+        net::read_exact(fd, theirs.data(), theirs.size(), deadline, who, args_.cancelled);
+        net::read_exact(fd, their_proof.data(), their_proof.size(), deadline, who, args_.cancelled);
+        const std::string context = proof_context(args_.token, hello);
+        if (!auth::same(their_proof, auth::proof(args_.secret, kResponderLabel, mine, theirs, context))) {
+          throw RemoteError(who + ": the peer could not prove it knows the job secret");
+        }
+        const auth::Proof proof = auth::proof(args_.secret, kInitiatorLabel, theirs, mine, context);
+        net::write_all(fd, proof.data(), proof.size(), deadline, who, args_.cancelled);
+        read_welcome();
       }
       return fd;
     } catch (...) {
@@ -127,31 +147,47 @@ class Context final : public transport::Context {
   struct Pending {
     int fd;
     Clock::time_point limit;
-    std::vector<uint8_t> in;  // Hello, then the token
+    std::vector<uint8_t> in;  // Hello, the token (and nonce), then the connector's proof
+    bool challenged = false;  // our nonce and proof went out (a job secret): the connector's proof comes next
+    auth::Nonce nonce{};      // ours
   };
 
   // Reads what the connection has sent. Returns the peer rank once its handshake is complete and accepted,
   // -1 while it is incomplete, -2 when it was rejected or failed (the caller closes it).
   int advance(Pending& pending, const std::map<int, bool>& expected, const std::map<int, int>& have) {
     const std::string who = fmt::format("[tcp] rank {}: handshake", args_.rank);
+    const bool with_secret = !args_.secret.empty();
+    const size_t secret_bytes = with_secret ? auth::kNonceBytes + (pending.challenged ? auth::kProofBytes : 0) : 0;
+    size_t want = sizeof(Hello);
     Hello hello{};
-    std::string token;
-    for (;;) {
-      size_t want = 0;
-      const HelloParse parsed = parse_hello(pending.in.data(), pending.in.size(), &hello, &token, &want);
-      if (parsed == HelloParse::kComplete) break;
-      if (parsed == HelloParse::kNotTbcoll) {
-        log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank,
-                  hello.magic);
-        return -2;  // garbage: don't even answer
-      }
-      if (parsed == HelloParse::kTokenTooLong) return reject(pending.fd, hello, WelcomeStatus::kBadToken, who);
+    if (pending.in.size() >= sizeof(Hello)) {
+      std::memcpy(&hello, pending.in.data(), sizeof(hello));
+      want += hello.token_len + secret_bytes;
+    }
+    while (pending.in.size() < want) {
       uint8_t buf[512];
       ssize_t got = recv(pending.fd, buf, std::min(sizeof(buf), want - pending.in.size()), MSG_DONTWAIT);
       if (got == 0) return -2;  // closed
       if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
       pending.in.insert(pending.in.end(), buf, buf + got);
+      if (pending.in.size() == sizeof(Hello)) {
+        std::memcpy(&hello, pending.in.data(), sizeof(hello));
+        if (hello.magic != kHelloMagic) {
+          log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank,
+                    hello.magic);
+          return -2;  // garbage: don't even answer
+        }
+        if (hello.version != kProtocolVersion) return reject(pending.fd, hello, WelcomeStatus::kBadVersion, who);
+        if (hello.token_len > kMaxTokenBytes) return reject(pending.fd, hello, WelcomeStatus::kBadToken, who);
+        const bool theirs = (hello.flags & kFlagSecret) != 0;
+        if (with_secret && !theirs) return reject(pending.fd, hello, WelcomeStatus::kNeedSecret, who);
+        if (!with_secret && theirs) return reject(pending.fd, hello, WelcomeStatus::kNoSecret, who);
+        want += hello.token_len + secret_bytes;
+      }
     }
+    const auto token_begin = pending.in.begin() + sizeof(Hello);
+    const std::string token(token_begin, token_begin + hello.token_len);
+    if (with_secret && !challenged(pending, hello, token, who)) return pending.challenged ? -1 : -2;
     const bool rank_wanted = expected.count(hello.from_rank) != 0 && have.count(hello.from_rank) == 0;
     const WelcomeStatus status = judge_hello(hello, token, args_.token, args_.comm_id, args_.rank, rank_wanted);
     if (status != WelcomeStatus::kAccepted) return reject(pending.fd, hello, status, who);
@@ -165,9 +201,49 @@ class Context final : public transport::Context {
     return hello.from_rank;
   }
 
+  // The job secret's challenge-response (wire.h), driven by advance(): once the connector's nonce is in, sends
+  // our proof (returns false: its proof is still to come); once its proof is in, true if it is right (else
+  // rejects it and returns false with pending.challenged cleared, so the caller drops the connection).
+  bool challenged(Pending& pending, const Hello& hello, const std::string& token, const std::string& who) {
+    const size_t nonce_at = sizeof(Hello) + hello.token_len;
+    auth::Nonce theirs{};
+    std::copy(pending.in.begin() + static_cast<std::ptrdiff_t>(nonce_at),
+              pending.in.begin() + static_cast<std::ptrdiff_t>(nonce_at + theirs.size()), theirs.begin());
+    const std::string context = proof_context(token, hello);
+    if (!pending.challenged) {
+      try {
+        pending.nonce = auth::nonce();
+        const auth::Proof proof = auth::proof(args_.secret, kResponderLabel, theirs, pending.nonce, context);
+        std::vector<uint8_t> out(sizeof(Welcome));
+        const Welcome welcome{kHelloMagic, static_cast<uint32_t>(WelcomeStatus::kAccepted)};
+        std::memcpy(out.data(), &welcome, sizeof(welcome));
+        out.insert(out.end(), pending.nonce.begin(), pending.nonce.end());
+        out.insert(out.end(), proof.begin(), proof.end());
+        net::write_all(pending.fd, out.data(), out.size(), pending.limit, who);
+        pending.challenged = true;
+      } catch (const Error& error) {
+        log::warn("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank, error.what());
+      }
+      return false;
+    }
+    auth::Proof proof{};
+    std::copy(pending.in.end() - static_cast<std::ptrdiff_t>(proof.size()), pending.in.end(), proof.begin());
+    if (!auth::same(proof, auth::proof(args_.secret, kInitiatorLabel, pending.nonce, theirs, context))) {
+      pending.challenged = false;
+      reject(pending.fd, hello, WelcomeStatus::kBadSecret, who);
+      return false;
+    }
+    return true;
+  }
+
   int reject(int fd, const Hello& hello, WelcomeStatus status, const std::string& who) {
+    // The status texts speak for the connector; the log speaks for us.
+    const char* why = status == WelcomeStatus::kNeedSecret ? "it has no job secret (TBCOLL_SECRET)"
+                      : status == WelcomeStatus::kNoSecret ? "it has a job secret and this rank none"
+                      : status == WelcomeStatus::kBadSecret ? "wrong proof of the job secret"
+                                                            : welcome_status_name(static_cast<uint32_t>(status));
     log::warn("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank, hello.from_rank,
-              hello.version, welcome_status_name(static_cast<uint32_t>(status)));
+              hello.version, why);
     try {
       Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
       net::write_all(fd, &welcome, sizeof(welcome), Clock::now() + std::chrono::milliseconds(100), who);

@@ -1,7 +1,13 @@
 // TCP transport wire formats. Little-endian, fixed size, validated on arrival.
 //
-//   handshake (connector -> acceptor): Hello   | token bytes
+//   handshake (connector -> acceptor): Hello   | token bytes [| nonce_c 32 B]
 //   handshake reply                  : Welcome
+// With a job secret (Hello::flags kFlagSecret; both sides must have one, common/auth.h), before the token, ranks or
+// communicator are looked at:
+//   acceptor  : Welcome (accepted so far) | nonce_a 32 B | HMAC(secret, kResponderLabel 0 nonce_c nonce_a context)
+//   connector : HMAC(secret, kInitiatorLabel 0 nonce_a nonce_c context)
+//   acceptor  : Welcome (the verdict)
+// context: "token|comm_id|from_rank|to_rank" (proof_context()).
 //   every message                    : MessageHeader | payload (header.bytes)
 #pragma once
 
@@ -14,8 +20,11 @@ namespace tbcoll::tcp {
 
 constexpr uint32_t kHelloMagic = 0x54424843;    // "TBHC"
 constexpr uint32_t kMessageMagic = 0x54424d47;  // "TBMG"
-constexpr uint16_t kProtocolVersion = 1;
+constexpr uint16_t kProtocolVersion = 2;  // 2: flags, the secret's challenge-response
 constexpr uint32_t kMaxTokenBytes = 1024;
+constexpr uint32_t kFlagSecret = 1;  ///< the connector has a job secret: a nonce follows the token
+constexpr const char* kResponderLabel = "tbcoll tcp responder";
+constexpr const char* kInitiatorLabel = "tbcoll tcp initiator";
 
 struct Hello {
   uint32_t magic;
@@ -24,10 +33,21 @@ struct Hello {
   int32_t from_rank;
   int32_t to_rank;
   uint64_t comm_id;
+  uint32_t flags;
+  uint32_t reserved;
 };
-static_assert(sizeof(Hello) == 24, "hello layout");
+static_assert(sizeof(Hello) == 32, "hello layout");
 
-enum class WelcomeStatus : uint32_t { kAccepted = 0, kBadToken = 1, kBadVersion = 2, kBadRank = 3, kBadComm = 4 };
+enum class WelcomeStatus : uint32_t {
+  kAccepted = 0,
+  kBadToken = 1,
+  kBadVersion = 2,
+  kBadRank = 3,
+  kBadComm = 4,
+  kNeedSecret = 5,  ///< the acceptor has a job secret, the connector none
+  kBadSecret = 6,   ///< the connector's proof is wrong
+  kNoSecret = 7     ///< the connector has a job secret, the acceptor none
+};
 
 struct Welcome {
   uint32_t magic;
@@ -79,8 +99,17 @@ inline const char* welcome_status_name(uint32_t status) {
     case WelcomeStatus::kBadVersion: return "protocol version mismatch";
     case WelcomeStatus::kBadRank: return "unexpected rank";
     case WelcomeStatus::kBadComm: return "different communicator";
+    case WelcomeStatus::kNeedSecret: return "the peer requires the job secret and we have none (TBCOLL_SECRET set on some ranks only?)";
+    case WelcomeStatus::kBadSecret: return "wrong job secret (TBCOLL_SECRET differs between ranks?)";
+    case WelcomeStatus::kNoSecret: return "we have a job secret and the peer none (TBCOLL_SECRET set on some ranks only?)";
   }
   return "unknown status";
+}
+
+/// What both sides' proofs are bound to: the connection's token, communicator and ranks.
+inline std::string proof_context(const std::string& token, const Hello& hello) {
+  return token + "|" + std::to_string(hello.comm_id) + "|" + std::to_string(hello.from_rank) + "|" +
+         std::to_string(hello.to_rank);
 }
 
 }  // namespace tbcoll::tcp

@@ -7,12 +7,16 @@
 //   test_prog mixed                    ranks split over two pretend hosts (TBCOLL_HOST_ID): shm inside a host,
 //                                      tcp across; prints each rank's transports, then runs check
 //   test_prog late RANK SECONDS        prints "pid <pid>"; RANK sleeps SECONDS before init; then as check 1
+//   test_prog steady ROUNDS [RANK MS]  prints "ready" after init; ROUNDS checked all_reduces 5 ms apart (RANK sleeps
+//                                      MS before round 5: a slow peer); prints "done" (the fault matrix)
 //   test_prog c_split RANK ID          C API, 3 ranks from unique id ID (its text): splits with colour 0 and
 //                                      all-reduces on the child, then splits the child (rank 0 runs elsewhere)
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <thread>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -163,6 +167,26 @@ int main(int argc, char** argv) {
         comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kMax);
         if (std::chrono::steady_clock::now() - start > std::chrono::seconds(120)) return 3;
       }
+    }
+    if (mode == "steady") {
+      const int rounds = argc > 2 ? std::atoi(argv[2]) : 100;
+      const int slow_rank = argc > 4 ? std::atoi(argv[3]) : -1;
+      const int slow_ms = argc > 4 ? std::atoi(argv[4]) : 0;
+      std::printf("ready\n");
+      std::fflush(stdout);
+      std::vector<float> buf(1024);
+      for (int round = 0; round < rounds; ++round) {
+        if (round == 5 && comm.rank() == slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
+        std::fill(buf.begin(), buf.end(), static_cast<float>(comm.rank() + round));
+        comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kMax);
+        if (buf[0] != static_cast<float>(comm.size() - 1 + round)) {
+          std::fprintf(stderr, "round %d: wrong result %g\n", round, buf[0]);
+          return 4;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+      std::printf("done\n");
+      return 0;
     }
     if (mode == "split_after_parent") {
       // The parent goes first; its child still rendezvouses through rank 0's store for a split of its own.

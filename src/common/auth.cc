@@ -1,0 +1,200 @@
+// HMAC-SHA256 through a dlopen'ed libcrypto, secrets and nonces (see auth.h).
+#include "common/auth.h"
+
+#include <dlfcn.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "common/net.h"
+#include "platform/platform.h"
+#include "tbcoll/error.hpp"
+
+namespace tbcoll::auth {
+namespace {
+
+// The two libcrypto calls we make (OpenSSL 3: HMAC() and EVP_sha256(), neither deprecated).
+struct Crypto {
+  using Sha256 = const void* (*)();
+  using Hmac = unsigned char* (*)(const void* md, const void* key, int key_len, const unsigned char* data,
+                                  size_t data_len, unsigned char* out, unsigned int* out_len);
+  Sha256 sha256 = nullptr;
+  Hmac hmac = nullptr;
+  std::string error;  // why not loaded
+};
+
+const Crypto& crypto() {
+  static const Crypto loaded = [] {
+    Crypto c;
+    std::string tried;
+    for (const std::string& name : platform::crypto_libraries()) {
+      void* handle = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (handle == nullptr) {
+        const char* error = dlerror();
+        tried += fmt::format("{}{}: {}", tried.empty() ? "" : "; ", name, error != nullptr ? error : "not found");
+        continue;
+      }
+      c.sha256 = reinterpret_cast<Crypto::Sha256>(dlsym(handle, "EVP_sha256"));
+      c.hmac = reinterpret_cast<Crypto::Hmac>(dlsym(handle, "HMAC"));
+      if (c.sha256 != nullptr && c.hmac != nullptr) return c;
+      tried += fmt::format("{}{}: no HMAC/EVP_sha256", tried.empty() ? "" : "; ", name);
+      c.sha256 = nullptr;
+      c.hmac = nullptr;
+    }
+    c.error = fmt::format("OpenSSL's libcrypto (3.x) cannot be loaded ({}): install it (Debian: libssl3; macOS: "
+                          "brew install openssl@3)", tried);
+    return c;
+  }();
+  return loaded;
+}
+
+std::string read_secret_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={}: cannot read it: {}", path, std::strerror(errno)));
+  }
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  std::string secret = contents.str();
+  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
+  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
+  if (secret.empty()) throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={} is empty", path));
+  return secret;
+}
+
+}  // namespace
+
+bool available(std::string* why) {
+  const Crypto& c = crypto();
+  if (why != nullptr) *why = c.error;
+  return c.hmac != nullptr;
+}
+
+std::string job_secret(const env::Settings& settings) {
+  const std::string inline_secret = settings.get("TBCOLL_SECRET");
+  const std::string file = settings.get("TBCOLL_SECRET_FILE");
+  if (!inline_secret.empty() && !file.empty()) {
+    throw InvalidArgument("[auth] both TBCOLL_SECRET and TBCOLL_SECRET_FILE are set: set one");
+  }
+  const std::string secret = file.empty() ? inline_secret : read_secret_file(file);
+  if (secret.empty()) return secret;
+  std::string why;
+  if (!available(&why)) throw InvalidArgument(fmt::format("[auth] a secret is set (TBCOLL_SECRET{}) but {}",
+                                                          file.empty() ? "" : "_FILE", why));
+  if (secret.size() < 16) log::warn("[auth] the job secret has only {} bytes: use 16 or more random ones", secret.size());
+  return secret;
+}
+
+std::string job_secret_from_env() { return job_secret(env::Settings()); }
+
+Proof hmac_sha256(const std::string& key, const void* data, size_t bytes) {
+  const Crypto& c = crypto();
+  if (c.hmac == nullptr) throw InvalidArgument("[auth] " + c.error);
+  Proof out{};
+  unsigned int length = 0;
+  if (c.hmac(c.sha256(), key.data(), static_cast<int>(key.size()), static_cast<const unsigned char*>(data), bytes,
+             out.data(), &length) == nullptr ||
+      length != out.size()) {
+    throw IoError("[auth] HMAC-SHA256 failed in libcrypto");
+  }
+  return out;
+}
+
+Nonce nonce() {
+  Nonce out{};
+  if (!platform::random_bytes(out.data(), out.size())) {
+    throw IoError(fmt::format("[auth] cannot read the system's random source: {}", std::strerror(errno)));
+  }
+  return out;
+}
+
+Proof proof(const std::string& secret, const char* label, const Nonce& first, const Nonce& second,
+            const std::string& context) {
+  std::vector<uint8_t> message(label, label + std::strlen(label) + 1);  // the label with its terminating 0
+  message.insert(message.end(), first.begin(), first.end());
+  message.insert(message.end(), second.begin(), second.end());
+  message.insert(message.end(), context.begin(), context.end());
+  return hmac_sha256(secret, message.data(), message.size());
+}
+
+bool same(const Proof& a, const Proof& b) {
+  volatile uint8_t differs = 0;
+  for (size_t i = 0; i < a.size(); ++i) differs = static_cast<uint8_t>(differs | (a[i] ^ b[i]));
+  return differs == 0;
+}
+
+namespace {
+
+constexpr uint32_t kMagic = 0x55414254;  // "TBAU"
+
+struct Opening {
+  uint32_t magic = kMagic;
+  uint32_t reserved = 0;
+  Nonce nonce{};
+};
+static_assert(sizeof(Opening) == 8 + kNonceBytes, "opening layout");
+
+struct Verdict {
+  uint32_t magic = kMagic;
+  uint32_t status = 0;
+};
+
+}  // namespace
+
+void initiate(int fd, const std::string& secret, const std::string& protocol, const std::string& context,
+              Clock::time_point deadline, const std::string& who, const std::atomic<bool>* cancelled) {
+  Opening mine;
+  mine.nonce = nonce();
+  net::write_all(fd, &mine, sizeof(mine), deadline, who, cancelled);
+  Opening theirs;
+  Proof their_proof{};
+  net::read_exact(fd, &theirs, sizeof(theirs), deadline, who, cancelled);
+  net::read_exact(fd, their_proof.data(), their_proof.size(), deadline, who, cancelled);
+  if (theirs.magic != kMagic ||
+      !same(their_proof, proof(secret, (protocol + " responder").c_str(), mine.nonce, theirs.nonce, context))) {
+    throw RemoteError(who + ": the peer could not prove it knows the job secret (TBCOLL_SECRET)");
+  }
+  const Proof ours = proof(secret, (protocol + " initiator").c_str(), theirs.nonce, mine.nonce, context);
+  net::write_all(fd, ours.data(), ours.size(), deadline, who, cancelled);
+  Verdict verdict;
+  net::read_exact(fd, &verdict, sizeof(verdict), deadline, who, cancelled);
+  if (verdict.magic != kMagic || verdict.status != 0) {
+    throw RemoteError(who + ": the peer rejected our proof of the job secret (TBCOLL_SECRET differs?)");
+  }
+}
+
+bool respond(int fd, const std::string& secret, const std::string& protocol, const std::string& context,
+             Clock::time_point deadline, const std::string& who, const std::atomic<bool>* cancelled, std::string* why) {
+  Opening theirs;
+  net::read_exact(fd, &theirs, sizeof(theirs), deadline, who, cancelled);
+  if (theirs.magic != kMagic || theirs.reserved != 0) {
+    *why = "no proof of the job secret (a peer without TBCOLL_SECRET, or not a tbcoll peer)";
+    return false;
+  }
+  Opening mine;
+  mine.nonce = nonce();
+  const Proof ours = proof(secret, (protocol + " responder").c_str(), theirs.nonce, mine.nonce, context);
+  net::write_all(fd, &mine, sizeof(mine), deadline, who, cancelled);
+  net::write_all(fd, ours.data(), ours.size(), deadline, who, cancelled);
+  Proof their_proof{};
+  net::read_exact(fd, their_proof.data(), their_proof.size(), deadline, who, cancelled);
+  Verdict verdict;
+  const bool good = same(their_proof, proof(secret, (protocol + " initiator").c_str(), mine.nonce, theirs.nonce, context));
+  verdict.status = good ? 0 : 1;
+  try {
+    net::write_all(fd, &verdict, sizeof(verdict), deadline, who, cancelled);
+  } catch (const Error&) {
+    if (good) throw;
+  }
+  if (!good) *why = "wrong proof of the job secret (TBCOLL_SECRET differs?)";
+  return good;
+}
+
+}  // namespace tbcoll::auth

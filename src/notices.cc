@@ -1,0 +1,93 @@
+// Notices between the ranks of a communicator (see notices.h).
+#include "notices.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "common/log.h"
+#include "tbcoll/error.hpp"
+
+namespace tbcoll {
+
+bool parse_notice(const std::string& text, char* kind, uint64_t* call, int* rank, std::string* reason) {
+  unsigned long long number = 0;
+  int consumed = 0;
+  char k = 0;
+  if (std::sscanf(text.c_str(), "%c %llu %d %n", &k, &number, rank, &consumed) < 3 || consumed <= 0) return false;
+  if (k != 'R' && k != 'B') return false;
+  *kind = k;
+  *call = number;
+  *reason = text.substr(static_cast<size_t>(consumed));
+  return true;
+}
+
+void Notices::attach(std::shared_ptr<Store> store, std::string prefix, int rank) {
+  store_ = std::move(store);
+  prefix_ = std::move(prefix);
+  rank_ = rank;
+}
+
+void Notices::publish(Kind kind, uint64_t call, const std::string& reason) noexcept {
+  if (store_ == nullptr || store_failed_) return;
+  try {
+    const Deadline deadline = Clock::now() + std::chrono::seconds(1);
+    const int64_t n = store_->add(prefix_ + "/notices", 1, deadline);
+    const std::string text = fmt::format("{} {} {} {}", static_cast<char>(kind), call, rank_, reason);
+    store_->set(fmt::format("{}/notice/{}", prefix_, n), std::vector<uint8_t>(text.begin(), text.end()), deadline);
+  } catch (const std::exception& error) {
+    store_failed_ = true;
+    log::info("rank {}: cannot tell the peers through the store ({}): {}", rank_, error.what(), reason);
+  }
+}
+
+void Notices::fetch(bool right_now) {
+  const auto now = Clock::now();
+  if (store_ == nullptr || store_failed_ || (!right_now && now < next_fetch_)) return;
+  next_fetch_ = now + kInterval;
+  try {
+    const Deadline deadline = now + std::chrono::seconds(1);
+    const int64_t count = store_->add(prefix_ + "/notices", 0, deadline);
+    for (; seen_ < count; ++seen_) {
+      // Counted before written (publish): the record follows within the publisher's round trip.
+      const std::vector<uint8_t> bytes = store_->get(fmt::format("{}/notice/{}", prefix_, seen_ + 1), deadline);
+      Record record{};
+      char kind = 0;
+      if (!parse_notice(std::string(bytes.begin(), bytes.end()), &kind, &record.call, &record.rank, &record.reason)) {
+        log::warn("rank {}: malformed notice {} in the store: ignored", rank_, seen_ + 1);
+        continue;
+      }
+      record.kind = static_cast<Kind>(kind);
+      if (record.rank != rank_) records_.push_back(std::move(record));
+    }
+  } catch (const std::exception& error) {
+    // Rank 0 (the store) gone: the transports report the peers that died; stop asking.
+    store_failed_ = true;
+    log::info("rank {}: the store does not answer ({}): notices from peers no longer seen", rank_, error.what());
+  }
+}
+
+void Notices::check(uint64_t call, bool collective, bool now) {
+  fetch(now);
+  for (const Record& record : records_) {
+    if (record.kind == Kind::kBroken && (!collective || record.call <= call)) {
+      throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
+                                    record.reason));
+    }
+    if (record.kind == Kind::kRefused && collective && record.call == call) {
+      throw RemoteError(fmt::format("peer {} refused this call: {}", record.rank, record.reason));
+    }
+  }
+}
+
+std::string Notices::refusal_of(uint64_t call) {
+  fetch(true);
+  for (const Record& record : records_) {
+    if (record.kind == Kind::kRefused && record.call == call) {
+      return fmt::format("peer {} refused this call: {}", record.rank, record.reason);
+    }
+  }
+  return "";
+}
+
+}  // namespace tbcoll

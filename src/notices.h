@@ -1,0 +1,65 @@
+// Notices: how a rank tells its peers that it will not take part in a call, so they fail at once with its
+// reason instead of waiting out the deadline.
+//   refused  the rank refused its arguments for collective call k (valid on other ranks, perhaps: an MPI-style
+//            in-place layout that only rank 0's addresses satisfy). The call's number is used up on that rank,
+//            so ranks that all refused stay in step, and ranks that did not are told.
+//   broken   the rank's communicator broke; it takes part in no collective from call k on (nor in send/recv).
+// Through the store (no transport knows of them): record n at "<prefix>/notice/<n>", counted by
+// "<prefix>/notices". Waiting ranks look (check) at most every kInterval and only once their wait blocks, so a
+// call that completes in time never asks the store.
+// Threads: publish and check are called by the thread that runs the communicator's calls (one at a time).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tbcoll/store.hpp"
+
+namespace tbcoll {
+
+class Notices {
+ public:
+  enum class Kind : char { kRefused = 'R', kBroken = 'B' };
+  static constexpr std::chrono::milliseconds kInterval{20};
+
+  /// Without a store (a communicator of one rank) publish and check do nothing.
+  void attach(std::shared_ptr<Store> store, std::string prefix, int rank);
+  /// Tells the peers; bounded (~1 s) and best effort: a store that is gone (rank 0 died, say) is logged only.
+  void publish(Kind kind, uint64_t call, const std::string& reason) noexcept;
+  /// Throws RemoteError "peer P refused this call: <its reason>" or "peer P failed: <its reason>" when a peer
+  /// refused collective call `call` or broke at or before it (collective false: send/recv, which only a broken
+  /// peer concerns). Asks the store at most every kInterval; a store that cannot answer is not asked again.
+  void check(uint64_t call, bool collective) { check(call, collective, false); }
+  /// check() that asks the store now whatever the interval: for a call that failed on its own (a peer's
+  /// connection closed, say), to tell why the peer went.
+  void check_now(uint64_t call, bool collective) { check(call, collective, true); }
+  /// "peer P refused this call: <its reason>" if a peer refused collective call `call` (asking the store now),
+  /// else "". A peer that refused a call went on to the next: its messages mismatch the call's.
+  std::string refusal_of(uint64_t call);
+
+ private:
+  struct Record {
+    Kind kind;
+    uint64_t call;
+    int rank;
+    std::string reason;
+  };
+  void check(uint64_t call, bool collective, bool now);
+  void fetch(bool now);
+
+  std::shared_ptr<Store> store_;
+  std::string prefix_;
+  int rank_ = -1;
+  int64_t seen_ = 0;
+  std::vector<Record> records_;
+  Clock::time_point next_fetch_{};
+  bool store_failed_ = false;
+};
+
+/// Parses "<kind> <call> <rank> <reason>"; false when malformed.
+bool parse_notice(const std::string& text, char* kind, uint64_t* call, int* rank, std::string* reason);
+
+}  // namespace tbcoll
