@@ -1,5 +1,5 @@
 // Fuzz target: the ibverbs side channel's handshake and notices (transports/ibverbs/wire.h) and the port address
-// a rank publishes for it ("key|host:port|device", Port::parse).
+// a rank publishes for it ("key|host:port|device|mode[+auto]", Port::parse).
 //   - Any bytes as a Hello: hello_acceptable leaves both keys NUL-terminated within their arrays, and accepts only
 //     this magic and version with a token of at most kMaxTokenBytes.
 //   - A Hello built from the input round-trips through its bytes.
@@ -34,11 +34,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(copy.kind == notice.kind && copy.comm_id == notice.comm_id);
 
   const std::string address = in.rest();
-  std::string port_key, side_channel, device;
+  std::string side_channel;
   try {
-    tbcoll::ibverbs::Port::parse(address, &port_key, &side_channel, &device);
+    const tbcoll::ibverbs::PortAddress parsed = tbcoll::ibverbs::Port::parse(address);
+    const std::string& port_key = parsed.key;
+    side_channel = parsed.side_channel;
     FUZZ_CHECK(!port_key.empty() && port_key.size() < wire::kMaxKeyBytes && !side_channel.empty());
-    FUZZ_CHECK(port_key + "|" + side_channel + "|" + device == address);
+    const std::string mode = std::string(parsed.mode == tbcoll::ibverbs::Mode::kRc ? "rc" : "uc") +
+                             (parsed.auto_mode ? "+auto" : "");
+    FUZZ_CHECK(port_key + "|" + side_channel + "|" + parsed.device + "|" + mode == address);
     FUZZ_CHECK(port_key.find('|') == std::string::npos && side_channel.find('|') == std::string::npos);
   } catch (const tbcoll::InvalidArgument&) {
     return 0;
