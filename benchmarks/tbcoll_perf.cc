@@ -336,8 +336,10 @@ void print_explanation(const tbcoll::Communicator& comm, const std::string& coll
     }
     line += (line.empty() ? "" : ", ") + std::string(text);
   }
+  // Rows with an empty default range (registry.cc's forced_only) are priced but never picked on their own.
+  const char* model = "cheapest by the model of the rows it picks on its own (the others only when forced)";
   std::printf("#   predicted %zu B: %s; chosen %s (%s)\n", bytes, line.c_str(), why.chosen.c_str(),
-              why.model_decides ? "cheapest by the model" : "forced, a fast path in its size range, or size ranges");
+              why.model_decides ? model : "forced, a fast path in its size range, or size ranges");
 }
 
 }  // namespace

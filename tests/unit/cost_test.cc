@@ -85,10 +85,20 @@ TEST(CostModel, RangesWhenTheModelIsOff) {
 TEST(CostModel, EstimatesListEveryAlgorithm) {
   const Tuner t = model_tuner(4, links(5, 0));
   const std::vector<Estimate> all = t.estimates(call(OpKind::kAllReduce, 1024, 4));
-  ASSERT_EQ(all.size(), 2u);
-  EXPECT_EQ(all[0].name, "direct");
-  EXPECT_GT(all[1].seconds, all[0].seconds) << "ring's 6 steps against direct's 1";
-  EXPECT_NEAR(all[1].seconds, 6 * 5e-6 + 1.5 * 1024 / 3e9 + 0.75 * 1024 * 1e-10, 1e-9);
+  // direct, tree, recursive_doubling, halving_doubling, mesh, hierarchical (refused: one host), ring.
+  ASSERT_EQ(all.size(), 7u);
+  EXPECT_EQ(all.front().name, "direct");
+  EXPECT_EQ(all.back().name, "ring");
+  EXPECT_GT(all.back().seconds, all.front().seconds) << "ring's 6 steps against direct's 1";
+  EXPECT_NEAR(all.back().seconds, 6 * 5e-6 + 1.5 * 1024 / 3e9 + 0.75 * 1024 * 1e-10, 1e-9);
+  for (const Estimate& e : all) {
+    if (e.name == "hierarchical") {
+      EXPECT_NE(e.refusal.find("one host"), std::string::npos) << e.refusal;
+    } else {
+      EXPECT_GT(e.seconds, 0) << e.name;
+      EXPECT_EQ(e.refusal, "") << e.name;
+    }
+  }
 }
 
 // The textbook costs of the other branch's algorithms, as the tuner would weigh them: at 8 ranks and high
