@@ -451,14 +451,16 @@ TEST(ExchangeErrors, AllToAllvCountsThatDifferNameBothArrays) {
 }
 
 // The ranks that receive nothing odd fail too, at the latest at the deadline (2 s here), naming the call and the
-// peer they waited for: pairwise all_to_all at 4 ranks (the odd rank stops after its first step), all_to_allv on tcp
+// peer they waited for (or the failed rank's reason, from its notice in the store): pairwise all_to_all at 4 ranks (the odd rank stops after its first step), all_to_allv on tcp
 // (the sender's next call waits for a peer that gave up), gather whose non-root ranks only send.
 TEST(ExchangeErrors, RanksThatOnlyWaitFailWithinTheDeadline) {
   const double deadline_s = 2;
   for (const char* transport : {"loopback", "tcp"}) {
     SCOPED_TRACE(transport);
+    // A waiting rank times out, sees the connection close, or (sooner) reads the failed rank's notice in the store.
     auto timed_out = [](const Outcome& outcome) {
-      return any_says(outcome, "timed out waiting for peer") || any_says(outcome, "closed");
+      return any_says(outcome, "timed out waiting for peer") || any_says(outcome, "closed") ||
+             any_says(outcome, "failed and takes part in no further call");
     };
     Outcome outcome = run_mismatch(4, {transport, "all_to_all:pairwise", deadline_s}, [&](Communicator& comm) {
       std::vector<float> send(64, 1.0f), recv(64);

@@ -102,7 +102,9 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
     std::vector<pid_t> pids;
     std::vector<std::string> logs;
     for (int rank = 0; rank < n; ++rank) {
-      logs.push_back(dir + "/fault_rank" + std::to_string(rank) + ".log");
+      // Per transport and test process: ctest runs the shm and tcp instances at once, in the same TempDir().
+      logs.push_back(dir + "/fault_" + transport + "_" + std::to_string(getpid()) + "_rank" + std::to_string(rank) +
+                     ".log");
       unlink(logs.back().c_str());  // not the previous case's "ready"
       const pid_t pid = fork();
       if (pid == 0) {
