@@ -274,14 +274,16 @@ TEST(Hierarchical, RefusesWithOneHostOrOneRankPerHost) {
   for (const auto& [hosts, why] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"a", "a", "a"}, "all 3 ranks are on one host"},
            {{"a", "b", "c"}, "each of the 3 hosts has one rank"}}) {
+    const std::string reason = why;  // C++17 lambdas cannot capture structured bindings (clang refuses)
     RankOptions options{"counting", "hierarchical"};
     options.knobs_per_rank = on_hosts(hosts);
     run_ranks(3, options, [&](Communicator& comm) {
       std::vector<float> x(4, 1.0f), all(12);
       std::string message = error_of([&] { comm.all_reduce(x.data(), x.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
-      EXPECT_NE(message.find("algorithm \"hierarchical\" cannot run this call: " + why), std::string::npos) << message;
+      EXPECT_NE(message.find("algorithm \"hierarchical\" cannot run this call: " + reason), std::string::npos)
+          << message;
       message = error_of([&] { comm.all_gather(x.data(), all.data(), 4, DataType::kFloat32); });
-      EXPECT_NE(message.find(why), std::string::npos) << message;
+      EXPECT_NE(message.find(reason), std::string::npos) << message;
       EXPECT_FALSE(comm.broken()) << "refused before anything was sent";
     });
   }
