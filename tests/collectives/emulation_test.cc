@@ -6,6 +6,8 @@
 // the latency test's upper bound: each nap of the emulation oversleeps).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <chrono>
 
 #include "collectives/checks.h"
@@ -51,13 +53,20 @@ double ping_pong_seconds(const char* transport, const std::string& emulation, in
 TEST(LinkEmulation, LatencyAddsAboutLPerStep) {
   constexpr int kRoundTrips = 10;
   constexpr double kLatency = 5e-3, kSteps = 2.0 * kRoundTrips;
+  // Never less than L per step; about L more than without emulation: below 1.5 L in one of three tries (a loaded
+  // machine, ctest running other tests beside this one, can stretch any single try; an emulation that added the
+  // latency twice would fail all three).
   for (const char* transport : {"loopback", "tcp"}) {
-    const double plain = ping_pong_seconds(transport, "", kRoundTrips);
-    const double emulated = ping_pong_seconds(transport, "latency_us=5000", kRoundTrips);
-    EXPECT_GE(emulated / kSteps, kLatency) << transport;
-    EXPECT_LT((emulated - plain) / kSteps, 1.5 * kLatency)
+    double best_extra = 1e9, plain = 0, emulated = 0;
+    for (int attempt = 0; attempt < 3 && best_extra >= 1.5 * kLatency; ++attempt) {
+      plain = ping_pong_seconds(transport, "", kRoundTrips);
+      emulated = ping_pong_seconds(transport, "latency_us=5000", kRoundTrips);
+      EXPECT_GE(emulated / kSteps, kLatency) << transport;
+      best_extra = std::min(best_extra, (emulated - plain) / kSteps);
+    }
+    EXPECT_LT(best_extra, 1.5 * kLatency)
         << transport << ": " << emulated / kSteps * 1e6 << " us per step emulated, " << plain / kSteps * 1e6
-        << " us without";
+        << " us without (last try)";
   }
 }
 
