@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <thread>
 #include <vector>
@@ -32,15 +33,30 @@ tbcoll::TcpStoreServer& server() {
   return *instance;
 }
 
+// Tens of thousands of connections a second run out of ephemeral ports while earlier ones sit in TIME_WAIT:
+// connecting from a rotating 127.x.y.z source address (all loopback) widens the space, and a refused connect for
+// want of a port (EADDRNOTAVAIL) is retried for a while rather than reported as the server's fault.
 int connect_to_server() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  FUZZ_CHECK(fd >= 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<uint16_t>(server().port()));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  FUZZ_CHECK(connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0);
-  return fd;
+  static uint32_t source = 0;
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    FUZZ_CHECK(fd >= 0);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    source = source % 0xfffe + 1;
+    local.sin_addr.s_addr = htonl(0x7f000000u | (source << 8) | 1u);  // 127.a.b.1
+    FUZZ_CHECK(bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) == 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(static_cast<uint16_t>(server().port()));
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0) return fd;
+    const int error = errno;
+    close(fd);
+    FUZZ_CHECK(error == EADDRNOTAVAIL && std::chrono::steady_clock::now() < limit);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
 }
 
 // Everything the server sends until it closes; aborts when it keeps the connection open past kPrompt.
