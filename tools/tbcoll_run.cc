@@ -18,7 +18,7 @@
 // was killed). SIGINT, SIGTERM, SIGHUP
 // and SIGQUIT are forwarded the same way and make the launcher exit with 128+signal; a second one
 // kills at once. SIGTSTP (ctrl-Z) stops every rank's group and then the launcher; SIGCONT continues them.
-// Ranks die with the launcher (platform::arm_parent_death_guard: PR_SET_PDEATHSIG on Linux, a guard process
+// Ranks die with the launcher (platform::arm_parent_death_guard: a parent-death signal on Linux, a guard process
 // elsewhere). Started from a terminal's foreground, ranks ignore SIGTTOU, so
 // `stty tostop` does not stop them at their first line. Signals reach the single poll() loop through a self-pipe;
 // children are reaped with waitpid(WNOHANG); tagged output is written only when the target has room, so a

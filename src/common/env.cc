@@ -29,7 +29,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_CMA_MIN_BYTES", "4194304", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach); below it, above the direct size, the two-shot through the segment"},
       {"TBCOLL_CMA_MAX_BYTES", "33554432", "all_reduce from this size goes back to the shm two-shot (streaming stores beat cross-memory attach on DRAM-sized buffers)"},
       {"TBCOLL_CMA_GATHER_MIN_BYTES", "16384", "all_gather (gathered bytes) and broadcast from this size read peers' buffers in place"},
-      {"TBCOLL_SHM_CMA", "1", "0 disables cross-memory attach (process_vm_readv) in the shm transport"},
+      {"TBCOLL_SHM_CMA", "1", "0 disables cross-memory attach (reading peers' buffers in place, Linux) in the shm transport"},
       {"TBCOLL_ONESHOT_MAX_BYTES", "2048", "all_reduce and all_gather up to this size use the shm one-shot fast path (all ranks on one host)"},
       {"TBCOLL_LINK_DELAY_US", "0", "emulate a slower link: every receive completes this many microseconds after it arrived (turns the shm fast paths off; TBCOLL_LINK_EMULATION=latency_us=N is the same)"},
       {"TBCOLL_LINK_EMULATION", "", "emulate a slower link on every endpoint: a preset (tb5-rdma, tb5-tcp, 10gbe; tbcoll-info prints their figures) and/or latency_us=N,gbps=N (Gbit/s per direction per peer; turns the shm fast paths off)"},
