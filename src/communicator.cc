@@ -19,6 +19,7 @@
 
 #include "algorithms/cost.h"
 #include "algorithms/registry.h"
+#include "bootstrap/open_store.h"
 #include "bootstrap/peer_exchange.h"
 #include "bootstrap/rendezvous.h"
 #include "common/auth.h"
@@ -71,27 +72,6 @@ std::string host_id(const env::Settings& settings) {
 uint64_t process_id() {
   static const uint64_t id = (uint64_t{static_cast<uint32_t>(getpid())} << 32) ^ (random_u64() & 0xffffffffu);
   return id;
-}
-
-// The listening socket a launcher (tbcoll-run) bound for the store and passed in TBCOLL_ROOT_FD: taken once per
-// process, and only if it listens on the root's port; -1 otherwise (then rank 0 binds the port itself).
-int take_inherited_listener(int port) {
-  static std::atomic<bool> taken{false};
-  if (!env::is_set("TBCOLL_ROOT_FD") || taken.exchange(true)) return -1;
-  const long long fd = env::get_int("TBCOLL_ROOT_FD");
-  sockaddr_storage address{};
-  socklen_t length = sizeof(address);
-  int bound_port = -1;
-  if (fd >= 0 && fd <= INT_MAX &&
-      getsockname(static_cast<int>(fd), reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    if (address.ss_family == AF_INET) bound_port = ntohs(reinterpret_cast<sockaddr_in*>(&address)->sin_port);
-    if (address.ss_family == AF_INET6) bound_port = ntohs(reinterpret_cast<sockaddr_in6*>(&address)->sin6_port);
-  }
-  if (bound_port != port) {
-    log::warn("TBCOLL_ROOT_FD={} is not a socket bound to the root's port {}: ignored", fd, port);
-    return -1;
-  }
-  return static_cast<int>(fd);
 }
 
 // The transport ranks a and b pick for each other: the first device (best first, the build's order) that both
@@ -279,7 +259,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
     if (rank == 0) {
       // Only on the address the ranks are told (TBCOLL_ROOT), unless asked for every interface.
-      const int listener = take_inherited_listener(root.port);
+      const int listener = bootstrap::take_inherited_listener(root.port);
       const std::string listen_host = settings.get_int("TBCOLL_STORE_LISTEN_ALL") != 0 ? "0.0.0.0" : root.host;
       impl->server = listener >= 0
                          ? std::make_shared<TcpStoreServer>(listener, config.token, secret)

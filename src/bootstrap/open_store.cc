@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <atomic>
 #include <climits>
 
 #include <fmt/format.h>
@@ -13,12 +14,9 @@
 #include "common/net.h"
 
 namespace tbcoll::bootstrap {
-namespace {
-
-// The launcher's listening socket for the store (TBCOLL_ROOT_FD), if it is bound to the root's port; else -1.
-// (Communicator::init takes it the same way when it opens the store itself.)
-int inherited_listener(int port) {
-  if (!env::is_set("TBCOLL_ROOT_FD")) return -1;
+int take_inherited_listener(int port) {
+  static std::atomic<bool> taken{false};
+  if (!env::is_set("TBCOLL_ROOT_FD") || taken.exchange(true)) return -1;
   const long long fd = env::get_int("TBCOLL_ROOT_FD");
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
@@ -35,8 +33,6 @@ int inherited_listener(int port) {
   return static_cast<int>(fd);
 }
 
-}  // namespace
-
 OpenedStore open_store(const Config& config, Deadline deadline) {
   OpenedStore out;
   if (config.store) {
@@ -52,7 +48,7 @@ OpenedStore open_store(const Config& config, Deadline deadline) {
   }
   const net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
   if (config.rank == 0) {
-    const int listener = inherited_listener(root.port);
+    const int listener = take_inherited_listener(root.port);
     out.server = listener >= 0 ? std::make_shared<TcpStoreServer>(listener, config.token)
                                : std::make_shared<TcpStoreServer>(root.host, root.port, config.token, deadline);
   }

@@ -16,6 +16,10 @@ struct OpenedStore {
   std::shared_ptr<TcpStoreServer> server;  ///< rank 0 only
 };
 
+/// The listening socket a launcher (tbcoll-run) bound for the store and passed in TBCOLL_ROOT_FD: taken once per
+/// process, and only if it listens on the root's port; -1 otherwise (then rank 0 binds the port itself).
+int take_inherited_listener(int port);
+
 /// config.store when it is set; else the TCP store at config.root (InvalidArgument when there is none). Blocks
 /// until connected or the deadline (TimeoutError).
 OpenedStore open_store(const Config& config, Deadline deadline);
