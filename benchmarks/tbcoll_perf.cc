@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "benchmarks/perf_calls.h"
 #include "benchmarks/perf_check.h"
 #include "benchmarks/pingpong.h"
 #include "benchmarks/verbs_floors.h"
@@ -34,31 +35,13 @@ namespace {
 
 using tbcoll::DataType;
 using tbcoll::ReduceOp;
+using tbcoll::bench::Buffers;
 using tbcoll::bench::Collective;
-using Clock = std::chrono::steady_clock;
+using tbcoll::bench::Measured;
+using tbcoll::bench::Options;
+using tbcoll::bench::is_reduction;
+using tbcoll::bench::measure;
 
-struct Options {
-  size_t min_bytes = 8;
-  size_t max_bytes = 64 << 20;
-  double factor = 2;
-  int iterations = 20;
-  int warmup = 5;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  std::string collective = "all_reduce";
-  tbcoll::bench::Collective kind = tbcoll::bench::Collective::kAllReduce;
-  std::string transport;
-  std::string algo;
-  std::string csv;
-  int root = 0;
-  bool pingpong = false;
-  bool tcp_floor = true;          ///< --pingpong's raw TCP floor (--no-tcp-floor: not)
-  int floor_round_trips = 10000;  ///< of the verbs floors' latency
-  int floor_messages = 256;       ///< per direction, of the verbs floors' bandwidth runs (1 MiB each)
-  bool per_peer_counts = false;  // -c all_to_allv: all_to_all's blocks, through all_to_allv
-  bool explain = false;       // --explain: the cost model's prediction per size next to the measurement
-  bool explain_only = false;  // --explain-only: the predictions alone, nothing measured
-};
 
 size_t parse_size(const std::string& text) {
   char* end = nullptr;
@@ -109,6 +92,7 @@ void usage() {
       "                   [--algo A]\n"
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
       "                   [--floor-messages N]] [--explain | --explain-only]\n"
+      "                   [--compare all|A,B,...,auto [--rounds N] [--budget SECONDS]]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
       "  --explain prints per size the cost model's predicted time of every algorithm that can run and the one the\n"
       "  tuner picks (with the alpha/beta it used); --explain-only prints that without measuring.\n"
@@ -124,6 +108,9 @@ void usage() {
     for (const auto& row : tbcoll::algo::algorithms_for(kind)) names += std::string(" ") + row.name;
     std::printf("    %-15s%s\n", tbcoll::op_kind_name(kind), names.c_str());
   }
+  std::printf("  --compare: the algorithms named (all: every one of the collective, and auto: the tuner's choice)\n"
+              "    measured in turns in one run, each on a communicator forced to it, out of place; per size up to\n"
+              "    --rounds N (5) rounds, cut so each algorithm's timed calls take about --budget SECONDS (2)\n");
   std::printf("  --pingpong: the raw floors between ranks 0 and 1 after the table: TCP, and shared memory or plain verbs\n"
               "    (UC SEND latency, one queue pair's bandwidth one way and both ways) when they talk shm or ibverbs;\n"
               "    --floor-round-trips N (10000) and --floor-messages N (256 of 1 MiB) size the verbs floors;\n"
@@ -155,6 +142,9 @@ Options parse(int argc, char** argv) {
     else if (arg == "--no-tcp-floor") o.tcp_floor = false;
     else if (arg == "--floor-round-trips") o.floor_round_trips = parse_int(arg, value());
     else if (arg == "--floor-messages") o.floor_messages = parse_int(arg, value());
+    else if (arg == "--compare") o.compare = value();
+    else if (arg == "--rounds") o.rounds = parse_int(arg, value());
+    else if (arg == "--budget") o.budget_s = parse_real(arg, value());
     else if (arg == "--explain")
       o.explain = true;
     else if (arg == "--explain-only")
@@ -169,6 +159,10 @@ Options parse(int argc, char** argv) {
   }
   if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes < 1 || o.min_bytes > o.max_bytes) {
     throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, 1 <= -b <= -e");
+  }
+  if (o.rounds < 1 || !(o.budget_s > 0)) throw tbcoll::InvalidArgument("need --rounds >= 1 and --budget > 0");
+  if (!o.compare.empty() && (o.pingpong || o.explain || !o.algo.empty())) {
+    throw tbcoll::InvalidArgument("--compare runs alone (without --pingpong, --explain or --algo)");
   }
   if (o.floor_round_trips < 1 || o.floor_messages < 1) {
     throw tbcoll::InvalidArgument("need --floor-round-trips >= 1 and --floor-messages >= 1");
@@ -194,122 +188,6 @@ Options parse(int argc, char** argv) {
     throw tbcoll::InvalidArgument("unknown collective " + o.collective);
   }
   return o;
-}
-
-struct Buffers {
-  std::vector<uint8_t> send, recv;
-  std::vector<size_t> counts, displs;  // all_to_allv: count per peer, packed
-};
-
-// One call of the benchmarked collective; in place uses recv for both sides.
-void call(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
-  const size_t es = tbcoll::dtype_size(o.dtype);
-  switch (o.kind) {  // an enum, not the name: string compares would be timed with the call
-    case Collective::kAllReduce:
-      comm.all_reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op);
-      break;
-    case Collective::kAllGather:
-      comm.all_gather(in_place ? b.recv.data() + comm.rank() * count * es : b.send.data(), b.recv.data(), count,
-                      o.dtype);
-      break;
-    case Collective::kReduceScatter:
-      // send holds size * count elements; in place, the result lands in this rank's block of send.
-      comm.reduce_scatter(b.send.data(), in_place ? b.send.data() + comm.rank() * count * es : b.recv.data(), count,
-                          o.dtype, o.op);
-      break;
-    case Collective::kReduce:
-      comm.reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op, o.root);
-      break;
-    case Collective::kBroadcast:
-      comm.broadcast(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.root);
-      break;
-    case Collective::kAllToAll:
-      if (o.per_peer_counts) {
-        comm.all_to_allv(in_place ? b.recv.data() : b.send.data(), b.recv.data(), b.counts.data(), b.displs.data(),
-                         b.counts.data(), b.displs.data(), o.dtype);
-      } else {
-        comm.all_to_all(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype);
-      }
-      break;
-    case Collective::kGather:  // in place: the root's block already in its place in recv
-      comm.gather(in_place && comm.rank() == o.root ? b.recv.data() + o.root * count * es : b.send.data(),
-                  b.recv.data(), count, o.dtype, o.root);
-      break;
-    case Collective::kScatter:  // in place: the root's block stays in send
-      comm.scatter(b.send.data(), in_place && comm.rank() == o.root ? b.send.data() + o.root * count * es
-                                                                      : b.recv.data(), count, o.dtype, o.root);
-      break;
-  }
-}
-
-tbcoll::bench::CheckSpec check_spec(const Options& o, int world_size) {
-  return {o.kind, o.dtype, o.op, world_size, o.root};
-}
-
-void fill(const Options& o, int rank, int world_size, Buffers& b, bool in_place) {
-  const size_t es = tbcoll::dtype_size(o.dtype);
-  tbcoll::bench::fill_input(check_spec(o, world_size), rank, b.send.data(), b.send.size() / es);
-  std::memset(b.recv.data(), 0, b.recv.size());
-  // reduce_scatter and scatter work in place inside send
-  if (in_place && o.kind != Collective::kReduceScatter && o.kind != Collective::kScatter) {
-    size_t offset = o.kind == Collective::kAllGather || o.kind == Collective::kGather ? rank * b.send.size() : 0;
-    std::memcpy(b.recv.data() + offset, b.send.data(), b.send.size());
-  }
-}
-
-bool is_reduction(const std::string& collective) {
-  return collective == "all_reduce" || collective == "reduce_scatter" || collective == "reduce";
-}
-
-long long count_wrong(const Options& o, int rank, int n, const Buffers& b, size_t count, bool in_place) {
-  // reduce_scatter in place leaves this rank's block in its block of send.
-  const uint8_t* out = b.recv.data();
-  if ((o.kind == Collective::kReduceScatter || (o.kind == Collective::kScatter && rank == o.root)) && in_place) {
-    out = b.send.data() + rank * count * tbcoll::dtype_size(o.dtype);
-  }
-  return tbcoll::bench::count_wrong(check_spec(o, n), rank, out, count);
-}
-
-struct Measured {
-  double median_us = 0;
-  double mean_us = 0;
-  long long wrong = 0;
-};
-
-Measured measure(tbcoll::Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
-  Measured m;
-  fill(o, comm.rank(), comm.size(), b, in_place);
-  call(comm, o, b, count, in_place);
-  long long wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place);
-  comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
-  for (int i = 0; i < o.warmup; ++i) call(comm, o, b, count, in_place);
-  // Out of place, the timed calls must produce the result again: recv is cleared first (outside the timing) and
-  // checked after the last one, so calls that stopped working cannot hide behind the first one's result. (In
-  // place, every call feeds the next: only the first is checked.)
-  if (!in_place) std::memset(b.recv.data(), 0, b.recv.size());
-  std::vector<double> times(o.iterations);
-  comm.barrier();
-  for (int i = 0; i < o.iterations; ++i) {
-    auto start = Clock::now();
-    call(comm, o, b, count, in_place);
-    times[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
-  }
-  if (!in_place) {
-    long long timed_wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place), all = 0;
-    comm.all_reduce(&timed_wrong, &all, 1, DataType::kInt64, ReduceOp::kSum);
-    m.wrong += all;
-  }
-  // Per iteration, the slowest rank's time: a collective is done when the last rank is done.
-  comm.all_reduce(times.data(), times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
-  double sum = 0;
-  for (double t : times) sum += t;
-  m.mean_us = sum / times.size();
-  // The median; of an even count, the mean of the two middle values.
-  const size_t mid = times.size() / 2;
-  std::nth_element(times.begin(), times.begin() + mid, times.end());
-  m.median_us = times[mid];
-  if (times.size() % 2 == 0) m.median_us = (m.median_us + *std::max_element(times.begin(), times.begin() + mid)) / 2;
-  return m;
 }
 
 double bus_factor(const std::string& collective, int n) {
@@ -350,6 +228,7 @@ int main(int argc, char** argv) {
     tbcoll::Config config = tbcoll::Config::from_env();
     if (!o.transport.empty()) config.transport = o.transport;
     if (!o.algo.empty()) config.algo = o.algo;
+    if (!o.compare.empty()) return tbcoll::bench::run_compare(o, config) == 0 ? 0 : 1;
     // --pingpong over ibverbs measures the raw verbs floors once the communicator is gone: the ranks meet through
     // the store then, so this program holds it.
     if (o.pingpong && config.world_size > 1) {
@@ -405,16 +284,7 @@ int main(int argc, char** argv) {
         continue;
       }
       Buffers b;
-      const bool whole_send = o.collective == "reduce_scatter" || o.kind == Collective::kAllToAll ||
-                              o.kind == Collective::kScatter;
-      const bool whole_recv = o.collective == "all_gather" || o.kind == Collective::kAllToAll ||
-                              o.kind == Collective::kGather;
-      b.send.resize(whole_send ? count * es * n : count * es);
-      b.recv.resize(whole_recv ? count * es * n : count * es);
-      for (int p = 0; p < n && o.per_peer_counts; ++p) {
-        b.counts.push_back(count);
-        b.displs.push_back(p * count);
-      }
+      tbcoll::bench::size_buffers(o, n, count, b);
       Measured out = measure(comm, o, b, count, false);
       Measured in = measure(comm, o, b, count, true);
       total_wrong += out.wrong + in.wrong;

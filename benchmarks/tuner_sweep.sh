@@ -6,19 +6,19 @@
 #   benchmarks/tuner_sweep.sh [options]
 #     --ranks "2 3 4 8"            world sizes (ranks as processes through tbcoll-run, all on this machine)
 #     --links "none tb5-rdma tb5-tcp"  TBCOLL_LINK_EMULATION values; none: no emulation
-#     --algos "direct ring"        forced algorithms (default: every point-to-point one tbcoll-info lists)
+#     --algos "direct ring"        forced algorithms (default: every point-to-point one of the collective)
 #     -c all_reduce                the collective
 #     -b 8 -e 64M -f 4             sizes, as tbcoll-perf takes them
-#     -n 10 -w 2                   timed and warm-up iterations per size (tbcoll-perf's -n, -w)
-#     --rounds 1                   runs of every case; the table takes each algorithm's median over rounds,
-#                                  and the rounds interleave the algorithms (the machine's noise moves slowly)
-#     --out DIR                    keep the CSVs there (default: a temporary directory)
+#     -n 20 --rounds 5 --budget 2  per size and algorithm: up to 5 rounds of up to 20 timed calls, cut to about
+#                                  2 s of timed calls (tbcoll-perf --compare)
+#     --out DIR                    keep the CSVs and logs there (default: a temporary directory)
 #     --table-only                 no runs: the tables of the CSVs a former run left in --out DIR
-# Times are tbcoll-perf's (median over iterations of the slowest rank, out of place). Each row names the
-# algorithm auto chose; auto / best = the automatic run's time over the best forced one's ("!" above 1.15);
-# choice / best = the forced run of the algorithm auto chose over the best forced one: the cost of the choice
-# alone, without the noise between the automatic run and the forced runs (which on an oversubscribed machine
-# can exceed the differences between algorithms).
+# One tbcoll-perf --compare run per world size and link: the algorithms and auto take turns in the same
+# processes, round after round, so the machine's noise falls on all of them alike (separate runs per algorithm
+# differed by up to 5x on this 2-CPU machine, more than the algorithms differ). Each table row names the
+# algorithm auto chose; auto / best = auto's time over the best forced one's ("!" above 1.15); choice / best =
+# the forced run of the algorithm auto chose over the best: the cost of the choice alone, without the noise
+# between two communicators running the same algorithm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -26,7 +26,7 @@ ranks="2 3 4 8"
 links="none tb5-rdma tb5-tcp"
 algos=""
 collective=all_reduce
-min=8 max=64M factor=4 iterations=10 warmup=2 rounds=1 out="" table_only=0
+min=8 max=64M factor=4 iterations=20 rounds=5 budget=2 out="" table_only=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --ranks) ranks=$2; shift 2 ;;
@@ -37,11 +37,11 @@ while [ $# -gt 0 ]; do
     -e) max=$2; shift 2 ;;
     -f) factor=$2; shift 2 ;;
     -n) iterations=$2; shift 2 ;;
-    -w) warmup=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
+    --budget) budget=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --table-only) table_only=1; shift ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tuner_sweep.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -65,67 +65,63 @@ if [ -z "$out" ]; then
 fi
 mkdir -p "$out"
 echo "# tuner sweep: $collective over tcp, ranks: $ranks; links: $links; algorithms: $algos+ auto;" \
-     "sizes $min..$max x$factor; -n $iterations -w $warmup; $rounds round(s); $(nproc) CPUs; $(date -u +%FT%TZ)"
+     "sizes $min..$max x$factor; -n $iterations --rounds $rounds --budget $budget; $(nproc) CPUs; $(date -u +%FT%TZ)"
+list=$(echo $algos auto | tr ' ' ',')
 [ "$table_only" = 1 ] || for link in $links; do
   for n in $ranks; do
-    for round in $(seq "$rounds"); do
-      for algo in $algos auto; do
-        emulation=$link
-        [ "$link" = none ] && emulation=""
-        forced=()
-        [ "$algo" = auto ] || forced=(--algo "$collective:$algo")
-        csv="$out/$link.$n.$algo.$round.csv"
-        if ! TBCOLL_LINK_EMULATION=$emulation "$build/tbcoll-run" -n "$n" --timeout 1800 -- \
-             "$build/benchmarks/tbcoll-perf" --transport tcp -c "$collective" "${forced[@]}" -b "$min" -e "$max" \
-             -f "$factor" -n "$iterations" -w "$warmup" --csv "$csv" > "$out/$link.$n.$algo.$round.log" 2>&1; then
-          echo "tuner_sweep.sh: $algo at $n ranks, link $link failed:" >&2
-          tail -5 "$out/$link.$n.$algo.$round.log" >&2
-          exit 1
-        fi
-      done
-    done
+    emulation=$link
+    [ "$link" = none ] && emulation=""
+    started=$(date +%s)
+    if ! TBCOLL_LINK_EMULATION=$emulation "$build/tbcoll-run" -n "$n" --timeout 3600 -- \
+         "$build/benchmarks/tbcoll-perf" --transport tcp -c "$collective" --compare "$list" -b "$min" -e "$max" \
+         -f "$factor" -n "$iterations" --rounds "$rounds" --budget "$budget" --csv "$out/$link.$n.csv" \
+         > "$out/$link.$n.log" 2>&1; then
+      echo "tuner_sweep.sh: $n ranks, link $link failed:" >&2
+      tail -5 "$out/$link.$n.log" >&2
+      exit 1
+    fi
+    echo "# $n ranks, link $link: $(( $(date +%s) - started )) s" >&2
   done
 done
-python3 - "$out" "$links" "$ranks" "$algos" "$rounds" <<'PY'
-import csv, statistics, sys
-out, links, ranks, algos, rounds = sys.argv[1], sys.argv[2].split(), sys.argv[3].split(), sys.argv[4].split(), int(sys.argv[5])
+python3 - "$out" "$links" "$ranks" <<'PY'
+import csv, sys
+out, links, ranks = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 worst_overall = worst_choice_overall = 0
-agree = total = 0
+agree = total = over = 0
 for link in links:
     for n in ranks:
-        times, chosen, emulation = {}, {}, ""
-        for algo in algos + ["auto"]:
-            for r in range(1, rounds + 1):
-                for row in csv.DictReader(open(f"{out}/{link}.{n}.{algo}.{r}.csv")):
-                    if row["inplace"] != "0":
-                        continue
-                    size = int(row["size"])
-                    times.setdefault(algo, {}).setdefault(size, []).append(float(row["median_us"]))
-                    if algo == "auto":
-                        chosen.setdefault(size, set()).add(row["algo"])
-                    emulation = row.get("emulation", "")
-        print(f"\n## {n} ranks, link {link} ({emulation or 'off'}); time in us (median of {rounds} round(s))")
+        rows = list(csv.DictReader(open(f"{out}/{link}.{n}.csv")))
+        algos = [a for a in dict.fromkeys(r["algo"] for r in rows) if a != "auto"]
+        times, chosen = {}, {}
+        for r in rows:
+            size = int(r["size"])
+            times.setdefault(size, {})[r["algo"]] = float(r["median_us"])
+            chosen[size] = r["auto_choice"]
+            if int(r["wrong"]) != 0:
+                print(f"WRONG results: {link} {n} ranks {size} B {r['algo']}")
+        emulation = rows[0]["emulation"] if rows else ""
+        print(f"\n## {n} ranks, link {link} ({emulation or 'off'}); time in us")
         print("| size | " + " | ".join(algos) + " | auto (choice) | best forced | auto / best | choice / best |")
         print("|---" * (len(algos) + 5) + "|")
         worst = worst_choice = 0
-        for size in sorted(times["auto"]):
-            forced = {a: statistics.median(times[a][size]) for a in algos if size in times.get(a, {})}
-            auto = statistics.median(times["auto"][size])
+        for size in sorted(times):
+            forced = {a: t for a, t in times[size].items() if a != "auto"}
+            auto = times[size]["auto"]
             best = min(forced, key=forced.get)
             ratio = auto / forced[best]
-            worst = max(worst, ratio)
-            cells = " | ".join(f"{forced[a]:.1f}" if a in forced else "-" for a in algos)
-            mark = " !" if ratio > 1.15 else ""
-            picks = sorted(chosen[size])
-            choice = max(forced[p] for p in picks if p in forced) / forced[best] if any(p in forced for p in picks) else float("nan")
-            worst_choice = max(worst_choice, choice)
+            pick = chosen[size]
+            choice = forced[pick] / forced[best] if pick in forced else float("nan")
+            worst, worst_choice = max(worst, ratio), max(worst_choice, choice)
             total += 1
-            agree += best in picks
-            choice_mark = " !" if choice > 1.15 else ""
-            print(f"| {size} | {cells} | {auto:.1f} ({'/'.join(picks)}) | {best} | {ratio:.2f}{mark} | {choice:.2f}{choice_mark} |")
+            agree += best == pick
+            over += ratio > 1.15
+            cells = " | ".join(f"{forced[a]:.1f}" if a in forced else "-" for a in algos)
+            print(f"| {size} | {cells} | {auto:.1f} ({pick}) | {best} | {ratio:.2f}{' !' if ratio > 1.15 else ''} "
+                  f"| {choice:.2f}{' !' if choice > 1.15 else ''} |")
         print(f"worst auto / best forced: {worst:.2f}; worst choice / best forced: {worst_choice:.2f}")
         worst_overall = max(worst_overall, worst)
         worst_choice_overall = max(worst_choice_overall, worst_choice)
-print(f"\n# worst auto / best forced over every case: {worst_overall:.2f} (target <= 1.15); worst choice / best "
-      f"forced: {worst_choice_overall:.2f}; auto chose the best forced algorithm at {agree} of {total} sizes")
+print(f"\n# worst auto / best forced over every case: {worst_overall:.2f} (target <= 1.15), above 1.15 at {over} of "
+      f"{total} sizes; worst choice / best forced: {worst_choice_overall:.2f}; auto chose the best forced algorithm "
+      f"at {agree} of {total} sizes")
 PY

@@ -1,0 +1,198 @@
+// tbcoll-perf --compare: algorithms side by side in one run. Each algorithm named (or, for "all", every
+// point-to-point algorithm of the collective and the tuner's automatic choice) gets a communicator of its own,
+// forced to it (TBCOLL_ALGO's per-collective form), over the one store. Per size, the algorithms take turns:
+// rounds x (one timed batch each, the starting algorithm rotating), so the machine's slow drifts (another job,
+// a frequency change) fall on all of them alike; the figure is the median over rounds of each batch's median
+// (per iteration, the slowest rank's time). Comparing separate runs of one algorithm each is what this avoids:
+// on a shared or oversubscribed machine, their noise exceeds the differences between algorithms.
+//
+// Time per size stays bounded: a first batch of one call measures each algorithm, and the rounds and
+// iterations are cut so that an algorithm's timed calls take about --budget seconds (at least 2 rounds of 1).
+#include <algorithm>
+#include <chrono>
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "algorithms/registry.h"
+#include "benchmarks/perf_calls.h"
+#include "bootstrap/open_store.h"
+
+namespace tbcoll::bench {
+namespace {
+
+std::vector<std::string> split_names(const std::string& list) {
+  std::vector<std::string> names;
+  size_t start = 0;
+  while (start <= list.size()) {
+    size_t comma = list.find(',', start);
+    if (comma == std::string::npos) comma = list.size();
+    if (comma > start) names.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return names;
+}
+
+// "all": the collective's table rows (fast paths are a transport's own, chosen by their size ranges) and auto.
+std::vector<std::string> algorithm_names(const Options& o) {
+  std::vector<std::string> names = split_names(o.compare);
+  if (names.size() == 1 && names[0] == "all") {
+    names.clear();
+    OpKind kind{};
+    if (!algo::parse_collective(o.collective, &kind)) throw InvalidArgument("unknown collective " + o.collective);
+    for (const algo::Algorithm& row : algo::algorithms_for(kind)) names.emplace_back(row.name);
+    names.emplace_back("auto");
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (names[i] == names[j]) throw InvalidArgument("--compare names " + names[i] + " twice");
+    }
+  }
+  if (names.size() < 2) throw InvalidArgument("--compare needs two algorithms or more (\"all\", or a,b,auto)");
+  return names;
+}
+
+double median_of(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t mid = values.size() / 2;
+  return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+}  // namespace
+
+long long run_compare(const Options& o, Config config) {
+  const std::vector<std::string> names = algorithm_names(o);
+  if (config.world_size > 1 && !config.store) {
+    const auto opened = bootstrap::open_store(config, Clock::now() + std::chrono::seconds(60));
+    config.store = opened.store;
+    config.server = opened.server;
+  }
+  std::vector<Communicator> comms;
+  int automatic = -1;
+  for (const std::string& name : names) {
+    Config forced = config;
+    forced.algo = name == "auto" ? "" : o.collective + ":" + name;
+    forced.prefix = config.prefix + "/compare/" + name;
+    if (name == "auto") automatic = static_cast<int>(comms.size());
+    comms.push_back(Communicator::init(forced));
+  }
+  Communicator& lead_comm = comms.front();
+  const int n = lead_comm.size();
+  const bool lead = lead_comm.rank() == 0;
+  const size_t es = dtype_size(o.dtype);
+  std::FILE* csv = nullptr;
+  if (lead && !o.csv.empty()) {
+    csv = std::fopen(o.csv.c_str(), "w");
+    if (csv == nullptr) throw InvalidArgument("--csv " + o.csv + ": cannot open for writing: " + std::strerror(errno));
+    std::fprintf(csv, "collective,ranks,transport,emulation,size,algo,median_us,rounds,iterations,wrong,auto_choice\n");
+  }
+  if (lead) {
+    std::printf("# tbcoll-perf --compare: %s, %d ranks, transport %s, dtype %s, op %s, out of place\n",
+                o.collective.c_str(), n, n > 1 ? lead_comm.transport_name(1).c_str() : "self",
+                to_string(o.dtype).c_str(), to_string(o.op).c_str());
+    std::printf("# link emulation: %s\n", lead_comm.link_emulation().c_str());
+    std::printf("# time = median over up to %d interleaved rounds of each round's median of the slowest rank (us); "
+                "about %.3g s of timed calls per size and algorithm; -: cannot run it\n", o.rounds, o.budget_s);
+    std::printf("#%11s", "size (B)");
+    for (const std::string& name : names) std::printf(" %*s", std::max<int>(9, static_cast<int>(name.size())), name.c_str());
+    if (automatic >= 0) std::printf("  %-18s %6s %6s", "auto chose", "auto/b", "pick/b");
+    std::printf("\n");
+  }
+  long long total_wrong = 0;
+  size_t last_count = 0, rows = 0;
+  Options first = o, later = o;
+  later.warmup = 0;  // the first batch warmed every algorithm up
+  const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter" ||
+                         o.kind == Collective::kAllToAll || o.kind == Collective::kGather ||
+                         o.kind == Collective::kScatter;
+  for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
+       size *= o.factor) {
+    const size_t total = static_cast<size_t>(size);
+    const size_t count = per_block ? total / es / n : total / es;
+    if (count == 0 || count == last_count) continue;
+    last_count = count;
+    ++rows;
+    const size_t bytes = per_block ? count * es * n : count * es;
+    Buffers b;
+    size_buffers(o, n, count, b);
+    const Communicator::Explanation why = lead_comm.explain(o.collective, bytes);
+    const size_t k = names.size();
+    std::vector<bool> runs(k, true);
+    for (size_t i = 0; i < k; ++i) {
+      for (const auto& row : why.algorithms) {
+        if (row.name == names[i] && !row.cannot_run.empty()) runs[i] = false;
+      }
+    }
+    // A first batch of one timed call each sizes the rounds (every rank gets the same figures: the same cut).
+    std::vector<int> rounds(k, 0), iterations(k, 0);
+    std::vector<std::vector<double>> medians(k);
+    std::vector<long long> wrong(k, 0);
+    for (size_t i = 0; i < k; ++i) {
+      if (!runs[i]) continue;
+      const Measured probe = measure(comms[i], first, b, count, false, 1);
+      wrong[i] += probe.wrong;
+      const double calls = o.budget_s * 1e6 / std::max(probe.median_us, 1.0);
+      rounds[i] = static_cast<int>(std::clamp(calls, 2.0, static_cast<double>(std::max(2, o.rounds))));
+      iterations[i] = static_cast<int>(std::clamp(calls / rounds[i], 1.0, static_cast<double>(o.iterations)));
+    }
+    const int most_rounds = *std::max_element(rounds.begin(), rounds.end());
+    for (int round = 0; round < most_rounds; ++round) {
+      for (size_t turn = 0; turn < k; ++turn) {
+        const size_t i = (turn + static_cast<size_t>(round)) % k;
+        if (!runs[i] || round >= rounds[i]) continue;
+        const Measured m = measure(comms[i], later, b, count, false, iterations[i], /*check_first=*/false);
+        medians[i].push_back(m.median_us);
+        wrong[i] += m.wrong;
+      }
+    }
+    std::vector<double> figure(k, -1);
+    double best = -1;
+    for (size_t i = 0; i < k; ++i) {
+      total_wrong += wrong[i];
+      if (!runs[i]) continue;
+      figure[i] = median_of(medians[i]);
+      if (static_cast<int>(i) != automatic && (best < 0 || figure[i] < best)) best = figure[i];
+    }
+    const std::string chosen = automatic >= 0 ? comms[static_cast<size_t>(automatic)].algorithm(o.collective, bytes) : "";
+    if (!lead) continue;
+    std::printf("%12zu", bytes);
+    for (size_t i = 0; i < k; ++i) {
+      const int width = std::max<int>(9, static_cast<int>(names[i].size()));
+      if (runs[i]) {
+        std::printf(" %*.1f", width, figure[i]);
+      } else {
+        std::printf(" %*s", width, "-");
+      }
+    }
+    if (automatic >= 0 && best > 0) {
+      double pick = -1;
+      for (size_t i = 0; i < k; ++i) {
+        if (names[i] == chosen && runs[i]) pick = figure[i];
+      }
+      std::printf("  %-18s %6.2f %6s", chosen.c_str(), figure[static_cast<size_t>(automatic)] / best,
+                  pick > 0 ? std::to_string(pick / best).substr(0, 4).c_str() : "?");
+    }
+    std::printf("%s\n", total_wrong ? "  WRONG" : "");
+    std::fflush(stdout);
+    for (size_t i = 0; csv != nullptr && i < k; ++i) {
+      if (!runs[i]) continue;
+      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s\n", o.collective.c_str(), n,
+                   n > 1 ? lead_comm.transport_name(1).c_str() : "self", lead_comm.link_emulation().c_str(), bytes,
+                   names[i].c_str(), figure[i], static_cast<int>(medians[i].size()), iterations[i], wrong[i],
+                   chosen.c_str());
+    }
+  }
+  if (csv != nullptr && std::fclose(csv) != 0) {
+    throw IoError("--csv " + o.csv + ": writing failed: " + std::strerror(errno));
+  }
+  if (rows == 0) throw InvalidArgument("no size between -b and -e holds a whole element per rank: nothing measured");
+  if (lead) std::printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "WRONG");
+  std::fflush(stdout);
+  for (Communicator& comm : comms) comm.barrier();  // every rank leaves together (see tbcoll_perf.cc)
+  return total_wrong;
+}
+
+}  // namespace tbcoll::bench
