@@ -117,13 +117,14 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
       if (name.empty()) continue;
       if (std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
       const transport::Capabilities caps = bootstrap::device_named(devices, name).capabilities();
-      const algo::LinkCost pair{caps.latency_us * 1e-6, 0, caps.bandwidth_gbps > 0 ? 1e-9 / caps.bandwidth_gbps : 0};
+      const algo::LinkCost pair{caps.latency_us * 1e-6, 0, caps.bandwidth_gbps > 0 ? 1e-9 / caps.bandwidth_gbps : 0,
+                                caps.message_overhead_us * 1e-6};
       const bool same_host = everyone[a].info.host_id == everyone[b].info.host_id;
       algo::LinkCost& kind = same_host ? costs.intra : costs.inter;
       bool& have = same_host ? have_intra : have_inter;
       if (!have) kind = pair;
       kind = {std::max(kind.alpha, pair.alpha), std::max(kind.beta, pair.beta),
-              std::max(kind.rank_beta, pair.rank_beta)};
+              std::max(kind.rank_beta, pair.rank_beta), std::max(kind.overhead, pair.overhead)};
       have = true;
     }
   }
@@ -151,9 +152,10 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
   for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
     kind->alpha += kStepOverhead + (oversubscribed ? kWakeUp : 0);
     kind->rank_beta *= crowding;
+    kind->overhead *= crowding;
   }
   costs.gamma *= crowding;
-  costs.source += oversubscribed ? fmt::format(" + 1 us per step + 25 us wake-ups, per-rank bytes x{:.2g} (more ranks "
+  costs.source += oversubscribed ? fmt::format(" + 1 us per step + 25 us wake-ups, per-rank bytes and messages x{:.2g} (more ranks "
                                                "than CPUs on a machine)", crowding)
                                  : std::string(" + 1 us per step");
   if (link.on()) {

@@ -189,8 +189,8 @@ const Choice& Tuner::choose(const algo::CallShape& call) const {
     double cheapest_cost = 0;
     bool every_row_priced = true;
     for (const Choice& choice : menu) {
-      // Rows whose default range is empty (forced_only in registry.cc) are never picked on their own: their
-      // costs show in --explain, but the model has not been checked against them on real links yet.
+      // Rows whose default range is empty (forced_only in registry.cc: all_to_allv's direct) are never picked on
+      // their own; their costs still show in --explain.
       if (choice.fast_path_index >= 0 || !runnable(choice) || choice.auto_range.max == 0) continue;
       if (choice.cost == nullptr) {
         every_row_priced = false;

@@ -60,6 +60,9 @@ struct PeerInfo {
 struct Capabilities {
   double latency_us = 0;        ///< hint: typical one-way small-message latency
   double bandwidth_gbps = 0;    ///< hint: typical single-peer bandwidth, GB/s
+  /// hint: CPU time a rank spends per message it sends or receives (posting, completing, the system calls), in
+  /// us: the cost model's per-message overhead (LogP's o), which makes many small messages dearer than a few.
+  double message_overhead_us = 0;
   bool same_process_only = false;
   bool same_host_only = false;
   /// Largest single message an endpoint takes. The caller splits larger transfers (the algorithm executor

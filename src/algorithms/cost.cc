@@ -24,7 +24,7 @@ int floor_log2(int n) {
 std::string CostParams::describe() const {
   auto one = [](const LinkCost& link) {
     return fmt::format(
-        "alpha {:.1f} us, beta {} per link, {} per rank", link.alpha * 1e6,
+        "alpha {:.1f} us, o {:.2f} us per message, beta {} per link, {} per rank", link.alpha * 1e6, link.overhead * 1e6,
         link.beta > 0 ? fmt::format("{:.2f} GB/s", 1e-9 / link.beta) : std::string("unlimited"),
         link.rank_beta > 0 ? fmt::format("{:.2f} GB/s", 1e-9 / link.rank_beta) : std::string("unlimited"));
   };
@@ -43,25 +43,27 @@ double s_of(const CallShape& call) { return static_cast<double>(call.bytes); }
 double chunk_of(const CostParams& params, double bytes) {
   return std::min(bytes, static_cast<double>(std::max<size_t>(1, params.chunk_bytes)));
 }
+// Messages of at most chunk bytes that carry bytes (at least one, even empty).
+double pieces(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes / std::max(1.0, chunk))); }
 
 // A ring all-reduce of S among n ranks on link (reduce-scatter then all-gather, 2(n-1) steps).
-double ring_all_reduce(double n, double s, const LinkCost& link, double gamma) {
+double ring_all_reduce(double n, double s, const LinkCost& link, double gamma, double chunk) {
   if (n <= 1) return 0;
   const double share = (n - 1) / n * s;
-  return Traffic{2 * (n - 1), 2 * share, 2 * share, share}.time(link, gamma);
+  return Traffic{2 * (n - 1), 2 * share, 2 * share, share, 4 * (n - 1) * pieces(s / n, chunk), pieces(s / n, chunk)}.time(link, gamma);
 }
 
 // A ring all-gather of S in total among n ranks (n-1 steps of S/n).
-double ring_all_gather(double n, double s, const LinkCost& link) {
+double ring_all_gather(double n, double s, const LinkCost& link, double chunk) {
   if (n <= 1) return 0;
   const double share = (n - 1) / n * s;
-  return Traffic{n - 1, share, share, 0}.time(link, 0);
+  return Traffic{n - 1, share, share, 0, 2 * (n - 1) * pieces(s / n, chunk), pieces(s / n, chunk)}.time(link, 0);
 }
 
 // A binomial broadcast of S among n ranks: ceil(log2 n) steps of the whole buffer.
 double binomial_broadcast(int n, double s, const LinkCost& link) {
   const double steps = ceil_log2(std::max(1, n));
-  return Traffic{steps, steps * s, steps * s, 0}.time(link, 0);
+  return Traffic{steps, steps * s, steps * s, 0, steps}.time(link, 0);
 }
 
 }  // namespace
@@ -69,34 +71,34 @@ double binomial_broadcast(int n, double s, const LinkCost& link) {
 // 1 step; every link carries S in parallel; a rank sends (n-1)S and reduces n inputs.
 double cost_all_reduce_direct(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
-  return Traffic{1, s, (n - 1) * s, (n - 1) * s}.time(params.flat(), params.gamma);
+  return Traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1)}.time(params.flat(), params.gamma);
 }
 
 // 2(n-1) steps; 2(n-1)/n S through each link and rank; (n-1)/n S reduced.
 double cost_all_reduce_ring(const CallShape& call, const CostParams& params) {
-  return ring_all_reduce(n_of(call), s_of(call), params.flat(), params.gamma);
+  return ring_all_reduce(n_of(call), s_of(call), params.flat(), params.gamma, chunk_of(params, s_of(call)));
 }
 
 // 1 step; each link carries one block S/n; a rank sends (n-1)/n S.
 double cost_all_gather_direct(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
-  return Traffic{1, s / n, (n - 1) / n * s, 0}.time(params.flat(), params.gamma);
+  return Traffic{1, s / n, (n - 1) / n * s, 0, 2 * (n - 1)}.time(params.flat(), params.gamma);
 }
 
 double cost_all_gather_ring(const CallShape& call, const CostParams& params) {
-  return ring_all_gather(n_of(call), s_of(call), params.flat());
+  return ring_all_gather(n_of(call), s_of(call), params.flat(), chunk_of(params, s_of(call)));
 }
 
 // 1 step; block p of every rank to rank p: S/n per link, (n-1)/n S per rank, reduced at the owner.
 double cost_reduce_scatter_direct(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
-  return Traffic{1, s / n, (n - 1) / n * s, (n - 1) / n * s}.time(params.flat(), params.gamma);
+  return Traffic{1, s / n, (n - 1) / n * s, (n - 1) / n * s, 2 * (n - 1)}.time(params.flat(), params.gamma);
 }
 
 // 1 step; the root receives S on each of n-1 links, (n-1)S in all, and reduces it.
 double cost_reduce_direct(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
-  return Traffic{1, s, (n - 1) * s, (n - 1) * s}.time(params.flat(), params.gamma);
+  return Traffic{1, s, (n - 1) * s, (n - 1) * s, n - 1}.time(params.flat(), params.gamma);
 }
 
 double cost_broadcast_binomial(const CallShape& call, const CostParams& params) {
@@ -108,23 +110,27 @@ double cost_broadcast_binomial(const CallShape& call, const CostParams& params) 
 double cost_broadcast_chain(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
   if (n <= 1) return 0;
-  const double bytes = s + (n - 2) * chunk_of(params, s);
-  return Traffic{n - 1, bytes, bytes, 0}.time(params.flat(), params.gamma);
+  const double bytes = s + (n - 2) * chunk_of(params, s), k = pieces(s, chunk_of(params, s));
+  return Traffic{n - 1, bytes, bytes, 0, 2 * k, k}.time(params.flat(), params.gamma);
 }
 
 double cost_barrier_dissemination(const CallShape& call, const CostParams& params) {
-  return Traffic{static_cast<double>(ceil_log2(std::max(1, call.world_size))), 0, 0, 0}.time(params.flat(), 0);
+  const double rounds = ceil_log2(std::max(1, call.world_size));
+  return Traffic{rounds, 0, 0, 0, 2 * rounds}.time(params.flat(), 0);
 }
 
 // Two trees, each carrying S/2, pipelined in chunks: up (reduce) and down (broadcast) ceil(log2 n) levels each;
 // a rank is an inner node of one tree (receives two halves-chunks, reduces, sends one up and two down) and a
-// leaf of the other: it sends about 2S and reduces S; its busiest link carries S, plus the pipeline's fill.
+// leaf of the other: it sends about 2S and reduces S; its busiest link carries S, plus the pipeline's fill. Per
+// chunk, 6 messages as an inner node (2 up in, 1 up out, 1 down in, 2 down out) and 2 as a leaf. The chunk is
+// the schedule's own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
   if (n <= 1) return 0;
   const double depth = ceil_log2(call.world_size);
-  const double fill = 2 * depth * chunk_of(params, s / 2);
-  return Traffic{2 * depth, s + fill, 2 * s + fill, s}.time(params.flat(), params.gamma);
+  const double chunk = std::min(chunk_of(params, s / 2), std::max(32.0 * 1024, s / 2 / 16));
+  const double fill = 2 * depth * chunk;
+  return Traffic{2 * depth, s + fill, 2 * s + fill, s, 8 * pieces(s / 2, chunk), pieces(s / 2, chunk)}.time(params.flat(), params.gamma);
 }
 
 // p = 2^floor(log2 n); ranks beyond p fold their input into a partner first and get the result back after (two
@@ -132,8 +138,8 @@ double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
 double cost_all_reduce_recursive_doubling(const CallShape& call, const CostParams& params) {
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), fold = (1 << floor_log2(n)) == n ? 0 : 1;
-  return Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + 2 * fold) * s, (rounds + fold) * s}.time(
-      params.flat(), params.gamma);
+  return Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + 2 * fold) * s, (rounds + fold) * s,
+                 2 * rounds + 2 * fold}.time(params.flat(), params.gamma);
 }
 
 // Rabenseifner: log2 p halving steps (reduce-scatter: S/2, S/4, ...) and log2 p doubling steps (all-gather):
@@ -142,11 +148,14 @@ double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams&
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double bytes = 2 * (p - 1) / p * s + 2 * fold * s;
-  return Traffic{2 * rounds + 2 * fold, bytes, bytes, (p - 1) / p * s + fold * s}.time(params.flat(), params.gamma);
+  return Traffic{2 * rounds + 2 * fold, bytes, bytes, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold}.time(
+      params.flat(), params.gamma);
 }
 
+// direct's exchange, chunk by chunk: a message per chunk and peer each way.
 double cost_all_reduce_mesh(const CallShape& call, const CostParams& params) {
-  return cost_all_reduce_direct(call, params);
+  const double n = n_of(call), s = s_of(call), k = pieces(s, chunk_of(params, s));
+  return Traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1) * k, k}.time(params.flat(), params.gamma);
 }
 
 // Inside a host (r ranks): every rank's input to the leader, reduced there (1 step; r-1 inputs); between the H
@@ -154,9 +163,9 @@ double cost_all_reduce_mesh(const CallShape& call, const CostParams& params) {
 double cost_all_reduce_hierarchical(const CallShape& call, const CostParams& params) {
   const double s = s_of(call);
   const int r = std::max(1, params.ranks_per_host), hosts = std::max(1, params.hosts);
-  double time = ring_all_reduce(hosts, s, params.inter, params.gamma);
+  double time = ring_all_reduce(hosts, s, params.inter, params.gamma, chunk_of(params, s));
   if (r > 1) {
-    time += Traffic{1, s, (r - 1) * s, (r - 1) * s}.time(params.intra, params.gamma);
+    time += Traffic{1, s, (r - 1) * s, (r - 1) * s, r - 1.0}.time(params.intra, params.gamma);
     time += binomial_broadcast(r, s, params.intra);
   }
   return time;
@@ -168,7 +177,7 @@ double cost_all_gather_recursive_doubling(const CallShape& call, const CostParam
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double bytes = (p - 1) / p * s + fold * s;
-  return Traffic{rounds + 2 * fold, bytes, bytes, 0}.time(params.flat(), params.gamma);
+  return Traffic{rounds + 2 * fold, bytes, bytes, 0, 2 * rounds + 2 * fold}.time(params.flat(), params.gamma);
 }
 
 // Inside a host: each rank's block to the leader (1 step); between leaders: a ring all-gather of S (each host's
@@ -176,10 +185,10 @@ double cost_all_gather_recursive_doubling(const CallShape& call, const CostParam
 double cost_all_gather_hierarchical(const CallShape& call, const CostParams& params) {
   const double s = s_of(call), n = n_of(call);
   const int r = std::max(1, params.ranks_per_host), hosts = std::max(1, params.hosts);
-  double time = ring_all_gather(hosts, s, params.inter);
+  double time = ring_all_gather(hosts, s, params.inter, chunk_of(params, s));
   if (r > 1) {
     const double block = s / n;
-    time += Traffic{1, block, (r - 1) * block, 0}.time(params.intra, 0);
+    time += Traffic{1, block, (r - 1) * block, 0, r - 1.0}.time(params.intra, 0);
     time += binomial_broadcast(r, s, params.intra);
   }
   return time;

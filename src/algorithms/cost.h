@@ -8,19 +8,26 @@
 //                 the link emulation's per-peer links);
 //   rank bytes    bytes the busiest rank pushes through its transport, over all its links together (each pays
 //                 rank_beta: what the transport stack itself costs per byte, the CPU copying through tcp, say);
-//   reduce bytes  bytes of input the busiest rank reduces (each pays gamma).
-//   time = steps * alpha + link_bytes * beta + rank_bytes * rank_beta + reduce_bytes * gamma
+//   reduce bytes  bytes of input the busiest rank reduces (each pays gamma);
+//   messages      messages the busiest rank sends and receives (each pays overhead: LogP's o, the CPU time of
+//                 posting and completing one message; a direct exchange among n ranks pays it 2(n-1) times in
+//                 its one step, a pipelined schedule once per chunk).
+//   time = steps * alpha + link_bytes * beta + rank_bytes * rank_beta + reduce_bytes * gamma + messages * overhead
+// where a schedule pipelined over k chunks overlaps the wire with the rank's CPU (its transport and reduction):
+// max(link, rank + reduce), plus the rest / k.
 //
 // Where the figures come from (communicator.cc): alpha and rank_beta from the transports' Capabilities
 // (latency_us, bandwidth_gbps) of the pairs' transports, the worst pair of each kind (inside a host, between
 // hosts), plus 1 us per step for the core's own work and 25 us per step where a machine runs more ranks than it
-// has CPUs for them (every step then waits for a peer to be woken and scheduled; rank_beta and gamma then grow by
-// ranks / CPUs, each rank's share of a CPU); the link emulation adds its latency
+// has CPUs for them (every step then waits for a peer to be woken and scheduled; rank_beta, gamma and overhead then
+// grow by ranks / CPUs, each rank's share of a CPU); overhead from the transports' message_overhead_us; the link
+// emulation adds its latency
 // to alpha and sets beta (it adds to the real transport's time, delay.h); TBCOLL_LINK_ALPHA_US and TBCOLL_LINK_GBPS
 // override alpha and beta of the links between hosts (of every link when the job runs on one host). gamma is a fixed 10
 // GB/s (the reduce kernels in L2/L3 here).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <string>
 
@@ -33,6 +40,7 @@ struct LinkCost {
   double alpha = 5e-6;   ///< one-way latency of a message
   double beta = 0;       ///< seconds per byte through one link direction (0: links are not the bottleneck)
   double rank_beta = 0;  ///< seconds per byte a rank sends, over all its links together
+  double overhead = 0;   ///< CPU seconds a rank spends per message it sends or receives
 };
 
 struct CostParams {
@@ -56,10 +64,22 @@ struct Traffic {
   double link_bytes = 0;
   double rank_bytes = 0;
   double reduce_bytes = 0;
+  double messages = 0;
+
+  /// Chunks a pipelined schedule (ring, tree, mesh, chain) streams through: the wire then carries one chunk while
+  /// the rank's CPU pushes another through its transport and reduces a third, and the slower of the two sets the
+  /// pace (the transport's copies and the reduction share the rank's CPU, so those two add up); the rest adds its
+  /// share of one chunk (the pipeline's fill). 1: one after the other, all terms add up.
+  double chunks = 1;
 
   double time(const LinkCost& link, double gamma) const {
-    return steps * link.alpha + link_bytes * link.beta + rank_bytes * link.rank_beta + reduce_bytes * gamma;
+    const double link_time = link_bytes * link.beta, rank_time = rank_bytes * link.rank_beta;
+    const double reduce_time = reduce_bytes * gamma;
+    const double slowest = std::max(link_time, rank_time + reduce_time);
+    const double sum = link_time + rank_time + reduce_time;
+    return steps * link.alpha + slowest + (sum - slowest) / std::max(1.0, chunks) + messages * link.overhead;
   }
+
 };
 
 /// ceil(log2 n) for n >= 1.
@@ -78,9 +98,8 @@ double cost_broadcast_binomial(const CallShape& call, const CostParams& params);
 double cost_broadcast_chain(const CallShape& call, const CostParams& params);
 double cost_barrier_dissemination(const CallShape& call, const CostParams& params);
 
-// ---- textbook costs of the algorithms of issue 15 that another branch adds (coll-algo): for the lead to put in
-// their rows when merging (Algorithm::cost). Each handles non-powers of two as those schedules do (fold the
-// extra ranks in and out: two more steps of S). ----
+// ---- the algorithms of issue 15. Each handles non-powers of two as its schedule does (fold the extra ranks in
+// and out: two more steps of S). ----
 /// all_reduce tree: NCCL's double binary tree, two trees of S/2 each, pipelined in chunks.
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params);
 /// all_reduce recursive_doubling: log2 n exchanges of the whole buffer.

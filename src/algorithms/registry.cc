@@ -25,9 +25,13 @@ ByteRange binomial_range(const TunerConfig& tuning, int world_size) {
 void barrier(Exec& exec, const Args&) { barrier_dissemination(exec); }
 
 // Rows the tuner never picks on its own: all_to_allv's direct (the ranks' byte counts differ, so ranks choosing
-// by size would not match) and, until the cost-model tuner chooses among them, issue 15's all_reduce/all_gather
-// algorithms (the defaults above stay as measured); TBCOLL_ALGO (allreduce:tree, ...) forces them.
+// by size would not match); TBCOLL_ALGO forces them.
 ByteRange forced_only(const TunerConfig&, int) { return {0, 0}; }
+
+// Issue 15's all_reduce/all_gather algorithms: the cost model picks them where it predicts them cheapest
+// (benchmarks/tuner_sweep.sh measures that choice against every forced one); with TBCOLL_TUNER=ranges (size
+// ranges only), direct and ring keep the sizes they had, and these run only when forced.
+ByteRange by_model(const TunerConfig& tuning, int) { return tuning.use_model ? kAllSizes : ByteRange{0, 0}; }
 
 std::string needs_hosts_with_several_ranks(const CallShape& call) {
   if (call.hosts <= 1) {
@@ -46,28 +50,28 @@ std::vector<Algorithm> built_in() {
        "1 step, (n-1)S sent per rank", all_reduce_direct, direct_range, nullptr, cost_all_reduce_direct},
       // Issue 15: ahead of ring, which stays each collective's last row (it takes every size).
       {OpKind::kAllReduce, "tree", "double binary tree, each tree half the data, chunked: reduce up, broadcast "
-       "down: 2 ceil(log2 n) steps, about S sent per rank", all_reduce_tree, forced_only, nullptr, cost_all_reduce_tree},
+       "down: 2 ceil(log2 n) steps, about S sent per rank", all_reduce_tree, by_model, nullptr, cost_all_reduce_tree},
       {OpKind::kAllReduce, "recursive_doubling", "swap and combine with r XOR 2^k (non-powers of two folded): "
-       "log2 n steps (+2), S sent per step", all_reduce_recursive_doubling, forced_only, nullptr,
+       "log2 n steps (+2), S sent per step", all_reduce_recursive_doubling, by_model, nullptr,
        cost_all_reduce_recursive_doubling},
       {OpKind::kAllReduce, "halving_doubling", "Rabenseifner: reduce-scatter by recursive halving, all-gather by "
        "recursive doubling (non-powers of two folded): 2 log2 n steps (+2), 2(n-1)/n S sent per rank",
-       all_reduce_halving_doubling, forced_only, nullptr, cost_all_reduce_halving_doubling},
+       all_reduce_halving_doubling, by_model, nullptr, cost_all_reduce_halving_doubling},
       {OpKind::kAllReduce, "mesh", "one-shot over a full mesh: every rank sends its input to every peer at once, "
        "chunked, and reduces all n in rank order: 1 step, (n-1)S sent per rank over n-1 links",
-       all_reduce_mesh, forced_only, nullptr, cost_all_reduce_mesh},
+       all_reduce_mesh, by_model, nullptr, cost_all_reduce_mesh},
       {OpKind::kAllReduce, "hierarchical", "reduce to one leader per host, ring of the leaders across hosts, back "
        "inside the host: 2 + 2(H-1) steps for H hosts, 2(H-1) S across hosts in all", all_reduce_hierarchical,
-       forced_only, needs_hosts_with_several_ranks, cost_all_reduce_hierarchical},
+       by_model, needs_hosts_with_several_ranks, cost_all_reduce_hierarchical},
       {OpKind::kAllReduce, "ring", "reduce-scatter then all-gather around the ring, chunked and pipelined: 2(n-1) "
        "steps, 2(n-1)/n S sent per rank", all_reduce_ring, nullptr, nullptr, cost_all_reduce_ring},
       {OpKind::kAllGather, "direct", "every rank sends its block to every other: 1 step, (n-1)/n S sent per rank",
        all_gather_direct, direct_range, nullptr, cost_all_gather_direct},
       {OpKind::kAllGather, "hierarchical", "gather at one leader per host, ring of the leaders with whole hosts' "
        "blocks, back inside the host: 2 + (H-1) steps for H hosts, (H-1)/H S received per leader",
-       all_gather_hierarchical, forced_only, needs_hosts_with_several_ranks, cost_all_gather_hierarchical},
+       all_gather_hierarchical, by_model, needs_hosts_with_several_ranks, cost_all_gather_hierarchical},
       {OpKind::kAllGather, "recursive_doubling", "swap everything gathered so far with r XOR 2^k (non-powers of "
-       "two folded): log2 n steps (+2), (n-1)/n S received per rank", all_gather_recursive_doubling, forced_only,
+       "two folded): log2 n steps (+2), (n-1)/n S received per rank", all_gather_recursive_doubling, by_model,
        nullptr, cost_all_gather_recursive_doubling},
       {OpKind::kAllGather, "ring", "blocks forwarded around the ring, chunked: n-1 steps, (n-1)/n S sent per rank",
        all_gather_ring, nullptr, nullptr, cost_all_gather_ring},

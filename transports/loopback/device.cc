@@ -12,6 +12,7 @@ class Device final : public transport::Device {
     transport::Capabilities caps;
     caps.latency_us = 0.5;
     caps.bandwidth_gbps = 10;
+    caps.message_overhead_us = 0.1;  // a queue hand-off
     caps.same_process_only = true;
     caps.same_host_only = true;
     return caps;

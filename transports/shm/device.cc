@@ -13,6 +13,7 @@ class Device final : public transport::Device {
     transport::Capabilities caps;
     caps.latency_us = 0.3;
     caps.bandwidth_gbps = 8;
+    caps.message_overhead_us = 0.1;  // a slot hand-off
     caps.same_host_only = true;
     return caps;
   }
