@@ -7,7 +7,14 @@
 // the link from max(t, the end of the previous message on the link) for B / bandwidth (serialisation: messages
 // sent back to back queue behind each other), and its receive completes latency after that. Latencies of
 // messages in flight together overlap, as on a real link. The arrival time is taken at the first test() of any
-// receive of the endpoint that sees the bytes in (each test looks at every pending receive of the endpoint).
+// receive of the endpoint that sees the bytes in (each test looks at the pending receives of the endpoint in
+// posting order, up to the first whose bytes are not in).
+//
+// A failure that comes over the link (the peer closed, finished or died, a reset, a mismatching message) is
+// reported only once the messages that arrived before it have waited out their emulated time, as a real link
+// delivers what was sent before a close first: a sender may send and destroy its communicator at once. The
+// failure itself pays no emulated time, so a wait for it lasts at most the held messages' remaining delay (a
+// local abort too); destroying a communicator never waits for its links.
 //
 // The emulated time is added to the underlying transport's own: a message is delivered no earlier than
 // latency + B / bandwidth after it was sent, and later by however long the real transport took (tcp loopback
