@@ -9,6 +9,10 @@
 #   tests/multihost/netns_test.sh BUILD_DIR MODEL faults   an unreachable host, a host that never answers, a rank
 #                                                           killed on the second host, SIGINT to the launcher: every
 #                                                           rank on every host gone, no segment left, a clear message
+#   tests/multihost/netns_test.sh BUILD_DIR MODEL halfopen a host vanishes mid-job (its veth end taken down: packets
+#                                                           lost, no RST, no FIN): every rank on both hosts fails in
+#                                                           the deadline naming the call and a peer on the other
+#                                                           host; a link down for 0.5 s is survived (retransmits)
 #
 # Exit 77 (skipped, with the reason) where namespaces cannot be made: not root, no `ip`, no netns support.
 # Namespace and interface names are unique per run and removed on exit, whatever happens.
@@ -51,9 +55,11 @@ ip -n "$ns_a" link set "$veth_a" up && ip -n "$ns_b" link set "$veth_b" up || fa
 
 # The README's steps: an install prefix (the same path on both "machines") holding the tools and the model.
 prefix=$work/prefix
-cmake --install "$build" --prefix "$prefix" > /dev/null || fail "cmake --install"
-mkdir -p "$prefix/models"
-[ -f "$model" ] && cp "$model" "$prefix/models/stories260K.gguf"
+if [ "$what" != halfopen ]; then  # (that part runs the build tree's test program)
+  cmake --install "$build" --prefix "$prefix" > /dev/null || fail "cmake --install"
+  mkdir -p "$prefix/models"
+  [ -f "$model" ] && cp "$model" "$prefix/models/stories260K.gguf"
+fi
 export TBCOLL_PREFIX=$prefix
 export TBCOLL_DEMO_LAUNCHER="ip netns exec"
 export TBCOLL_SOCKET_IFNAME=tva,tvb  # the veth ends: what bridge0 is between two Macs
@@ -242,8 +248,117 @@ faults)
       "$(grep -m1 'killed by signal\|caught signal' "$work/err")"
   done
   ;;
+halfopen)
+  # The fault matrix's half-open connection (tests/multiproc/fault_test.cc has the other faults): 3 ranks of
+  # test_prog "steady" (checked all-reduces), TBCOLL_TIMEOUT=2, started straight into the namespaces (a launcher
+  # would end the others when one fails), shm inside a host and tcp between hosts. Mid-job one host's veth end goes
+  # down: packets vanish, nobody gets a reset or a FIN, and the kernels would retransmit for many minutes. Each case
+  # prints a "[ time to error ]" line as fault_test.cc does (fault -> the last rank's exit), for the README's table.
+  prog=$build/tests/tbcoll_test_prog
+  timeout_s=2
+  slack=1.5  # as fault_test.cc allows
+  since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+  # TCP segments the namespace's kernel retransmitted (RetransSegs of /proc/net/snmp, which is per namespace).
+  retransmits() {
+    ip netns exec "$1" awk '$1 == "Tcp:" { if (!seen++) { for (i = 2; i <= NF; ++i) if ($i == "RetransSegs") c = i }
+                                           else print $c }' /proc/net/snmp
+  }
+  port=29600
+  # halfopen_case NAME LAYOUT VANISHING DOWN_S: LAYOUT names each rank's host (AAB: ranks 0 and 1 on A, rank 2 on B;
+  # rank 0 hosts the store, on A); the link of host VANISHING goes down, for good (DOWN_S 0) or for DOWN_S seconds.
+  halfopen_case() {
+    local name=$1 layout=$2 vanishing=$3 down_s=$4
+    local ns_down=$ns_b veth_down=$veth_b rounds=100000 rank pids=() logs=() status=() ended=()
+    [ "$vanishing" = A ] && ns_down=$ns_a veth_down=$veth_a
+    [ "$down_s" = 0 ] || rounds=400  # ~2.5 s: the job goes on well after the link is back
+    port=$((port + 1))
+    for rank in 0 1 2; do
+      local ns=$ns_b
+      [ "${layout:$rank:1}" = A ] && ns=$ns_a
+      logs+=("$work/halfopen.$port.$rank.log")
+      ip netns exec "$ns" env TBCOLL_RANK=$rank TBCOLL_WORLD_SIZE=3 TBCOLL_ROOT=10.231.0.1:$port \
+        TBCOLL_TIMEOUT=$timeout_s "$prog" steady $rounds > "${logs[$rank]}" 2>&1 &
+      pids+=($!)  # ip netns exec and env exec the program: the rank's own pid
+    done
+    for _ in $(seq 200); do
+      [ "$(cat "${logs[@]}" | grep -c '^ready$')" = 3 ] && break
+      sleep 0.05
+    done
+    [ "$(cat "${logs[@]}" | grep -c '^ready$')" = 3 ] || fail "$name: the ranks did not start: $(cat "${logs[@]}")"
+    sleep 0.3  # all-reducing
+    local retransmitted=$(($(retransmits "$ns_a") + $(retransmits "$ns_b")))
+    local injected=$EPOCHREALTIME
+    ip -n "$ns_down" link set "$veth_down" down || fail "$name: link down"
+    if [ "$down_s" != 0 ]; then
+      sleep "$down_s"
+      ip -n "$ns_down" link set "$veth_down" up || fail "$name: link up"
+    fi
+    # Reap the ranks as they end (a zombie or gone from /proc: ended); one still running 20 s on has hung.
+    local left=3 give_up=$((SECONDS + 20)) state
+    while [ $left -gt 0 ] && [ $SECONDS -lt $give_up ]; do
+      for rank in 0 1 2; do
+        [ -z "${status[$rank]:-}" ] || continue
+        state=$(sed 's/.*) //' "/proc/${pids[$rank]}/stat" 2> /dev/null | cut -c1)
+        [ -z "$state" ] || [ "$state" = Z ] || continue
+        ended[$rank]=$(since "$injected" "$EPOCHREALTIME")
+        wait "${pids[$rank]}"
+        status[$rank]=$?
+        left=$((left - 1))
+      done
+      sleep 0.005
+    done
+    [ "$down_s" = 0 ] || retransmitted=$(($(retransmits "$ns_a") + $(retransmits "$ns_b") - retransmitted))
+    ip -n "$ns_down" link set "$veth_down" up  # for the next case
+    local hung=""
+    for rank in 0 1 2; do
+      [ -n "${status[$rank]:-}" ] || { hung+=" $rank"; kill -9 "${pids[$rank]}"; wait "${pids[$rank]}"; }
+    done
+    [ -z "$hung" ] || fail "$name: rank(s)$hung hung: $(tail -n 3 "${logs[@]}")"
+    local worst=0 worst_a=0 worst_b=0 host log other
+    for rank in 0 1 2; do
+      host=${layout:$rank:1} log=$(cat "${logs[$rank]}")
+      if [ "$down_s" != 0 ]; then
+        [ "${status[$rank]}" = 0 ] && grep -q '^done$' <<< "$log" ||
+          fail "$name: rank $rank (exit ${status[$rank]}) did not succeed: $log"
+      else
+        # A typed error naming the call and a peer on the other host (the one this rank lost).
+        other=$(for peer in 0 1 2; do [ "${layout:$peer:1}" != "$host" ] && echo "$peer"; done | paste -sd'|')
+        [ "${status[$rank]}" = 1 ] || fail "$name: rank $rank: exit ${status[$rank]}, expected 1: $log"
+        grep -qE "^tbcoll error \(code [0-9]+\): rank $rank: all_reduce\(.*peer ($other)\b" <<< "$log" ||
+          fail "$name: rank $rank: no typed error naming the all_reduce and peer $other: $log"
+        awk -v t="${ended[$rank]}" -v a="$timeout_s" -v b="$slack" 'BEGIN { exit !(t < a + b) }' ||
+          fail "$name: rank $rank ended ${ended[$rank]} s after the fault (TBCOLL_TIMEOUT=$timeout_s): $log"
+      fi
+      worst=$(awk -v a="$worst" -v b="${ended[$rank]}" 'BEGIN { print (b > a ? b : a) }')
+      if [ "$host" = A ]; then
+        worst_a=$(awk -v a="$worst_a" -v b="${ended[$rank]}" 'BEGIN { print (b > a ? b : a) }')
+      else
+        worst_b=$(awk -v a="$worst_b" -v b="${ended[$rank]}" 'BEGIN { print (b > a ? b : a) }')
+      fi
+    done
+    [ -z "$(leftovers)" ] || fail "$name: processes left in the namespaces: $(leftovers)"
+    local left_segments
+    left_segments=$(segments_of "${pids[@]}")
+    [ -z "$left_segments" ] || fail "$name: segments left in /dev/shm: $left_segments"
+    if [ "$down_s" != 0 ]; then
+      # The link really lost packets while down (or the case proves nothing): the kernels retransmitted them.
+      [ "$retransmitted" -gt 0 ] || fail "$name: no TCP segment was retransmitted: the link going down lost nothing"
+      printf '[ time to error ] %s | tcp | success | %.2f s (TBCOLL_TIMEOUT=%g; TCP segments retransmitted: %d)\n' \
+        "$name" "$worst" "$timeout_s" "$retransmitted"
+    else
+      printf '[ time to error ] %s | tcp | typed error on every rank | %.2f s (TBCOLL_TIMEOUT=%g; host A %.2f s, host B %.2f s)\n' \
+        "$name" "$worst" "$timeout_s" "$worst_a" "$worst_b"
+      for rank in 0 1 2; do
+        echo "netns_test:   rank $rank on host ${layout:$rank:1}, ${ended[$rank]} s: $(grep '^tbcoll error' "${logs[$rank]}")"
+      done
+    fi
+  }
+  halfopen_case "half-open: host B vanishes (ranks 0, 1 on A; 2 on B)" AAB B 0
+  halfopen_case "half-open: the store's host A vanishes (rank 0 on A; 1, 2 on B)" ABB A 0
+  halfopen_case "half-open: link down 0.5 s, then up" AAB B 0.5
+  ;;
 *)
-  fail "unknown part '$what' (demo or faults)"
+  fail "unknown part '$what' (demo, faults or halfopen)"
   ;;
 esac
 echo "netns_test: PASS ($what)"
