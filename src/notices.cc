@@ -28,10 +28,10 @@ void Notices::attach(std::shared_ptr<Store> store, std::string prefix, int rank)
   rank_ = rank;
 }
 
-void Notices::publish(Kind kind, uint64_t call, const std::string& reason) noexcept {
+void Notices::publish(Kind kind, uint64_t call, const std::string& reason, std::chrono::milliseconds budget) noexcept {
   if (store_ == nullptr || store_failed_) return;
   try {
-    const Deadline deadline = Clock::now() + std::chrono::seconds(1);
+    const Deadline deadline = Clock::now() + budget;
     const int64_t n = store_->add(prefix_ + "/notices", 1, deadline);
     const std::string text = fmt::format("{} {} {} {}", static_cast<char>(kind), call, rank_, reason);
     store_->set(fmt::format("{}/notice/{}", prefix_, n), std::vector<uint8_t>(text.begin(), text.end()), deadline);
@@ -41,12 +41,15 @@ void Notices::publish(Kind kind, uint64_t call, const std::string& reason) noexc
   }
 }
 
-void Notices::fetch(bool right_now) {
+void Notices::fetch(bool right_now, Deadline until) {
   const auto now = Clock::now();
-  if (store_ == nullptr || store_failed_ || (!right_now && now < next_fetch_)) return;
+  if (store_ == nullptr || store_failed_ || (!right_now && now < next_fetch_) || now >= until) return;
   next_fetch_ = now + kInterval;
+  // The waiting call's deadline first, when it comes before the budget ends: a store that stopped answering
+  // (its host vanished) must not hold the call past its deadline, nor up to a second after its data came.
+  const bool cut_short = until < now + kBudget;
+  const Deadline deadline = cut_short ? until : now + kBudget;
   try {
-    const Deadline deadline = now + std::chrono::seconds(1);
     const int64_t count = store_->add(prefix_ + "/notices", 0, deadline);
     for (; seen_ < count; ++seen_) {
       // Counted before written (publish): the record follows within the publisher's round trip.
@@ -60,6 +63,11 @@ void Notices::fetch(bool right_now) {
       record.kind = static_cast<Kind>(kind);
       if (record.rank != rank_) records_.push_back(std::move(record));
     }
+  } catch (const TimeoutError& error) {
+    // The call's time ran out first: that says nothing of the store (the call's own timeout follows).
+    if (cut_short) return;
+    store_failed_ = true;
+    log::info("rank {}: the store does not answer ({}): notices from peers no longer seen", rank_, error.what());
   } catch (const std::exception& error) {
     // Rank 0 (the store) gone: the transports report the peers that died; stop asking.
     store_failed_ = true;
@@ -67,8 +75,8 @@ void Notices::fetch(bool right_now) {
   }
 }
 
-void Notices::check(uint64_t call, bool collective, bool now) {
-  fetch(now);
+void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
+  fetch(now, until);
   for (const Record& record : records_) {
     if (record.kind == Kind::kBroken && (!collective || record.call <= call)) {
       throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
@@ -81,7 +89,7 @@ void Notices::check(uint64_t call, bool collective, bool now) {
 }
 
 std::string Notices::refusal_of(uint64_t call) {
-  fetch(true);
+  fetch(true, Clock::now() + kBudget);
   for (const Record& record : records_) {
     if (record.kind == Kind::kRefused && record.call == call) {
       return fmt::format("peer {} refused this call: {}", record.rank, record.reason);

@@ -6,7 +6,9 @@
 //   broken   the rank's communicator broke; it takes part in no collective from call k on (nor in send/recv).
 // Through the store (no transport knows of them): record n at "<prefix>/notice/<n>", counted by
 // "<prefix>/notices". Waiting ranks look (check) at most every kInterval and only once their wait blocks, so a
-// call that completes in time never asks the store.
+// call that completes in time never asks the store. A store whose host vanished (a half-open connection: no reset,
+// no close) answers nothing and says nothing: each look then waits out its budget, so a look never runs past the
+// waiting call's deadline, and a call that timed out gives the telling only kLateBudget more.
 // Threads: publish and check are called by the thread that runs the communicator's calls (one at a time).
 #pragma once
 
@@ -24,18 +26,26 @@ class Notices {
  public:
   enum class Kind : char { kRefused = 'R', kBroken = 'B' };
   static constexpr std::chrono::milliseconds kInterval{20};
+  /// How long one exchange with the store may take (a store that did not answer in it is not asked again)...
+  static constexpr std::chrono::milliseconds kBudget{1000};
+  /// ... and after a call's deadline passed: the peers, in the same call, are about to time out themselves.
+  static constexpr std::chrono::milliseconds kLateBudget{200};
 
   /// Without a store (a communicator of one rank) publish and check do nothing.
   void attach(std::shared_ptr<Store> store, std::string prefix, int rank);
-  /// Tells the peers; bounded (~1 s) and best effort: a store that is gone (rank 0 died, say) is logged only.
-  void publish(Kind kind, uint64_t call, const std::string& reason) noexcept;
+  /// Tells the peers; bounded (by budget) and best effort: a store that is gone (rank 0 died, say) is logged only.
+  void publish(Kind kind, uint64_t call, const std::string& reason,
+               std::chrono::milliseconds budget = kBudget) noexcept;
   /// Throws RemoteError "peer P refused this call: <its reason>" or "peer P failed: <its reason>" when a peer
   /// refused collective call `call` or broke at or before it (collective false: send/recv, which only a broken
-  /// peer concerns). Asks the store at most every kInterval; a store that cannot answer is not asked again.
-  void check(uint64_t call, bool collective) { check(call, collective, false); }
-  /// check() that asks the store now whatever the interval: for a call that failed on its own (a peer's
-  /// connection closed, say), to tell why the peer went.
-  void check_now(uint64_t call, bool collective) { check(call, collective, true); }
+  /// peer concerns). Asks the store at most every kInterval, and never past `until` (the waiting call's
+  /// deadline); a store that did not answer within kBudget is not asked again.
+  void check(uint64_t call, bool collective, Deadline until) { check(call, collective, false, until); }
+  /// check() that asks the store now whatever the interval, for up to budget: for a call that failed on its own
+  /// (a peer's connection closed, say), to tell why the peer went.
+  void check_now(uint64_t call, bool collective, std::chrono::milliseconds budget = kBudget) {
+    check(call, collective, true, Clock::now() + budget);
+  }
   /// "peer P refused this call: <its reason>" if a peer refused collective call `call` (asking the store now),
   /// else "". A peer that refused a call went on to the next: its messages mismatch the call's.
   std::string refusal_of(uint64_t call);
@@ -47,8 +57,8 @@ class Notices {
     int rank;
     std::string reason;
   };
-  void check(uint64_t call, bool collective, bool now);
-  void fetch(bool now);
+  void check(uint64_t call, bool collective, bool now, Deadline until);
+  void fetch(bool now, Deadline until);
 
   std::shared_ptr<Store> store_;
   std::string prefix_;
