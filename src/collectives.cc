@@ -318,8 +318,9 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
 template <typename Body>
 void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
   // The peers learn that this rank takes part in no collective from this one on (the next, after send/recv).
-  auto tell_peers = [&](const std::string& reason, std::chrono::milliseconds budget = Notices::kBudget) {
-    notices.publish(Notices::Kind::kBroken, call_number != 0 ? call_number : collective_seq + 1, reason, budget);
+  const auto told_number = [&] { return call_number != 0 ? call_number : collective_seq + 1; };
+  auto tell_peers = [&](const std::string& reason) {
+    notices.publish(Notices::Kind::kBroken, told_number(), reason);
   };
   try {
     body();
@@ -351,15 +352,26 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
   } catch (const Error& error) {
     mark_broken(error.what());
     const std::string context = fmt::format("rank {}: {}", rank, call.describe());
-    // Past the call's deadline the telling gets a short budget: a store that stopped answering (its host vanished)
-    // must not keep the caller a second longer.
-    const auto budget = error.code() == tbcollTimeout ? Notices::kLateBudget : Notices::kBudget;
-    tell_peers(fmt::format("{} failed: {}", context, error.what()), budget);
+    if (error.code() == tbcollTimeout) {
+      // Past the call's deadline the telling gets a short budget: a store that stopped answering (its host
+      // vanished) must not keep the caller a second longer. Peers that timed out in this call too waited as this
+      // rank did: their reasons are context, this rank's own names the peer it waited for.
+      notices.publish(Notices::Kind::kTimedOut, told_number(), error.what(), Notices::kLateBudget);
+      std::string others;
+      try {
+        others = notices.check_after_timeout(told_number(), call_number != 0, Notices::kLateBudget);
+      } catch (const RemoteError& told) {
+        throw RemoteError(fmt::format("{} failed: {} (here: {})", context, told.what(), error.what()));
+      }
+      if (!others.empty()) throw TimeoutError(fmt::format("{} failed: {} ({})", context, error.what(), others));
+      rethrow_with_context(error, context);
+    }
+    tell_peers(fmt::format("{} failed: {}", context, error.what()));
     if (error.code() != tbcollRemoteError && error.code() != tbcollInvalidArgument) {
       // A peer that gave up first (and closed its connections, say) told why: say that rather than what it
       // did to this rank.
       try {
-        notices.check_now(call_number, call_number != 0, budget);
+        notices.check_now(call_number, call_number != 0);
       } catch (const RemoteError& told) {
         throw RemoteError(fmt::format("{} failed: {} (here: {})", context, told.what(), error.what()));
       }

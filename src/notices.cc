@@ -15,7 +15,7 @@ bool parse_notice(const std::string& text, char* kind, uint64_t* call, int* rank
   int consumed = 0;
   char k = 0;
   if (std::sscanf(text.c_str(), "%c %llu %d %n", &k, &number, rank, &consumed) < 3 || consumed <= 0) return false;
-  if (k != 'R' && k != 'B') return false;
+  if (k != 'R' && k != 'B' && k != 'T') return false;
   *kind = k;
   *call = number;
   *reason = text.substr(static_cast<size_t>(consumed));
@@ -82,10 +82,39 @@ void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
       throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
                                     record.reason));
     }
+    if (record.kind == Kind::kTimedOut && (!collective || record.call <= call)) {
+      throw RemoteError(fmt::format("peer {} gave up in call {} and takes part in no further call: {}", record.rank,
+                                    record.call, record.reason));
+    }
     if (record.kind == Kind::kRefused && collective && record.call == call) {
       throw RemoteError(fmt::format("peer {} refused this call: {}", record.rank, record.reason));
     }
   }
+}
+
+std::string Notices::check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget) {
+  fetch(true, Clock::now() + budget);
+  std::string others;
+  for (const Record& record : records_) {
+    if (record.kind == Kind::kTimedOut && record.call == call) {
+      others += fmt::format("{}peer {} too: {}", others.empty() ? "" : "; ", record.rank, record.reason);
+    }
+  }
+  // The rest as check() has it: a peer that failed otherwise, or timed out in an earlier call, is the reason.
+  for (const Record& record : records_) {
+    if (record.kind == Kind::kTimedOut && record.call == call) continue;
+    if ((record.kind == Kind::kBroken || record.kind == Kind::kTimedOut) && (!collective || record.call <= call)) {
+      throw RemoteError(record.kind == Kind::kBroken
+                            ? fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
+                                          record.reason)
+                            : fmt::format("peer {} gave up in call {} and takes part in no further call: {}",
+                                          record.rank, record.call, record.reason));
+    }
+    if (record.kind == Kind::kRefused && collective && record.call == call) {
+      throw RemoteError(fmt::format("peer {} refused this call: {}", record.rank, record.reason));
+    }
+  }
+  return others;
 }
 
 std::string Notices::refusal_of(uint64_t call) {

@@ -4,6 +4,10 @@
 //            in-place layout that only rank 0's addresses satisfy). The call's number is used up on that rank,
 //            so ranks that all refused stay in step, and ranks that did not are told.
 //   broken   the rank's communicator broke; it takes part in no collective from call k on (nor in send/recv).
+//   timed out  broken by a wait past the deadline in call k (a peer stopped, or its host vanished); the reason is
+//            the wait's ("timed out waiting for peer P ..."). Peers that timed out in that call too are no
+//            explanation of each other (they all waited, maybe for the same rank): each keeps its own reason,
+//            which names the peer it waited for, and adds theirs as context.
 // Through the store (no transport knows of them): record n at "<prefix>/notice/<n>", counted by
 // "<prefix>/notices". Waiting ranks look (check) at most every kInterval and only once their wait blocks, so a
 // call that completes in time never asks the store. A store whose host vanished (a half-open connection: no reset,
@@ -24,7 +28,7 @@ namespace tbcoll {
 
 class Notices {
  public:
-  enum class Kind : char { kRefused = 'R', kBroken = 'B' };
+  enum class Kind : char { kRefused = 'R', kBroken = 'B', kTimedOut = 'T' };
   static constexpr std::chrono::milliseconds kInterval{20};
   /// How long one exchange with the store may take (a store that did not answer in it is not asked again)...
   static constexpr std::chrono::milliseconds kBudget{1000};
@@ -46,6 +50,10 @@ class Notices {
   void check_now(uint64_t call, bool collective, std::chrono::milliseconds budget = kBudget) {
     check(call, collective, true, Clock::now() + budget);
   }
+  /// check_now() for a rank whose own call `call` timed out: throws as check_now() does, except for peers that
+  /// timed out in that call too, which it returns as context instead: "peer P too: <its reason>; ..."
+  /// ("" for none).
+  std::string check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget);
   /// "peer P refused this call: <its reason>" if a peer refused collective call `call` (asking the store now),
   /// else "". A peer that refused a call went on to the next: its messages mismatch the call's.
   std::string refusal_of(uint64_t call);

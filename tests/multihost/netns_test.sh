@@ -321,10 +321,11 @@ halfopen)
         [ "${status[$rank]}" = 0 ] && grep -q '^done$' <<< "$log" ||
           fail "$name: rank $rank (exit ${status[$rank]}) did not succeed: $log"
       else
-        # A typed error naming the call and a peer on the other host (the one this rank lost).
+        # A typed error naming the call and the peer it waited for on the other host (the one this rank lost; or a
+        # peer on its own host gave up first, waiting for one there).
         other=$(for peer in 0 1 2; do [ "${layout:$peer:1}" != "$host" ] && echo "$peer"; done | paste -sd'|')
         [ "${status[$rank]}" = 1 ] || fail "$name: rank $rank: exit ${status[$rank]}, expected 1: $log"
-        grep -qE "^tbcoll error \(code [0-9]+\): rank $rank: all_reduce\(.*peer ($other)\b" <<< "$log" ||
+        grep -qE "^tbcoll error \(code [0-9]+\): rank $rank: all_reduce\(.* waiting for peer ($other)\b" <<< "$log" ||
           fail "$name: rank $rank: no typed error naming the all_reduce and peer $other: $log"
         awk -v t="${ended[$rank]}" -v a="$timeout_s" -v b="$slack" 'BEGIN { exit !(t < a + b) }' ||
           fail "$name: rank $rank ended ${ended[$rank]} s after the fault (TBCOLL_TIMEOUT=$timeout_s): $log"

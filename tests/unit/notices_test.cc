@@ -74,6 +74,41 @@ TEST(Notices, APeersNoticeReachesTheOthers) {
   }
 }
 
+// Ranks 0 and 1 both waited for rank 2 (its host vanished) and timed out in call 5: each names rank 2 and keeps the
+// other's timeout as context, not as the reason; a rank still waiting is told at once, and a peer that failed
+// otherwise, or timed out in an earlier call, is the reason.
+TEST(Notices, PeersThatTimedOutTooAreContextNotTheReason) {
+  auto store = make_in_memory_store();
+  Notices zero, one, two;
+  zero.attach(store, "job", 0);
+  one.attach(store, "job", 1);
+  two.attach(store, "job", 2);
+  one.publish(Notices::Kind::kTimedOut, 5, "timed out waiting for peer 2 (receive of 4096 B)");
+  EXPECT_EQ(zero.check_after_timeout(5, true, Notices::kLateBudget),
+            "peer 1 too: timed out waiting for peer 2 (receive of 4096 B)");
+  try {
+    two.check(5, true, Clock::now() + std::chrono::seconds(1));
+    ADD_FAILURE() << "a waiting rank was not told";
+  } catch (const RemoteError& error) {
+    EXPECT_NE(std::string(error.what()).find("peer 1 gave up in call 5 and takes part in no further call: timed out "
+                                             "waiting for peer 2"), std::string::npos) << error.what();
+  }
+  try {
+    zero.check_after_timeout(6, true, Notices::kLateBudget);  // rank 1 timed out before call 6
+    ADD_FAILURE() << "an earlier timeout was not the reason";
+  } catch (const RemoteError& error) {
+    EXPECT_NE(std::string(error.what()).find("peer 1 gave up in call 5"), std::string::npos) << error.what();
+  }
+  two.publish(Notices::Kind::kBroken, 5, "rank 2: all_reduce failed: out of memory");
+  try {
+    zero.check_after_timeout(5, true, Notices::kLateBudget);
+    ADD_FAILURE() << "a peer that failed otherwise was not the reason";
+  } catch (const RemoteError& error) {
+    EXPECT_NE(std::string(error.what()).find("peer 2 failed and takes part in no further call: rank 2: all_reduce "
+                                             "failed: out of memory"), std::string::npos) << error.what();
+  }
+}
+
 TEST(Notices, ALookAtASilentStoreEndsByTheWaitingCallsDeadline) {
   auto store = std::make_shared<SilentStore>();
   Notices notices;
