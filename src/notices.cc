@@ -45,10 +45,9 @@ void Notices::fetch(bool right_now, Deadline until) {
   const auto now = Clock::now();
   if (store_ == nullptr || store_failed_ || (!right_now && now < next_fetch_) || now >= until) return;
   next_fetch_ = now + kInterval;
-  // The waiting call's deadline first, when it comes before the budget ends: a store that stopped answering
-  // (its host vanished) must not hold the call past its deadline, nor up to a second after its data came.
-  const bool cut_short = until < now + kBudget;
-  const Deadline deadline = cut_short ? until : now + kBudget;
+  // Until `until` alone (a waiting call's look: kLookBudget, or less before the call's deadline): a store that
+  // stopped answering (its host vanished) must not hold the call past its deadline, nor long after its data came.
+  const Deadline deadline = until;
   try {
     const int64_t count = store_->add(prefix_ + "/notices", 0, deadline);
     for (; seen_ < count; ++seen_) {
@@ -63,9 +62,11 @@ void Notices::fetch(bool right_now, Deadline until) {
       record.kind = static_cast<Kind>(kind);
       if (record.rank != rank_) records_.push_back(std::move(record));
     }
+    silent_since_ = Clock::time_point::max();
   } catch (const TimeoutError& error) {
-    // The call's time ran out first: that says nothing of the store (the call's own timeout follows).
-    if (cut_short) return;
+    // One short look says little of the store; a silence of kBudget over the looks says it is gone.
+    silent_since_ = std::min(silent_since_, now);
+    if (Clock::now() - silent_since_ < kBudget) return;
     store_failed_ = true;
     log::info("rank {}: the store does not answer ({}): notices from peers no longer seen", rank_, error.what());
   } catch (const std::exception& error) {

@@ -11,11 +11,13 @@
 // Through the store (no transport knows of them): record n at "<prefix>/notice/<n>", counted by
 // "<prefix>/notices". Waiting ranks look (check) at most every kInterval and only once their wait blocks, so a
 // call that completes in time never asks the store. A store whose host vanished (a half-open connection: no reset,
-// no close) answers nothing and says nothing: each look then waits out its budget, so a look never runs past the
-// waiting call's deadline, and a call that timed out gives the telling only kLateBudget more.
+// no close) answers nothing and says nothing: each look then waits out its budget, so a waiting call's look takes
+// at most kLookBudget (its peers' data, if it comes meanwhile, waits no longer) and never runs past the call's
+// deadline; a store silent for kBudget in all is not asked again; a call that timed out tells within kLateBudget.
 // Threads: publish and check are called by the thread that runs the communicator's calls (one at a time).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -30,8 +32,11 @@ class Notices {
  public:
   enum class Kind : char { kRefused = 'R', kBroken = 'B', kTimedOut = 'T' };
   static constexpr std::chrono::milliseconds kInterval{20};
-  /// How long one exchange with the store may take (a store that did not answer in it is not asked again)...
+  /// How long one exchange with the store may take; a store silent that long (over one or several looks) is not
+  /// asked again...
   static constexpr std::chrono::milliseconds kBudget{1000};
+  /// ... one look of a waiting call (the store answers in a round trip; data may arrive meanwhile) ...
+  static constexpr std::chrono::milliseconds kLookBudget{100};
   /// ... and after a call's deadline passed: the peers, in the same call, are about to time out themselves.
   static constexpr std::chrono::milliseconds kLateBudget{200};
 
@@ -42,9 +47,11 @@ class Notices {
                std::chrono::milliseconds budget = kBudget) noexcept;
   /// Throws RemoteError "peer P refused this call: <its reason>" or "peer P failed: <its reason>" when a peer
   /// refused collective call `call` or broke at or before it (collective false: send/recv, which only a broken
-  /// peer concerns). Asks the store at most every kInterval, and never past `until` (the waiting call's
-  /// deadline); a store that did not answer within kBudget is not asked again.
-  void check(uint64_t call, bool collective, Deadline until) { check(call, collective, false, until); }
+  /// peer concerns). Asks the store at most every kInterval, for up to kLookBudget and never past `until` (the
+  /// waiting call's deadline).
+  void check(uint64_t call, bool collective, Deadline until) {
+    check(call, collective, false, std::min(until, Clock::now() + kLookBudget));
+  }
   /// check() that asks the store now whatever the interval, for up to budget: for a call that failed on its own
   /// (a peer's connection closed, say), to tell why the peer went.
   void check_now(uint64_t call, bool collective, std::chrono::milliseconds budget = kBudget) {
@@ -74,6 +81,7 @@ class Notices {
   int64_t seen_ = 0;
   std::vector<Record> records_;
   Clock::time_point next_fetch_{};
+  Clock::time_point silent_since_ = Clock::time_point::max();  ///< the first look of a silence that goes on
   bool store_failed_ = false;
 };
 

@@ -9,10 +9,11 @@
 #   tests/multihost/netns_test.sh BUILD_DIR MODEL faults   an unreachable host, a host that never answers, a rank
 #                                                           killed on the second host, SIGINT to the launcher: every
 #                                                           rank on every host gone, no segment left, a clear message
-#   tests/multihost/netns_test.sh BUILD_DIR MODEL halfopen a host vanishes mid-job (its veth end taken down: packets
-#                                                           lost, no RST, no FIN): every rank on both hosts fails in
-#                                                           the deadline naming the call and a peer on the other
-#                                                           host; a link down for 0.5 s is survived (retransmits)
+#   tests/multihost/netns_test.sh BUILD_DIR MODEL halfopen a host vanishes mid-job (its veth end taken down, or its
+#                                                           packets dropped with links up: no RST, no FIN): every rank
+#                                                           on both hosts fails in the deadline naming the call and a
+#                                                           peer on the other host; a link down for 0.5 s is survived
+#                                                           (TCP retransmits)
 #
 # Exit 77 (skipped, with the reason) where namespaces cannot be made: not root, no `ip`, no netns support.
 # Namespace and interface names are unique per run and removed on exit, whatever happens.
@@ -252,7 +253,8 @@ halfopen)
   # The fault matrix's half-open connection (tests/multiproc/fault_test.cc has the other faults): 3 ranks of
   # test_prog "steady" (checked all-reduces), TBCOLL_TIMEOUT=2, started straight into the namespaces (a launcher
   # would end the others when one fails), shm inside a host and tcp between hosts. Mid-job one host's veth end goes
-  # down: packets vanish, nobody gets a reset or a FIN, and the kernels would retransmit for many minutes. Each case
+  # down, or its packets are dropped with every link up: packets vanish, nobody gets a reset or a FIN, and the
+  # kernels would retransmit for many minutes. Each case
   # prints a "[ time to error ]" line as fault_test.cc does (fault -> the last rank's exit), for the README's table.
   prog=$build/tests/tbcoll_test_prog
   timeout_s=2
@@ -264,12 +266,34 @@ halfopen)
                                            else print $c }' /proc/net/snmp
   }
   port=29600
-  # halfopen_case NAME LAYOUT VANISHING DOWN_S: LAYOUT names each rank's host (AAB: ranks 0 and 1 on A, rank 2 on B;
-  # rank 0 hosts the store, on A); the link of host VANISHING goes down, for good (DOWN_S 0) or for DOWN_S seconds.
+  # Host VANISHING's packets to and from the other host dropped by policy rules ("drop") with every link up, or
+  # the rules removed ("keep"): what a host far away looks like when it vanishes (no carrier change anywhere).
+  # The rules go before the local table (moved from preference 0 to 100), so packets for this host drop too.
+  blackhole() {
+    local ns=$ns_b others="10.231.0.1 10.231.0.11" verb=add address
+    [ "$1" = A ] && ns=$ns_a others=10.231.0.2
+    [ "$2" = keep ] && verb=del
+    if [ "$2" = drop ]; then
+      ip -n "$ns" rule add pref 100 lookup local && ip -n "$ns" rule del pref 0 || return 1
+    fi
+    for address in $others; do
+      ip -n "$ns" rule $verb pref 10 to "$address" blackhole && ip -n "$ns" rule $verb pref 11 from "$address" blackhole ||
+        return 1
+    done
+    if [ "$2" = keep ]; then
+      ip -n "$ns" rule add pref 0 lookup local && ip -n "$ns" rule del pref 100 || return 1
+    fi
+  }
+  # halfopen_case NAME LAYOUT VANISHING HOW DOWN_S: LAYOUT names each rank's host (AAB: ranks 0 and 1 on A, rank 2
+  # on B; rank 0 hosts the store, on A); host VANISHING goes: its link down (HOW link) or its packets dropped (HOW
+  # drop), for good (DOWN_S 0) or for DOWN_S seconds.
   halfopen_case() {
-    local name=$1 layout=$2 vanishing=$3 down_s=$4
+    local name=$1 layout=$2 vanishing=$3 how=$4 down_s=$5
     local ns_down=$ns_b veth_down=$veth_b rounds=100000 rank pids=() logs=() status=() ended=()
     [ "$vanishing" = A ] && ns_down=$ns_a veth_down=$veth_a
+    vanish() {
+      if [ "$how" = drop ]; then blackhole "$vanishing" "$1"; else ip -n "$ns_down" link set "$veth_down" "$1"; fi
+    }
     [ "$down_s" = 0 ] || rounds=400  # ~2.5 s: the job goes on well after the link is back
     port=$((port + 1))
     for rank in 0 1 2; do
@@ -288,10 +312,10 @@ halfopen)
     sleep 0.3  # all-reducing
     local retransmitted=$(($(retransmits "$ns_a") + $(retransmits "$ns_b")))
     local injected=$EPOCHREALTIME
-    ip -n "$ns_down" link set "$veth_down" down || fail "$name: link down"
+    if [ "$how" = drop ]; then vanish drop; else vanish down; fi || fail "$name: cannot make host $vanishing vanish"
     if [ "$down_s" != 0 ]; then
       sleep "$down_s"
-      ip -n "$ns_down" link set "$veth_down" up || fail "$name: link up"
+      if [ "$how" = drop ]; then vanish keep; else vanish up; fi || fail "$name: cannot bring host $vanishing back"
     fi
     # Reap the ranks as they end (a zombie or gone from /proc: ended); one still running 20 s on has hung.
     local left=3 give_up=$((SECONDS + 20)) state
@@ -308,7 +332,9 @@ halfopen)
       sleep 0.005
     done
     [ "$down_s" = 0 ] || retransmitted=$(($(retransmits "$ns_a") + $(retransmits "$ns_b") - retransmitted))
-    ip -n "$ns_down" link set "$veth_down" up  # for the next case
+    if [ "$down_s" = 0 ]; then  # back, for the next case
+      if [ "$how" = drop ]; then vanish keep; else vanish up; fi || fail "$name: cannot bring host $vanishing back"
+    fi
     local hung=""
     for rank in 0 1 2; do
       [ -n "${status[$rank]:-}" ] || { hung+=" $rank"; kill -9 "${pids[$rank]}"; wait "${pids[$rank]}"; }
@@ -354,9 +380,10 @@ halfopen)
       done
     fi
   }
-  halfopen_case "half-open: host B vanishes (ranks 0, 1 on A; 2 on B)" AAB B 0
-  halfopen_case "half-open: the store's host A vanishes (rank 0 on A; 1, 2 on B)" ABB A 0
-  halfopen_case "half-open: link down 0.5 s, then up" AAB B 0.5
+  halfopen_case "half-open: host B vanishes, link down (ranks 0, 1 on A; 2 on B)" AAB B link 0
+  halfopen_case "half-open: host B vanishes, packets dropped, links up (ranks 0, 1 on A; 2 on B)" AAB B drop 0
+  halfopen_case "half-open: the store's host A vanishes, link down (rank 0 on A; 1, 2 on B)" ABB A link 0
+  halfopen_case "half-open: link down 0.5 s, then up" AAB B link 0.5
   ;;
 *)
   fail "unknown part '$what' (demo, faults or halfopen)"
