@@ -383,6 +383,7 @@ halfopen)
   halfopen_case "half-open: host B vanishes, link down (ranks 0, 1 on A; 2 on B)" AAB B link 0
   halfopen_case "half-open: host B vanishes, packets dropped, links up (ranks 0, 1 on A; 2 on B)" AAB B drop 0
   halfopen_case "half-open: the store's host A vanishes, link down (rank 0 on A; 1, 2 on B)" ABB A link 0
+  halfopen_case "half-open: the store's host A vanishes, packets dropped, links up (rank 0 on A; 1, 2 on B)" ABB A drop 0
   halfopen_case "half-open: link down 0.5 s, then up" AAB B link 0.5
   ;;
 *)
