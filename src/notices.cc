@@ -78,19 +78,7 @@ void Notices::fetch(bool right_now, Deadline until) {
 
 void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
   fetch(now, until);
-  for (const Record& record : records_) {
-    if (record.kind == Kind::kBroken && (!collective || record.call <= call)) {
-      throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
-                                    record.reason));
-    }
-    if (record.kind == Kind::kTimedOut && (!collective || record.call <= call)) {
-      throw RemoteError(fmt::format("peer {} gave up in call {} and takes part in no further call: {}", record.rank,
-                                    record.call, record.reason));
-    }
-    if (record.kind == Kind::kRefused && collective && record.call == call) {
-      throw RemoteError(fmt::format("peer {} refused this call: {}", record.rank, record.reason));
-    }
-  }
+  throw_if_told(call, collective, false);
 }
 
 std::string Notices::check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget) {
@@ -102,20 +90,25 @@ std::string Notices::check_after_timeout(uint64_t call, bool collective, std::ch
     }
   }
   // The rest as check() has it: a peer that failed otherwise, or timed out in an earlier call, is the reason.
+  throw_if_told(call, collective, true);
+  return others;
+}
+
+void Notices::throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call) const {
   for (const Record& record : records_) {
-    if (record.kind == Kind::kTimedOut && record.call == call) continue;
-    if ((record.kind == Kind::kBroken || record.kind == Kind::kTimedOut) && (!collective || record.call <= call)) {
-      throw RemoteError(record.kind == Kind::kBroken
-                            ? fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
-                                          record.reason)
-                            : fmt::format("peer {} gave up in call {} and takes part in no further call: {}",
-                                          record.rank, record.call, record.reason));
+    const bool concerns_call = !collective || record.call <= call;
+    if (record.kind == Kind::kBroken && concerns_call) {
+      throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
+                                    record.reason));
+    }
+    if (record.kind == Kind::kTimedOut && concerns_call && !(except_timeouts_in_call && record.call == call)) {
+      throw RemoteError(fmt::format("peer {} gave up in call {} and takes part in no further call: {}", record.rank,
+                                    record.call, record.reason));
     }
     if (record.kind == Kind::kRefused && collective && record.call == call) {
       throw RemoteError(fmt::format("peer {} refused this call: {}", record.rank, record.reason));
     }
   }
-  return others;
 }
 
 std::string Notices::refusal_of(uint64_t call) {

@@ -74,6 +74,9 @@ class Notices {
   };
   void check(uint64_t call, bool collective, bool now, Deadline until);
   void fetch(bool now, Deadline until);
+  /// Throws for the first record that concerns call `call` (see check()), passing over the peers' timeouts in
+  /// that very call when except_timeouts_in_call.
+  void throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call) const;
 
   std::shared_ptr<Store> store_;
   std::string prefix_;
