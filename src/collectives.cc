@@ -278,9 +278,10 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     if (fast_path != nullptr && (tag.tag >> 63) == 0) fast_path->announce(tag);
     if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
     const TunerConfig& tuning = tuner.config();
-    algo::Exec exec(rank, size, peers, max_message, tag, deadline_after(config.timeout_s), tuning.spin, spin_yields,
-                    tuning.chunk_bytes, scratch, request_table, call, &host_of);
-    exec.set_watch([this, number] { notices.check(number, number != 0); });
+    const Deadline deadline = deadline_after(config.timeout_s);
+    algo::Exec exec(rank, size, peers, max_message, tag, deadline, tuning.spin, spin_yields, tuning.chunk_bytes,
+                    scratch, request_table, call, &host_of);
+    exec.set_watch([this, number, deadline] { notices.check(number, number != 0, deadline); });
     body(exec);
   });
 }
@@ -306,9 +307,10 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
     return;
   }
   guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
-    transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag,
-                                   deadline_after(config.timeout_s), tuner.config().spin, spin_yields,
-                                   [this, &tag] { notices.check(tag.tag, true); }};
+    const Deadline deadline = deadline_after(config.timeout_s);
+    transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag, deadline,
+                                   tuner.config().spin, spin_yields,
+                                   [this, &tag, deadline] { notices.check(tag.tag, true, deadline); }};
     fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }
@@ -316,8 +318,9 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
 template <typename Body>
 void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
   // The peers learn that this rank takes part in no collective from this one on (the next, after send/recv).
+  const auto told_number = [&] { return call_number != 0 ? call_number : collective_seq + 1; };
   auto tell_peers = [&](const std::string& reason) {
-    notices.publish(Notices::Kind::kBroken, call_number != 0 ? call_number : collective_seq + 1, reason);
+    notices.publish(Notices::Kind::kBroken, told_number(), reason);
   };
   try {
     body();
@@ -349,6 +352,20 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
   } catch (const Error& error) {
     mark_broken(error.what());
     const std::string context = fmt::format("rank {}: {}", rank, call.describe());
+    if (error.code() == tbcollTimeout) {
+      // Past the call's deadline the telling gets a short budget: a store that stopped answering (its host
+      // vanished) must not keep the caller a second longer. Peers that timed out in this call too waited as this
+      // rank did: their reasons are context, this rank's own names the peer it waited for.
+      notices.publish(Notices::Kind::kTimedOut, told_number(), error.what(), Notices::kLateBudget);
+      std::string others;
+      try {
+        others = notices.check_after_timeout(told_number(), call_number != 0, Notices::kLateBudget);
+      } catch (const RemoteError& told) {
+        throw RemoteError(fmt::format("{} failed: {} (here: {})", context, told.what(), error.what()));
+      }
+      if (!others.empty()) throw TimeoutError(fmt::format("{} failed: {} ({})", context, error.what(), others));
+      rethrow_with_context(error, context);
+    }
     tell_peers(fmt::format("{} failed: {}", context, error.what()));
     if (error.code() != tbcollRemoteError && error.code() != tbcollInvalidArgument) {
       // A peer that gave up first (and closed its connections, say) told why: say that rather than what it

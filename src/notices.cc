@@ -15,7 +15,7 @@ bool parse_notice(const std::string& text, char* kind, uint64_t* call, int* rank
   int consumed = 0;
   char k = 0;
   if (std::sscanf(text.c_str(), "%c %llu %d %n", &k, &number, rank, &consumed) < 3 || consumed <= 0) return false;
-  if (k != 'R' && k != 'B') return false;
+  if (k != 'R' && k != 'B' && k != 'T') return false;
   *kind = k;
   *call = number;
   *reason = text.substr(static_cast<size_t>(consumed));
@@ -28,10 +28,10 @@ void Notices::attach(std::shared_ptr<Store> store, std::string prefix, int rank)
   rank_ = rank;
 }
 
-void Notices::publish(Kind kind, uint64_t call, const std::string& reason) noexcept {
+void Notices::publish(Kind kind, uint64_t call, const std::string& reason, std::chrono::milliseconds budget) noexcept {
   if (store_ == nullptr || store_failed_) return;
   try {
-    const Deadline deadline = Clock::now() + std::chrono::seconds(1);
+    const Deadline deadline = Clock::now() + budget;
     const int64_t n = store_->add(prefix_ + "/notices", 1, deadline);
     const std::string text = fmt::format("{} {} {} {}", static_cast<char>(kind), call, rank_, reason);
     store_->set(fmt::format("{}/notice/{}", prefix_, n), std::vector<uint8_t>(text.begin(), text.end()), deadline);
@@ -41,12 +41,14 @@ void Notices::publish(Kind kind, uint64_t call, const std::string& reason) noexc
   }
 }
 
-void Notices::fetch(bool right_now) {
+void Notices::fetch(bool right_now, Deadline until) {
   const auto now = Clock::now();
-  if (store_ == nullptr || store_failed_ || (!right_now && now < next_fetch_)) return;
+  if (store_ == nullptr || store_failed_ || (!right_now && now < next_fetch_) || now >= until) return;
   next_fetch_ = now + kInterval;
+  // Until `until` alone (a waiting call's look: kLookBudget, or less before the call's deadline): a store that
+  // stopped answering (its host vanished) must not hold the call past its deadline, nor long after its data came.
+  const Deadline deadline = until;
   try {
-    const Deadline deadline = now + std::chrono::seconds(1);
     const int64_t count = store_->add(prefix_ + "/notices", 0, deadline);
     for (; seen_ < count; ++seen_) {
       // Counted before written (publish): the record follows within the publisher's round trip.
@@ -60,6 +62,13 @@ void Notices::fetch(bool right_now) {
       record.kind = static_cast<Kind>(kind);
       if (record.rank != rank_) records_.push_back(std::move(record));
     }
+    silent_since_ = Clock::time_point::max();
+  } catch (const TimeoutError& error) {
+    // One short look says little of the store; a silence of kBudget over the looks says it is gone.
+    silent_since_ = std::min(silent_since_, now);
+    if (Clock::now() - silent_since_ < kBudget) return;
+    store_failed_ = true;
+    log::info("rank {}: the store does not answer ({}): notices from peers no longer seen", rank_, error.what());
   } catch (const std::exception& error) {
     // Rank 0 (the store) gone: the transports report the peers that died; stop asking.
     store_failed_ = true;
@@ -67,12 +76,34 @@ void Notices::fetch(bool right_now) {
   }
 }
 
-void Notices::check(uint64_t call, bool collective, bool now) {
-  fetch(now);
+void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
+  fetch(now, until);
+  throw_if_told(call, collective, false);
+}
+
+std::string Notices::check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget) {
+  fetch(true, Clock::now() + budget);
+  std::string others;
   for (const Record& record : records_) {
-    if (record.kind == Kind::kBroken && (!collective || record.call <= call)) {
+    if (record.kind == Kind::kTimedOut && record.call == call) {
+      others += fmt::format("{}peer {} too: {}", others.empty() ? "" : "; ", record.rank, record.reason);
+    }
+  }
+  // The rest as check() has it: a peer that failed otherwise, or timed out in an earlier call, is the reason.
+  throw_if_told(call, collective, true);
+  return others;
+}
+
+void Notices::throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call) const {
+  for (const Record& record : records_) {
+    const bool concerns_call = !collective || record.call <= call;
+    if (record.kind == Kind::kBroken && concerns_call) {
       throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
                                     record.reason));
+    }
+    if (record.kind == Kind::kTimedOut && concerns_call && !(except_timeouts_in_call && record.call == call)) {
+      throw RemoteError(fmt::format("peer {} gave up in call {} and takes part in no further call: {}", record.rank,
+                                    record.call, record.reason));
     }
     if (record.kind == Kind::kRefused && collective && record.call == call) {
       throw RemoteError(fmt::format("peer {} refused this call: {}", record.rank, record.reason));
@@ -81,7 +112,7 @@ void Notices::check(uint64_t call, bool collective, bool now) {
 }
 
 std::string Notices::refusal_of(uint64_t call) {
-  fetch(true);
+  fetch(true, Clock::now() + kBudget);
   for (const Record& record : records_) {
     if (record.kind == Kind::kRefused && record.call == call) {
       return fmt::format("peer {} refused this call: {}", record.rank, record.reason);

@@ -9,6 +9,11 @@
 #   tests/multihost/netns_test.sh BUILD_DIR MODEL faults   an unreachable host, a host that never answers, a rank
 #                                                           killed on the second host, SIGINT to the launcher: every
 #                                                           rank on every host gone, no segment left, a clear message
+#   tests/multihost/netns_test.sh BUILD_DIR MODEL halfopen a host vanishes mid-job (its veth end taken down, or its
+#                                                           packets dropped with links up: no RST, no FIN): every rank
+#                                                           on both hosts fails in the deadline naming the call and a
+#                                                           peer on the other host; a link down for 0.5 s is survived
+#                                                           (TCP retransmits)
 #
 # Exit 77 (skipped, with the reason) where namespaces cannot be made: not root, no `ip`, no netns support.
 # Namespace and interface names are unique per run and removed on exit, whatever happens.
@@ -51,9 +56,11 @@ ip -n "$ns_a" link set "$veth_a" up && ip -n "$ns_b" link set "$veth_b" up || fa
 
 # The README's steps: an install prefix (the same path on both "machines") holding the tools and the model.
 prefix=$work/prefix
-cmake --install "$build" --prefix "$prefix" > /dev/null || fail "cmake --install"
-mkdir -p "$prefix/models"
-[ -f "$model" ] && cp "$model" "$prefix/models/stories260K.gguf"
+if [ "$what" != halfopen ]; then  # (that part runs the build tree's test program)
+  cmake --install "$build" --prefix "$prefix" > /dev/null || fail "cmake --install"
+  mkdir -p "$prefix/models"
+  [ -f "$model" ] && cp "$model" "$prefix/models/stories260K.gguf"
+fi
 export TBCOLL_PREFIX=$prefix
 export TBCOLL_DEMO_LAUNCHER="ip netns exec"
 export TBCOLL_SOCKET_IFNAME=tva,tvb  # the veth ends: what bridge0 is between two Macs
@@ -242,8 +249,143 @@ faults)
       "$(grep -m1 'killed by signal\|caught signal' "$work/err")"
   done
   ;;
+halfopen)
+  # The fault matrix's half-open connection (tests/multiproc/fault_test.cc has the other faults): 3 ranks of
+  # test_prog "steady" (checked all-reduces), TBCOLL_TIMEOUT=2, started straight into the namespaces (a launcher
+  # would end the others when one fails), shm inside a host and tcp between hosts. Mid-job one host's veth end goes
+  # down, or its packets are dropped with every link up: packets vanish, nobody gets a reset or a FIN, and the
+  # kernels would retransmit for many minutes. Each case
+  # prints a "[ time to error ]" line as fault_test.cc does (fault -> the last rank's exit), for the README's table.
+  prog=$build/tests/tbcoll_test_prog
+  timeout_s=2
+  slack=1.5  # as fault_test.cc allows
+  since() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", b - a }'; }
+  port=29600
+  # blackhole HOST ACTION: HOST's packets to and from the other host dropped by policy rules (drop) with every link
+  # up, or let through again (keep): what a host far away looks like when it vanishes (no carrier change anywhere).
+  # The rules go before the local table, moved from preference 0 to 100 beforehand (prepare; restore moves it back),
+  # so packets for this host drop too. The rules come in one batch: traffic stops in both directions at once.
+  blackhole() {
+    local ns=$ns_b others="10.231.0.1 10.231.0.11" verb=add address
+    [ "$1" = A ] && ns=$ns_a others=10.231.0.2
+    case $2 in
+      prepare) ip -n "$ns" rule add pref 100 lookup local && ip -n "$ns" rule del pref 0 ;;
+      restore) ip -n "$ns" rule add pref 0 lookup local && ip -n "$ns" rule del pref 100 ;;
+      drop | keep)
+        [ "$2" = keep ] && verb=del
+        for address in $others; do
+          printf 'rule %s pref 10 to %s blackhole\nrule %s pref 11 from %s blackhole\n' $verb "$address" $verb "$address"
+        done | ip -n "$ns" -batch -
+        ;;
+    esac
+  }
+  # halfopen_case NAME LAYOUT VANISHING HOW DOWN_S: LAYOUT names each rank's host (AAB: ranks 0 and 1 on A, rank 2
+  # on B; rank 0 hosts the store, on A); host VANISHING goes: its link down (HOW link) or its packets dropped (HOW
+  # drop), for good (DOWN_S 0) or for DOWN_S seconds.
+  halfopen_case() {
+    local name=$1 layout=$2 vanishing=$3 how=$4 down_s=$5
+    local ns_down=$ns_b veth_down=$veth_b rounds=100000 rank pids=() logs=() status=() ended=()
+    [ "$vanishing" = A ] && ns_down=$ns_a veth_down=$veth_a
+    vanish() {
+      if [ "$how" = drop ]; then blackhole "$vanishing" "$1"; else ip -n "$ns_down" link set "$veth_down" "$1"; fi
+    }
+    [ "$down_s" = 0 ] || rounds=400  # ~2.5 s: the job goes on well after the link is back
+    port=$((port + 1))
+    for rank in 0 1 2; do
+      local ns=$ns_b
+      [ "${layout:$rank:1}" = A ] && ns=$ns_a
+      logs+=("$work/halfopen.$port.$rank.log")
+      ip netns exec "$ns" env TBCOLL_RANK=$rank TBCOLL_WORLD_SIZE=3 TBCOLL_ROOT=10.231.0.1:$port \
+        TBCOLL_TIMEOUT=$timeout_s "$prog" steady $rounds > "${logs[$rank]}" 2>&1 &
+      pids+=($!)  # ip netns exec and env exec the program: the rank's own pid
+    done
+    for _ in $(seq 200); do
+      [ "$(cat "${logs[@]}" | grep -c '^ready$')" = 3 ] && break
+      sleep 0.05
+    done
+    [ "$(cat "${logs[@]}" | grep -c '^ready$')" = 3 ] || fail "$name: the ranks did not start: $(cat "${logs[@]}")"
+    sleep 0.3  # all-reducing
+    if [ "$how" = drop ]; then blackhole "$vanishing" prepare || fail "$name: cannot move the local routing rule"; fi
+    local injected=$EPOCHREALTIME
+    if [ "$how" = drop ]; then vanish drop; else vanish down; fi || fail "$name: cannot make host $vanishing vanish"
+    if [ "$down_s" != 0 ]; then
+      sleep "$down_s"
+      if [ "$how" = drop ]; then vanish keep; else vanish up; fi || fail "$name: cannot bring host $vanishing back"
+    fi
+    # Reap the ranks as they end (a zombie or gone from /proc: ended); one still running 20 s on has hung.
+    local left=3 give_up=$((SECONDS + 20)) state
+    while [ $left -gt 0 ] && [ $SECONDS -lt $give_up ]; do
+      for rank in 0 1 2; do
+        [ -z "${status[$rank]:-}" ] || continue
+        state=$(sed 's/.*) //' "/proc/${pids[$rank]}/stat" 2> /dev/null | cut -c1)
+        [ -z "$state" ] || [ "$state" = Z ] || continue
+        ended[$rank]=$(since "$injected" "$EPOCHREALTIME")
+        wait "${pids[$rank]}"
+        status[$rank]=$?
+        left=$((left - 1))
+      done
+      sleep 0.005
+    done
+    if [ "$down_s" = 0 ]; then  # back, for the next case
+      if [ "$how" = drop ]; then vanish keep; else vanish up; fi || fail "$name: cannot bring host $vanishing back"
+    fi
+    if [ "$how" = drop ]; then blackhole "$vanishing" restore || fail "$name: cannot restore the local routing rule"; fi
+    local hung=""
+    for rank in 0 1 2; do
+      [ -n "${status[$rank]:-}" ] || { hung+=" $rank"; kill -9 "${pids[$rank]}"; wait "${pids[$rank]}"; }
+    done
+    [ -z "$hung" ] || fail "$name: rank(s)$hung hung: $(tail -n 3 "${logs[@]}")"
+    local worst=0 worst_a=0 worst_b=0 host log other
+    for rank in 0 1 2; do
+      host=${layout:$rank:1} log=$(cat "${logs[$rank]}")
+      if [ "$down_s" != 0 ]; then
+        [ "${status[$rank]}" = 0 ] && grep -q '^done (longest round [0-9]* ms)$' <<< "$log" ||
+          fail "$name: rank $rank (exit ${status[$rank]}) did not succeed: $log"
+      else
+        # A typed error naming the call and the peer it waited for on the other host (the one this rank lost; or a
+        # peer on its own host gave up first, waiting for one there).
+        other=$(for peer in 0 1 2; do [ "${layout:$peer:1}" != "$host" ] && echo "$peer"; done | paste -sd'|')
+        [ "${status[$rank]}" = 1 ] || fail "$name: rank $rank: exit ${status[$rank]}, expected 1: $log"
+        grep -qE "^tbcoll error \(code [0-9]+\): rank $rank: all_reduce\(.* waiting for peer ($other)\b" <<< "$log" ||
+          fail "$name: rank $rank: no typed error naming the all_reduce and peer $other: $log"
+        awk -v t="${ended[$rank]}" -v a="$timeout_s" -v b="$slack" 'BEGIN { exit !(t < a + b) }' ||
+          fail "$name: rank $rank ended ${ended[$rank]} s after the fault (TBCOLL_TIMEOUT=$timeout_s): $log"
+      fi
+      worst=$(awk -v a="$worst" -v b="${ended[$rank]}" 'BEGIN { print (b > a ? b : a) }')
+      if [ "$host" = A ]; then
+        worst_a=$(awk -v a="$worst_a" -v b="${ended[$rank]}" 'BEGIN { print (b > a ? b : a) }')
+      else
+        worst_b=$(awk -v a="$worst_b" -v b="${ended[$rank]}" 'BEGIN { print (b > a ? b : a) }')
+      fi
+    done
+    [ -z "$(leftovers)" ] || fail "$name: processes left in the namespaces: $(leftovers)"
+    local left_segments
+    left_segments=$(segments_of "${pids[@]}")
+    [ -z "$left_segments" ] || fail "$name: segments left in /dev/shm: $left_segments"
+    if [ "$down_s" != 0 ]; then
+      # The link was down mid-job (or the case proves nothing): an all-reduce waited across the outage.
+      local stalled_ms
+      stalled_ms=$(sed -n 's/^done (longest round \([0-9]*\) ms)$/\1/p' "${logs[@]}" | sort -n | tail -1)
+      awk -v ms="$stalled_ms" -v s="$down_s" 'BEGIN { exit !(ms >= 800 * s) }' ||
+        fail "$name: the longest all-reduce took $stalled_ms ms: the link going down for $down_s s held nothing up"
+      printf '[ time to error ] %s | tcp | success | %.2f s (TBCOLL_TIMEOUT=%g; the longest all-reduce %d ms)\n' \
+        "$name" "$worst" "$timeout_s" "$stalled_ms"
+    else
+      printf '[ time to error ] %s | tcp | typed error on every rank | %.2f s (TBCOLL_TIMEOUT=%g; host A %.2f s, host B %.2f s)\n' \
+        "$name" "$worst" "$timeout_s" "$worst_a" "$worst_b"
+      for rank in 0 1 2; do
+        echo "netns_test:   rank $rank on host ${layout:$rank:1}, ${ended[$rank]} s: $(grep '^tbcoll error' "${logs[$rank]}")"
+      done
+    fi
+  }
+  halfopen_case "half-open: host B vanishes, link down (ranks 0, 1 on A; 2 on B)" AAB B link 0
+  halfopen_case "half-open: host B vanishes, packets dropped, links up (ranks 0, 1 on A; 2 on B)" AAB B drop 0
+  halfopen_case "half-open: the store's host A vanishes, link down (rank 0 on A; 1, 2 on B)" ABB A link 0
+  halfopen_case "half-open: the store's host A vanishes, packets dropped, links up (rank 0 on A; 1, 2 on B)" ABB A drop 0
+  halfopen_case "half-open: link down 0.5 s, then up" AAB B link 0.5
+  ;;
 *)
-  fail "unknown part '$what' (demo or faults)"
+  fail "unknown part '$what' (demo, faults or halfopen)"
   ;;
 esac
 echo "netns_test: PASS ($what)"

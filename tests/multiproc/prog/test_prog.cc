@@ -8,7 +8,8 @@
 //                                      tcp across; prints each rank's transports, then runs check
 //   test_prog late RANK SECONDS        prints "pid <pid>"; RANK sleeps SECONDS before init; then as check 1
 //   test_prog steady ROUNDS [RANK MS]  prints "ready" after init; ROUNDS checked all_reduces 5 ms apart (RANK sleeps
-//                                      MS before round 5: a slow peer); prints "done" (the fault matrix)
+//                                      MS before round 5: a slow peer); prints "done (longest round N ms)" (the
+//                                      fault matrix; the longest all_reduce tells a stall survived)
 //   test_prog c_split RANK ID          C API, 3 ranks from unique id ID (its text): splits with colour 0 and
 //                                      all-reduces on the child, then splits the child (rank 0 runs elsewhere)
 #include <signal.h>
@@ -175,17 +176,21 @@ int main(int argc, char** argv) {
       std::printf("ready\n");
       std::fflush(stdout);
       std::vector<float> buf(1024);
+      std::chrono::steady_clock::duration longest{};
       for (int round = 0; round < rounds; ++round) {
         if (round == 5 && comm.rank() == slow_rank) std::this_thread::sleep_for(std::chrono::milliseconds(slow_ms));
         std::fill(buf.begin(), buf.end(), static_cast<float>(comm.rank() + round));
+        const auto start = std::chrono::steady_clock::now();
         comm.all_reduce(buf.data(), buf.data(), buf.size(), DataType::kFloat32, ReduceOp::kMax);
+        longest = std::max(longest, std::chrono::steady_clock::now() - start);
         if (buf[0] != static_cast<float>(comm.size() - 1 + round)) {
           std::fprintf(stderr, "round %d: wrong result %g\n", round, buf[0]);
           return 4;
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       }
-      std::printf("done\n");
+      std::printf("done (longest round %lld ms)\n", static_cast<long long>(
+                      std::chrono::duration_cast<std::chrono::milliseconds>(longest).count()));
       return 0;
     }
     if (mode == "split_after_parent") {
