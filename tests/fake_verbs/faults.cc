@@ -1,0 +1,133 @@
+// The thread-level faults of faults.h: pauses (fake_verbs.cc's calls wait on them), cut links (fabric.cc's
+// transmit() asks link_cut()) and RC retries that run out.
+#include "fake_verbs/faults.h"
+
+#include <thread>
+
+#include "fake_verbs/fabric.h"
+
+namespace tbcoll::ibverbs::fake {
+namespace detail {
+
+bool link_cut(const Fabric& fabric, const Context* a, const Context* b) {
+  if (a->isolated || b->isolated) return true;
+  return fabric.cut_links.count({const_cast<Context*>(a), const_cast<Context*>(b)}) != 0;
+}
+
+void lose_on_cut_link(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length, bool signaled,
+                      ibv_wc_opcode opcode) {
+  ++fabric.counters.dropped_injected;
+  if (qp->verbs.qp_type != IBV_QPT_RC) {
+    if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, length), qp->sending_seq);
+    return;
+  }
+  // The HCA resends after each local ACK timeout (4.096 us x 2^timeout), retry_cnt times, then gives up.
+  const double timeout_s = 4.096e-6 * static_cast<double>(uint64_t{1} << std::min<uint8_t>(qp->timeout, 31));
+  const auto retries = std::chrono::duration<double>(timeout_s * (qp->retry_cnt + 1));
+  fabric.retrying.push_back(Retrying{qp->verbs.qp_num, wr->wr_id, qp->sending_seq, opcode,
+                                     std::chrono::steady_clock::now() +
+                                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(retries)});
+}
+
+void fire_due_retries(Fabric& fabric, Cq* cq) {
+  const auto now = std::chrono::steady_clock::now();
+  auto& retrying = fabric.retrying;
+  for (;;) {
+    Qp* qp = nullptr;
+    auto due = retrying.begin();
+    while (due != retrying.end()) {
+      auto found = fabric.qp_by_number.find(due->qpn);
+      if (found == fabric.qp_by_number.end()) {  // destroyed meanwhile
+        due = retrying.erase(due);
+        continue;
+      }
+      if (found->second->send_cq == cq && due->due <= now) {
+        qp = found->second;
+        break;
+      }
+      ++due;
+    }
+    if (qp == nullptr) return;
+    // The oldest send of that queue pair gives up (entries are in posting order); the ones behind it are flushed.
+    const ibv_wc_status status = qp->verbs.state == IBV_QPS_ERR ? IBV_WC_WR_FLUSH_ERR : IBV_WC_RETRY_EXC_ERR;
+    error_completion(qp, due->wr_id, status, due->opcode, due->send_seq);
+    const uint32_t qpn = due->qpn;
+    retrying.erase(due);
+    for (auto later = retrying.begin(); later != retrying.end();) {
+      if (later->qpn != qpn) {
+        ++later;
+        continue;
+      }
+      push(qp->send_cq, completion(qp, later->wr_id, IBV_WC_WR_FLUSH_ERR, later->opcode, 0));
+      later = retrying.erase(later);
+    }
+  }
+}
+
+}  // namespace detail
+
+using namespace detail;  // NOLINT(google-build-using-namespace)
+
+namespace {
+Context* find_context(Fabric& fabric, ibv_context* verbs) { return verbs ? Fabric::find(fabric.contexts, verbs) : nullptr; }
+}  // namespace
+
+ibv_context* context_of_this_thread() {
+  ibv_context* found = nullptr;
+  uint32_t newest = 0;
+  with_fabric([&](Fabric& fabric) {
+    for (auto& [verbs, context] : fabric.contexts) {
+      // The newest: ports are numbered in opening order (their GID's last bytes).
+      const uint32_t port = (uint32_t{context->gids.back().raw[14]} << 8) | context->gids.back().raw[15];
+      if (context->opener == std::this_thread::get_id() && (found == nullptr || port > newest)) {
+        found = verbs;
+        newest = port;
+      }
+    }
+  });
+  return found;
+}
+
+void pause(ibv_context* verbs) {
+  with_fabric([&](Fabric& fabric) {
+    if (Context* context = find_context(fabric, verbs)) context->paused = true;
+  });
+}
+
+void resume(ibv_context* verbs) {
+  with_fabric([&](Fabric& fabric) {
+    if (Context* context = find_context(fabric, verbs)) context->paused = false;
+  });
+}
+
+void cut(ibv_context* a, ibv_context* b) {
+  with_fabric([&](Fabric& fabric) {
+    Context* first = find_context(fabric, a);
+    Context* second = find_context(fabric, b);
+    if (first == nullptr) return;
+    if (b == nullptr) {
+      first->isolated = true;
+    } else if (second != nullptr) {
+      fabric.cut_links.insert({first, second});
+      fabric.cut_links.insert({second, first});
+    }
+  });
+}
+
+int break_queue_pairs(ibv_context* a, ibv_context* b) {
+  int moved = 0;
+  with_fabric([&](Fabric& fabric) {
+    Context* from = find_context(fabric, a);
+    Context* to = find_context(fabric, b);
+    if (from == nullptr || (b != nullptr && to == nullptr)) return;
+    for (auto& [verbs, qp] : fabric.qps) {
+      if (qp->context != from || qp->verbs.state == IBV_QPS_RESET || qp->verbs.state == IBV_QPS_ERR) continue;
+      if (to != nullptr && owner_of_gid(fabric, qp->dgid) != to) continue;
+      enter_error(qp.get());
+      ++moved;
+    }
+  });
+  return moved;
+}
+
+}  // namespace tbcoll::ibverbs::fake
