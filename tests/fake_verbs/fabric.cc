@@ -221,7 +221,7 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
     return;
   }
   if (link_cut(fabric, qp->context, dest->context)) {
-    lose_on_cut_link(fabric, qp, wr, length, signaled, opcode);
+    lose_on_cut_link(fabric, qp, dest, wr, std::move(data), signaled, opcode);
     return;
   }
   if (dest->context->vanished) {

@@ -99,13 +99,16 @@ struct Context {
   int mrs = 0;
 };
 
-// An RC send on a cut link: the sender's HCA retries until `due`, then completes it with IBV_WC_RETRY_EXC_ERR.
+// An RC send on a cut link: the sender's HCA retries until `due`, then completes it with IBV_WC_RETRY_EXC_ERR;
+// a link mended before then delivers it (a SEND: RDMA WRITEs are not kept).
 struct Retrying {
   uint32_t qpn = 0;
+  uint32_t dest_qpn = 0;
   uint64_t wr_id = 0;
   uint64_t send_seq = 0;
   ibv_wc_opcode opcode = IBV_WC_SEND;
   std::chrono::steady_clock::time_point due;
+  Queued message;  ///< what a mended link delivers
 };
 
 template <typename T, typename V>
@@ -174,8 +177,8 @@ void with_fabric(const std::function<void(Fabric&)>& fn);
 /// True when frames between these two contexts are lost (a cut link or an isolated end).
 bool link_cut(const Fabric& fabric, const Context* a, const Context* b);
 /// A send that met a cut link: UC loses it (the sender's completion says success), RC retries and fails later.
-void lose_on_cut_link(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length, bool signaled,
-                      ibv_wc_opcode opcode);
+void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data,
+                      bool signaled, ibv_wc_opcode opcode);
 /// RC sends whose retries ran out by now, on QPs completing into cq: IBV_WC_RETRY_EXC_ERR, later ones flushed.
 void fire_due_retries(Fabric& fabric, Cq* cq);
 

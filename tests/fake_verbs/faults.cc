@@ -14,19 +14,47 @@ bool link_cut(const Fabric& fabric, const Context* a, const Context* b) {
   return fabric.cut_links.count({const_cast<Context*>(a), const_cast<Context*>(b)}) != 0;
 }
 
-void lose_on_cut_link(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length, bool signaled,
-                      ibv_wc_opcode opcode) {
-  ++fabric.counters.dropped_injected;
+void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data,
+                      bool signaled, ibv_wc_opcode opcode) {
   if (qp->verbs.qp_type != IBV_QPT_RC) {
-    if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, length), qp->sending_seq);
+    ++fabric.counters.dropped_injected;
+    if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, data.size()), qp->sending_seq);
     return;
   }
   // The HCA resends after each local ACK timeout (4.096 us x 2^timeout), retry_cnt times, then gives up.
   const double timeout_s = 4.096e-6 * static_cast<double>(uint64_t{1} << std::min<uint8_t>(qp->timeout, 31));
   const auto retries = std::chrono::duration<double>(timeout_s * (qp->retry_cnt + 1));
-  fabric.retrying.push_back(Retrying{qp->verbs.qp_num, wr->wr_id, qp->sending_seq, opcode,
-                                     std::chrono::steady_clock::now() +
-                                         std::chrono::duration_cast<std::chrono::steady_clock::duration>(retries)});
+  Retrying retry;
+  retry.qpn = qp->verbs.qp_num;
+  retry.dest_qpn = dest->verbs.qp_num;
+  retry.wr_id = wr->wr_id;
+  retry.send_seq = qp->sending_seq;
+  retry.opcode = opcode;
+  retry.due = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(retries);
+  retry.message = Queued{qp->verbs.qp_num, wr->wr_id, qp->sending_seq, signaled, std::move(data),
+                         wr->opcode == IBV_WR_SEND_WITH_IMM, wr->imm_data};
+  fabric.retrying.push_back(std::move(retry));
+}
+
+// A mended link: the sends still retrying on it reach their destination, in order, as RC's retransmission would
+// (they wait there for receives like any RC message).
+static void deliver_retried(Fabric& fabric) {
+  std::set<Qp*> touched;
+  for (auto it = fabric.retrying.begin(); it != fabric.retrying.end();) {
+    auto sender = fabric.qp_by_number.find(it->qpn);
+    auto dest = fabric.qp_by_number.find(it->dest_qpn);
+    const bool both = sender != fabric.qp_by_number.end() && dest != fabric.qp_by_number.end();
+    if (!both || it->opcode != IBV_WC_SEND || sender->second->verbs.state == IBV_QPS_ERR ||
+        link_cut(fabric, sender->second->context, dest->second->context)) {
+      ++it;
+      continue;
+    }
+    dest->second->queued.push_back(std::move(it->message));
+    ++fabric.counters.queued_rc;
+    touched.insert(dest->second);
+    it = fabric.retrying.erase(it);
+  }
+  for (Qp* dest : touched) drain_queue(fabric, dest);
 }
 
 void fire_due_retries(Fabric& fabric, Cq* cq) {
@@ -97,6 +125,21 @@ void pause(ibv_context* verbs) {
 void resume(ibv_context* verbs) {
   with_fabric([&](Fabric& fabric) {
     if (Context* context = find_context(fabric, verbs)) context->paused = false;
+  });
+}
+
+void mend(ibv_context* a, ibv_context* b) {
+  with_fabric([&](Fabric& fabric) {
+    Context* first = find_context(fabric, a);
+    Context* second = find_context(fabric, b);
+    if (first == nullptr) return;
+    if (b == nullptr) {
+      first->isolated = false;
+    } else if (second != nullptr) {
+      fabric.cut_links.erase({first, second});
+      fabric.cut_links.erase({second, first});
+    }
+    deliver_retried(fabric);
   });
 }
 

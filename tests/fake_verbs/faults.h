@@ -25,6 +25,9 @@ void resume(ibv_context* context);
 /// the queue pair's retry time, 4.096 us x 2^timeout x (retry_cnt + 1) (0.54 s with timeout 14 and 7 retries),
 /// the send completes with IBV_WC_RETRY_EXC_ERR and the queue pair goes to ERR (later sends are flushed).
 void cut(ibv_context* a, ibv_context* b = nullptr);
+/// Undoes cut(a, b) (the cable plugged back): UC frames sent meanwhile stay lost; RC sends still retrying are
+/// delivered now, in order, as the HCA's next retransmission would.
+void mend(ibv_context* a, ibv_context* b = nullptr);
 
 /// Moves a's queue pairs that send to b (all of a's for null) to ERR, as a fatal local error would: its posted
 /// receives complete with IBV_WC_WR_FLUSH_ERR, and so does every later post. Returns how many were moved.
