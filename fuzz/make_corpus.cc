@@ -65,7 +65,8 @@ void ibverbs() {
   seed("ibverbs_handshake", "hello-notice-address",
        raw(hello) + raw(abort_notice) + "host-a:1234:5678|192.168.1.2:40000|rdma_en3|uc");
   seed("ibverbs_handshake", "v6-address", raw(hello) + raw(abort_notice) + "k|[fe80::1]:1|rxe0|rc+auto");
-  seed("ibverbs_handshake", "auto-mode", raw(hello) + raw(abort_notice) + "4d2.0.rdma_en0.9f3c|10.0.0.1:5|rdma_en0|uc+auto");
+  seed("ibverbs_handshake", "auto-mode",
+       raw(hello) + raw(abort_notice) + "4d2.0.rdma_en0.9f3c|10.0.0.1:5|rdma_en0|uc+auto");
   // Refused: the 3-field address of wire version 1 (no mode), and an unknown mode.
   seed("ibverbs_handshake", "old-address", raw(hello) + raw(abort_notice) + "k|10.0.0.1:5|rdma_en0");
   seed("ibverbs_handshake", "bad-mode", raw(hello) + raw(abort_notice) + "k|10.0.0.1:5|rdma_en0|ud+auto");

@@ -94,7 +94,7 @@ struct Context {
   bool vanished = false;
   bool paused = false;    ///< faults.h pause(): its data-path calls wait
   bool isolated = false;  ///< faults.h cut(context): every frame to or from it is lost
-  std::thread::id opener;
+  std::thread::id opener;  ///< the thread that opened it (faults.h context_of_this_thread)
   int qps = 0;
   int mrs = 0;
 };
@@ -175,7 +175,7 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length);
 /// Runs fn under the fabric mutex, then wakes the calls a pause holds (fake_verbs.cc).
 void with_fabric(const std::function<void(Fabric&)>& fn);
 /// True when frames between these two contexts are lost (a cut link or an isolated end).
-bool link_cut(const Fabric& fabric, const Context* a, const Context* b);
+bool link_cut(const Fabric& fabric, Context* a, Context* b);
 /// A send that met a cut link: UC loses it (the sender's completion says success), RC retries and fails later.
 void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data,
                       bool signaled, ibv_wc_opcode opcode);

@@ -9,13 +9,13 @@
 namespace tbcoll::ibverbs::fake {
 namespace detail {
 
-bool link_cut(const Fabric& fabric, const Context* a, const Context* b) {
+bool link_cut(const Fabric& fabric, Context* a, Context* b) {
   if (a->isolated || b->isolated) return true;
-  return fabric.cut_links.count({const_cast<Context*>(a), const_cast<Context*>(b)}) != 0;
+  return fabric.cut_links.count({a, b}) != 0;
 }
 
-void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data,
-                      bool signaled, ibv_wc_opcode opcode) {
+void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data, bool signaled,
+                      ibv_wc_opcode opcode) {
   if (qp->verbs.qp_type != IBV_QPT_RC) {
     ++fabric.counters.dropped_injected;
     if (signaled) push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_SUCCESS, opcode, data.size()), qp->sending_seq);
@@ -30,9 +30,15 @@ void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, s
   retry.wr_id = wr->wr_id;
   retry.send_seq = qp->sending_seq;
   retry.opcode = opcode;
-  retry.due = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(retries);
-  retry.message = Queued{qp->verbs.qp_num, wr->wr_id, qp->sending_seq, signaled, std::move(data),
-                         wr->opcode == IBV_WR_SEND_WITH_IMM, wr->imm_data};
+  retry.due =
+      std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(retries);
+  retry.message.source_qpn = qp->verbs.qp_num;
+  retry.message.wr_id = wr->wr_id;
+  retry.message.send_seq = qp->sending_seq;
+  retry.message.signaled = signaled;
+  retry.message.data = std::move(data);
+  retry.message.has_imm = wr->opcode == IBV_WR_SEND_WITH_IMM;
+  retry.message.imm_data = wr->imm_data;
   fabric.retrying.push_back(std::move(retry));
 }
 
@@ -97,7 +103,9 @@ void fire_due_retries(Fabric& fabric, Cq* cq) {
 using namespace detail;  // NOLINT(google-build-using-namespace)
 
 namespace {
-Context* find_context(Fabric& fabric, ibv_context* verbs) { return verbs ? Fabric::find(fabric.contexts, verbs) : nullptr; }
+Context* find_context(Fabric& fabric, ibv_context* verbs) {
+  return verbs ? Fabric::find(fabric.contexts, verbs) : nullptr;
+}
 }  // namespace
 
 ibv_context* context_of_this_thread() {

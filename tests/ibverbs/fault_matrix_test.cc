@@ -153,8 +153,10 @@ std::vector<std::string> peers_to_name(const Case& c, int rank) {
       if (rank == 0) return {"peer 1"};
       if (rank == 1) return {"peer 0"};
       return {"peer 0", "peer 1"};
-    case Fault::kQueuePairError: return {rank == 1 ? "peer 0" : "peer 1"};
-    default: return {"peer " + std::to_string(c.victim)};
+    case Fault::kQueuePairError:
+      return {rank == 1 ? "peer 0" : "peer 1"};
+    default:
+      return {"peer " + std::to_string(c.victim)};
   }
 }
 
@@ -195,20 +197,27 @@ TEST_P(IbverbsFaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
         fake::pause(victim);
         fake::cut(victim);
         break;
-      case Fault::kPausePastDeadline: fake::pause(victim); break;
+      case Fault::kPausePastDeadline:
+        fake::pause(victim);
+        break;
       case Fault::kPauseBriefly:
         fake::pause(victim);
         std::this_thread::sleep_for(std::chrono::milliseconds(400));
         fake::resume(victim);
         break;
-      case Fault::kSlowPeer: break;
-      case Fault::kCablePulled: fake::cut(rank0, rank1); break;
+      case Fault::kSlowPeer:
+        break;
+      case Fault::kCablePulled:
+        fake::cut(rank0, rank1);
+        break;
       case Fault::kCableOutBriefly:
         fake::cut(rank0, rank1);
         std::this_thread::sleep_for(std::chrono::milliseconds(200));
         fake::mend(rank0, rank1);
         break;
-      case Fault::kQueuePairError: EXPECT_EQ(fake::break_queue_pairs(rank1, rank0), 1); break;
+      case Fault::kQueuePairError:
+        EXPECT_EQ(fake::break_queue_pairs(rank1, rank0), 1);
+        break;
     }
     // The others end; then a stopped victim goes on (as a SIGKILL would end it) and must end too.
     const int stopped = outcome == kSuccess ? -1 : c.victim;
@@ -248,9 +257,9 @@ TEST_P(IbverbsFaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
       EXPECT_LT(seconds, kTimeoutS + kSlackS) << "rank " << rank << ": " << r.error;
       std::printf("  rank %d after %.2f s: %s\n", rank, seconds, r.error.c_str());
     }
-    const char* seen = failed == 0 ? "success" : failed == kRanks - (stopped >= 0 ? 1 : 0)
-                                                     ? "typed error on every other rank"
-                                                     : "typed error on some ranks, success on the others";
+    const char* seen = failed == 0                                 ? "success"
+                       : failed == kRanks - (stopped >= 0 ? 1 : 0) ? "typed error on every other rank"
+                                                                   : "typed error on some ranks, success on the others";
     std::printf("[ time to error ] %s | %s | %s | %.2f s (TBCOLL_TIMEOUT=%g)\n", c.name, column.c_str(), seen, worst,
                 kTimeoutS);
     std::fflush(stdout);
@@ -261,8 +270,7 @@ TEST_P(IbverbsFaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, IbverbsFaultMatrix,
-                         ::testing::Values(Mode{"uc", true}, Mode{"rc", false}),
+INSTANTIATE_TEST_SUITE_P(Modes, IbverbsFaultMatrix, ::testing::Values(Mode{"uc", true}, Mode{"rc", false}),
                          [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
 
 }  // namespace
