@@ -6,12 +6,12 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
-#include <chrono>
-#include <functional>
 #include <set>
 #include <string>
 #include <thread>
@@ -92,8 +92,8 @@ struct Context {
   ibv_context verbs{};
   std::vector<ibv_gid> gids;
   bool vanished = false;
-  bool paused = false;    ///< faults.h pause(): its data-path calls wait
-  bool isolated = false;  ///< faults.h cut(context): every frame to or from it is lost
+  bool paused = false;     ///< faults.h pause(): its data-path calls wait
+  bool isolated = false;   ///< faults.h cut(context): every frame to or from it is lost
   std::thread::id opener;  ///< the thread that opened it (faults.h context_of_this_thread)
   int qps = 0;
   int mrs = 0;
@@ -169,7 +169,6 @@ void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcod
 /// One validated send WR (state, opcode, SGE count and length checked), from its keys to its completions.
 void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length);
 
-
 // ---- faults.cc: the thread-level faults of faults.h --------------------------------------------------------
 
 /// Runs fn under the fabric mutex, then wakes the calls a pause holds (fake_verbs.cc).
@@ -177,8 +176,8 @@ void with_fabric(const std::function<void(Fabric&)>& fn);
 /// True when frames between these two contexts are lost (a cut link or an isolated end).
 bool link_cut(const Fabric& fabric, Context* a, Context* b);
 /// A send that met a cut link: UC loses it (the sender's completion says success), RC retries and fails later.
-void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data,
-                      bool signaled, ibv_wc_opcode opcode);
+void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data, bool signaled,
+                      ibv_wc_opcode opcode);
 /// RC sends whose retries ran out by now, on QPs completing into cq: IBV_WC_RETRY_EXC_ERR, later ones flushed.
 void fire_due_retries(Fabric& fabric, Cq* cq);
 

@@ -277,9 +277,10 @@ void Connection::progress_locked() {
 void Connection::check_loss_locked(Clock::time_point now) {
   if (peer_posted_ != 0 && frames_in_ >= peer_posted_) peer_posted_ = 0;  // all came
   if (peer_posted_ != 0 && now - peer_posted_at_ >= kLossGrace) {
-    fail_locked(fmt::format("[ibverbs] {}: frames from {} were lost (it posted {}, {} arrived): the link dropped "
-                            "data, which UC queue pairs do not resend",
-                            local_.device, peer_key_, peer_posted_, frames_in_));
+    fail_locked(
+        fmt::format("[ibverbs] {}: frames from {} were lost (it posted {}, {} arrived): the link dropped "
+                    "data, which UC queue pairs do not resend",
+                    local_.device, peer_key_, peer_posted_, frames_in_));
   }
   if (now - last_frame_at_ >= kProbeAfter && now >= next_probe_) {
     next_probe_ = now + kProbeAfter;

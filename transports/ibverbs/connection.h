@@ -161,11 +161,11 @@ class Connection {
   std::atomic<uint64_t> payload_sent_{0};
   Clock::time_point next_side_check_{};
   Clock::time_point gone_at_{};  // when the side channel closed; zero while the peer is there
-  uint64_t posted_ = 0;           // frames posted to the peer in all (data and credit)
+  uint64_t posted_ = 0;          // frames posted to the peer in all (data and credit)
   Clock::time_point last_frame_at_{};
   Clock::time_point next_probe_{};
-  uint64_t peer_posted_ = 0;              // a count the peer told us of that had not all arrived (0: none)
-  Clock::time_point peer_posted_at_{};   // when it told us
+  uint64_t peer_posted_ = 0;            // a count the peer told us of that had not all arrived (0: none)
+  Clock::time_point peer_posted_at_{};  // when it told us
 };
 
 }  // namespace tbcoll::ibverbs
