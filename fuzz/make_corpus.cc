@@ -61,11 +61,17 @@ void ibverbs() {
   hello.recv_depth = 64;
   hello.token_bytes = 9;
   const wire::Notice abort_notice{static_cast<uint32_t>(wire::NoticeKind::kAbort), 0, 0x1234};
+  // Port addresses as Port::address() writes them: "key|host:port|device|mode", mode uc, rc, uc+auto or rc+auto.
   seed("ibverbs_handshake", "hello-notice-address",
-       raw(hello) + raw(abort_notice) + "host-a:1234:5678|192.168.1.2:40000|rdma_en3");
-  seed("ibverbs_handshake", "v6-address", raw(hello) + raw(abort_notice) + "k|[fe80::1]:1|rxe0");
+       raw(hello) + raw(abort_notice) + "host-a:1234:5678|192.168.1.2:40000|rdma_en3|uc");
+  seed("ibverbs_handshake", "v6-address", raw(hello) + raw(abort_notice) + "k|[fe80::1]:1|rxe0|rc+auto");
+  seed("ibverbs_handshake", "auto-mode",
+       raw(hello) + raw(abort_notice) + "4d2.0.rdma_en0.9f3c|10.0.0.1:5|rdma_en0|uc+auto");
+  // Refused: the 3-field address of wire version 1 (no mode), and an unknown mode.
+  seed("ibverbs_handshake", "old-address", raw(hello) + raw(abort_notice) + "k|10.0.0.1:5|rdma_en0");
+  seed("ibverbs_handshake", "bad-mode", raw(hello) + raw(abort_notice) + "k|10.0.0.1:5|rdma_en0|ud+auto");
   hello.version = 99;
-  seed("ibverbs_handshake", "bad-version", raw(hello) + raw(abort_notice) + "k||d");
+  seed("ibverbs_handshake", "bad-version", raw(hello) + raw(abort_notice) + "k||d|uc");
 }
 
 void tcp() {

@@ -100,7 +100,7 @@ void enter_error(Qp* qp) {
   qp->send_places = 0;
 }
 
-static void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t send_seq) {
+void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t send_seq) {
   push(qp->send_cq, completion(qp, wr_id, status, opcode, 0), send_seq);
   enter_error(qp);
 }
@@ -218,6 +218,10 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
       ++fabric.counters.dropped_no_receive;
       succeeded();
     }
+    return;
+  }
+  if (link_cut(fabric, qp->context, dest->context)) {
+    lose_on_cut_link(fabric, qp, dest, wr, std::move(data), signaled, opcode);
     return;
   }
   if (dest->context->vanished) {

@@ -6,12 +6,17 @@
 #include <infiniband/verbs.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "fake_verbs/fake_verbs.h"
@@ -80,13 +85,30 @@ struct Qp {
   uint64_t send_places = 0;
   uint64_t next_send_seq = 1;
   uint64_t sending_seq = 0;  ///< the WR transmit() is handling
+  uint8_t timeout = 14;      ///< RC: local ACK timeout exponent and retries (modify_qp to RTS); see faults.h
+  uint8_t retry_cnt = 7;
 };
 struct Context {
   ibv_context verbs{};
   std::vector<ibv_gid> gids;
   bool vanished = false;
+  bool paused = false;     ///< faults.h pause(): its data-path calls wait
+  bool isolated = false;   ///< faults.h cut(context): every frame to or from it is lost
+  std::thread::id opener;  ///< the thread that opened it (faults.h context_of_this_thread)
   int qps = 0;
   int mrs = 0;
+};
+
+// An RC send on a cut link: the sender's HCA retries until `due`, then completes it with IBV_WC_RETRY_EXC_ERR;
+// a link mended before then delivers it (a SEND: RDMA WRITEs are not kept).
+struct Retrying {
+  uint32_t qpn = 0;
+  uint32_t dest_qpn = 0;
+  uint64_t wr_id = 0;
+  uint64_t send_seq = 0;
+  ibv_wc_opcode opcode = IBV_WC_SEND;
+  std::chrono::steady_clock::time_point due;
+  Queued message;  ///< what a mended link delivers
 };
 
 template <typename T, typename V>
@@ -113,6 +135,8 @@ struct Fabric {
   int fail_create_qp = 0;
   Counters counters;
   std::map<std::string, uint64_t> calls;
+  std::set<std::pair<Context*, Context*>> cut_links;  ///< faults.h cut(a, b), both orders
+  std::deque<Retrying> retrying;
 
   bool strict() const { return options.apple_strict; }
   uint32_t max_message() const { return strict() ? kAppleMaxMessage : kPermissiveMaxMessage; }
@@ -140,7 +164,21 @@ ibv_wc completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode op
 void enter_error(Qp* qp);
 /// RC: queued messages meet newly posted receives; the senders' completions come with the delivery.
 void drain_queue(Fabric& fabric, Qp* dest);
+/// An error completion for the WR and the QP to ERR.
+void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t send_seq);
 /// One validated send WR (state, opcode, SGE count and length checked), from its keys to its completions.
 void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length);
+
+// ---- faults.cc: the thread-level faults of faults.h --------------------------------------------------------
+
+/// Runs fn under the fabric mutex, then wakes the calls a pause holds (fake_verbs.cc).
+void with_fabric(const std::function<void(Fabric&)>& fn);
+/// True when frames between these two contexts are lost (a cut link or an isolated end).
+bool link_cut(const Fabric& fabric, Context* a, Context* b);
+/// A send that met a cut link: UC loses it (the sender's completion says success), RC retries and fails later.
+void lose_on_cut_link(Fabric& fabric, Qp* qp, Qp* dest, const ibv_send_wr* wr, std::vector<uint8_t> data, bool signaled,
+                      ibv_wc_opcode opcode);
+/// RC sends whose retries ran out by now, on QPs completing into cq: IBV_WC_RETRY_EXC_ERR, later ones flushed.
+void fire_due_retries(Fabric& fabric, Cq* cq);
 
 }  // namespace tbcoll::ibverbs::fake::detail

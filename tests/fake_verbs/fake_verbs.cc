@@ -3,6 +3,7 @@
 #include "fake_verbs/fake_verbs.h"
 
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
 #include <mutex>
 
@@ -14,6 +15,7 @@ namespace {
 using namespace detail;  // NOLINT(google-build-using-namespace): this file is detail's other half
 
 std::mutex g_mutex;
+std::condition_variable g_resumed;  // a fault control ran (faults.h): paused calls look again
 std::unique_ptr<Fabric> g_fabric;  // made on first use with the default options, or by reset()
 
 Fabric& locked_fabric() {
@@ -26,9 +28,16 @@ class Call {
  public:
   explicit Call(const char* name) : lock_(g_mutex) { ++locked_fabric().calls[name]; }
   Fabric& fabric() { return *g_fabric; }
+  /// A data-path call on a paused context's resources waits here (the mutex released) until it is resumed.
+  void pause_point(ibv_context* verbs) {
+    g_resumed.wait(lock_, [&] {
+      Context* context = Fabric::find(g_fabric->contexts, verbs);
+      return context == nullptr || !context->paused;
+    });
+  }
 
  private:
-  std::lock_guard<std::mutex> lock_;
+  std::unique_lock<std::mutex> lock_;
 };
 
 template <typename T>
@@ -76,6 +85,7 @@ ibv_context* open_device(ibv_device* device) {
   context->verbs.async_fd = -1;
   context->verbs.num_comp_vectors = 1;
   context->gids = gid_table(fabric.options, fabric.next_port++);
+  context->opener = std::this_thread::get_id();
   ibv_context* verbs = &context->verbs;
   fabric.contexts.emplace(verbs, std::move(context));
   return verbs;
@@ -338,6 +348,8 @@ int modify_qp(ibv_qp* verbs, ibv_qp_attr* attr, int mask) {
     qp->dgid = ah.grh.dgid;
   }
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
+  if (mask & IBV_QP_TIMEOUT) qp->timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) qp->retry_cnt = attr->retry_cnt;
   if (to == IBV_QPS_ERR) {
     enter_error(qp);
   } else if (to == IBV_QPS_RESET) {
@@ -366,6 +378,7 @@ int destroy_qp(ibv_qp* verbs) {
 
 int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
   Call call("post_send");
+  if (verbs) call.pause_point(verbs->context);
   Fabric& fabric = call.fabric();
   Qp* qp = Fabric::find(fabric.qps, verbs);
   for (; wr != nullptr; wr = wr->next) {
@@ -405,6 +418,7 @@ int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Call call("post_recv");
+  if (verbs) call.pause_point(verbs->context);
   Fabric& fabric = call.fabric();
   Qp* qp = Fabric::find(fabric.qps, verbs);
   for (; wr != nullptr; wr = wr->next) {
@@ -443,10 +457,13 @@ int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
 
 int poll_cq(ibv_cq* verbs, int entries, ibv_wc* wc) {
   Call call("poll_cq");
+  if (verbs) call.pause_point(verbs->context);
   Fabric& fabric = call.fabric();
   Cq* cq = Fabric::find(fabric.cqs, verbs);
-  if (!cq || entries < 0 || (entries > 0 && !wc) || cq->overrun) return -1;
+  if (!cq || entries < 0 || (entries > 0 && !wc)) return -1;
   if (cq->context->vanished) return 0;
+  fire_due_retries(fabric, cq);
+  if (cq->overrun) return -1;
   int n = 0;
   for (; n < entries && !cq->entries.empty(); ++n) {
     const CqEntry entry = cq->entries.front();
@@ -492,8 +509,19 @@ const VerbsApi kApi = [] {
 }  // namespace
 
 void reset(const Options& options) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  g_fabric = make_fabric(options);
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    g_fabric = make_fabric(options);
+  }
+  g_resumed.notify_all();  // (a call a pause held sees no context of its own any more)
+}
+
+void detail::with_fabric(const std::function<void(Fabric&)>& fn) {
+  {
+    std::lock_guard<std::mutex> lock(g_mutex);
+    fn(locked_fabric());
+  }
+  g_resumed.notify_all();
 }
 
 const VerbsApi* verbs() { return &kApi; }

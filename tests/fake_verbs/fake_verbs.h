@@ -94,7 +94,7 @@ void reset(const Options& options = Options{});
 const VerbsApi* verbs();
 
 // ---- fault injection: each applies to the next sends posted anywhere in the fabric (or on
-// Options::faulty_device), in posting order ---------------------------------------------------------------------
+// Options::faulty_device), in posting order (faults of whole ranks and links, for ranks as threads: faults.h) ----
 
 /// The next n messages are lost on the wire (the sender sees a normal completion), like a flaky cable.
 void drop_next_sends(int n);

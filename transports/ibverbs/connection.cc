@@ -23,6 +23,11 @@ namespace {
 constexpr auto kSideCheckEvery = std::chrono::milliseconds(2);
 // How long frames may still arrive after the peer's side channel closed: its last messages race its exit.
 constexpr auto kGoneGrace = std::chrono::milliseconds(100);
+// UC: how long a polled connection waits with no frame arriving before the ends compare their counts, and how long
+// frames the peer said it posted may take to arrive (microseconds on a real link; generous for emulated rxe under
+// load) before they count as lost.
+constexpr auto kProbeAfter = std::chrono::milliseconds(50);
+constexpr auto kLossGrace = std::chrono::milliseconds(250);
 
 std::string errno_text(int error) { return fmt::format("errno {} ({})", error, std::strerror(error)); }
 
@@ -94,7 +99,13 @@ Connection::~Connection() {
   if (qp_ != nullptr) v.destroy_qp(qp_);
   if (cq_ != nullptr) v.destroy_cq(cq_);
   if (mr_ != nullptr) v.dereg_mr(mr_);
-  if (side_channel_ >= 0) close(side_channel_);
+  if (side_channel_ >= 0) {
+    // Notices still unread (the peer's loss probes) would make the close a reset: read them first.
+    uint8_t unread[256];
+    while (recv(side_channel_, unread, sizeof(unread), MSG_DONTWAIT) > 0) {
+    }
+    close(side_channel_);
+  }
 }
 
 wire::Hello Connection::hello(const std::string& key) const {
@@ -171,6 +182,7 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   if (theirs.kind != static_cast<uint32_t>(wire::NoticeKind::kReady)) {
     throw IoError(fmt::format("{}: the peer did not get ready (notice {})", who, theirs.kind));
   }
+  last_frame_at_ = Clock::now();
 }
 
 void Connection::post_recv(int slot) {
@@ -252,6 +264,7 @@ void Connection::progress_locked() {
     next_side_check_ = now + kSideCheckEvery;
     check_side_channel_locked();
   }
+  if (mode_ == Mode::kUc) check_loss_locked(now);
   if (gone_at_ != Clock::time_point{} && now - gone_at_ >= kGoneGrace) {
     // Everything the peer sent before it left has had time to arrive: what is still awaited never will.
     fail_locked(
@@ -259,6 +272,27 @@ void Connection::progress_locked() {
                     "or was killed)",
                     local_.device, peer_key_));
   }
+}
+
+void Connection::check_loss_locked(Clock::time_point now) {
+  if (peer_posted_ != 0 && frames_in_ >= peer_posted_) peer_posted_ = 0;  // all came
+  if (peer_posted_ != 0 && now - peer_posted_at_ >= kLossGrace) {
+    fail_locked(
+        fmt::format("[ibverbs] {}: frames from {} were lost (it posted {}, {} arrived): the link dropped "
+                    "data, which UC queue pairs do not resend",
+                    local_.device, peer_key_, peer_posted_, frames_in_));
+  }
+  if (now - last_frame_at_ >= kProbeAfter && now >= next_probe_) {
+    next_probe_ = now + kProbeAfter;
+    send_count_locked(/*ask=*/true);
+  }
+}
+
+void Connection::send_count_locked(bool ask) {
+  if (side_channel_ < 0) return;
+  wire::Notice notice{static_cast<uint32_t>(wire::NoticeKind::kSent), ask ? 1u : 0u, posted_};
+  // Never blocking: 16 bytes, at most one per kProbeAfter and one answer per probe of the peer.
+  (void)!send(side_channel_, &notice, sizeof(notice), MSG_DONTWAIT | platform::send_flags());
 }
 
 void Connection::block(std::chrono::microseconds max_wait) {
@@ -306,6 +340,7 @@ void Connection::on_frame(int slot, uint32_t bytes) {
   }
   ++recv_seq_;
   ++frames_in_;
+  last_frame_at_ = Clock::now();
   credits_ += static_cast<int>(header.credits);
   if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) {
     Attached* attached = endpoint_of(header.comm_id);
@@ -356,6 +391,7 @@ void Connection::pump_sends_locked() {
 void Connection::post_frame(int slot, wire::Header header) {
   uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
   header.seq = send_seq_++;
+  ++posted_;
   header.credits = static_cast<uint16_t>(owed_);
   reported_ += owed_;
   owed_ = 0;
@@ -395,7 +431,9 @@ void Connection::check_side_channel_locked() {
   for (;;) {
     const ssize_t got =
         recv(side_channel_, side_buffer_ + side_bytes_, sizeof(side_buffer_) - side_bytes_, MSG_DONTWAIT);
-    if (got == 0) {  // the peer left: give its last frames time to arrive (progress_locked fails after that)
+    // The peer left: give its last frames time to arrive (progress_locked fails after that). A reset is a close
+    // with notices of ours still unread there (a probe it had no reason to answer), or a crash.
+    if (got == 0 || (got < 0 && (errno == ECONNRESET || errno == EPIPE))) {
       if (gone_at_ == Clock::time_point{}) gone_at_ = Clock::now();
       return;
     }
@@ -410,6 +448,14 @@ void Connection::check_side_channel_locked() {
       std::memcpy(&notice, side_buffer_, sizeof(notice));
       std::memmove(side_buffer_, side_buffer_ + sizeof(notice), side_bytes_ - sizeof(notice));
       side_bytes_ -= sizeof(notice);
+      if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kSent)) {
+        // Frames the peer posted: every one is on the wire (its batch was flushed before it answered).
+        if (notice.comm_id > frames_in_ && peer_posted_ == 0) {
+          peer_posted_ = notice.comm_id;
+          peer_posted_at_ = Clock::now();
+        }
+        if (notice.reserved == 1) send_count_locked(/*ask=*/false);
+      }
       if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kAbort)) {
         const std::string why =
             fmt::format("[ibverbs] {}: the peer {} aborted the communicator", local_.device, peer_key_);

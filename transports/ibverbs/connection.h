@@ -10,6 +10,12 @@
 // end-of-file (the peer process exited or crashed) or an abort notice fails the waiting requests within
 // milliseconds; every wait also has the communicator's deadline.
 //
+// Loss: UC drops frames without a word (a cable pulled and plugged back). A gap in the sequence numbers shows at
+// the next frame, but a lost frame that nothing follows (the last of a message, or of the credits) would leave
+// both ends waiting for the deadline. So, in UC, a connection polled by a waiter while no frame came for
+// kProbeAfter tells the peer (side channel) how many frames it has posted and asks for the peer's count: a count
+// above what arrived, still short a grace period later, fails the connection as lost frames.
+//
 // Threads: every method locks the connection; the communicators sharing it may run on different threads.
 #pragma once
 
@@ -111,6 +117,9 @@ class Connection {
   void flush_locked();
   void post_recv(int slot);
   void check_side_channel_locked();
+  /// Tells the peer how many frames this end has posted (UC loss detection); asks for its count if `ask`.
+  void send_count_locked(bool ask);
+  void check_loss_locked(Clock::time_point now);
   [[noreturn]] void fail_locked(const std::string& why);
   struct Attached {
     Endpoint* endpoint = nullptr;
@@ -152,6 +161,11 @@ class Connection {
   std::atomic<uint64_t> payload_sent_{0};
   Clock::time_point next_side_check_{};
   Clock::time_point gone_at_{};  // when the side channel closed; zero while the peer is there
+  uint64_t posted_ = 0;          // frames posted to the peer in all (data and credit)
+  Clock::time_point last_frame_at_{};
+  Clock::time_point next_probe_{};
+  uint64_t peer_posted_ = 0;            // a count the peer told us of that had not all arrived (0: none)
+  Clock::time_point peer_posted_at_{};  // when it told us
 };
 
 }  // namespace tbcoll::ibverbs

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string_view>
 
 #include <fmt/format.h>
 
@@ -93,8 +94,26 @@ void Endpoint::check_locked() {
   }
 }
 
+std::string Endpoint::naming_peer(const std::string& why) const {
+  const std::string self = fmt::format("[ibverbs] rank {}: ", rank_);
+  if (why.rfind(self, 0) == 0) return why;  // the endpoint's own words
+  std::string_view rest = why;
+  constexpr std::string_view kTag = "[ibverbs] ";
+  if (rest.substr(0, kTag.size()) == kTag) rest.remove_prefix(kTag.size());
+  return fmt::format("{}peer {}: {}", self, peer_, rest);
+}
+
 void Endpoint::progress() {
-  for (auto& rail : rails_) rail->progress();
+  for (auto& rail : rails_) {
+    try {
+      rail->progress();
+    } catch (const IoError& error) {
+      // The connection names its device and the peer's port key; the caller needs the peer's rank.
+      std::lock_guard<std::mutex> lock(mutex_);
+      broken_locked(naming_peer(error.what()));
+      throw IoError(broken_);
+    }
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   check_locked();
 }
@@ -216,7 +235,7 @@ void Endpoint::on_frame(int rail, const wire::Header& header, const uint8_t* pay
 
 void Endpoint::fail(const std::string& why) {
   std::lock_guard<std::mutex> lock(mutex_);
-  broken_locked(why);
+  broken_locked(naming_peer(why));
 }
 
 }  // namespace tbcoll::ibverbs

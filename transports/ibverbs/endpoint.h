@@ -77,6 +77,8 @@ class Endpoint final : public transport::Endpoint {
   void mismatch_locked(const transport::Tag& expected, size_t expected_bytes, const transport::Tag& got,
                        size_t got_bytes);
   void broken_locked(const std::string& why);
+  /// why as "[ibverbs] rank R: peer P: ..." (a connection's failure names only its device and the peer's port key).
+  std::string naming_peer(const std::string& why) const;
 
   std::vector<std::shared_ptr<Connection>> rails_;
   int rank_;

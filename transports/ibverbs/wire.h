@@ -155,7 +155,10 @@ inline bool hello_acceptable(Hello& hello) {
   return hello.magic == kHelloMagic && hello.version == kVersion && hello.token_bytes <= kMaxTokenBytes;
 }
 
-enum class NoticeKind : uint32_t { kReady = 1, kAbort = 2, kBye = 3 };
+/// kSent: the frames the sender has posted on the queue pair so far (in comm_id); reserved 1 asks for the
+/// receiver's own count back (reserved 0). A receiver that was told of more frames than arrived, and still misses
+/// them a grace period later, knows a UC link lost them. (Peers that predate it ignore kinds they do not know.)
+enum class NoticeKind : uint32_t { kReady = 1, kAbort = 2, kBye = 3, kSent = 4 };
 
 struct Notice {
   uint32_t kind = 0;
