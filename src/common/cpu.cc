@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -11,7 +12,16 @@
 
 namespace tbcoll {
 
-std::vector<int> allowed_cpus() { return platform::allowed_cpus(); }  // empty: unknown, shares with everyone
+// Where the system has no affinity to ask (macOS, plain POSIX), every online CPU: the cost model can then tell 8
+// ranks on a 2-CPU machine from 8 ranks with a CPU each. Empty only when even the count is unknown.
+std::vector<int> allowed_cpus() {
+  std::vector<int> cpus = platform::allowed_cpus();
+  if (cpus.empty()) {
+    const unsigned online = std::thread::hardware_concurrency();
+    for (unsigned cpu = 0; cpu < online; ++cpu) cpus.push_back(static_cast<int>(cpu));
+  }
+  return cpus;
+}
 
 std::string format_cpus(const std::vector<int>& cpus) {
   std::string out;

@@ -6,7 +6,8 @@
 
 namespace tbcoll {
 
-/// CPUs the calling thread may run on, ascending; empty where the system has no CPU affinity (macOS).
+/// CPUs the calling thread may run on, ascending: its affinity, or every online CPU where the system has no
+/// affinity (macOS); empty only when the count is unknown.
 std::vector<int> allowed_cpus();
 /// "0-3,6"-style text of a CPU list, and back (throws InvalidArgument on junk).
 std::string format_cpus(const std::vector<int>& cpus);
