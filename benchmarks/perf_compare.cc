@@ -103,7 +103,7 @@ long long run_compare(const Options& o, Config config) {
   }
   long long total_wrong = 0;
   size_t last_count = 0, rows = 0;
-  Options first = o, later = o;
+  Options later = o;
   later.warmup = 0;  // the first batch warmed every algorithm up
   const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter" ||
                          o.kind == Collective::kAllToAll || o.kind == Collective::kGather ||
@@ -132,7 +132,7 @@ long long run_compare(const Options& o, Config config) {
     std::vector<long long> wrong(k, 0);
     for (size_t i = 0; i < k; ++i) {
       if (!runs[i]) continue;
-      const Measured probe = measure(comms[i], first, b, count, false, 1);
+      const Measured probe = measure(comms[i], o, b, count, false, 1);
       wrong[i] += probe.wrong;
       const double calls = o.budget_s * 1e6 / std::max(probe.median_us, 1.0);
       rounds[i] = static_cast<int>(std::clamp(calls, 2.0, static_cast<double>(std::max(2, o.rounds))));
@@ -172,8 +172,12 @@ long long run_compare(const Options& o, Config config) {
       for (size_t i = 0; i < k; ++i) {
         if (names[i] == chosen && runs[i]) pick = figure[i];
       }
-      std::printf("  %-18s %6.2f %6s", chosen.c_str(), figure[static_cast<size_t>(automatic)] / best,
-                  pick > 0 ? std::to_string(pick / best).substr(0, 4).c_str() : "?");
+      std::printf("  %-18s %6.2f ", chosen.c_str(), figure[static_cast<size_t>(automatic)] / best);
+      if (pick > 0) {
+        std::printf("%6.2f", pick / best);
+      } else {
+        std::printf("%6s", "?");  // auto chose an algorithm not compared (a fast path)
+      }
     }
     std::printf("%s\n", total_wrong ? "  WRONG" : "");
     std::fflush(stdout);

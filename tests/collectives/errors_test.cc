@@ -1,7 +1,6 @@
 // Bad input gives a clear error naming what is wrong, never a crash, hang or silent garbage.
 #include <gtest/gtest.h>
 
-#include <dirent.h>
 
 #include <atomic>
 #include <chrono>
@@ -573,16 +572,6 @@ TEST(Errors, AbortMakesThePeerFail) {
   });
 }
 
-
-// Descriptors and threads of this process (Linux: /proc), to check that failed communicators leave none behind.
-size_t entries_of(const char* dir) {
-  size_t count = 0;
-  if (DIR* d = opendir(dir)) {
-    while (readdir(d) != nullptr) ++count;
-    closedir(d);
-  }
-  return count;
-}
 
 // The fault matrix's "abort from another thread", for every collective on every transport: rank 1 waits in a call
 // rank 0 has not made, another thread of rank 1 aborts its communicator; rank 1's call fails at once, and rank 0's

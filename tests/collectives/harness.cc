@@ -1,5 +1,7 @@
 #include "collectives/harness.h"
 
+#include <dirent.h>
+
 #include <atomic>
 #include <cmath>
 #include <exception>
@@ -149,6 +151,15 @@ size_t count_wrong(DataType dtype, const std::vector<uint8_t>& got, const std::v
     }
   }
   return wrong;
+}
+
+size_t entries_of(const char* dir) {
+  size_t count = 0;
+  if (DIR* d = opendir(dir)) {
+    while (readdir(d) != nullptr) ++count;
+    closedir(d);
+  }
+  return count;
 }
 
 }  // namespace tbcoll::test

@@ -71,6 +71,10 @@ std::string error_of(Fn&& fn) {
   return "";
 }
 
+/// Entries of a directory, 0 where it cannot be read: /proc/self/fd and /proc/self/task count this process's
+/// descriptors and threads (Linux), to check that failed communicators leave none behind.
+size_t entries_of(const char* dir);
+
 /// All dtypes and ops, for sweeps.
 std::vector<DataType> all_dtypes();
 std::vector<ReduceOp> all_ops();

@@ -3,6 +3,7 @@
 #include "fake_verbs/faults.h"
 
 #include <thread>
+#include <utility>
 
 #include "fake_verbs/fabric.h"
 
@@ -136,34 +137,35 @@ void resume(ibv_context* verbs) {
   });
 }
 
-void mend(ibv_context* a, ibv_context* b) {
+namespace {
+
+// cut (down) or mend: a's every link (b null) or the link between a and b, both ways. Mending delivers what RC
+// has been resending meanwhile.
+void set_links(ibv_context* a, ibv_context* b, bool down) {
   with_fabric([&](Fabric& fabric) {
     Context* first = find_context(fabric, a);
     Context* second = find_context(fabric, b);
     if (first == nullptr) return;
     if (b == nullptr) {
-      first->isolated = false;
+      first->isolated = down;
     } else if (second != nullptr) {
-      fabric.cut_links.erase({first, second});
-      fabric.cut_links.erase({second, first});
+      for (auto link : {std::make_pair(first, second), std::make_pair(second, first)}) {
+        if (down) {
+          fabric.cut_links.insert(link);
+        } else {
+          fabric.cut_links.erase(link);
+        }
+      }
     }
-    deliver_retried(fabric);
+    if (!down) deliver_retried(fabric);
   });
 }
 
-void cut(ibv_context* a, ibv_context* b) {
-  with_fabric([&](Fabric& fabric) {
-    Context* first = find_context(fabric, a);
-    Context* second = find_context(fabric, b);
-    if (first == nullptr) return;
-    if (b == nullptr) {
-      first->isolated = true;
-    } else if (second != nullptr) {
-      fabric.cut_links.insert({first, second});
-      fabric.cut_links.insert({second, first});
-    }
-  });
-}
+}  // namespace
+
+void mend(ibv_context* a, ibv_context* b) { set_links(a, b, false); }
+
+void cut(ibv_context* a, ibv_context* b) { set_links(a, b, true); }
 
 int break_queue_pairs(ibv_context* a, ibv_context* b) {
   int moved = 0;

@@ -6,7 +6,6 @@
 // the call, or succeed where the fault is transient; no rank may ever accept wrong data, hang or crash, and no
 // thread or descriptor is left. Each case prints a "[ time to error ]" line (fault injected -> the last such
 // rank's end), the figures of the README's fault table.
-#include <dirent.h>
 
 #include <algorithm>
 #include <atomic>
@@ -19,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include "collectives/harness.h"
 #include "fake_verbs/fake_verbs.h"
 #include "fake_verbs/faults.h"
 #include "tbcoll/tbcoll.hpp"
@@ -27,6 +27,7 @@ namespace tbcoll::ibverbs {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using test::entries_of;
 
 constexpr int kRanks = 3;
 constexpr double kTimeoutS = 2;
@@ -73,15 +74,6 @@ struct Mode {
   bool apple_strict;
 };
 void PrintTo(const Mode& mode, std::ostream* out) { *out << mode.name << (mode.apple_strict ? " Apple-strict" : ""); }
-
-size_t entries_of(const char* dir) {
-  size_t count = 0;
-  if (DIR* d = opendir(dir)) {
-    while (readdir(d) != nullptr) ++count;
-    closedir(d);
-  }
-  return count;
-}
 
 struct Rank {
   std::atomic<ibv_context*> context{nullptr};

@@ -23,24 +23,14 @@
 #include <vector>
 
 #include "collectives/harness.h"
+#include "multiproc/ports.h"
 #include "multiproc/segments.h"
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using tbcoll::test::free_port;
 using tbcoll::test::segments_of;
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path);

@@ -18,11 +18,13 @@
 #include <vector>
 
 #include "collectives/harness.h"
+#include "multiproc/ports.h"
 #include "multiproc/segments.h"
 #include "platform/platform.h"
 
 namespace {
 
+using tbcoll::test::free_port;
 using tbcoll::test::segments_of;
 
 struct Result {
@@ -46,18 +48,6 @@ int count_of(const std::string& text, const std::string& needle) {
   int n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
-}
-
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 class Launch : public ::testing::TestWithParam<int> {};
