@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <thread>
 #include <vector>
@@ -53,42 +54,63 @@ uint32_t welcome_status(const std::string& reply) {
   return welcome.status;
 }
 
-TEST(Security, DataPortRejectsBadHandshakesAndTheJobGoesOn) {
-  auto store = make_in_memory_store();
-  auto make_config = [&](int rank) {
-    Config config;
-    config.rank = rank;
-    config.world_size = 2;
-    config.store = store;
-    config.prefix = "security";
-    config.transport = "tcp";
-    config.token = "right-token";
-    config.timeout_s = 20;
-    return config;
-  };
+// A 2-rank tcp job (token "right-token") whose rank 0 sits in its accept loop before the real rank 1 starts: a
+// placeholder record for rank 1 lets it get there, so connections a test makes meanwhile reach rank 0's data
+// port first. finish() starts rank 1 and waits for both; each all-reduces rank + 1 (3 when the job goes on).
+struct WaitingJob {
+  WaitingJob(const std::string& prefix, std::map<std::string, std::string> knobs) : store(make_in_memory_store()) {
+    auto rank_body = [this, prefix, knobs](int rank) {
+      try {
+        Config config;
+        config.rank = rank;
+        config.world_size = 2;
+        config.store = store;
+        config.prefix = prefix;
+        config.transport = "tcp";
+        config.token = "right-token";
+        config.timeout_s = 20;
+        config.knobs = knobs;
+        Communicator comm = Communicator::init(config);
+        float value = static_cast<float>(rank + 1);
+        comm.all_reduce(&value, &result[rank], 1, DataType::kFloat32, ReduceOp::kSum);
+      } catch (const std::exception& error) {
+        errors[rank] = error.what();
+      }
+    };
+    body = rank_body;
+    const std::string placeholder = "host=elsewhere\npid=1\nworld=2\ndev.tcp=127.0.0.1:1\n";
+    store->set(prefix + "/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
+    rank0 = std::thread(body, 0);
+    const auto text = store->get(prefix + "/peer/0", deadline_after(10));
+    const std::string info(text.begin(), text.end());
+    const size_t at = info.find("dev.tcp=");
+    if (at != std::string::npos) address = info.substr(at + 8, info.find('\n', at) - at - 8);
+    const auto id = store->get(prefix + "/comm_id", deadline_after(10));
+    comm_id = std::stoull(std::string(id.begin(), id.end()));
+  }
+  ~WaitingJob() {
+    if (rank0.joinable()) finish();
+  }
+  void finish() {
+    std::thread rank1(body, 1);
+    rank0.join();
+    rank1.join();
+  }
+
+  std::shared_ptr<Store> store;
+  std::function<void(int)> body;
+  std::thread rank0;
+  std::string address;  ///< rank 0's data port, host:port ("" if its record had none)
+  uint64_t comm_id = 0;
   float result[2] = {0, 0};
   std::string errors[2];
-  auto rank_body = [&](int rank) {
-    try {
-      Communicator comm = Communicator::init(make_config(rank));
-      float value = static_cast<float>(rank + 1);
-      comm.all_reduce(&value, &result[rank], 1, DataType::kFloat32, ReduceOp::kSum);
-    } catch (const std::exception& error) {
-      errors[rank] = error.what();
-    }
-  };
-  // Rank 0 accepts rank 1's connection. A placeholder record for rank 1 lets rank 0 reach its accept loop
-  // before the real rank 1 starts, so the rogue connections below get there first.
-  std::string placeholder = "host=elsewhere\npid=1\nworld=2\ndev.tcp=127.0.0.1:1\n";
-  store->set("security/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
-  std::thread rank0(rank_body, 0);
-  auto text = store->get("security/peer/0", deadline_after(10));
-  std::string info(text.begin(), text.end());
-  size_t at = info.find("dev.tcp=");
-  ASSERT_NE(at, std::string::npos) << info;
-  std::string address = info.substr(at + 8, info.find('\n', at) - at - 8);
-  auto comm_id_bytes = store->get("security/comm_id", deadline_after(10));
-  uint64_t comm_id = std::stoull(std::string(comm_id_bytes.begin(), comm_id_bytes.end()));
+};
+
+TEST(Security, DataPortRejectsBadHandshakesAndTheJobGoesOn) {
+  WaitingJob job("security", {});
+  const std::string& address = job.address;
+  const uint64_t comm_id = job.comm_id;
+  ASSERT_NE(address, "");
 
   EXPECT_EQ(poke(address, std::string(200, 'x')), "") << "garbage gets no answer";
   EXPECT_EQ(welcome_status(poke(address, hello_bytes(tcp::kProtocolVersion, "wrong-token", 1, 0, comm_id))),
@@ -109,15 +131,13 @@ TEST(Security, DataPortRejectsBadHandshakesAndTheJobGoesOn) {
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // accepted, waiting for their hellos
   auto start = Clock::now();
-  std::thread rank1(rank_body, 1);
-  rank0.join();
-  rank1.join();
+  job.finish();
   EXPECT_LT(Clock::now() - start, std::chrono::seconds(4)) << "the silent connections were served one by one";
   for (int fd : silent) close(fd);
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
-  EXPECT_EQ(result[0], 3.0f);
-  EXPECT_EQ(result[1], 3.0f);
+  EXPECT_EQ(job.errors[0], "");
+  EXPECT_EQ(job.errors[1], "");
+  EXPECT_EQ(job.result[0], 3.0f);
+  EXPECT_EQ(job.result[1], 3.0f);
 }
 
 TEST(Security, StoreRejectsWrongTokenAndGarbage) {
@@ -368,40 +388,10 @@ TEST(Secret, StoreServesOnlyClientsThatProveTheSecret) {
 TEST(Secret, DataPortRejectsImpostorsAndTheJobGoesOn) {
   SKIP_WITHOUT_LIBCRYPTO();
   const std::string secret = "data-port-secret-0123456789";
-  auto store = make_in_memory_store();
-  auto make_config = [&](int rank) {
-    Config config;
-    config.rank = rank;
-    config.world_size = 2;
-    config.store = store;
-    config.prefix = "secret";
-    config.transport = "tcp";
-    config.token = "right-token";
-    config.timeout_s = 20;
-    config.knobs = {{"TBCOLL_SECRET", secret}};
-    return config;
-  };
-  float result[2] = {0, 0};
-  std::string errors[2];
-  auto rank_body = [&](int rank) {
-    try {
-      Communicator comm = Communicator::init(make_config(rank));
-      float value = static_cast<float>(rank + 1);
-      comm.all_reduce(&value, &result[rank], 1, DataType::kFloat32, ReduceOp::kSum);
-    } catch (const std::exception& error) {
-      errors[rank] = error.what();
-    }
-  };
-  std::string placeholder = "host=elsewhere\npid=1\nworld=2\ndev.tcp=127.0.0.1:1\n";
-  store->set("secret/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
-  std::thread rank0(rank_body, 0);
-  auto text = store->get("secret/peer/0", deadline_after(10));
-  std::string info(text.begin(), text.end());
-  size_t at = info.find("dev.tcp=");
-  ASSERT_NE(at, std::string::npos) << info;
-  const std::string address = info.substr(at + 8, info.find('\n', at) - at - 8);
-  auto comm_id_bytes = store->get("secret/comm_id", deadline_after(10));
-  const uint64_t comm_id = std::stoull(std::string(comm_id_bytes.begin(), comm_id_bytes.end()));
+  WaitingJob job("secret", {{"TBCOLL_SECRET", secret}});
+  const std::string& address = job.address;
+  const uint64_t comm_id = job.comm_id;
+  ASSERT_NE(address, "");
   auto hello = [&](uint16_t version, const std::string& token, uint32_t flags) {
     tcp::Hello h{tcp::kHelloMagic, version, static_cast<uint16_t>(token.size()), 1, 0, comm_id, flags, 0};
     return std::string(reinterpret_cast<const char*>(&h), sizeof(h)) + token;
@@ -438,13 +428,11 @@ TEST(Secret, DataPortRejectsImpostorsAndTheJobGoesOn) {
     EXPECT_EQ(welcome.status, static_cast<uint32_t>(tcp::WelcomeStatus::kBadToken));
     close(fd);
   }
-  std::thread rank1(rank_body, 1);
-  rank0.join();
-  rank1.join();
-  EXPECT_EQ(errors[0], "");
-  EXPECT_EQ(errors[1], "");
-  EXPECT_EQ(result[0], 3.0f);
-  EXPECT_EQ(result[1], 3.0f);
+  job.finish();
+  EXPECT_EQ(job.errors[0], "");
+  EXPECT_EQ(job.errors[1], "");
+  EXPECT_EQ(job.result[0], 3.0f);
+  EXPECT_EQ(job.result[1], 3.0f);
 }
 
 // Every transport runs with a secret; ranks whose secrets differ do not connect (init fails, naming the secret).
