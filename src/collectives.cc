@@ -279,7 +279,7 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
     const TunerConfig& tuning = tuner.config();
     const Deadline deadline = deadline_after(config.timeout_s);
-    algo::Exec exec(rank, size, peers, max_message, tag, deadline, tuning.spin, spin_yields, tuning.chunk_bytes,
+    algo::Exec exec(rank, size, peers, max_message, tag, deadline, tuning.spin, spin_yield, tuning.chunk_bytes,
                     scratch, request_table, call, &host_of);
     exec.set_watch([this, number, deadline] { notices.check(number, number != 0, deadline); });
     body(exec);
@@ -309,7 +309,7 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
   guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
     const Deadline deadline = deadline_after(config.timeout_s);
     transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag, deadline,
-                                   tuner.config().spin, spin_yields,
+                                   tuner.config().spin, spin_yield,
                                    [this, &tag, deadline] { notices.check(tag.tag, true, deadline); }};
     fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });

@@ -102,7 +102,8 @@ bool one_transport_for_all_pairs(const Devices& devices, const std::vector<Publi
 
 // The cost model's figures (algorithms/cost.h), the same on every rank: from every pair's transport (each
 // rank computes every pair from everyone's records), the link emulation, then the knobs.
-algo::CostParams link_costs(const Devices& devices, const std::vector<Published>& everyone,
+// crowding: machine_crowding() of everyone.
+algo::CostParams link_costs(const Devices& devices, const std::vector<Published>& everyone, double crowding,
                             const transport::LinkEmulation& link, const env::Settings& settings) {
   algo::CostParams costs;
   std::map<std::string, int> per_host;
@@ -136,19 +137,7 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
   // processes: 25-29 us measured here, shared/peers/README.md); there, too, a rank gets only its share of a CPU
   // for the bytes its transport copies and reduces: rank_beta and gamma grow by ranks / CPUs.
   constexpr double kStepOverhead = 1e-6, kWakeUp = 25e-6;
-  std::map<std::string, std::pair<int, std::set<int>>> per_machine;  // kernel -> ranks, CPUs they may use
-  bool oversubscribed = false;
-  double crowding = 1;  // the most ranks per CPU on a machine
-  for (const Published& rank : everyone) {
-    auto& [ranks, cpus] = per_machine[rank.kernel];
-    ++ranks;
-    cpus.insert(rank.cpus.begin(), rank.cpus.end());
-    if (rank.cpus.empty()) cpus.insert(-1 - static_cast<int>(cpus.size()));  // unknown: count it as a CPU of its own
-  }
-  for (const auto& [kernel, machine] : per_machine) {
-    oversubscribed |= machine.first > static_cast<int>(machine.second.size());
-    crowding = std::max(crowding, static_cast<double>(machine.first) / static_cast<double>(machine.second.size()));
-  }
+  const bool oversubscribed = crowding > 1;
   for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
     kind->alpha += kStepOverhead + (oversubscribed ? kWakeUp : 0);
     kind->rank_beta *= crowding;
@@ -357,9 +346,18 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   impl->hosts = static_cast<int>(host_ids.size());
   bootstrap::exchange_per_peer_addresses(store, prefix, rank, devices, contexts, plan, deadline, cancelled);
   forget_records(store, prefix, rank, size, deadline);
-  impl->spin_yields = spin_should_yield(self.cpus, same_machine_cpus);
-  log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine; spinning waits {}", rank,
-            format_cpus(self.cpus), same_machine_cpus.size(), impl->spin_yields ? "yield now and then" : "never yield");
+  std::vector<std::vector<int>> cpus_by_rank;
+  std::vector<std::string> kernel_by_rank;
+  for (const Published& one : everyone) {
+    cpus_by_rank.push_back(one.cpus);
+    kernel_by_rank.push_back(one.kernel);
+  }
+  const double crowding = machine_crowding(cpus_by_rank, kernel_by_rank);
+  impl->spin_yield = spin_yield_policy(self.cpus, same_machine_cpus, crowding > 1);
+  static constexpr const char* kYields[] = {"never yield", "yield now and then", "yield at every poll"};
+  log::info("rank {}: runs on CPUs {}; {} other rank(s) on this machine, up to {:.2g} rank(s) per CPU; spinning waits {}",
+            rank, format_cpus(self.cpus), same_machine_cpus.size(), crowding,
+            kYields[static_cast<int>(impl->spin_yield)]);
   impl->max_message.assign(static_cast<size_t>(size), SIZE_MAX);
   const auto receives_waiting = std::make_shared<std::atomic<int>>(0);  // the emulated links' (delay.h)
   for (auto& [name, peers] : plan) {
@@ -376,7 +374,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   // A transport that reached every peer may offer a whole-collective fast path, if it also joins every other pair
   // of ranks: decided from everyone's records, so every rank decides alike (TBCOLL_TRANSPORT set on one rank only
   // would otherwise give that rank a fast path its peers do not take).
-  const algo::CostParams costs = link_costs(devices, everyone, link, settings);
+  const algo::CostParams costs = link_costs(devices, everyone, crowding, link, settings);
   log::info("rank {}: cost model: {}", rank, costs.describe());
   impl->tuner = Tuner(tuning, size, forced, {}, known_fast_paths, costs);
   if (plan.size() == 1 && impl->contexts.size() == 1 && !link.on() &&

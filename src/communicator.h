@@ -60,7 +60,7 @@ struct Communicator::Impl {
   Tuner tuner;
   transport::LinkEmulation link;    ///< TBCOLL_LINK_EMULATION / TBCOLL_LINK_DELAY_US; off by default
   std::vector<size_t> max_message;  // by peer: the largest message its transport takes
-  bool spin_yields = true;  // spin_should_yield() for this communicator's ranks on this host
+  transport::SpinYield spin_yield = transport::SpinYield::kNowAndThen;  // spin_yield_policy() for this rank
   Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
   // Declared last, so destroyed first: queued calls finish while every member above still exists.
   AsyncQueue async;

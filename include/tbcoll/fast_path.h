@@ -73,6 +73,14 @@ struct FastPathAlgorithm {
   bool takes(DataType dtype) const { return (dtypes >> static_cast<int>(dtype) & 1u) != 0; }
 };
 
+/// How a spinning wait shares its CPU (spin_yield_policy() in the core decides, per communicator and machine).
+enum class SpinYield : uint8_t {
+  kNever,       ///< every rank has CPUs of its own: a yield only costs a system call and lets other tasks in
+  kNowAndThen,  ///< another rank may run on one of this rank's CPUs: sched_yield every few thousand polls
+  kEveryPoll,   ///< more ranks than CPUs on the machine: sched_yield after every fruitless poll, as the peer
+                ///< waited for is likely runnable but not running
+};
+
 /// One collective call, as a fast path runs it. send == recv is in place (all_gather: send == recv + rank's block).
 struct CollectiveArgs {
   const void* send = nullptr;
@@ -84,7 +92,7 @@ struct CollectiveArgs {
   Tag tag;  ///< the call's tag and signature: a peer in another call gets MismatchError
   Deadline deadline;
   std::chrono::microseconds spin{50};  ///< busy-poll this long before sleeping
-  bool spin_yields = true;             ///< whether spinning hands the CPU over (sched_yield) now and then
+  SpinYield spin_yield = SpinYield::kNowAndThen;  ///< how spinning hands the CPU over (sched_yield)
   /// When set: called now and then while the call sleeps in a wait (never while spinning); it throws to end
   /// the call (a peer that refused the call or broke, told through the store). The fast path lets it through.
   std::function<void()> watch;

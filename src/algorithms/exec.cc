@@ -49,7 +49,7 @@ void RequestTable::reset(int world_size) {
 }
 
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
-           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
+           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, transport::SpinYield spin_yield, size_t chunk_bytes,
            Scratch& scratch, RequestTable& table, [[maybe_unused]] const CallInfo& call,
            const std::vector<int>* host_of)
     : rank_(rank),
@@ -59,7 +59,7 @@ Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, c
       tag_(tag),
       deadline_(deadline),
       spin_(spin),
-      spin_yields_(spin_yields),
+      spin_yield_(spin_yield),
       chunk_bytes_(chunk_bytes),
       scratch_(scratch),
       table_(table),
@@ -137,8 +137,13 @@ void Exec::wait(size_t id) {
       if (watch_) watch_();
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (++iterations % 256 == 0 && (spin_yields_ || thread_shares_cpu())) {
-      sched_yield();  // ranks that may share a CPU: let the peer we wait for run
+    } else if (spin_yield_ == transport::SpinYield::kEveryPoll ||
+               (++iterations % 256 == 0 && (spin_yield_ == transport::SpinYield::kNowAndThen || thread_shares_cpu()))) {
+      // Ranks that may share a CPU: let the peer we wait for run. On a crowded machine at every poll: a poll of
+      // a socket is a system call, so 256 of them held the CPU ~250 us from a peer that had work to do
+      // (8 ranks on 2 CPUs, tcp: recursive doubling's 4-byte all-reduce 810 us yielding every 256 polls,
+      // 150 us at every poll).
+      sched_yield();
     }
   }
 }

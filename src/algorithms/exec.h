@@ -83,7 +83,7 @@ class Exec {
   /// max_message[p]: the largest message peer p's transport takes (Capabilities::max_message_bytes).
   /// host_of[p]: the host of rank p (hosts numbered 0.. in the order of their lowest rank); null: one host.
   Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
-       transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, bool spin_yields, size_t chunk_bytes,
+       transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, transport::SpinYield spin_yield, size_t chunk_bytes,
        Scratch& scratch, RequestTable& table, const CallInfo& call, const std::vector<int>* host_of = nullptr);
 
   int rank() const { return rank_; }
@@ -121,7 +121,7 @@ class Exec {
   transport::Tag tag_;
   Deadline deadline_;
   std::chrono::microseconds spin_;
-  bool spin_yields_;
+  transport::SpinYield spin_yield_;
   size_t chunk_bytes_;
   Scratch& scratch_;
   RequestTable& table_;

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <set>
 #include <thread>
 
 #include <fmt/format.h>
@@ -59,18 +61,36 @@ std::vector<int> parse_cpus(const std::string& text) {
   return cpus;
 }
 
-bool spin_should_yield(const std::vector<int>& mine, const std::vector<std::vector<int>>& same_machine_peers) {
+transport::SpinYield spin_yield_policy(const std::vector<int>& mine,
+                                       const std::vector<std::vector<int>>& same_machine_peers, bool crowded) {
+  using transport::SpinYield;
   const long long forced = env::get_int("TBCOLL_SPIN_YIELD");
-  if (forced == 0 || forced == 1) return forced == 1;
-  if (forced != -1) throw InvalidArgument(fmt::format("[env] TBCOLL_SPIN_YIELD={} must be -1, 0 or 1", forced));
-  if (mine.empty()) return !same_machine_peers.empty();
+  if (forced >= 0 && forced <= 2) return static_cast<SpinYield>(forced);
+  if (forced != -1) throw InvalidArgument(fmt::format("[env] TBCOLL_SPIN_YIELD={} must be -1, 0, 1 or 2", forced));
+  if (crowded) return SpinYield::kEveryPoll;
+  if (mine.empty()) return same_machine_peers.empty() ? SpinYield::kNever : SpinYield::kNowAndThen;
   for (const std::vector<int>& theirs : same_machine_peers) {
-    if (theirs.empty()) return true;  // a peer that could not tell: assume it may share
+    if (theirs.empty()) return SpinYield::kNowAndThen;  // a peer that could not tell: assume it may share
     std::vector<int> common;
     std::set_intersection(mine.begin(), mine.end(), theirs.begin(), theirs.end(), std::back_inserter(common));
-    if (!common.empty()) return true;
+    if (!common.empty()) return SpinYield::kNowAndThen;
   }
-  return false;
+  return SpinYield::kNever;
+}
+
+double machine_crowding(const std::vector<std::vector<int>>& cpus_by_rank, const std::vector<std::string>& kernel_by_rank) {
+  std::map<std::string, std::pair<int, std::set<int>>> per_machine;  // kernel -> ranks, CPUs they may use
+  for (size_t r = 0; r < cpus_by_rank.size() && r < kernel_by_rank.size(); ++r) {
+    auto& [ranks, cpus] = per_machine[kernel_by_rank[r]];
+    ++ranks;
+    cpus.insert(cpus_by_rank[r].begin(), cpus_by_rank[r].end());
+    if (cpus_by_rank[r].empty()) cpus.insert(-1 - static_cast<int>(cpus.size()));  // unknown: a CPU of its own
+  }
+  double crowding = 1;
+  for (const auto& [kernel, machine] : per_machine) {
+    crowding = std::max(crowding, static_cast<double>(machine.first) / static_cast<double>(machine.second.size()));
+  }
+  return crowding;
 }
 
 namespace {

@@ -23,7 +23,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_ALGO", "", "force algorithms: a name (ring) for every collective that has it, or per collective (allreduce:ring,broadcast:chain); tbcoll-info lists them"},
       {"TBCOLL_DEBUG", "WARN", "log level: NONE, WARN, INFO, TRACE"},
       {"TBCOLL_SPIN_US", "50", "microseconds a wait busy-polls before it blocks"},
-      {"TBCOLL_SPIN_YIELD", "-1", "1: spinning waits call sched_yield now and then; 0: never; -1: when another rank on this machine may run on one of this rank's CPUs"},
+      {"TBCOLL_SPIN_YIELD", "-1", "0: spinning waits never call sched_yield; 1: now and then; 2: at every poll; -1: at every poll when the machine runs more ranks than CPUs, now and then when another rank on this machine may run on one of this rank's CPUs, else never"},
       {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of the ring, chain, tree, mesh and hierarchical algorithms (4 KiB to 64 MiB)"},
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather (and all_to_all: a rank's whole buffer) up to this size use the direct exchange"},
       {"TBCOLL_CMA_MIN_BYTES", "4194304", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach); below it, above the direct size, the two-shot through the segment"},

@@ -308,25 +308,42 @@ TEST(Config, SpinningYieldsWhenAPeerMayShareTheCpu) {
   const std::string saved_value = saved != nullptr ? saved : "";
   unsetenv("TBCOLL_SPIN_YIELD");
   using Cpus = std::vector<int>;
-  EXPECT_FALSE(spin_should_yield({0}, {{1}})) << "pinned to different CPUs";
-  EXPECT_FALSE(spin_should_yield({0, 1}, {{2, 3}, {4}})) << "disjoint sets";
-  EXPECT_FALSE(spin_should_yield({0}, {})) << "alone on this machine";
-  EXPECT_TRUE(spin_should_yield({0}, {{0}})) << "two ranks pinned to one CPU";
-  EXPECT_TRUE(spin_should_yield({0, 1}, {{1, 2}})) << "overlapping sets";
-  EXPECT_TRUE(spin_should_yield({0}, {{1}, {0, 1}})) << "one unpinned peer";
-  EXPECT_TRUE(spin_should_yield({0}, {Cpus{}})) << "a peer that could not read its mask";
-  EXPECT_TRUE(spin_should_yield({}, {{1}})) << "this rank could not read its mask";
+  using transport::SpinYield;
+  auto policy = [](const Cpus& mine, const std::vector<Cpus>& peers, bool crowded = false) {
+    return spin_yield_policy(mine, peers, crowded);
+  };
+  EXPECT_EQ(policy({0}, {{1}}), SpinYield::kNever) << "pinned to different CPUs";
+  EXPECT_EQ(policy({0, 1}, {{2, 3}, {4}}), SpinYield::kNever) << "disjoint sets";
+  EXPECT_EQ(policy({0}, {}), SpinYield::kNever) << "alone on this machine";
+  EXPECT_EQ(policy({0}, {{0}}), SpinYield::kNowAndThen) << "two ranks pinned to one CPU";
+  EXPECT_EQ(policy({0, 1}, {{1, 2}}), SpinYield::kNowAndThen) << "overlapping sets";
+  EXPECT_EQ(policy({0}, {{1}, {0, 1}}), SpinYield::kNowAndThen) << "one unpinned peer";
+  EXPECT_EQ(policy({0}, {Cpus{}}), SpinYield::kNowAndThen) << "a peer that could not read its mask";
+  EXPECT_EQ(policy({}, {{1}}), SpinYield::kNowAndThen) << "this rank could not read its mask";
+  EXPECT_EQ(policy({0, 1}, {{0, 1}, {0, 1}}, true), SpinYield::kEveryPoll) << "3 ranks on 2 CPUs";
   setenv("TBCOLL_SPIN_YIELD", "1", 1);
-  EXPECT_TRUE(spin_should_yield({0}, {{1}}));
+  EXPECT_EQ(policy({0}, {{1}}), SpinYield::kNowAndThen);
   setenv("TBCOLL_SPIN_YIELD", "0", 1);
-  EXPECT_FALSE(spin_should_yield({0}, {{0}}));
+  EXPECT_EQ(policy({0}, {{0}}, true), SpinYield::kNever);
   setenv("TBCOLL_SPIN_YIELD", "2", 1);
-  EXPECT_THROW(spin_should_yield({0}, {{1}}), InvalidArgument);
+  EXPECT_EQ(policy({0}, {{1}}), SpinYield::kEveryPoll);
+  setenv("TBCOLL_SPIN_YIELD", "3", 1);
+  EXPECT_THROW(policy({0}, {{1}}), InvalidArgument);
   if (saved != nullptr) {
     setenv("TBCOLL_SPIN_YIELD", saved_value.c_str(), 1);
   } else {
     unsetenv("TBCOLL_SPIN_YIELD");
   }
+}
+
+TEST(Config, CrowdingIsTheMostRanksPerCpuOfAnyMachine) {
+  using Cpus = std::vector<int>;
+  EXPECT_EQ(machine_crowding({Cpus{0}, Cpus{1}}, {"a", "a"}), 1.0) << "a CPU each";
+  EXPECT_EQ(machine_crowding({Cpus{0, 1}, Cpus{0, 1}, Cpus{0, 1}}, {"a", "a", "a"}), 1.5) << "3 ranks, 2 CPUs";
+  EXPECT_EQ(machine_crowding({Cpus{0}, Cpus{0}, Cpus{0}, Cpus{0, 1}}, {"a", "a", "b", "b"}), 2.0)
+      << "the worse of two machines";
+  EXPECT_EQ(machine_crowding({Cpus{}, Cpus{}}, {"a", "a"}), 1.0) << "unknown masks count as a CPU each";
+  EXPECT_EQ(machine_crowding({}, {}), 1.0);
 }
 
 TEST(Config, CpuListsRoundTrip) {

@@ -66,7 +66,7 @@ FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<Seg
 }
 
 void FastPath::run(size_t index, const transport::CollectiveArgs& args) {
-  spin_yields_ = args.spin_yields;
+  spin_yield_ = args.spin_yield;
   watch_ = args.watch ? &args.watch : nullptr;
   struct Unwatch {
     const std::function<void()>*& watch;
@@ -150,7 +150,10 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       throw TimeoutError(fmt::format("[shm] rank {}: timed out waiting for peer {} ({})", rank_, peer, what));
     }
     if (now < spin_until) {
-      if (i % 4096 == 0 && (spin_yields_ || thread_shares_cpu())) sched_yield();  // let who shares the CPU run
+      // Let who shares the CPU run: at every clock read (128 polls) when the machine has more ranks than CPUs.
+      const bool crowded = spin_yield_ == transport::SpinYield::kEveryPoll;
+      const bool shares = spin_yield_ == transport::SpinYield::kNowAndThen || thread_shares_cpu();
+      if (crowded || (i % 4096 == 0 && shares)) sched_yield();
       continue;
     }
     // The call check first: a peer that spotted the mismatch may already have closed its end. A peer that

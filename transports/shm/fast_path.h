@@ -145,7 +145,7 @@ class FastPath final : public transport::CollectiveFastPath {
   std::vector<SegmentHeader*> headers_;
   std::vector<ProcessWatch> processes_;  // by rank
   bool direct_;
-  bool spin_yields_ = true;  // sched_yield now and then while spinning (the running call's spin_yields)
+  transport::SpinYield spin_yield_ = transport::SpinYield::kNowAndThen;  // the running call's spin_yield
   const std::function<void()>* watch_ = nullptr;  // the running call's CollectiveArgs::watch, while it runs
   uint64_t calls_ = 0;
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
