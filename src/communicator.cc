@@ -132,20 +132,20 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
   if (!have_intra) costs.intra = costs.inter;
   if (!have_inter) costs.inter = costs.intra;
   costs.source = fmt::format("the capabilities of {}", fmt::join(used, ", "));
-  // What a step costs beyond the wire: the core's own work per message (requests, polling), and, where a
-  // machine runs more ranks than it has CPUs for them, a wake-up of a sleeping peer (a futex wake across
-  // processes: 25-29 us measured here, shared/peers/README.md); there, too, a rank gets only its share of a CPU
-  // for the bytes its transport copies and reduces: rank_beta and gamma grow by ranks / CPUs.
-  constexpr double kStepOverhead = 1e-6, kWakeUp = 25e-6;
+  // What a step costs beyond the wire: the core's own work per message (requests, polling). Where a machine
+  // runs more ranks than it has CPUs for them (its spinning waits then yield at every poll, cpu.h), each message
+  // also costs a switch of process, the ranks sharing a CPU share the work of its messages and transport copies
+  // (cost.h), and a rank gets only its share of a CPU for the bytes it reduces: gamma grows by ranks / CPUs.
+  constexpr double kStepOverhead = 1e-6, kSwitch = 5e-6;
   const bool oversubscribed = crowding > 1;
   for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
-    kind->alpha += kStepOverhead + (oversubscribed ? kWakeUp : 0);
-    kind->rank_beta *= crowding;
-    kind->overhead *= crowding;
+    kind->alpha += kStepOverhead;
+    kind->overhead += oversubscribed ? kSwitch : 0;
+    kind->crowding = crowding;
   }
   costs.gamma *= crowding;
-  costs.source += oversubscribed ? fmt::format(" + 1 us per step + 25 us wake-ups, per-rank bytes and messages x{:.2g} (more ranks "
-                                               "than CPUs on a machine)", crowding)
+  costs.source += oversubscribed ? fmt::format(" + 1 us per step, 5 us per message, {:.2g} ranks per CPU sharing "
+                                               "its work (more ranks than CPUs on a machine)", crowding)
                                  : std::string(" + 1 us per step");
   if (link.on()) {
     for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {

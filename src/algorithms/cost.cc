@@ -40,17 +40,24 @@ namespace {
 
 double n_of(const CallShape& call) { return static_cast<double>(std::max(1, call.world_size)); }
 double s_of(const CallShape& call) { return static_cast<double>(call.bytes); }
+double elements_of(const CallShape& call) {
+  return static_cast<double>(call.bytes / std::max<size_t>(1, dtype_size(call.dtype)));
+}
 double chunk_of(const CostParams& params, double bytes) {
   return std::min(bytes, static_cast<double>(std::max<size_t>(1, params.chunk_bytes)));
 }
 // Messages of at most chunk bytes that carry bytes (at least one, even empty).
 double pieces(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes / std::max(1.0, chunk))); }
 
-// A ring all-reduce of S among n ranks on link (reduce-scatter then all-gather, 2(n-1) steps).
-double ring_all_reduce(double n, double s, const LinkCost& link, double gamma, double chunk) {
+// A ring all-reduce of S among n ranks on link (reduce-scatter then all-gather, 2(n-1) steps). Fewer elements
+// than ranks leave blocks empty, and an empty block sends nothing: each non-empty one makes 2(n-1) hops, 4 messages
+// at each rank it passes (received and sent, both halves).
+double ring_all_reduce(double n, double s, const LinkCost& link, double gamma, double chunk, double elements) {
   if (n <= 1) return 0;
-  const double share = (n - 1) / n * s;
-  return Traffic{2 * (n - 1), 2 * share, 2 * share, share, 4 * (n - 1) * pieces(s / n, chunk), pieces(s / n, chunk)}.time(link, gamma);
+  const double share = (n - 1) / n * s, blocks = std::clamp(elements, 1.0, n);
+  const double busiest = std::min(4 * (n - 1), 4 * blocks) * pieces(s / n, chunk);
+  const double average = 4 * (n - 1) * blocks / n * pieces(s / n, chunk);
+  return Traffic{2 * (n - 1), 2 * share, 2 * share, share, busiest, pieces(s / n, chunk), average}.time(link, gamma);
 }
 
 // A ring all-gather of S in total among n ranks (n-1 steps of S/n).
@@ -76,7 +83,8 @@ double cost_all_reduce_direct(const CallShape& call, const CostParams& params) {
 
 // 2(n-1) steps; 2(n-1)/n S through each link and rank; (n-1)/n S reduced.
 double cost_all_reduce_ring(const CallShape& call, const CostParams& params) {
-  return ring_all_reduce(n_of(call), s_of(call), params.flat(), params.gamma, chunk_of(params, s_of(call)));
+  return ring_all_reduce(n_of(call), s_of(call), params.flat(), params.gamma, chunk_of(params, s_of(call)),
+                         elements_of(call));
 }
 
 // 1 step; each link carries one block S/n; a rank sends (n-1)/n S.
@@ -121,7 +129,7 @@ double cost_barrier_dissemination(const CallShape& call, const CostParams& param
 
 // Two trees, each carrying S/2, pipelined in chunks: up (reduce) and down (broadcast) ceil(log2 n) levels each;
 // a rank is an inner node of one tree (receives two halves-chunks, reduces, sends one up and two down) and a
-// leaf of the other: it sends about 2S and reduces S; its busiest link carries S, plus the pipeline's fill. Per
+// leaf of the other: it sends about 2S and reduces S; its busiest link carries S, plus the pipeline's fill (2 depth - 1 chunks). Per
 // chunk, 6 messages as an inner node (2 up in, 1 up out, 1 down in, 2 down out) and 2 as a leaf. The chunk is
 // the schedule's own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
@@ -129,17 +137,20 @@ double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   if (n <= 1) return 0;
   const double depth = ceil_log2(call.world_size);
   const double chunk = std::min(chunk_of(params, s / 2), std::max(32.0 * 1024, s / 2 / 16));
-  const double fill = 2 * depth * chunk;
-  return Traffic{2 * depth, s + fill, 2 * s + fill, s, 8 * pieces(s / 2, chunk), pieces(s / 2, chunk)}.time(params.flat(), params.gamma);
+  const double fill = (2 * depth - 1) * chunk;  // the first chunk through 2 depth hops, the rest behind it
+  const double k = pieces(s / 2, chunk);  // per tree; each tree's n-1 edges carry k messages up and k down
+  return Traffic{2 * depth, s + fill, 2 * s + fill, s, 8 * k, k, 2 * 2 * 2 * (n - 1) / n * k}.time(params.flat(),
+                                                                                                 params.gamma);
 }
 
 // p = 2^floor(log2 n); ranks beyond p fold their input into a partner first and get the result back after (two
-// more steps of S); log2 p exchanges of the whole buffer, each reduced.
+// more steps of S); log2 p exchanges of the whole buffer, each reduced. Messages in all: p log2 p + 2(n - p).
 double cost_all_reduce_recursive_doubling(const CallShape& call, const CostParams& params) {
   const int n = std::max(1, call.world_size);
-  const double s = s_of(call), rounds = floor_log2(n), fold = (1 << floor_log2(n)) == n ? 0 : 1;
+  const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
+  const double sent = p * rounds + 2 * (n - p);  // messages of S
   return Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + 2 * fold) * s, (rounds + fold) * s,
-                 2 * rounds + 2 * fold}.time(params.flat(), params.gamma);
+                 2 * rounds + 2 * fold, 1, 2 * sent / n, sent * s / n}.time(params.flat(), params.gamma);
 }
 
 // Rabenseifner: log2 p halving steps (reduce-scatter: S/2, S/4, ...) and log2 p doubling steps (all-gather):
@@ -148,8 +159,10 @@ double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams&
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double bytes = 2 * (p - 1) / p * s + 2 * fold * s;
-  return Traffic{2 * rounds + 2 * fold, bytes, bytes, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold}.time(
-      params.flat(), params.gamma);
+  const double sent = 2 * p * rounds + 2 * (n - p), sent_bytes = (2 * (p - 1) + 2 * (n - p)) * s;
+  return Traffic{2 * rounds + 2 * fold, bytes, bytes, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold, 1,
+                 2 * sent / n, sent_bytes / n}
+      .time(params.flat(), params.gamma);
 }
 
 // direct's exchange, chunk by chunk: a message per chunk and peer each way.
@@ -163,7 +176,7 @@ double cost_all_reduce_mesh(const CallShape& call, const CostParams& params) {
 double cost_all_reduce_hierarchical(const CallShape& call, const CostParams& params) {
   const double s = s_of(call);
   const int r = std::max(1, params.ranks_per_host), hosts = std::max(1, params.hosts);
-  double time = ring_all_reduce(hosts, s, params.inter, params.gamma, chunk_of(params, s));
+  double time = ring_all_reduce(hosts, s, params.inter, params.gamma, chunk_of(params, s), elements_of(call));
   if (r > 1) {
     time += Traffic{1, s, (r - 1) * s, (r - 1) * s, r - 1.0}.time(params.intra, params.gamma);
     time += binomial_broadcast(r, s, params.intra);

@@ -11,16 +11,22 @@
 //   reduce bytes  bytes of input the busiest rank reduces (each pays gamma);
 //   messages      messages the busiest rank sends and receives (each pays overhead: LogP's o, the CPU time of
 //                 posting and completing one message; a direct exchange among n ranks pays it 2(n-1) times in
-//                 its one step, a pipelined schedule once per chunk).
+//                 its one step, a pipelined schedule once per chunk);
+//   averages      rank bytes and messages of the average rank: where a machine runs c ranks per CPU (crowding),
+//                 a CPU does the work of c ranks, so the job cannot finish before c times the average rank's
+//                 work (recursive doubling's 4 messages among 3 ranks, on 2 CPUs, beat direct's 6); rank bytes
+//                 and messages below stand for the larger of the busiest rank's and c times the average's.
 //   time = steps * alpha + link_bytes * beta + rank_bytes * rank_beta + reduce_bytes * gamma + messages * overhead
 // where a schedule pipelined over k chunks overlaps the wire with the rank's CPU (its transport and reduction):
 // max(link, rank + reduce), plus the rest / k.
 //
 // Where the figures come from (communicator.cc): alpha and rank_beta from the transports' Capabilities
 // (latency_us, bandwidth_gbps) of the pairs' transports, the worst pair of each kind (inside a host, between
-// hosts), plus 1 us per step for the core's own work and 25 us per step where a machine runs more ranks than it
-// has CPUs for them (every step then waits for a peer to be woken and scheduled; rank_beta, gamma and overhead then
-// grow by ranks / CPUs, each rank's share of a CPU); overhead from the transports' message_overhead_us; the link
+// hosts), plus 1 us per step for the core's own work; overhead from the transports' message_overhead_us. Where a
+// machine runs more ranks than it has CPUs for them (crowding c = ranks / CPUs > 1), each message also costs a
+// switch to another process (5 us: the peer it wakes runs on a CPU some rank gave up; fitted to tcp on 2 CPUs
+// with 3, 4 and 8 ranks, where a small all-reduce took about 7.5 us per message sent, whatever its steps), and
+// gamma grows by c, each rank's share of a CPU; the link
 // emulation adds its latency
 // to alpha and sets beta (it adds to the real transport's time, delay.h); TBCOLL_LINK_ALPHA_US and TBCOLL_LINK_GBPS
 // override alpha and beta of the links between hosts (of every link when the job runs on one host). gamma is a fixed 10
@@ -41,6 +47,7 @@ struct LinkCost {
   double beta = 0;       ///< seconds per byte through one link direction (0: links are not the bottleneck)
   double rank_beta = 0;  ///< seconds per byte a rank sends, over all its links together
   double overhead = 0;   ///< CPU seconds a rank spends per message it sends or receives
+  double crowding = 1;   ///< ranks per CPU on the most crowded machine (>= 1): ranks that share CPUs share work
 };
 
 struct CostParams {
@@ -71,13 +78,22 @@ struct Traffic {
   /// pace (the transport's copies and the reduction share the rank's CPU, so those two add up); the rest adds its
   /// share of one chunk (the pipeline's fill). 1: one after the other, all terms add up.
   double chunks = 1;
+  /// Messages and rank bytes of the average rank; < 0: as many as the busiest (every rank alike).
+  double average_messages = -1;
+  double average_rank_bytes = -1;
 
   double time(const LinkCost& link, double gamma) const {
-    const double link_time = link_bytes * link.beta, rank_time = rank_bytes * link.rank_beta;
+    // Ranks that share CPUs share their work: the busiest rank's, or c times the average rank's.
+    auto crowded = [&](double busiest, double average) {
+      return std::max(busiest, (average < 0 ? busiest : average) * std::max(1.0, link.crowding));
+    };
+    const double link_time = link_bytes * link.beta;
+    const double rank_time = crowded(rank_bytes, average_rank_bytes) * link.rank_beta;
     const double reduce_time = reduce_bytes * gamma;
     const double slowest = std::max(link_time, rank_time + reduce_time);
     const double sum = link_time + rank_time + reduce_time;
-    return steps * link.alpha + slowest + (sum - slowest) / std::max(1.0, chunks) + messages * link.overhead;
+    return steps * link.alpha + slowest + (sum - slowest) / std::max(1.0, chunks) +
+           crowded(messages, average_messages) * link.overhead;
   }
 
 };

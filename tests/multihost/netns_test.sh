@@ -295,8 +295,11 @@ halfopen)
       local ns=$ns_b
       [ "${layout:$rank:1}" = A ] && ns=$ns_a
       logs+=("$work/halfopen.$port.$rank.log")
+      # The direct exchange, as two real hosts would pick for 4 KiB (here the namespaces share 2 CPUs among 3
+      # ranks, so the model picks recursive doubling, where rank 2 of ABB hears from rank 1 alone and can only
+      # name it): every rank waits on the host that vanished.
       ip netns exec "$ns" env TBCOLL_RANK=$rank TBCOLL_WORLD_SIZE=3 TBCOLL_ROOT=10.231.0.1:$port \
-        TBCOLL_TIMEOUT=$timeout_s "$prog" steady $rounds > "${logs[$rank]}" 2>&1 &
+        TBCOLL_TIMEOUT=$timeout_s TBCOLL_ALGO=allreduce:direct "$prog" steady $rounds > "${logs[$rank]}" 2>&1 &
       pids+=($!)  # ip netns exec and env exec the program: the rank's own pid
     done
     for _ in $(seq 200); do

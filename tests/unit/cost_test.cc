@@ -149,6 +149,30 @@ TEST(CostModel, PerMessageOverheadCountsMessages) {
               (16 - 1) * 14 * 10e-6, 1e-9);
 }
 
+// Ranks that share CPUs share the work of their messages: among 3 ranks on 2 CPUs, recursive doubling's 4
+// messages in all (fold in, exchange, fold out) beat direct's 6 although it takes 3 steps to direct's 1; with a
+// CPU per rank, direct's one step wins. A ring with fewer elements than ranks sends only its non-empty blocks.
+TEST(CostModel, CrowdedRanksShareTheirCpusWork) {
+  CostParams own = links(6, 0);
+  own.intra.overhead = own.inter.overhead = 2.5e-6;
+  CostParams crowded = own;
+  crowded.intra.overhead = crowded.inter.overhead = 7.5e-6;
+  crowded.intra.crowding = crowded.inter.crowding = 1.5;
+  const CallShape small = call(OpKind::kAllReduce, 64, 3);
+  EXPECT_EQ(model_tuner(3, own).choose(small).name, "direct");
+  EXPECT_EQ(model_tuner(3, crowded).choose(small).name, "recursive_doubling");
+  // direct: every rank alike, 4 messages and 2S sent, x1.5 ranks per CPU; recursive doubling: the busiest rank's
+  // 4 messages and 3S (the average rank's 8/3 messages and 4S/3, x1.5, are no more).
+  EXPECT_NEAR(algo::cost_all_reduce_direct(small, crowded) - algo::cost_all_reduce_direct(small, links(6, 0)),
+              6 * 7.5e-6 + (1.5 - 1) * 2 * 64 / 3e9, 1e-12);
+  EXPECT_NEAR(algo::cost_all_reduce_recursive_doubling(small, crowded) -
+                  algo::cost_all_reduce_recursive_doubling(small, links(6, 0)),
+              4 * 7.5e-6, 1e-12);
+  const CallShape one = call(OpKind::kAllReduce, 4, 8), eight = call(OpKind::kAllReduce, 32, 8);
+  EXPECT_LT(algo::cost_all_reduce_ring(one, own) + 20 * 2.5e-6, algo::cost_all_reduce_ring(eight, own))
+      << "1 element: 4 messages at the busiest rank, not 28";
+}
+
 // The tuner picks the issue-15 algorithms by the model, and only by it: TBCOLL_TUNER=ranges keeps direct and ring.
 TEST(CostModel, TheModelPicksAmongEveryAlgorithm) {
   CostParams tcp = links(31, 0);  // a loaded machine's tcp: 5 us + 1 us + 25 us of wake-up per step
