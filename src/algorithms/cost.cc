@@ -7,6 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "algorithms/topology.h"
+
 namespace tbcoll::algo {
 
 int ceil_log2(int n) {
@@ -127,40 +129,55 @@ double cost_barrier_dissemination(const CallShape& call, const CostParams& param
   return Traffic{rounds, 0, 0, 0, 2 * rounds}.time(params.flat(), 0);
 }
 
-// Two trees, each carrying S/2, pipelined in chunks: up (reduce) and down (broadcast) ceil(log2 n) levels each;
-// a rank is an inner node of one tree (receives two halves-chunks, reduces, sends one up and two down) and a
-// leaf of the other: it sends about 2S and reduces S; its busiest link carries S, plus the pipeline's fill (2 depth - 1 chunks). Per
-// chunk, 6 messages as an inner node (2 up in, 1 up out, 1 down in, 2 down out) and 2 as a leaf. The chunk is
-// the schedule's own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
+// Two trees, each carrying S/2, pipelined in chunks: up (reduce) and down (broadcast) ceil(log2 n) levels each.
+// What each rank sends is counted on the trees themselves (topology.h): a half-chunk up to its parent and one down
+// to each child, per tree; an inner node with two children in one tree and a leaf in the other sends 2S in all,
+// either rank of 2 ranks S. The busiest link carries S, plus the pipeline's fill (the first chunk through
+// 2 depth hops, the rest behind it); each half is reduced once, S per rank at most. The chunk is the schedule's
+// own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
-  const double n = n_of(call), s = s_of(call);
-  if (n <= 1) return 0;
-  const double depth = ceil_log2(call.world_size);
+  const int world = std::max(1, call.world_size);
+  const double n = world, s = s_of(call);
+  if (world <= 1) return 0;
+  double busiest = 0, total = 0;  // halves sent, over both trees
+  for (int r = 0; r < world; ++r) {
+    double sent = 0;
+    for (int which = 0; which < 2; ++which) {
+      const TreeLinks links = double_tree(world, r, which);
+      sent += (links.parent >= 0) + (links.child[0] >= 0) + (links.child[1] >= 0);
+    }
+    busiest = std::max(busiest, sent);
+    total += sent;
+  }
+  const double depth = tree_depth(world);
   const double chunk = std::min(chunk_of(params, s / 2), std::max(32.0 * 1024, s / 2 / 16));
-  const double fill = (2 * depth - 1) * chunk;  // the first chunk through 2 depth hops, the rest behind it
-  const double k = pieces(s / 2, chunk);  // per tree; each tree's n-1 edges carry k messages up and k down
-  return Traffic{2 * depth, s + fill, 2 * s + fill, s, 8 * k, k, 2 * 2 * 2 * (n - 1) / n * k}.time(params.flat(),
-                                                                                                 params.gamma);
+  const double fill = (2 * depth - 1) * chunk;
+  const double k = pieces(s / 2, chunk);  // per tree; each message sent is also received: 2 per half sent
+  return Traffic{2 * depth, s + fill, busiest * s / 2 + fill, s, 2 * busiest * k, k, 2 * total / n * k,
+                 total / n * s / 2 + fill}
+      .time(params.flat(), params.gamma);
 }
 
 // p = 2^floor(log2 n); ranks beyond p fold their input into a partner first and get the result back after (two
-// more steps of S); log2 p exchanges of the whole buffer, each reduced. Messages in all: p log2 p + 2(n - p).
+// more steps of S); log2 p exchanges of the whole buffer, each reduced. The busiest rank (a partner) sends
+// log2 p + 1 messages of S; in all, p log2 p + 2(n - p).
 double cost_all_reduce_recursive_doubling(const CallShape& call, const CostParams& params) {
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double sent = p * rounds + 2 * (n - p);  // messages of S
-  return Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + 2 * fold) * s, (rounds + fold) * s,
+  return Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + fold) * s, (rounds + fold) * s,
                  2 * rounds + 2 * fold, 1, 2 * sent / n, sent * s / n}.time(params.flat(), params.gamma);
 }
 
 // Rabenseifner: log2 p halving steps (reduce-scatter: S/2, S/4, ...) and log2 p doubling steps (all-gather):
-// 2(p-1)/p S sent, (p-1)/p S reduced; non-powers of two fold in and out as recursive doubling does.
+// 2(p-1)/p S sent, (p-1)/p S reduced; non-powers of two fold in and out as recursive doubling does (the partner
+// also sends the result back: S more).
 double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams& params) {
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
-  const double bytes = 2 * (p - 1) / p * s + 2 * fold * s;
+  const double bytes = 2 * (p - 1) / p * s + 2 * fold * s, busiest = 2 * (p - 1) / p * s + fold * s;
   const double sent = 2 * p * rounds + 2 * (n - p), sent_bytes = (2 * (p - 1) + 2 * (n - p)) * s;
-  return Traffic{2 * rounds + 2 * fold, bytes, bytes, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold, 1,
+  return Traffic{2 * rounds + 2 * fold, bytes, busiest, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold, 1,
                  2 * sent / n, sent_bytes / n}
       .time(params.flat(), params.gamma);
 }

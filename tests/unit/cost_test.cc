@@ -175,7 +175,7 @@ TEST(CostModel, CrowdedRanksShareTheirCpusWork) {
 
 // The tuner picks the issue-15 algorithms by the model, and only by it: TBCOLL_TUNER=ranges keeps direct and ring.
 TEST(CostModel, TheModelPicksAmongEveryAlgorithm) {
-  CostParams tcp = links(31, 0);  // a loaded machine's tcp: 5 us + 1 us + 25 us of wake-up per step
+  CostParams tcp = links(31, 0);  // tcp, its messages and bytes made dear by 4 ranks per CPU
   tcp.intra.overhead = tcp.inter.overhead = 2.5e-6 * 4;
   tcp.intra.rank_beta = tcp.inter.rank_beta = 4e-9 / 3;
   const CallShape mid = call(OpKind::kAllReduce, 256 << 10, 8);
