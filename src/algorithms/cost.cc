@@ -130,25 +130,17 @@ double cost_barrier_dissemination(const CallShape& call, const CostParams& param
 }
 
 // Two trees, each carrying S/2, pipelined in chunks: up (reduce) and down (broadcast) ceil(log2 n) levels each.
-// What each rank sends is counted on the trees themselves (topology.h): a half-chunk up to its parent and one down
-// to each child, per tree; an inner node with two children in one tree and a leaf in the other sends 2S in all,
-// either rank of 2 ranks S. The busiest link carries S, plus the pipeline's fill (the first chunk through
+// A rank sends a half-chunk up to its parent and one down to each child, per tree. Each tree's n-1 edges carry
+// one half each way, 4(n-1) halves in all; the busiest rank, an inner node with two children in one tree and a
+// leaf in the other, sends 4 halves (2S), and min(n, 4) below 4 ranks (either rank of 2 sends S) (topology.h's
+// trees; cost_test checks this against them). The busiest link carries S, plus the pipeline's fill (the first chunk through
 // 2 depth hops, the rest behind it); each half is reduced once, S per rank at most. The chunk is the schedule's
 // own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   const int world = std::max(1, call.world_size);
   const double n = world, s = s_of(call);
   if (world <= 1) return 0;
-  double busiest = 0, total = 0;  // halves sent, over both trees
-  for (int r = 0; r < world; ++r) {
-    double sent = 0;
-    for (int which = 0; which < 2; ++which) {
-      const TreeLinks links = double_tree(world, r, which);
-      sent += (links.parent >= 0) + (links.child[0] >= 0) + (links.child[1] >= 0);
-    }
-    busiest = std::max(busiest, sent);
-    total += sent;
-  }
+  const double busiest = std::min(n, 4.0), total = 4 * (n - 1);  // halves sent, over both trees
   const double depth = tree_depth(world);
   const double chunk = std::min(chunk_of(params, s / 2), std::max(32.0 * 1024, s / 2 / 16));
   const double fill = (2 * depth - 1) * chunk;

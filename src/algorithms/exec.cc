@@ -137,8 +137,7 @@ void Exec::wait(size_t id) {
       if (watch_) watch_();
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (spin_yield_ == transport::SpinYield::kEveryPoll ||
-               (++iterations % 256 == 0 && (spin_yield_ == transport::SpinYield::kNowAndThen || thread_shares_cpu()))) {
+    } else if (yield_now(spin_yield_, ++iterations, 256)) {
       // Ranks that may share a CPU: let the peer we wait for run. On a crowded machine at every poll: a poll of
       // a socket is a system call, so 256 of them held the CPU ~250 us from a peer that had work to do
       // (8 ranks on 2 CPUs, tcp: recursive doubling's 4-byte all-reduce 810 us yielding every 256 polls,

@@ -3,6 +3,7 @@
 // power of two, and ranks grouped by host.
 #pragma once
 
+#include <cstddef>
 #include <vector>
 
 namespace tbcoll::algo {

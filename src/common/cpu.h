@@ -32,8 +32,15 @@ transport::SpinYield spin_yield_policy(const std::vector<int>& mine,
 double machine_crowding(const std::vector<std::vector<int>>& cpus_by_rank, const std::vector<std::string>& kernel_by_rank);
 
 /// Marks the calling thread as one that shares its CPU with the thread that started it (the progress thread of
-/// asynchronous calls): its spinning waits always yield now and then, whatever spin_should_yield() said.
+/// asynchronous calls): its spinning waits always yield now and then, whatever spin_yield_policy() said.
 void mark_thread_sharing_cpu();
 bool thread_shares_cpu();
+
+/// Whether a spinning wait should call sched_yield at its poll-th poll: at every poll under kEveryPoll; every
+/// `every` polls under kNowAndThen or on a thread that shares its CPU; else never.
+inline bool yield_now(transport::SpinYield policy, unsigned poll, unsigned every) {
+  if (policy == transport::SpinYield::kEveryPoll) return true;
+  return poll % every == 0 && (policy == transport::SpinYield::kNowAndThen || thread_shares_cpu());
+}
 
 }  // namespace tbcoll

@@ -1,9 +1,11 @@
 // The alpha-beta cost model (algorithms/cost.h), the tuner's choices by it, and the link emulation's settings.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "algorithms/cost.h"
+#include "algorithms/topology.h"
 #include "common/env.h"
 #include "tbcoll/error.hpp"
 #include "transports/delay/emulation.h"
@@ -130,6 +132,25 @@ TEST(CostModel, TextbookCostsOfTheTreeAndDoublingFamilies) {
             algo::cost_all_reduce_recursive_doubling(call(OpKind::kAllReduce, 1024, 4), slow));
   EXPECT_LT(algo::cost_all_gather_recursive_doubling(call(OpKind::kAllGather, 8192, 8), slow),
             algo::cost_all_gather_ring(call(OpKind::kAllGather, 8192, 8), slow));
+}
+
+// The tree's cost counts halves sent in closed form (4(n-1) in all, min(n, 4) at the busiest rank): what the
+// double binary tree's ranks actually send, up to their parent and down to their children.
+TEST(CostModel, TreeSendsAsCountedOnItsTrees) {
+  for (int n = 2; n <= 256; ++n) {
+    int busiest = 0, total = 0;
+    for (int r = 0; r < n; ++r) {
+      int sent = 0;
+      for (int which = 0; which < 2; ++which) {
+        const algo::TreeLinks links = algo::double_tree(n, r, which);
+        sent += (links.parent >= 0) + (links.child[0] >= 0) + (links.child[1] >= 0);
+      }
+      busiest = std::max(busiest, sent);
+      total += sent;
+    }
+    EXPECT_EQ(busiest, std::min(n, 4)) << n << " ranks";
+    EXPECT_EQ(total, 4 * (n - 1)) << n << " ranks";
+  }
 }
 
 // LogP's o: messages cost CPU time apart from the latency they wait. Many of them (direct among 8 ranks: 14

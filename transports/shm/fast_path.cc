@@ -151,9 +151,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
     }
     if (now < spin_until) {
       // Let who shares the CPU run: at every clock read (128 polls) when the machine has more ranks than CPUs.
-      const bool crowded = spin_yield_ == transport::SpinYield::kEveryPoll;
-      const bool shares = spin_yield_ == transport::SpinYield::kNowAndThen || thread_shares_cpu();
-      if (crowded || (i % 4096 == 0 && shares)) sched_yield();
+      if (yield_now(spin_yield_, i, 4096)) sched_yield();
       continue;
     }
     // The call check first: a peer that spotted the mismatch may already have closed its end. A peer that
