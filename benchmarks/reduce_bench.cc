@@ -1,4 +1,4 @@
-// Throughput of the reduction kernels: out = a + b over buffers of 4 KiB (L1), 256 KiB (L2) and 4 MiB (L3/memory).
+// Throughput of the reduction kernels: out = a + b over buffers of 4 KiB (L1), 256 KiB (L2), 4 MiB (L3) and 64 MiB (memory).
 //
 // bytes_per_second counts the payload, i.e. the bytes of one input buffer per call (what a reduction must keep
 // up with on the wire); the memory traffic is three times that (two reads, one write).
@@ -54,7 +54,7 @@ void bm_sum(benchmark::State& state, DataType dtype, int isa, bool in_place) {
   state.SetLabel(isa == kBestIsa ? isa_name(best_isa()) : isa_name(static_cast<Isa>(isa)));
 }
 
-void sizes(benchmark::internal::Benchmark* b) { b->Arg(4 << 10)->Arg(256 << 10)->Arg(4 << 20); }
+void sizes(benchmark::internal::Benchmark* b) { b->Arg(4 << 10)->Arg(256 << 10)->Arg(4 << 20)->Arg(64 << 20); }
 
 constexpr int kAvx2 = static_cast<int>(Isa::kAvx2);
 constexpr int kBaseline = static_cast<int>(Isa::kBaseline);

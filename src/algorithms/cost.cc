@@ -80,7 +80,9 @@ double binomial_broadcast(int n, double s, const LinkCost& link) {
 // 1 step; every link carries S in parallel; a rank sends (n-1)S and reduces n inputs.
 double cost_all_reduce_direct(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
-  return Traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1)}.time(params.flat(), params.gamma);
+  Traffic traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1)};
+  traffic.staged = (n + 2) * s;  // the input, a scratch of n inputs, the result
+  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
 }
 
 // 2(n-1) steps; 2(n-1)/n S through each link and rank; (n-1)/n S reduced.
@@ -157,8 +159,10 @@ double cost_all_reduce_recursive_doubling(const CallShape& call, const CostParam
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double sent = p * rounds + 2 * (n - p);  // messages of S
-  return Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + fold) * s, (rounds + fold) * s,
-                 2 * rounds + 2 * fold, 1, 2 * sent / n, sent * s / n}.time(params.flat(), params.gamma);
+  Traffic traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + fold) * s, (rounds + fold) * s,
+                  2 * rounds + 2 * fold, 1, 2 * sent / n, sent * s / n};
+  traffic.staged = 3 * s;  // input, result, the partner's message
+  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
 }
 
 // Rabenseifner: log2 p halving steps (reduce-scatter: S/2, S/4, ...) and log2 p doubling steps (all-gather):
@@ -169,9 +173,10 @@ double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams&
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double bytes = 2 * (p - 1) / p * s + 2 * fold * s, busiest = 2 * (p - 1) / p * s + fold * s;
   const double sent = 2 * p * rounds + 2 * (n - p), sent_bytes = (2 * (p - 1) + 2 * (n - p)) * s;
-  return Traffic{2 * rounds + 2 * fold, bytes, busiest, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold, 1,
-                 2 * sent / n, sent_bytes / n}
-      .time(params.flat(), params.gamma);
+  Traffic traffic{2 * rounds + 2 * fold, bytes, busiest, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold, 1,
+                  2 * sent / n, sent_bytes / n};
+  traffic.staged = 3 * s;  // input, result, and a scratch of S for the partner's half (the fold's whole input)
+  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
 }
 
 // direct's exchange, chunk by chunk: a message per chunk and peer each way.
