@@ -25,6 +25,7 @@
 // results. Avg divides once, at the owner.
 // ring_all_reduce runs the same schedule over a subset of the ranks (the hierarchical schedule's leaders).
 #include <algorithm>
+#include <array>
 #include <vector>
 
 #include "algorithms/algorithms.h"
@@ -37,9 +38,14 @@ namespace {
 constexpr size_t kAhead = 4;  // own chunks sent before the first forwarded one
 constexpr size_t kSlots = 8;  // reduce-scatter receives in flight (into scratch slots)
 
-struct Label {
+// One message of the order below, as this rank receives it: its step and chunk, the elements it carries, and where
+// its receive went.
+struct Message {
   int step;
   size_t chunk;
+  Piece piece;  // of recv; empty: neither sent nor received
+  size_t slot = 0;
+  size_t id = 0;
 };
 
 }  // namespace
@@ -73,38 +79,38 @@ void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring)
     return Piece{whole.offset + part.offset, part.count};
   };
   // What this rank receives at step s: reduce-scatter S(r-s-1), all-gather S(r-s').
-  auto received = [&](const Label& label) {
-    return piece(label.step < n - 1 ? r - label.step - 1 : r - (label.step - (n - 1)), label.chunk);
+  auto message = [&](int step, size_t c) {
+    return Message{step, c, piece(step < n - 1 ? r - step - 1 : r - (step - (n - 1)), c)};
   };
 
-  // The order every rank sends in (see above): its own chunks kAhead ahead, then each received message's forward
-  // and the next own chunk.
-  std::vector<Label> order;
+  // The order every rank sends in (see above), and so receives in: its own chunks kAhead ahead, then each received
+  // message's forward and the next own chunk.
+  std::vector<Message> order;
   order.reserve(k_chunks * static_cast<size_t>(steps));
   size_t own = 0;
-  for (; own < std::min(kAhead, k_chunks); ++own) order.push_back({0, own});
+  for (; own < std::min(kAhead, k_chunks); ++own) order.push_back(message(0, own));
   for (size_t i = 0; i < order.size(); ++i) {
     if (order[i].step == steps - 1) continue;  // the last step is not forwarded
-    order.push_back({order[i].step + 1, order[i].chunk});
-    if (own < k_chunks) order.push_back({0, own++});
+    order.push_back(message(order[i].step + 1, order[i].chunk));
+    if (own < k_chunks) order.push_back(message(0, own++));
   }
 
   auto* slots = static_cast<uint8_t*>(exec.scratch().get(kSlots * slot_elems * es));
-  std::vector<size_t> free_slots, slot_of(order.size()), recv_ids(order.size());
-  for (size_t s = 0; s < kSlots; ++s) free_slots.push_back(kSlots - 1 - s);
+  std::array<size_t, kSlots> free_slots;
+  size_t free_count = kSlots;
+  for (size_t s = 0; s < kSlots; ++s) free_slots[s] = kSlots - 1 - s;
   size_t posted = 0;
   // Posts receives in order while slots last (they are consumed in the same order, so the one awaited always is).
   auto post = [&] {
     for (; posted < order.size(); ++posted) {
-      const Piece p = received(order[posted]);
-      if (p.count == 0) continue;
-      if (order[posted].step < n - 1) {
-        if (free_slots.empty()) return;
-        slot_of[posted] = free_slots.back();
-        free_slots.pop_back();
-        recv_ids[posted] = exec.irecv(left, slots + slot_of[posted] * slot_elems * es, p.count * es);
+      Message& m = order[posted];
+      if (m.piece.count == 0) continue;
+      if (m.step < n - 1) {
+        if (free_count == 0) return;
+        m.slot = free_slots[--free_count];
+        m.id = exec.irecv(left, slots + m.slot * slot_elems * es, m.piece.count * es);
       } else {
-        recv_ids[posted] = exec.irecv(left, dst + p.offset * es, p.count * es);
+        m.id = exec.irecv(left, dst + m.piece.offset * es, m.piece.count * es);
       }
     }
   };
@@ -117,20 +123,20 @@ void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring)
   post();
   while (sent_own < std::min(kAhead, k_chunks)) send_own();
   for (size_t i = 0; i < order.size(); ++i) {
-    const Label label = order[i];
-    const Piece p = received(label);
+    const Message& m = order[i];
+    const Piece p = m.piece;
     if (p.count > 0) {
-      exec.wait(recv_ids[i]);
+      exec.wait(m.id);
       uint8_t* at = dst + p.offset * es;
-      if (label.step < n - 1) {
-        kernel(at, src + p.offset * es, slots + slot_of[i] * slot_elems * es, p.count);
-        if (label.step == n - 2 && args.op == ReduceOp::kAvg) reduce::divide(at, at, p.count, args.dtype, n);
-        free_slots.push_back(slot_of[i]);
+      if (m.step < n - 1) {
+        kernel(at, src + p.offset * es, slots + m.slot * slot_elems * es, p.count);
+        if (m.step == n - 2 && args.op == ReduceOp::kAvg) reduce::divide(at, at, p.count, args.dtype, n);
+        free_slots[free_count++] = m.slot;
         post();
       }
-      if (label.step < steps - 1) exec.isend(right, at, p.count * es);
+      if (m.step < steps - 1) exec.isend(right, at, p.count * es);
     }
-    if (label.step < steps - 1 && sent_own < k_chunks) send_own();
+    if (m.step < steps - 1 && sent_own < k_chunks) send_own();
   }
   exec.wait_all();
 }

@@ -62,6 +62,12 @@ double ring_all_reduce(double n, double s, const LinkCost& link, double gamma, d
   return Traffic{2 * (n - 1), 2 * share, 2 * share, share, busiest, pieces(s / n, chunk), average}.time(link, gamma);
 }
 
+// A schedule that does not pipeline, holding `staged` bytes of buffers at once, on the flat links (cost.h).
+double unpipelined(Traffic traffic, double staged, const CostParams& params) {
+  traffic.staged = staged;
+  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
+}
+
 // A ring all-gather of S in total among n ranks (n-1 steps of S/n).
 double ring_all_gather(double n, double s, const LinkCost& link, double chunk) {
   if (n <= 1) return 0;
@@ -80,9 +86,8 @@ double binomial_broadcast(int n, double s, const LinkCost& link) {
 // 1 step; every link carries S in parallel; a rank sends (n-1)S and reduces n inputs.
 double cost_all_reduce_direct(const CallShape& call, const CostParams& params) {
   const double n = n_of(call), s = s_of(call);
-  Traffic traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1)};
-  traffic.staged = (n + 2) * s;  // the input, a scratch of n inputs, the result
-  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
+  // Staged: the input, a scratch of n inputs, the result.
+  return unpipelined(Traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1)}, (n + 2) * s, params);
 }
 
 // 2(n-1) steps; 2(n-1)/n S through each link and rank; (n-1)/n S reduced.
@@ -159,10 +164,10 @@ double cost_all_reduce_recursive_doubling(const CallShape& call, const CostParam
   const int n = std::max(1, call.world_size);
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double sent = p * rounds + 2 * (n - p);  // messages of S
-  Traffic traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + fold) * s, (rounds + fold) * s,
-                  2 * rounds + 2 * fold, 1, 2 * sent / n, sent * s / n};
-  traffic.staged = 3 * s;  // input, result, the partner's message
-  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
+  // Staged: input, result, the partner's message.
+  return unpipelined(Traffic{rounds + 2 * fold, (rounds + 2 * fold) * s, (rounds + fold) * s, (rounds + fold) * s,
+                             2 * rounds + 2 * fold, 1, 2 * sent / n, sent * s / n},
+                     3 * s, params);
 }
 
 // Rabenseifner: log2 p halving steps (reduce-scatter: S/2, S/4, ...) and log2 p doubling steps (all-gather):
@@ -173,10 +178,10 @@ double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams&
   const double s = s_of(call), rounds = floor_log2(n), p = 1 << floor_log2(n), fold = p == n ? 0 : 1;
   const double bytes = 2 * (p - 1) / p * s + 2 * fold * s, busiest = 2 * (p - 1) / p * s + fold * s;
   const double sent = 2 * p * rounds + 2 * (n - p), sent_bytes = (2 * (p - 1) + 2 * (n - p)) * s;
-  Traffic traffic{2 * rounds + 2 * fold, bytes, busiest, (p - 1) / p * s + fold * s, 4 * rounds + 2 * fold, 1,
-                  2 * sent / n, sent_bytes / n};
-  traffic.staged = 3 * s;  // input, result, and a scratch of S for the partner's half (the fold's whole input)
-  return traffic.time(params.flat(), params.gamma, params.cache_bytes);
+  // Staged: input, result, and a scratch of S for the partner's half (the fold's whole input).
+  return unpipelined(Traffic{2 * rounds + 2 * fold, bytes, busiest, (p - 1) / p * s + fold * s,
+                             4 * rounds + 2 * fold, 1, 2 * sent / n, sent_bytes / n},
+                     3 * s, params);
 }
 
 // direct's exchange, chunk by chunk: a message per chunk and peer each way.
