@@ -78,6 +78,11 @@ bool is_reduction(const std::string& collective) {
   return collective == "all_reduce" || collective == "reduce_scatter" || collective == "reduce";
 }
 
+bool sized_per_block(const Options& o) {
+  return o.collective == "all_gather" || o.collective == "reduce_scatter" || o.kind == Collective::kAllToAll ||
+         o.kind == Collective::kGather || o.kind == Collective::kScatter;
+}
+
 Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place, int iterations,
                  bool check_first) {
   if (iterations < 1) iterations = o.iterations;
@@ -89,6 +94,9 @@ Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count,
     comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
   }
   for (int i = 0; i < o.warmup; ++i) call(comm, o, b, count, in_place);
+  // Every rank decides at the same call, so every rank leaves this loop after as many.
+  const size_t bytes = count * dtype_size(o.dtype) * (sized_per_block(o) ? static_cast<size_t>(comm.size()) : 1);
+  for (int i = 0; i < 10000 && comm.explain(o.collective, bytes).measuring; ++i) call(comm, o, b, count, in_place);
   // Out of place, the timed calls must produce the result again: recv is cleared first (outside the timing) and
   // checked after the last one, so calls that stopped working cannot hide behind the first one's result. (In
   // place, every call feeds the next: only the first is checked.)

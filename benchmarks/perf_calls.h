@@ -54,9 +54,14 @@ struct Measured {
   long long wrong = 0;
 };
 
+/// nccl-tests sizes: whether a size is the gathered total (all_gather, gather, all_to_all) or the scattered
+/// input (reduce_scatter, scatter), count elements per rank's block; else the buffer.
+bool sized_per_block(const Options& o);
+
 /// A checked call (unless !check_first), o.warmup more, then `iterations` timed ones (o.iterations when < 1),
 /// their result checked too out of place. Per iteration the slowest rank's time; every rank returns the same
-/// figures. Collective.
+/// figures. Collective. Under TBCOLL_TUNER=measure the warm-up goes on until the ranks decided for the size
+/// (Explanation::measuring): the figures are of the decided algorithm, not of its trials.
 Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place, int iterations = 0,
                  bool check_first = true);
 

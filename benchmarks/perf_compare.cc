@@ -6,6 +6,9 @@
 // (per iteration, the slowest rank's time). Comparing separate runs of one algorithm each is what this avoids:
 // on a shared or oversubscribed machine, their noise exceeds the differences between algorithms.
 //
+// "measured" is auto with TBCOLL_TUNER=measure (tuner_measured.h): the model's shortlist timed by its first calls
+// of each size octave, then the fastest. Its first batch and rounds include those trial calls.
+//
 // Time per size stays bounded: a first batch of one call measures each algorithm, and the rounds and
 // iterations are cut so that an algorithm's timed calls take about --budget seconds (at least 2 rounds of 1).
 #include <algorithm>
@@ -51,7 +54,10 @@ std::vector<std::string> algorithm_names(const Options& o) {
       if (names[i] == names[j]) throw InvalidArgument("--compare names " + names[i] + " twice");
     }
   }
-  if (names.size() < 2) throw InvalidArgument("--compare needs two algorithms or more (\"all\", or a,b,auto)");
+  if (names.size() < 2) {
+    throw InvalidArgument("--compare needs two algorithms or more (\"all\", or a,b,auto; measured: auto with "
+                          "TBCOLL_TUNER=measure)");
+  }
   return names;
 }
 
@@ -71,12 +77,17 @@ long long run_compare(const Options& o, Config config) {
     config.server = opened.server;
   }
   std::vector<Communicator> comms;
-  int automatic = -1;
+  int automatic = -1, measuring = -1;
   for (const std::string& name : names) {
     Config forced = config;
-    forced.algo = name == "auto" ? "" : o.collective + ":" + name;
+    const bool tuned = name == "auto" || name == "measured";
+    forced.algo = tuned ? "" : o.collective + ":" + name;
     forced.prefix = config.prefix + "/compare/" + name;
     if (name == "auto") automatic = static_cast<int>(comms.size());
+    if (name == "measured") {
+      measuring = static_cast<int>(comms.size());
+      forced.knobs["TBCOLL_TUNER"] = "measure";
+    }
     comms.push_back(Communicator::init(forced));
   }
   Communicator& lead_comm = comms.front();
@@ -87,7 +98,8 @@ long long run_compare(const Options& o, Config config) {
   if (lead && !o.csv.empty()) {
     csv = std::fopen(o.csv.c_str(), "w");
     if (csv == nullptr) throw InvalidArgument("--csv " + o.csv + ": cannot open for writing: " + std::strerror(errno));
-    std::fprintf(csv, "collective,ranks,transport,emulation,size,algo,median_us,rounds,iterations,wrong,auto_choice\n");
+    std::fprintf(csv, "collective,ranks,transport,emulation,size,algo,median_us,rounds,iterations,wrong,auto_choice,"
+                      "measured_choice\n");
   }
   if (lead) {
     std::printf("# tbcoll-perf --compare: %s, %d ranks, transport %s, dtype %s, op %s, out of place\n",
@@ -99,15 +111,14 @@ long long run_compare(const Options& o, Config config) {
     std::printf("#%11s", "size (B)");
     for (const std::string& name : names) std::printf(" %*s", std::max<int>(9, static_cast<int>(name.size())), name.c_str());
     if (automatic >= 0) std::printf("  %-18s %6s %6s", "auto chose", "auto/b", "pick/b");
+    if (measuring >= 0) std::printf("  %-18s %6s", "measured chose", "meas/b");
     std::printf("\n");
   }
   long long total_wrong = 0;
   size_t last_count = 0, rows = 0;
   Options later = o;
   later.warmup = 0;  // the first batch warmed every algorithm up
-  const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter" ||
-                         o.kind == Collective::kAllToAll || o.kind == Collective::kGather ||
-                         o.kind == Collective::kScatter;
+  const bool per_block = sized_per_block(o);
   for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
        size *= o.factor) {
     const size_t total = static_cast<size_t>(size);
@@ -154,9 +165,13 @@ long long run_compare(const Options& o, Config config) {
       total_wrong += wrong[i];
       if (!runs[i]) continue;
       figure[i] = median_of(medians[i]);
-      if (static_cast<int>(i) != automatic && (best < 0 || figure[i] < best)) best = figure[i];
+      if (static_cast<int>(i) != automatic && static_cast<int>(i) != measuring && (best < 0 || figure[i] < best)) {
+        best = figure[i];
+      }
     }
     const std::string chosen = automatic >= 0 ? comms[static_cast<size_t>(automatic)].algorithm(o.collective, bytes) : "";
+    const std::string picked =
+        measuring >= 0 ? comms[static_cast<size_t>(measuring)].algorithm(o.collective, bytes) : "";
     if (!lead) continue;
     std::printf("%12zu", bytes);
     for (size_t i = 0; i < k; ++i) {
@@ -179,14 +194,17 @@ long long run_compare(const Options& o, Config config) {
         std::printf("%6s", "?");  // auto chose an algorithm not compared (a fast path)
       }
     }
+    if (measuring >= 0 && best > 0) {
+      std::printf("  %-18s %6.2f", picked.c_str(), figure[static_cast<size_t>(measuring)] / best);
+    }
     std::printf("%s\n", total_wrong ? "  WRONG" : "");
     std::fflush(stdout);
     for (size_t i = 0; csv != nullptr && i < k; ++i) {
       if (!runs[i]) continue;
-      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s\n", o.collective.c_str(), n,
+      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s,%s\n", o.collective.c_str(), n,
                    n > 1 ? lead_comm.transport_name(1).c_str() : "self", lead_comm.link_emulation().c_str(), bytes,
                    names[i].c_str(), figure[i], static_cast<int>(medians[i].size()), iterations[i], wrong[i],
-                   chosen.c_str());
+                   chosen.c_str(), picked.c_str());
     }
   }
   if (csv != nullptr && std::fclose(csv) != 0) {

@@ -92,7 +92,7 @@ void usage() {
       "                   [--algo A]\n"
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
       "                   [--floor-messages N]] [--explain | --explain-only]\n"
-      "                   [--compare all|A,B,...,auto [--rounds N] [--budget SECONDS]]\n"
+      "                   [--compare all|A,B,...,auto[,measured] [--rounds N] [--budget SECONDS]]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
       "  --explain prints per size the cost model's predicted time of every algorithm that can run and the one the\n"
       "  tuner picks (with the alpha/beta it used); --explain-only prints that without measuring.\n"
@@ -108,7 +108,8 @@ void usage() {
     for (const auto& row : tbcoll::algo::algorithms_for(kind)) names += std::string(" ") + row.name;
     std::printf("    %-15s%s\n", tbcoll::op_kind_name(kind), names.c_str());
   }
-  std::printf("  --compare: the algorithms named (all: every one of the collective, and auto: the tuner's choice)\n"
+  std::printf("  --compare: the algorithms named (all: every one of the collective, and auto: the tuner's choice;\n"
+              "    measured: auto with TBCOLL_TUNER=measure, the model's shortlist timed by its first calls)\n"
               "    measured in turns in one run, each on a communicator forced to it, out of place; per size up to\n"
               "    --rounds N (5) rounds, cut so each algorithm's timed calls take about --budget SECONDS (2)\n");
   std::printf("  --pingpong: the raw floors between ranks 0 and 1 after the table: TCP, and shared memory or plain verbs\n"
@@ -217,7 +218,10 @@ void print_explanation(const tbcoll::Communicator& comm, const std::string& coll
   // Rows with an empty default range (registry.cc's forced_only) are priced but never picked on their own.
   const char* model = "cheapest by the model of the rows it picks on its own (the others only when forced)";
   std::printf("#   predicted %zu B: %s; chosen %s (%s)\n", bytes, line.c_str(), why.chosen.c_str(),
-              why.model_decides ? model : "forced, a fast path in its size range, or size ranges");
+              !why.measured.empty() ? "TBCOLL_TUNER=measure: the fastest of the model's shortlist"
+              : why.model_decides   ? model
+                                    : "forced, a fast path in its size range, or size ranges");
+  if (!why.measured.empty()) std::printf("#   measured %zu B: %s\n", bytes, why.measured.c_str());
 }
 
 }  // namespace
@@ -271,9 +275,7 @@ int main(int argc, char** argv) {
          size *= o.factor) {
       size_t total = static_cast<size_t>(size);
       // nccl-tests sizes: the gathered total (all_gather), the scattered input (reduce_scatter), else the buffer.
-      const bool per_block = o.collective == "all_gather" || o.collective == "reduce_scatter" ||
-                             o.kind == Collective::kAllToAll || o.kind == Collective::kGather ||
-                             o.kind == Collective::kScatter;
+      const bool per_block = tbcoll::bench::sized_per_block(o);
       size_t count = per_block ? total / es / n : total / es;
       if (count == 0 || count == last_count) continue;  // -f close to 1: each count once
       last_count = count;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Tuner sweep (a benchmark, not a test): for each world size and emulated link, every forced algorithm of a
-# collective and the tuner's automatic choice over tcp, and per size the automatic choice's time relative to the
-# best forced algorithm. The target (issue 15): auto never more than 15% slower than the best forced one.
+# collective and the tuner's automatic choices over tcp (auto: the cost model's; measured: TBCOLL_TUNER=measure,
+# the model's shortlist timed by the first calls), and per size each automatic choice's time relative to the best
+# forced algorithm. The target (issue 15): auto never more than 15% slower than the best forced one.
 #
 #   benchmarks/tuner_sweep.sh [options]
 #     --ranks "2 3 4 8"            world sizes (ranks as processes through tbcoll-run, all on this machine)
@@ -18,7 +19,7 @@
 # differed by up to 5x on this 2-CPU machine, more than the algorithms differ). Each table row names the
 # algorithm auto chose; auto / best = auto's time over the best forced one's ("!" above 1.15); choice / best =
 # the forced run of the algorithm auto chose over the best: the cost of the choice alone, without the noise
-# between two communicators running the same algorithm.
+# between two communicators running the same algorithm; measured / best and its choice / best alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -41,7 +42,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --table-only) table_only=1; shift ;;
-    -h | --help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tuner_sweep.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -64,9 +65,9 @@ if [ -z "$out" ]; then
   trap 'rm -rf "$out"' EXIT
 fi
 mkdir -p "$out"
-echo "# tuner sweep: $collective over tcp, ranks: $ranks; links: $links; algorithms: $algos+ auto;" \
+echo "# tuner sweep: $collective over tcp, ranks: $ranks; links: $links; algorithms: $algos+ auto, measured;" \
      "sizes $min..$max x$factor; -n $iterations --rounds $rounds --budget $budget; $(nproc) CPUs; $(date -u +%FT%TZ)"
-list=$(echo $algos auto | tr ' ' ',')
+list=$(echo $algos auto measured | tr ' ' ',')
 [ "$table_only" = 1 ] || for link in $links; do
   for n in $ranks; do
     emulation=$link
@@ -86,42 +87,51 @@ done
 python3 - "$out" "$links" "$ranks" <<'PY'
 import csv, sys
 out, links, ranks = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
-worst_overall = worst_choice_overall = 0
-agree = total = over = 0
+tuned = ("auto", "measured")
+worst = {t: 0.0 for t in tuned}
+worst_choice = {t: 0.0 for t in tuned}
+over = {t: 0 for t in tuned}
+over_choice = {t: 0 for t in tuned}
+agree = {t: 0 for t in tuned}
+total = 0
 for link in links:
     for n in ranks:
         rows = list(csv.DictReader(open(f"{out}/{link}.{n}.csv")))
-        algos = [a for a in dict.fromkeys(r["algo"] for r in rows) if a != "auto"]
+        algos = [a for a in dict.fromkeys(r["algo"] for r in rows) if a not in tuned]
         times, chosen = {}, {}
         for r in rows:
             size = int(r["size"])
             times.setdefault(size, {})[r["algo"]] = float(r["median_us"])
-            chosen[size] = r["auto_choice"]
+            chosen[size] = {"auto": r["auto_choice"], "measured": r.get("measured_choice", "")}
             if int(r["wrong"]) != 0:
                 print(f"WRONG results: {link} {n} ranks {size} B {r['algo']}")
         emulation = rows[0]["emulation"] if rows else ""
+        present = [t for t in tuned if any(t in v for v in times.values())]
         print(f"\n## {n} ranks, link {link} ({emulation or 'off'}); time in us")
-        print("| size | " + " | ".join(algos) + " | auto (choice) | best forced | auto / best | choice / best |")
-        print("|---" * (len(algos) + 5) + "|")
-        worst = worst_choice = 0
+        print("| size | " + " | ".join(algos) + " | best forced | " +
+              " | ".join(f"{t} (choice) | {t} / best | choice / best" for t in present) + " |")
+        print("|---" * (len(algos) + 2 + 3 * len(present)) + "|")
         for size in sorted(times):
-            forced = {a: t for a, t in times[size].items() if a != "auto"}
-            auto = times[size]["auto"]
+            forced = {a: t for a, t in times[size].items() if a not in tuned}
             best = min(forced, key=forced.get)
-            ratio = auto / forced[best]
-            pick = chosen[size]
-            choice = forced[pick] / forced[best] if pick in forced else float("nan")
-            worst, worst_choice = max(worst, ratio), max(worst_choice, choice)
             total += 1
-            agree += best == pick
-            over += ratio > 1.15
-            cells = " | ".join(f"{forced[a]:.1f}" if a in forced else "-" for a in algos)
-            print(f"| {size} | {cells} | {auto:.1f} ({pick}) | {best} | {ratio:.2f}{' !' if ratio > 1.15 else ''} "
-                  f"| {choice:.2f}{' !' if choice > 1.15 else ''} |")
-        print(f"worst auto / best forced: {worst:.2f}; worst choice / best forced: {worst_choice:.2f}")
-        worst_overall = max(worst_overall, worst)
-        worst_choice_overall = max(worst_choice_overall, worst_choice)
-print(f"\n# worst auto / best forced over every case: {worst_overall:.2f} (target <= 1.15), above 1.15 at {over} of "
-      f"{total} sizes; worst choice / best forced: {worst_choice_overall:.2f}; auto chose the best forced algorithm "
-      f"at {agree} of {total} sizes")
+            cells = [f"{forced[a]:.1f}" if a in forced else "-" for a in algos] + [best]
+            for t in present:
+                pick = chosen[size][t]
+                ratio = times[size][t] / forced[best]
+                choice = forced[pick] / forced[best] if pick in forced else float("nan")
+                worst[t], worst_choice[t] = max(worst[t], ratio), max(worst_choice[t], choice)
+                over[t] += ratio > 1.15
+                over_choice[t] += choice > 1.15
+                agree[t] += best == pick
+                cells += [f"{times[size][t]:.1f} ({pick})", f"{ratio:.2f}{' !' if ratio > 1.15 else ''}",
+                          f"{choice:.2f}{' !' if choice > 1.15 else ''}"]
+            print(f"| {size} | " + " | ".join(cells) + " |")
+print()
+for t in tuned:
+    if worst[t] == 0:
+        continue
+    print(f"# {t}: worst {t} / best forced over every case: {worst[t]:.2f} (target <= 1.15), above 1.15 at "
+          f"{over[t]} of {total} sizes; worst choice / best forced: {worst_choice[t]:.2f}, above 1.15 at "
+          f"{over_choice[t]}; chose the best forced algorithm at {agree[t]} of {total} sizes")
 PY

@@ -1,5 +1,6 @@
 // The collective calls: argument checks, tuner, schedule, and errors that name rank, peer and operation.
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <utility>
@@ -142,11 +143,12 @@ Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, con
       check_overlap(rank, name, s, bytes, r, bytes, s == r, "send == recv");
     }
   }
-  if (size == 1) return {bytes, nullptr};
+  const algo::CallShape shape{kind, bytes, size, dtype, hosts};
+  if (size == 1) return {bytes, nullptr, shape};
   // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
   // here, before anything is queued or sent, naming the call.
   try {
-    return {bytes, &tuner.choose({kind, bytes, size, dtype, hosts})};
+    return {bytes, &tuner.choose(shape), shape};
   } catch (const InvalidArgument& error) {
     throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
   }
@@ -315,6 +317,34 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
   });
 }
 
+void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::Tag tag, const Checked& checked,
+                                         const algo::Args& args) {
+  if (!tuner.config().measure) {
+    execute(call, tag, *checked.choice, args);
+    return;
+  }
+  const MeasuredChoices::Pick pick = measured.pick(checked.shape, *checked.choice, tuner);
+  if (pick.trial < 0) {
+    execute(call, tag, *pick.choice, args);
+    return;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  execute(call, tag, *pick.choice, args);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::vector<double> times;
+  if (!measured.record(checked.shape, pick, seconds, &times)) return;
+  // The octave's last trial: the slowest rank's time of each, by an all_reduce the model picks (never measured),
+  // in place on the vector every rank holds. A call of its own: it takes the next call number on every rank.
+  const size_t n = times.size();
+  const algo::CallInfo what{"all_reduce (TBCOLL_TUNER=measure: the ranks' times of the trial calls)", n,
+                            DataType::kFloat64, ReduceOp::kMax, true};
+  const algo::CallShape shape{OpKind::kAllReduce, n * sizeof(double), size, DataType::kFloat64, hosts};
+  const transport::Tag agree{++collective_seq, make_meta(OpKind::kAllReduce, DataType::kFloat64, ReduceOp::kMax, 0, n)};
+  execute(what, agree, tuner.choose(shape),
+          {times.data(), times.data(), n, DataType::kFloat64, ReduceOp::kMax, 0, sizeof(double)});
+  measured.decide(checked.shape, times);
+}
+
 template <typename Body>
 void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
   // The peers learn that this rank takes part in no collective from this one on (the next, after send/recv).
@@ -336,7 +366,7 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
                                    error.got_bytes(), error.expected_bytes())
         : (differs & ~kScheduleMask) == 0
             ? fmt::format("peer {} runs it with the {} schedule, this rank with {}: the ranks are tuned differently "
-                          "(TBCOLL_ALGO and TBCOLL_*_BYTES must be the same on every rank)", error.peer(),
+                          "(TBCOLL_ALGO, TBCOLL_TUNER and TBCOLL_*_BYTES must be the same on every rank)", error.peer(),
                           schedule(error.got_meta()), schedule(error.expected_meta()))
             : fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()));
     std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank,
@@ -397,7 +427,7 @@ void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, 
   transport::Tag tag{++collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};  // the caller's op
   std::vector<uint8_t> unused;
   send = divide_first(send, recv, unused, count, dtype, op, size);
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
@@ -415,7 +445,7 @@ void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, 
     return;
   }
   transport::Tag tag{++collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
@@ -435,7 +465,7 @@ void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t cou
   transport::Tag tag{++collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
   std::vector<uint8_t> quotients;
   send = divide_first(send, nullptr, quotients, count * static_cast<size_t>(size), dtype, op, size);
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
@@ -455,7 +485,7 @@ void Communicator::Impl::reduce(const void* send, void* recv, size_t count, Data
   transport::Tag tag{++collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
   std::vector<uint8_t> quotients;
   send = divide_first(send, nullptr, quotients, count, dtype, op, size);
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, op, root, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, op, root, dtype_size(dtype)});
 }
 
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -474,7 +504,7 @@ void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, D
   }
   // The root only sends: execute() adds a check of the root with the neighbours (different roots are told).
   transport::Tag tag{++collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
 }
 
 void Communicator::barrier() {

@@ -22,7 +22,7 @@ void Communicator::Impl::all_to_all(const void* send, void* recv, size_t count, 
     return;
   }
   transport::Tag tag{++collective_seq, make_meta(OpKind::kAllToAll, dtype, ReduceOp::kSum, 0, count)};
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
 }
 
 void Communicator::all_to_allv(const void* send, void* recv, const size_t* send_counts, const size_t* send_displs,
@@ -73,7 +73,7 @@ void Communicator::Impl::gather(const void* send, void* recv, size_t count, Data
   // Non-root ranks only send, so a root or count they disagree on is seen by the receivers (see README: "A call
   // in which some ranks only send").
   transport::Tag tag{++collective_seq, make_meta(OpKind::kGather, dtype, ReduceOp::kSum, root, count)};
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
 }
 
 void Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
@@ -91,7 +91,7 @@ void Communicator::Impl::scatter(const void* send, void* recv, size_t count, Dat
     return;
   }
   transport::Tag tag{++collective_seq, make_meta(OpKind::kScatter, dtype, ReduceOp::kSum, root, count)};
-  execute(what, tag, *checked.choice, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
+  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
 }
 
 }  // namespace tbcoll

@@ -384,6 +384,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
       impl->tuner = Tuner(tuning, size, forced, impl->fast_path->algorithms(), known_fast_paths, costs);
     }
   }
+  impl->measured.set_trials(tuning.measure_trials);
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
             fmt::join(impl->transport_names, ","));
   return Communicator(std::move(impl));
@@ -415,7 +416,9 @@ std::string Communicator::algorithm(const std::string& collective, size_t bytes)
   for (OpKind kind : algo::collectives()) {
     if (collective != op_kind_name(kind)) continue;
     if (impl().size == 1) return algo::self_algorithm_name();
-    return impl().tuner.choose({kind, bytes, impl().size, DataType::kFloat32, impl().hosts}).name;
+    const algo::CallShape call{kind, bytes, impl().size, DataType::kFloat32, impl().hosts};
+    const std::string measured = impl().tuner.config().measure ? impl().measured.decided(call) : "";
+    return measured.empty() ? impl().tuner.choose(call).name : measured;
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
 }
@@ -445,6 +448,17 @@ Communicator::Explanation Communicator::explain(const std::string& collective, s
     out.chosen = chosen.name;
     out.model_decides =
         tuner.config().use_model && chosen.fast_path_index < 0 && !tuner.forced(kind) && every_runnable_row_priced;
+    if (out.model_decides && tuner.config().measure) {
+      const algo::CallShape shape{kind, bytes, impl().size, DataType::kFloat32, impl().hosts};
+      const std::string measured = impl().measured.decided(shape);
+      if (!measured.empty()) {
+        out.chosen = measured;
+        out.measured = impl().measured.describe(shape);
+      } else {
+        out.measuring = tuner.shortlist(shape, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
+                            .size() >= 2;
+      }
+    }
     return out;
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));

@@ -17,6 +17,7 @@
 #include "tbcoll/transport.h"
 #include "transports/delay/emulation.h"
 #include "tuner.h"
+#include "tuner_measured.h"
 
 namespace tbcoll {
 
@@ -58,6 +59,7 @@ struct Communicator::Impl {
   algo::RequestTable request_table;
   transport::CollectiveFastPath* fast_path = nullptr;  // owned by one of contexts
   Tuner tuner;
+  MeasuredChoices measured;  ///< TBCOLL_TUNER=measure: the trials and decisions per collective and size octave
   transport::LinkEmulation link;    ///< TBCOLL_LINK_EMULATION / TBCOLL_LINK_DELAY_US; off by default
   std::vector<size_t> max_message;  // by peer: the largest message its transport takes
   transport::SpinYield spin_yield = transport::SpinYield::kNowAndThen;  // spin_yield_policy() for this rank
@@ -86,6 +88,7 @@ struct Communicator::Impl {
   struct Checked {
     size_t bytes;          ///< per rank (the gathered/scattered total for all_gather and reduce_scatter)
     const Choice* choice;  ///< the tuner's choice for the call (null on one rank: nothing to run)
+    algo::CallShape shape;  ///< what the tuner chose by
   };
   Checked check_arguments(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
                           int root) const;
@@ -101,6 +104,10 @@ struct Communicator::Impl {
   void run(const algo::CallInfo& call, transport::Tag tag, unsigned schedule, Body&& body);
   /// Runs the chosen algorithm for a collective: its schedule through run(), or the transport's fast path.
   void execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice, const algo::Args& args);
+  /// execute() for a checked call: its choice, or under TBCOLL_TUNER=measure the measured one (a trial, timed,
+  /// and after the octave's last trial the ranks' agreement on the fastest: tuner_measured.h).
+  void execute_checked(const algo::CallInfo& call, transport::Tag tag, const Checked& checked,
+                       const algo::Args& args);
   /// The calls themselves; the public methods drain queued asynchronous calls first.
   void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
   void all_gather(const void* send, void* recv, size_t count, DataType dtype);

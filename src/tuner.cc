@@ -56,16 +56,22 @@ TunerConfig TunerConfig::from_env(const env::Settings& settings) {
   config.chunk_bytes = static_cast<size_t>(chunk);
   config.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, settings.get_int("TBCOLL_DIRECT_MAX_BYTES")));
   const std::string mode = settings.get("TBCOLL_TUNER");
-  if (mode == "model") {
+  if (mode == "model" || mode == "measure") {
     config.use_model = true;
+    config.measure = mode == "measure";
   } else if (mode == "ranges") {
     config.use_model = false;
   } else if (mode == "auto") {
     // A direct-exchange size set by hand asks for the ranges it sets.
     config.use_model = !settings.is_set("TBCOLL_DIRECT_MAX_BYTES");
   } else {
-    throw InvalidArgument(fmt::format("[env] TBCOLL_TUNER={:?} is not auto, model or ranges", mode));
+    throw InvalidArgument(fmt::format("[env] TBCOLL_TUNER={:?} is not auto, model, measure or ranges", mode));
   }
+  const long long trials = settings.get_int("TBCOLL_TUNE_TRIALS");
+  if (trials < 1 || trials > 100) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_TUNE_TRIALS={} is outside [1, 100]", trials));
+  }
+  config.measure_trials = static_cast<int>(trials);
   return config;
 }
 
@@ -243,6 +249,22 @@ std::vector<Estimate> Tuner::estimates(const algo::CallShape& call) const {
     estimate.fast_path = choice.fast_path_index >= 0;
     if (choice.cost != nullptr) estimate.seconds = choice.cost(call, costs_);
     out.push_back(estimate);
+  }
+  return out;
+}
+
+std::vector<const Choice*> Tuner::shortlist(const algo::CallShape& call, double factor, size_t most) const {
+  std::vector<std::pair<double, const Choice*>> priced;
+  if (!config_.use_model || forced_[slot(call.kind)] != -1) return {};
+  for (const Choice& choice : menu_[slot(call.kind)]) {
+    if (choice.fast_path_index >= 0 || choice.auto_range.max == 0 || !choice.refusal(call).empty()) continue;
+    if (choice.cost == nullptr) return {};  // the size ranges decide (choose())
+    priced.push_back({choice.cost(call, costs_), &choice});
+  }
+  std::stable_sort(priced.begin(), priced.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<const Choice*> out;
+  for (const auto& [cost, choice] : priced) {
+    if (out.size() < most && cost <= factor * priced.front().first) out.push_back(choice);
   }
   return out;
 }

@@ -35,9 +35,13 @@ struct TunerConfig {
   std::chrono::microseconds spin{50};   ///< how long a wait busy-polls before it blocks
   /// Whether the cost model picks among point-to-point rows (TBCOLL_TUNER); false: the size ranges do.
   bool use_model = false;
+  /// TBCOLL_TUNER=measure: the model shortlists and the first calls of each size measure the shortlist
+  /// (tuner_measured.h); trials: the fewest calls per candidate (TBCOLL_TUNE_TRIALS).
+  bool measure = false;
+  int measure_trials = 6;
 
-  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US, TBCOLL_TUNER from settings (the communicator's knobs,
-  /// then the environment). Throws InvalidArgument naming a knob out of range.
+  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US, TBCOLL_TUNER, TBCOLL_TUNE_TRIALS from settings
+  /// (the communicator's knobs, then the environment). Throws InvalidArgument naming a knob out of range.
   static TunerConfig from_env(const env::Settings& settings);
 };
 
@@ -96,6 +100,10 @@ class Tuner {
   bool forced(OpKind kind) const { return forced_[static_cast<size_t>(kind)] != -1; }
   /// Every algorithm of call's collective with its predicted time and whether it can run the call.
   std::vector<Estimate> estimates(const algo::CallShape& call) const;
+  /// The point-to-point rows the model may pick for call (runnable, priced, not forced-only) that it predicts at
+  /// most factor x the cheapest of them, cheapest first, at most `most`; empty where the model does not decide
+  /// (a forced algorithm, size ranges, a row without a cost).
+  std::vector<const Choice*> shortlist(const algo::CallShape& call, double factor, size_t most) const;
 
  private:
   [[noreturn]] void refuse(const algo::CallShape& call, const std::string& why) const;

@@ -177,6 +177,11 @@ class Communicator {
     std::string chosen;
     std::string model;           ///< alpha, beta and where they came from
     bool model_decides = false;  ///< false: the size ranges (TBCOLL_TUNER) or a forced algorithm (TBCOLL_ALGO)
+    /// TBCOLL_TUNER=measure, once the ranks decided for this size's octave: the shortlist's measured times
+    /// ("tree 6101.2 us, ring 8020.7 us (measured, ...)"); chosen is then the measured pick. Empty otherwise.
+    std::string measured;
+    /// TBCOLL_TUNER=measure, not decided yet for this size's octave: the next calls of it are trials.
+    bool measuring = false;
   };
   Explanation explain(const std::string& collective, size_t bytes) const;
 
