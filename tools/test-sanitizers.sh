@@ -3,10 +3,10 @@
 #
 #   asan   ASan + UBSan (-fno-sanitize-recover: any undefined behaviour fails), in build-asan: the unit,
 #          collective (with the security tests) and fuzz corpus tests, and the short soak
-#   tsan   TSan, in build-tsan: the concurrency tests: async, split, every transport's conformance suite (loopback,
-#          shm, tcp, the fake verbs provider), the shm and tcp sweeps up to 4 ranks, the fake verbs fabric and its
-#          fault matrix, the store and peer exchange, the short soak, and the link emulation's close and overlap
-#          tests
+#   tsan   TSan, in build-tsan: the concurrency tests: async, split, measured tuning, every transport's
+#          conformance suite (loopback, shm, tcp, the fake verbs provider), the shm and tcp sweeps up to 4 ranks,
+#          the fake verbs fabric and its fault matrix, the store and peer exchange, the short soak, and the link
+#          emulation's close and overlap tests
 #
 #   tools/test-sanitizers.sh asan|tsan [ctest arguments...]   (after tools/setup.sh); PASS or FAIL, non-zero on
 #   failure. Every process writes its reports to <build>/sanitizer-reports/ (children that tbcoll-run starts too):
@@ -25,7 +25,7 @@ case "$kind" in
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
     targets=(tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
-    tests='^(Transports/|Async|Split|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
+    tests='^(Transports/|Async|Split|MeasuredTuningRuns|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
     tests+='Collectives[.]Shm|soak_short|'
     tests+='TransportsAndSizes/Sweep[.][A-Za-z]*/(loopback|shm|tcp|fakeverbs)_[1-4]|'
     tests+='LinkEmulation[.]MessagesSentBeforeTheSenderLeaves|Collectives[.]EmulatedLinkDelaysOf)'
