@@ -137,7 +137,8 @@ TEST(MeasuredTuning, SmallCallsGetMoreTrialsThanLargeOnes) {
     }
     return trials / tuner.shortlist(call, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates).size();
   };
-  EXPECT_EQ(trials_until_decided(64), static_cast<size_t>(MeasuredChoices::kMaxCalls)) << "tens of us: 32 calls take far less than 50 ms";
+  EXPECT_EQ(trials_until_decided(64), static_cast<size_t>(MeasuredChoices::kMaxCalls))
+      << "tens of us: 32 calls take far less than 50 ms";
   EXPECT_EQ(trials_until_decided(size_t{1} << 30), 6u) << "1 GiB: TBCOLL_TUNE_TRIALS (6), in 3 batches of 2";
 }
 
