@@ -27,8 +27,8 @@
 //
 // Costs: m x N calls per octave before the decision, some of them by slower algorithms: about 50 ms per
 // candidate, at least 6 calls and at most 32 (60 ms per candidate for 10 ms calls, 1.6 ms for 50 us calls), plus
-// one small all_reduce. Fewer would not do: with 4 ranks on 2 CPUs over tcp, a 16 MiB call took 11-15 ms or
-// 23-35 ms, in spells of several calls, whatever the algorithm.
+// one small all_reduce. Fewer would not do: with 4 ranks on 2 CPUs over tcp, single 16 MiB calls of the ring
+// and of the tree took anywhere from 11 to 42 ms, in spells of several calls alike.
 //
 // Results stay bitwise identical on every rank within a call; two runs may decide differently where candidates
 // are near-equal, so results may differ between runs in the last bits (the model alone, TBCOLL_TUNER=model,
