@@ -417,7 +417,7 @@ std::string Communicator::algorithm(const std::string& collective, size_t bytes)
     if (collective != op_kind_name(kind)) continue;
     if (impl().size == 1) return algo::self_algorithm_name();
     const algo::CallShape call{kind, bytes, impl().size, DataType::kFloat32, impl().hosts};
-    const std::string measured = impl().tuner.config().measure ? impl().measured.decided(call) : "";
+    const std::string measured = impl().measured.decided(call);  // "" unless TBCOLL_TUNER=measure decided
     return measured.empty() ? impl().tuner.choose(call).name : measured;
   }
   throw InvalidArgument(fmt::format("unknown collective {:?}", collective));
@@ -435,27 +435,25 @@ Communicator::Explanation Communicator::explain(const std::string& collective, s
       out.chosen = algo::self_algorithm_name();
       return out;
     }
-    const algo::CallShape call{kind, bytes, impl().size, DataType::kFloat32};
+    // The call as the collectives shape it (hosts too: the hierarchical rows run only across hosts).
+    const algo::CallShape call{kind, bytes, impl().size, DataType::kFloat32, impl().hosts};
     bool every_runnable_row_priced = true;
     for (const Estimate& estimate : tuner.estimates(call)) {
       out.algorithms.push_back(
           {estimate.name, estimate.seconds >= 0 ? estimate.seconds * 1e6 : -1, estimate.refusal, estimate.fast_path});
-    }
-    const Choice& chosen = tuner.choose(call);
-    for (const Estimate& estimate : tuner.estimates(call)) {
       if (!estimate.fast_path && estimate.refusal.empty() && estimate.seconds < 0) every_runnable_row_priced = false;
     }
+    const Choice& chosen = tuner.choose(call);
     out.chosen = chosen.name;
     out.model_decides =
         tuner.config().use_model && chosen.fast_path_index < 0 && !tuner.forced(kind) && every_runnable_row_priced;
     if (out.model_decides && tuner.config().measure) {
-      const algo::CallShape shape{kind, bytes, impl().size, DataType::kFloat32, impl().hosts};
-      const std::string measured = impl().measured.decided(shape);
+      const std::string measured = impl().measured.decided(call);
       if (!measured.empty()) {
         out.chosen = measured;
-        out.measured = impl().measured.describe(shape);
+        out.measured = impl().measured.describe(call);
       } else {
-        out.measuring = tuner.shortlist(shape, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
+        out.measuring = tuner.shortlist(call, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
                             .size() >= 2;
       }
     }

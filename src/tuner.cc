@@ -33,6 +33,26 @@ bool has_name(OpKind kind, const std::string& name, const std::vector<KnownFastP
   return false;
 }
 
+// Whether choice can run call: Choice::refusal() without building the reason (choose() runs on every call).
+bool can_run(const Choice& choice, const algo::CallShape& call) {
+  if (call.bytes > choice.max_bytes || (choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) return false;
+  return choice.cannot_run == nullptr || choice.cannot_run(call).empty();
+}
+
+// Calls fn(choice, predicted seconds) for every point-to-point row the model may pick for call: runnable, not a
+// fast path, not forced-only (registry.cc's rows with an empty default range, all_to_allv's direct; their costs
+// still show in --explain). Returns false at the first such row without a cost: then the size ranges decide, and
+// what fn saw before does not count.
+template <typename Fn>
+bool each_priced(const std::vector<Choice>& menu, const algo::CallShape& call, const algo::CostParams& costs, Fn&& fn) {
+  for (const Choice& choice : menu) {
+    if (choice.fast_path_index >= 0 || choice.auto_range.max == 0 || !can_run(choice, call)) continue;
+    if (choice.cost == nullptr) return false;
+    fn(choice, choice.cost(call, costs));
+  }
+  return true;
+}
+
 std::string every_name(const std::vector<KnownFastPath>& known) {
   std::string out;
   for (OpKind kind : algo::collectives()) {
@@ -165,11 +185,7 @@ const Choice& Tuner::choose(const algo::CallShape& call) const {
   const int forced = forced_[slot(call.kind)];
   if (forced >= 0) {
     const Choice& choice = menu[static_cast<size_t>(forced)];
-    if (call.bytes > choice.max_bytes || choice.cannot_run != nullptr ||
-        (choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) {
-      const std::string why = choice.refusal(call);
-      if (!why.empty()) refuse(call, why);
-    }
+    if (!can_run(choice, call)) refuse(call, choice.refusal(call));
     return choice;
   }
   if (forced == -2) {
@@ -183,46 +199,30 @@ const Choice& Tuner::choose(const algo::CallShape& call) const {
                              "ranks (or link emulation is on)",
                              device));
   }
-  auto runnable = [&](const Choice& choice) {
-    if (call.bytes > choice.max_bytes || (choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) return false;
-    return choice.cannot_run == nullptr || choice.cannot_run(call).empty();
-  };
   for (const Choice& choice : menu) {  // fast paths within their own ranges first
-    if (choice.fast_path_index >= 0 && choice.auto_range.holds(call.bytes) && runnable(choice)) return choice;
+    if (choice.fast_path_index >= 0 && choice.auto_range.holds(call.bytes) && can_run(choice, call)) return choice;
   }
   if (config_.use_model) {
     const Choice* cheapest = nullptr;
     double cheapest_cost = 0;
-    bool every_row_priced = true;
-    for (const Choice& choice : menu) {
-      // Rows whose default range is empty (forced_only in registry.cc: all_to_allv's direct) are never picked on
-      // their own; their costs still show in --explain.
-      if (choice.fast_path_index >= 0 || !runnable(choice) || choice.auto_range.max == 0) continue;
-      if (choice.cost == nullptr) {
-        every_row_priced = false;
-        break;
-      }
-      const double cost = choice.cost(call, costs_);
+    const bool every_row_priced = each_priced(menu, call, costs_, [&](const Choice& choice, double cost) {
       if (cheapest == nullptr || cost < cheapest_cost) {
         cheapest = &choice;
         cheapest_cost = cost;
       }
-    }
+    });
     if (every_row_priced && cheapest != nullptr) {
       // Rows the model cannot tell apart (ring and direct all_gather on two ranks are the same exchange): the
       // size ranges decide between them.
       for (const Choice& choice : menu) {
-        if (choice.fast_path_index >= 0 || !choice.auto_range.holds(call.bytes) || !runnable(choice)) continue;
+        if (choice.fast_path_index >= 0 || !choice.auto_range.holds(call.bytes) || !can_run(choice, call)) continue;
         if (choice.cost(call, costs_) <= cheapest_cost * (1 + 1e-9)) return choice;
       }
       return *cheapest;
     }
   }
   for (const Choice& choice : menu) {
-    if (!choice.auto_range.holds(call.bytes) || call.bytes > choice.max_bytes) continue;
-    if ((choice.dtypes >> static_cast<int>(call.dtype) & 1u) == 0) continue;
-    if (choice.cannot_run != nullptr && !choice.cannot_run(call).empty()) continue;
-    return choice;
+    if (choice.auto_range.holds(call.bytes) && can_run(choice, call)) return choice;
   }
   // Unreachable with the built-in rows (each collective's last takes every size); a registered row may narrow it.
   for (const Choice& choice : menu) {
@@ -254,12 +254,11 @@ std::vector<Estimate> Tuner::estimates(const algo::CallShape& call) const {
 }
 
 std::vector<const Choice*> Tuner::shortlist(const algo::CallShape& call, double factor, size_t most) const {
-  std::vector<std::pair<double, const Choice*>> priced;
   if (!config_.use_model || forced_[slot(call.kind)] != -1) return {};
-  for (const Choice& choice : menu_[slot(call.kind)]) {
-    if (choice.fast_path_index >= 0 || choice.auto_range.max == 0 || !choice.refusal(call).empty()) continue;
-    if (choice.cost == nullptr) return {};  // the size ranges decide (choose())
-    priced.push_back({choice.cost(call, costs_), &choice});
+  std::vector<std::pair<double, const Choice*>> priced;
+  if (!each_priced(menu_[slot(call.kind)], call, costs_,
+                   [&](const Choice& choice, double cost) { priced.push_back({cost, &choice}); })) {
+    return {};
   }
   std::stable_sort(priced.begin(), priced.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<const Choice*> out;

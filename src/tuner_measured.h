@@ -35,11 +35,11 @@
 // picks the same on every run).
 #pragma once
 
-#include <array>
 #include <cstddef>
 #include <map>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/registry.h"
