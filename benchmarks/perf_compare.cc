@@ -4,7 +4,10 @@
 // rounds x (one timed batch each, the starting algorithm rotating), so the machine's slow drifts (another job,
 // a frequency change) fall on all of them alike; the figure is the median over rounds of each batch's median
 // (per iteration, the slowest rank's time). Comparing separate runs of one algorithm each is what this avoids:
-// on a shared or oversubscribed machine, their noise exceeds the differences between algorithms.
+// on a shared or oversubscribed machine, their noise exceeds the differences between algorithms. The ratios to the
+// best forced algorithm (x/b, the CSV's paired_vs_best) are paired by round: the median over rounds of x's batch
+// over the best's batch of the same round. Here 4-8 ranks on 2 CPUs run in slow and fast phases lasting seconds;
+// a ratio of two medians over rounds compares different phases, a round's two batches share one.
 //
 // "measured" is auto with TBCOLL_TUNER=measure (tuner_measured.h): the model's shortlist timed by its first calls
 // of each size octave, then the fastest. Its first batch and rounds include those trial calls.
@@ -18,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "algorithms/registry.h"
@@ -62,9 +66,21 @@ std::vector<std::string> algorithm_names(const Options& o) {
 }
 
 double median_of(std::vector<double> values) {
+  if (values.empty()) return -1;
   std::sort(values.begin(), values.end());
   const size_t mid = values.size() / 2;
   return values.size() % 2 ? values[mid] : (values[mid - 1] + values[mid]) / 2;
+}
+
+// The paired ratio of two algorithms' per-round medians: the median over the rounds both ran of a's round over b's
+// (round r of each ran seconds apart, so the machine's slow and fast phases, which last seconds here, fall on both
+// alike and cancel in the ratio, where the ratio of the two medians over rounds compares different moments).
+double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
+  std::vector<double> ratios;
+  for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {
+    if (b[r] > 0) ratios.push_back(a[r] / b[r]);
+  }
+  return median_of(std::move(ratios));
 }
 
 }  // namespace
@@ -99,7 +115,7 @@ long long run_compare(const Options& o, Config config) {
     csv = std::fopen(o.csv.c_str(), "w");
     if (csv == nullptr) throw InvalidArgument("--csv " + o.csv + ": cannot open for writing: " + std::strerror(errno));
     std::fprintf(csv, "collective,ranks,transport,emulation,size,algo,median_us,rounds,iterations,wrong,auto_choice,"
-                      "measured_choice\n");
+                      "measured_choice,best,paired_vs_best\n");
   }
   if (lead) {
     std::printf("# tbcoll-perf --compare: %s, %d ranks, transport %s, dtype %s, op %s, out of place\n",
@@ -108,6 +124,8 @@ long long run_compare(const Options& o, Config config) {
     std::printf("# link emulation: %s\n", lead_comm.link_emulation().c_str());
     std::printf("# time = median over up to %d interleaved rounds of each round's median of the slowest rank (us); "
                 "about %.3g s of timed calls per size and algorithm; -: cannot run it\n", o.rounds, o.budget_s);
+    std::printf("# x/b: paired ratio to the best forced algorithm, the median over rounds of x's round over the "
+                "best's same round\n");
     std::printf("#%11s", "size (B)");
     for (const std::string& name : names) std::printf(" %*s", std::max<int>(9, static_cast<int>(name.size())), name.c_str());
     if (automatic >= 0) std::printf("  %-18s %6s %6s", "auto chose", "auto/b", "pick/b");
@@ -161,13 +179,19 @@ long long run_compare(const Options& o, Config config) {
     }
     std::vector<double> figure(k, -1);
     double best = -1;
+    size_t best_index = 0;
     for (size_t i = 0; i < k; ++i) {
       total_wrong += wrong[i];
       if (!runs[i]) continue;
       figure[i] = median_of(medians[i]);
       if (static_cast<int>(i) != automatic && static_cast<int>(i) != measuring && (best < 0 || figure[i] < best)) {
         best = figure[i];
+        best_index = i;
       }
+    }
+    std::vector<double> paired(k, -1);
+    for (size_t i = 0; best > 0 && i < k; ++i) {
+      if (runs[i]) paired[i] = paired_ratio(medians[i], medians[best_index]);
     }
     const std::string chosen = automatic >= 0 ? comms[static_cast<size_t>(automatic)].algorithm(o.collective, bytes) : "";
     const std::string picked =
@@ -185,26 +209,26 @@ long long run_compare(const Options& o, Config config) {
     if (automatic >= 0 && best > 0) {
       double pick = -1;
       for (size_t i = 0; i < k; ++i) {
-        if (names[i] == chosen && runs[i]) pick = figure[i];
+        if (names[i] == chosen && runs[i]) pick = paired[i];
       }
-      std::printf("  %-18s %6.2f ", chosen.c_str(), figure[static_cast<size_t>(automatic)] / best);
+      std::printf("  %-18s %6.2f ", chosen.c_str(), paired[static_cast<size_t>(automatic)]);
       if (pick > 0) {
-        std::printf("%6.2f", pick / best);
+        std::printf("%6.2f", pick);
       } else {
         std::printf("%6s", "?");  // auto chose an algorithm not compared (a fast path)
       }
     }
     if (measuring >= 0 && best > 0) {
-      std::printf("  %-18s %6.2f", picked.c_str(), figure[static_cast<size_t>(measuring)] / best);
+      std::printf("  %-18s %6.2f", picked.c_str(), paired[static_cast<size_t>(measuring)]);
     }
     std::printf("%s\n", total_wrong ? "  WRONG" : "");
     std::fflush(stdout);
     for (size_t i = 0; csv != nullptr && i < k; ++i) {
       if (!runs[i]) continue;
-      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s,%s\n", o.collective.c_str(), n,
+      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s,%s,%s,%.4f\n", o.collective.c_str(), n,
                    n > 1 ? lead_comm.transport_name(1).c_str() : "self", lead_comm.link_emulation().c_str(), bytes,
                    names[i].c_str(), figure[i], static_cast<int>(medians[i].size()), iterations[i], wrong[i],
-                   chosen.c_str(), picked.c_str());
+                   chosen.c_str(), picked.c_str(), names[best_index].c_str(), paired[i]);
     }
   }
   if (csv != nullptr && std::fclose(csv) != 0) {

@@ -17,9 +17,11 @@
 # One tbcoll-perf --compare run per world size and link: the algorithms and auto take turns in the same
 # processes, round after round, so the machine's noise falls on all of them alike (separate runs per algorithm
 # differed by up to 5x on this 2-CPU machine, more than the algorithms differ). Each table row names the
-# algorithm auto chose; auto / best = auto's time over the best forced one's ("!" above 1.15); choice / best =
-# the forced run of the algorithm auto chose over the best: the cost of the choice alone, without the noise
-# between two communicators running the same algorithm; measured / best and its choice / best alike.
+# algorithm auto chose; auto / best = auto's time over the best forced one's ("!" above 1.15), paired by round
+# (the median over rounds of auto's batch over the best's batch of the same round: the machine's phases, which
+# last seconds, cancel); choice / best = the forced run of the algorithm auto chose over the best, paired alike:
+# the cost of the choice alone, without the noise between two communicators running the same algorithm;
+# measured / best and its choice / best alike. The time cells are each algorithm's median over rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
     --budget) budget=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --table-only) table_only=1; shift ;;
-    -h | --help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "tuner_sweep.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -98,10 +100,13 @@ for link in links:
     for n in ranks:
         rows = list(csv.DictReader(open(f"{out}/{link}.{n}.csv")))
         algos = [a for a in dict.fromkeys(r["algo"] for r in rows) if a not in tuned]
-        times, chosen = {}, {}
+        times, chosen, paired = {}, {}, {}
         for r in rows:
             size = int(r["size"])
             times.setdefault(size, {})[r["algo"]] = float(r["median_us"])
+            # Paired by round against the best forced algorithm (tbcoll-perf --compare); CSVs from before it: the
+            # ratio of the medians.
+            paired.setdefault(size, {})[r["algo"]] = float(r.get("paired_vs_best") or "nan")
             chosen[size] = {"auto": r["auto_choice"], "measured": r.get("measured_choice", "")}
             if int(r["wrong"]) != 0:
                 print(f"WRONG results: {link} {n} ranks {size} B {r['algo']}")
@@ -116,10 +121,14 @@ for link in links:
             best = min(forced, key=forced.get)
             total += 1
             cells = [f"{forced[a]:.1f}" if a in forced else "-" for a in algos] + [best]
+            def against_best(algo):
+                if algo not in times[size]:
+                    return float("nan")
+                ratio = paired[size][algo]
+                return ratio if ratio == ratio else times[size][algo] / forced[best]
             for t in present:
                 pick = chosen[size][t]
-                ratio = times[size][t] / forced[best]
-                choice = forced[pick] / forced[best] if pick in forced else float("nan")
+                ratio, choice = against_best(t), against_best(pick)
                 worst[t], worst_choice[t] = max(worst[t], ratio), max(worst_choice[t], choice)
                 over[t] += ratio > 1.15
                 over_choice[t] += choice > 1.15
