@@ -60,10 +60,14 @@ std::vector<std::string> algorithm_names(const Options& o) {
   }
   if (names.size() < 2) {
     throw InvalidArgument("--compare needs two algorithms or more (\"all\", or a,b,auto; measured: auto with "
-                          "TBCOLL_TUNER=measure)");
+                          "TBCOLL_TUNER=measure; a@2: a twin of a on a communicator of its own)");
   }
   return names;
 }
+
+// "ring@2": a twin of ring, forced to it on a communicator of its own (the noise between two communicators
+// running one algorithm); the algorithm's name without the suffix.
+std::string algorithm_of(const std::string& name) { return name.substr(0, name.find('@')); }
 
 double median_of(std::vector<double> values) {
   if (values.empty()) return -1;
@@ -97,7 +101,7 @@ long long run_compare(const Options& o, Config config) {
   for (const std::string& name : names) {
     Config forced = config;
     const bool tuned = name == "auto" || name == "measured";
-    forced.algo = tuned ? "" : o.collective + ":" + name;
+    forced.algo = tuned ? "" : o.collective + ":" + algorithm_of(name);
     forced.prefix = config.prefix + "/compare/" + name;
     if (name == "auto") automatic = static_cast<int>(comms.size());
     if (name == "measured") {
@@ -152,7 +156,7 @@ long long run_compare(const Options& o, Config config) {
     std::vector<bool> runs(k, true);
     for (size_t i = 0; i < k; ++i) {
       for (const auto& row : why.algorithms) {
-        if (row.name == names[i] && !row.cannot_run.empty()) runs[i] = false;
+        if (row.name == algorithm_of(names[i]) && !row.cannot_run.empty()) runs[i] = false;
       }
     }
     // A first batch of one timed call each sizes the rounds (every rank gets the same figures: the same cut).
