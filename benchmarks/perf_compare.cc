@@ -7,10 +7,13 @@
 // on a shared or oversubscribed machine, their noise exceeds the differences between algorithms. The ratios to the
 // best forced algorithm (x/b, the CSV's paired_vs_best) are paired by round: the median over rounds of x's batch
 // over the best's batch of the same round. Here 4-8 ranks on 2 CPUs run in slow and fast phases lasting seconds;
-// a ratio of two medians over rounds compares different phases, a round's two batches share one.
+// a ratio of two medians over rounds compares different phases, a round's two batches mostly share one. A twin
+// (ring@2: ring again, on a communicator of its own) shows what is left: at 8 ranks, three communicators forced to
+// one algorithm differed by up to 7x in the same rounds (README, the tuner sweep).
 //
 // "measured" is auto with TBCOLL_TUNER=measure (tuner_measured.h): the model's shortlist timed by its first calls
-// of each size octave, then the fastest. Its first batch and rounds include those trial calls.
+// of each size octave, then the fastest. Its trial calls run in the first batch's warm-up (measure() calls until
+// the ranks have decided), so its timed calls are the decided algorithm's.
 //
 // Time per size stays bounded: a first batch of one call measures each algorithm, and the rounds and
 // iterations are cut so that an algorithm's timed calls take about --budget seconds (at least 2 rounds of 1).
@@ -77,8 +80,9 @@ double median_of(std::vector<double> values) {
 }
 
 // The paired ratio of two algorithms' per-round medians: the median over the rounds both ran of a's round over b's
-// (round r of each ran seconds apart, so the machine's slow and fast phases, which last seconds here, fall on both
-// alike and cancel in the ratio, where the ratio of the two medians over rounds compares different moments).
+// (round r of each ran within a round's time of each other, so the machine's slow and fast phases, which last
+// seconds here, mostly fall on both, where the ratio of the two medians over rounds compares different moments);
+// -1 when they share no round.
 double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) {
   std::vector<double> ratios;
   for (size_t r = 0; r < std::min(a.size(), b.size()); ++r) {

@@ -19,7 +19,7 @@
 # differed by up to 5x on this 2-CPU machine, more than the algorithms differ). Each table row names the
 # algorithm auto chose; auto / best = auto's time over the best forced one's ("!" above 1.15), paired by round
 # (the median over rounds of auto's batch over the best's batch of the same round: the machine's phases, which
-# last seconds, cancel); choice / best = the forced run of the algorithm auto chose over the best, paired alike:
+# last seconds, mostly fall on both); choice / best = the forced run of the algorithm auto chose over the best, paired alike:
 # the cost of the choice alone, without the noise between two communicators running the same algorithm;
 # measured / best and its choice / best alike. The time cells are each algorithm's median over rounds.
 set -euo pipefail
