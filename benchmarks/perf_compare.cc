@@ -68,10 +68,6 @@ std::vector<std::string> algorithm_names(const Options& o) {
   return names;
 }
 
-// "ring@2": a twin of ring, forced to it on a communicator of its own (the noise between two communicators
-// running one algorithm); the algorithm's name without the suffix.
-std::string algorithm_of(const std::string& name) { return name.substr(0, name.find('@')); }
-
 double median_of(std::vector<double> values) {
   if (values.empty()) return -1;
   std::sort(values.begin(), values.end());
@@ -95,6 +91,10 @@ double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) 
 
 long long run_compare(const Options& o, Config config) {
   const std::vector<std::string> names = algorithm_names(o);
+  // "ring@2": a twin of ring, forced to it on a communicator of its own (the noise between two communicators
+  // running one algorithm); per name, the algorithm without the suffix.
+  std::vector<std::string> algos;
+  for (const std::string& name : names) algos.push_back(name.substr(0, name.find('@')));
   if (config.world_size > 1 && !config.store) {
     const auto opened = bootstrap::open_store(config, Clock::now() + std::chrono::seconds(60));
     config.store = opened.store;
@@ -102,10 +102,11 @@ long long run_compare(const Options& o, Config config) {
   }
   std::vector<Communicator> comms;
   int automatic = -1, measuring = -1;
-  for (const std::string& name : names) {
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& name = names[i];
     Config forced = config;
     const bool tuned = name == "auto" || name == "measured";
-    forced.algo = tuned ? "" : o.collective + ":" + algorithm_of(name);
+    forced.algo = tuned ? "" : o.collective + ":" + algos[i];
     forced.prefix = config.prefix + "/compare/" + name;
     if (name == "auto") automatic = static_cast<int>(comms.size());
     if (name == "measured") {
@@ -160,7 +161,7 @@ long long run_compare(const Options& o, Config config) {
     std::vector<bool> runs(k, true);
     for (size_t i = 0; i < k; ++i) {
       for (const auto& row : why.algorithms) {
-        if (row.name == algorithm_of(names[i]) && !row.cannot_run.empty()) runs[i] = false;
+        if (row.name == algos[i] && !row.cannot_run.empty()) runs[i] = false;
       }
     }
     // A first batch of one timed call each sizes the rounds (every rank gets the same figures: the same cut).

@@ -112,8 +112,9 @@ void usage() {
               "    measured: auto with TBCOLL_TUNER=measure, the model's shortlist timed by its first calls;\n"
               "    ring@2: a twin of ring, the noise between two communicators running one algorithm)\n"
               "    measured in turns in one run, each on a communicator forced to it, out of place; per size up to\n"
-              "    --rounds N (5) rounds, cut so each algorithm's timed calls take about --budget SECONDS (2); x/b is\n"
-              "    paired by round: the median over rounds of x's batch over the best forced one's in that round\n");
+              "    --rounds N (5) rounds, cut so each algorithm's timed calls take about --budget SECONDS (2);\n"
+              "    x/b is paired by round: the median over rounds of x's batch over the best forced one's\n"
+              "    in that round\n");
   std::printf("  --pingpong: the raw floors between ranks 0 and 1 after the table: TCP, and shared memory or plain verbs\n"
               "    (UC SEND latency, one queue pair's bandwidth one way and both ways) when they talk shm or ibverbs;\n"
               "    --floor-round-trips N (10000) and --floor-messages N (256 of 1 MiB) size the verbs floors;\n"

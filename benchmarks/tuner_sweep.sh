@@ -19,9 +19,9 @@
 # differed by up to 5x on this 2-CPU machine, more than the algorithms differ). Each table row names the
 # algorithm auto chose; auto / best = auto's time over the best forced one's ("!" above 1.15), paired by round
 # (the median over rounds of auto's batch over the best's batch of the same round: the machine's phases, which
-# last seconds, mostly fall on both); choice / best = the forced run of the algorithm auto chose over the best, paired alike:
-# the cost of the choice alone, without the noise between two communicators running the same algorithm;
-# measured / best and its choice / best alike. The time cells are each algorithm's median over rounds.
+# last seconds, mostly fall on both); choice / best = the forced run of the algorithm auto chose over the best,
+# paired alike: the cost of the choice alone, without the noise between two communicators running the same
+# algorithm; measured / best and its choice / best alike. The time cells are each algorithm's median over rounds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -87,7 +87,7 @@ list=$(echo $algos auto measured | tr ' ' ',')
   done
 done
 python3 - "$out" "$links" "$ranks" <<'PY'
-import csv, sys
+import csv, math, sys
 out, links, ranks = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
 tuned = ("auto", "measured")
 worst = {t: 0.0 for t in tuned}
@@ -125,7 +125,7 @@ for link in links:
                 if algo not in times[size]:
                     return float("nan")
                 ratio = paired[size][algo]
-                return ratio if ratio == ratio else times[size][algo] / forced[best]
+                return times[size][algo] / forced[best] if math.isnan(ratio) else ratio
             for t in present:
                 pick = chosen[size][t]
                 ratio, choice = against_best(t), against_best(pick)
