@@ -22,7 +22,7 @@
 
 namespace tbcoll {
 
-struct Work::State {
+struct TBCOLL_LOCAL Work::State {
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;

@@ -24,7 +24,7 @@ namespace tbcoll {
 /// Re-throws error with "what failed: " in front, keeping its type.
 [[noreturn]] void rethrow_with_context(const Error& error, const std::string& what);
 
-struct Communicator::Impl {
+struct TBCOLL_LOCAL Communicator::Impl {
   Config config;
   int rank = 0;
   int size = 1;

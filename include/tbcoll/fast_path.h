@@ -39,7 +39,7 @@ constexpr int kNumOpKinds = 12;  ///< OpKind values are below this
 
 /// "all_reduce", "all_gather", "broadcast", "barrier", "send/recv", "reduce_scatter", "reduce", "all_to_all",
 /// "all_to_allv", "gather", "scatter"; "unknown".
-const char* op_kind_name(OpKind kind);
+TBCOLL_API const char* op_kind_name(OpKind kind);
 
 namespace transport {
 
@@ -52,9 +52,9 @@ struct Tag {
 };
 
 /// Whether two signatures describe the same call (the schedule point-to-point messages add is ignored).
-bool same_call(uint64_t meta_a, uint64_t meta_b);
+TBCOLL_API bool same_call(uint64_t meta_a, uint64_t meta_b);
 /// "all_reduce(count=1024 mod 2^32, f32, sum)"-style description of a signature, for error messages.
-std::string describe_signature(uint64_t meta);
+TBCOLL_API std::string describe_signature(uint64_t meta);
 
 /// One algorithm a fast path offers. Sizes are in the tuner's bytes: the input per rank for all_reduce and
 /// broadcast, the gathered total for all_gather.
@@ -98,7 +98,7 @@ struct CollectiveArgs {
   std::function<void()> watch;
 };
 
-class CollectiveFastPath {
+class TBCOLL_API CollectiveFastPath {
  public:
   virtual ~CollectiveFastPath() = default;
   /// What this fast path offers on this communicator, best first. Fixed for the communicator's life, and the

@@ -9,13 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "tbcoll/export.h"
+
 namespace tbcoll {
 
 using Clock = std::chrono::steady_clock;
 using Deadline = Clock::time_point;
 
 /// Abstract rendezvous store. All methods are thread-safe.
-class Store {
+class TBCOLL_API Store {
  public:
   virtual ~Store() = default;
   /// Sets key to value (overwrites). Blocks until the store acknowledged it or the deadline passed.
@@ -47,17 +49,18 @@ class Store {
 };
 
 /// A store living in this process, for ranks that are threads. Share one instance among the ranks.
-std::shared_ptr<Store> make_in_memory_store();
+TBCOLL_API std::shared_ptr<Store> make_in_memory_store();
 
 /// Client of the TCP store at host:port. token must match the server's. Connects with the deadline. With a job
 /// secret (TBCOLL_SECRET or TBCOLL_SECRET_FILE in the environment, or `secret`), client and store prove to each
 /// other that they know it (HMAC-SHA256 challenge-response) before anything else.
-std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline);
-std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token, Deadline deadline,
-                                         const std::string& secret);
+TBCOLL_API std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token,
+                                                    Deadline deadline);
+TBCOLL_API std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std::string& token,
+                                                    Deadline deadline, const std::string& secret);
 
 /// The TCP store server (hosted by rank 0). Serves until destroyed; malformed clients are dropped.
-class TcpStoreServer {
+class TBCOLL_API TcpStoreServer {
  public:
   /// Listens on host:port (port 0 picks a free one). A host name must resolve before the deadline
   /// (TimeoutError otherwise).

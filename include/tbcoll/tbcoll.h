@@ -15,6 +15,7 @@
 #include <stddef.h>
 
 #include "tbcoll/error.h"
+#include "tbcoll/export.h"
 #include "tbcoll/types.h"
 
 #ifdef __cplusplus
@@ -30,53 +31,53 @@ typedef struct {
 } tbcollUniqueId;
 
 /** Version as MAJOR*10000 + MINOR*100 + PATCH. */
-tbcollResult_t tbcollGetVersion(int* version);
+TBCOLL_API tbcollResult_t tbcollGetVersion(int* version);
 /** Starts the rendezvous store in this process and describes it. The store runs as long as a communicator of
  *  this process made from the id (or split from one) exists, or a rank of any process is connected to it (every
  *  communicator keeps its connection while it lives); a store that neither needs is stopped at the next
  *  tbcollGetUniqueId of this process. */
-tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
+TBCOLL_API tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
 /** Collective over nranks ranks: builds a communicator. Blocks until all ranks are connected. */
-tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);
+TBCOLL_API tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);
 /** Builds a communicator from TBCOLL_* / OpenMPI / PMI / Slurm environment variables. */
-tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
+TBCOLL_API tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
 #define TBCOLL_SPLIT_NOCOLOR (-1)
 /** Collective: a communicator per color, ranks ordered by key; color TBCOLL_SPLIT_NOCOLOR gives *newcomm = NULL. */
-tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm);
+TBCOLL_API tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm);
 /** Releases the communicator: freed at once, or by the last call or group still using it on another thread
  *  (destroy never waits for them). The handle is invalid afterwards. */
-tbcollResult_t tbcollCommDestroy(tbcollComm_t comm);
+TBCOLL_API tbcollResult_t tbcollCommDestroy(tbcollComm_t comm);
 /** Breaks the communicator (peers see the failure; calls on it, on any thread, fail within milliseconds) and
  *  releases it as tbcollCommDestroy does. Allowed from another thread, e.g. a watchdog. */
-tbcollResult_t tbcollCommAbort(tbcollComm_t comm);
-tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
-tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
+TBCOLL_API tbcollResult_t tbcollCommAbort(tbcollComm_t comm);
+TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
+TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
 
 /** Static description of a result code. */
-const char* tbcollGetErrorString(tbcollResult_t result);
+TBCOLL_API const char* tbcollGetErrorString(tbcollResult_t result);
 /** Message of the last error on this thread (names rank, peer, op); "" if none. comm may be NULL. */
-const char* tbcollGetLastError(tbcollComm_t comm);
+TBCOLL_API const char* tbcollGetLastError(tbcollComm_t comm);
 
-tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                tbcollRedOp_t op, tbcollComm_t comm);
 /** recvbuff holds nranks * sendcount elements; in place when sendbuff == recvbuff + rank * sendcount. */
-tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                                tbcollComm_t comm);
 /** recvbuff (recvcount elements) = op over ranks of block `rank` of sendbuff (nranks * recvcount elements). */
-tbcollResult_t tbcollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
                                    tbcollRedOp_t op, tbcollComm_t comm);
 /** recvbuff at root = op over ranks of sendbuff; recvbuff is ignored (may be NULL) on other ranks. */
-tbcollResult_t tbcollReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                             tbcollRedOp_t op, int root, tbcollComm_t comm);
-tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                int root, tbcollComm_t comm);
 /** In-place broadcast, as ncclBcast. */
-tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm);
-tbcollResult_t tbcollBarrier(tbcollComm_t comm);
+TBCOLL_API tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm);
+TBCOLL_API tbcollResult_t tbcollBarrier(tbcollComm_t comm);
 /** Block p of sendbuff (count elements at sendbuff + p * count; nranks * count in all) goes to rank p; block p of
  *  recvbuff is rank p's block for this rank. In place when sendbuff == recvbuff (each block replaced by the
  *  peer's). */
-tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                               tbcollComm_t comm);
 /** As MPI_Alltoallv: sendcounts[p] elements at sendbuff + sdispls[p] go to rank p, recvcounts[p] elements from
  *  rank p land at recvbuff + rdispls[p] (elements; nranks entries each; NULL displacements: packed in rank order).
@@ -84,20 +85,20 @@ tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count
  *  block of another size fails with tbcollInvalidUsage naming both arrays, the others at a later call or at the
  *  deadline at the latest. In place when sendbuff == recvbuff: the recv counts and displacements serve both sides
  *  (sendcounts and sdispls NULL or equal to them). */
-tbcollResult_t tbcollAllToAllv(const void* sendbuff, void* recvbuff, const size_t sendcounts[], const size_t sdispls[],
+TBCOLL_API tbcollResult_t tbcollAllToAllv(const void* sendbuff, void* recvbuff, const size_t sendcounts[], const size_t sdispls[],
                                const size_t recvcounts[], const size_t rdispls[], tbcollDataType_t datatype,
                                tbcollComm_t comm);
 /** recvbuff at root (nranks * sendcount elements) = the ranks' sendbuffs in rank order; recvbuff is ignored (may
  *  be NULL) on other ranks. In place at the root when sendbuff == recvbuff + root * sendcount. */
-tbcollResult_t tbcollGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                             int root, tbcollComm_t comm);
 /** recvbuff (recvcount elements) = block `rank` of root's sendbuff (nranks * recvcount elements; ignored, may be
  *  NULL, on other ranks). In place at the root when recvbuff == sendbuff + root * recvcount. */
-tbcollResult_t tbcollScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
                              int root, tbcollComm_t comm);
-tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
+TBCOLL_API tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm);
-tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm);
+TBCOLL_API tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatype, int peer, tbcollComm_t comm);
 /** Asynchronous collectives: the call is queued and runs on the communicator's progress thread, in order with
  *  the communicator's other calls (a blocking call waits for the queued ones first); buffers must stay valid until
  *  it finished. *request receives a handle: tbcollTest sets *done to 1 once the call finished, tbcollWait blocks
@@ -106,38 +107,38 @@ tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataType_t datatyp
  *  returned by the *Async call itself (nothing is queued, *request stays NULL); a queued call that fails breaks
  *  the communicator, so the calls queued after it fail fast instead of running out of step with the peers. */
 typedef struct tbcollRequest* tbcollRequest_t;
-tbcollResult_t tbcollAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollAllReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                     tbcollRedOp_t op, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
+TBCOLL_API tbcollResult_t tbcollAllGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount,
                                     tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
+TBCOLL_API tbcollResult_t tbcollReduceScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount,
                                         tbcollDataType_t datatype, tbcollRedOp_t op, tbcollComm_t comm,
                                         tbcollRequest_t* request);
-tbcollResult_t tbcollReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollReduceAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                  tbcollRedOp_t op, int root, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollBroadcastAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                     int root, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollAllToAllAsync(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                    tbcollComm_t comm, tbcollRequest_t* request);
 /** The arrays are copied: they may be freed once the call returned. */
-tbcollResult_t tbcollAllToAllvAsync(const void* sendbuff, void* recvbuff, const size_t sendcounts[],
+TBCOLL_API tbcollResult_t tbcollAllToAllvAsync(const void* sendbuff, void* recvbuff, const size_t sendcounts[],
                                     const size_t sdispls[], const size_t recvcounts[], const size_t rdispls[],
                                     tbcollDataType_t datatype, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollGatherAsync(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                                  int root, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
+TBCOLL_API tbcollResult_t tbcollScatterAsync(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
                                   int root, tbcollComm_t comm, tbcollRequest_t* request);
-tbcollResult_t tbcollTest(tbcollRequest_t request, int* done);
-tbcollResult_t tbcollWait(tbcollRequest_t request);
-tbcollResult_t tbcollRequestFree(tbcollRequest_t request);
+TBCOLL_API tbcollResult_t tbcollTest(tbcollRequest_t request, int* done);
+TBCOLL_API tbcollResult_t tbcollWait(tbcollRequest_t request);
+TBCOLL_API tbcollResult_t tbcollRequestFree(tbcollRequest_t request);
 
 /** As ncclGroupStart/End, for send/recv: calls between them (on this thread) are recorded and run at the
  *  outermost tbcollGroupEnd, which blocks until they all completed. The calls of one communicator run together;
  *  several communicators in one group run one after the other, in the order they joined it, so a group must not
  *  make one communicator's calls wait for another's (use one communicator for such an exchange). Collectives
  *  and splits inside a group are refused (tbcollInvalidUsage). */
-tbcollResult_t tbcollGroupStart(void);
-tbcollResult_t tbcollGroupEnd(void);
+TBCOLL_API tbcollResult_t tbcollGroupStart(void);
+TBCOLL_API tbcollResult_t tbcollGroupEnd(void);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tbcoll/error.hpp"
+#include "tbcoll/export.h"
 #include "tbcoll/store.hpp"
 #include "tbcoll/types.h"
 
@@ -48,22 +49,22 @@ enum class ReduceOp : int {
 constexpr int kNumReduceOps = tbcollNumOps;
 
 /// Size of one element in bytes; throws InvalidArgument for an unknown dtype.
-size_t dtype_size(DataType dtype);
+TBCOLL_API size_t dtype_size(DataType dtype);
 /// f16, bf16, f32, f64.
-bool is_floating_point(DataType dtype);
+TBCOLL_API bool is_floating_point(DataType dtype);
 /// u8, u32, u64.
-bool is_unsigned(DataType dtype);
+TBCOLL_API bool is_unsigned(DataType dtype);
 /// "f32", "bf16", ...; "invalid(N)" for unknown values.
-std::string to_string(DataType dtype);
+TBCOLL_API std::string to_string(DataType dtype);
 /// "sum", "prod", ...
-std::string to_string(ReduceOp op);
+TBCOLL_API std::string to_string(ReduceOp op);
 /// Parses "f32"/"float32"/"float", "bf16", "i8", ...; throws InvalidArgument.
-DataType parse_dtype(const std::string& name);
+TBCOLL_API DataType parse_dtype(const std::string& name);
 /// Parses "sum", "prod", "max", "min", "avg"; throws InvalidArgument.
-ReduceOp parse_op(const std::string& name);
+TBCOLL_API ReduceOp parse_op(const std::string& name);
 
 /// How a communicator is built. Fields left at their defaults are taken from the environment by from_env().
-struct Config {
+struct TBCOLL_API Config {
   int rank = -1;
   int world_size = -1;
   /// host:port of the rendezvous store hosted by rank 0 (TBCOLL_ROOT).
@@ -100,7 +101,7 @@ struct Config {
 /// What the ranks of a new communicator need to meet, made by one of them and passed to the others out of band
 /// (MPI_Bcast, a file, the command line), as NCCL's unique id: the address of a rendezvous store this process
 /// serves, and a job token drawn at random.
-class UniqueId {
+class TBCOLL_API UniqueId {
  public:
   /// Starts a rendezvous store on TBCOLL_SOCKET_ADDR (default 127.0.0.1; set it to an address the other hosts
   /// reach) at a free port. It runs while this process holds a communicator made from the id or another process is
@@ -120,7 +121,7 @@ class UniqueId {
 };
 
 /// Handle of an asynchronous call (like c10d's Work). Copyable; every copy refers to the same call.
-class Work {
+class TBCOLL_API Work {
  public:
   Work() = default;
   /// True once the call finished; never blocks. Throws the call's error, if it failed.
@@ -135,7 +136,7 @@ class Work {
   std::shared_ptr<State> state_;
 };
 
-class Communicator {
+class TBCOLL_API Communicator {
  public:
   /// Builds a communicator: rendezvous through the store, transport choice per peer, connections.
   /// Collective over all ranks; blocks until every peer is connected or the timeout passes.

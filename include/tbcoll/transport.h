@@ -82,7 +82,7 @@ struct Capabilities {
   bool per_peer_addresses = false;
 };
 
-class Request {
+class TBCOLL_API Request {
  public:
   virtual ~Request() = default;
   /// Makes progress; true once the operation is complete. Never blocks. Throws on I/O error or mismatch.
@@ -93,7 +93,7 @@ class Request {
   virtual void block(std::chrono::microseconds max_wait) = 0;
 };
 
-class Endpoint {
+class TBCOLL_API Endpoint {
  public:
   virtual ~Endpoint() = default;
   /// Queues a send of bytes (at most Capabilities::max_message_bytes) from buf. buf must stay valid and
@@ -132,7 +132,7 @@ struct PeerAddress {
   PeerInfo info;        ///< the peer's identity: its process, to find a connection the device already has
 };
 
-class Context {
+class TBCOLL_API Context {
  public:
   virtual ~Context() = default;
   /// Opaque address published to every rank (e.g. "host:port"); the peers pass it to connect(). Non-blocking.
@@ -156,7 +156,7 @@ class Context {
   virtual CollectiveFastPath* fast_path() { return nullptr; }
 };
 
-class Device {
+class TBCOLL_API Device {
  public:
   virtual ~Device() = default;
   virtual std::string name() const = 0;
@@ -180,11 +180,11 @@ class Device {
 
 /// Devices compiled into this build that could start here, best first (loopback, shm, ibverbs, tcp), and those
 /// registered. The same objects for the whole process.
-std::vector<std::shared_ptr<Device>> available_devices();
+TBCOLL_API std::vector<std::shared_ptr<Device>> available_devices();
 
 /// Adds a transport built outside the library (a test's, a plug-in's) at `position` in the best-first order
 /// (SIZE_MAX: last). Communicators created afterwards may use it; TBCOLL_TRANSPORT can name it. Throws
 /// InvalidArgument if a device of that name exists. Thread-safe.
-void register_device(std::shared_ptr<Device> device, size_t position = SIZE_MAX);
+TBCOLL_API void register_device(std::shared_ptr<Device> device, size_t position = SIZE_MAX);
 
 }  // namespace tbcoll::transport

@@ -31,7 +31,7 @@ namespace asio = boost::asio;
 using asio::ip::tcp;
 namespace sp = store_protocol;
 
-struct TcpStoreServer::Impl {
+struct TBCOLL_LOCAL TcpStoreServer::Impl {
   class Session;
 
   static constexpr std::chrono::seconds kHelloTimeout{10};
