@@ -14,7 +14,7 @@
 
 #include "common/time.h"
 #include "fake_verbs/fake_verbs.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/ibverbs/device.h"
 #include "transports/ibverbs/endpoint.h"
 

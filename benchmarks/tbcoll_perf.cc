@@ -29,7 +29,7 @@
 #include "algorithms/registry.h"
 #include "reduce/reduce.h"
 #include "tbcoll/tbcoll.hpp"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include "notices.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/delay/emulation.h"
 #include "tuner.h"
 #include "tuner_measured.h"

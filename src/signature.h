@@ -4,13 +4,13 @@
 // schedule is 0 in a call's own signature (what ranks announce); the messages of a point-to-point schedule carry
 // theirs (the algorithm's number in its collective's table, plus one), so ranks tuned to different schedules are
 // told, even where the messages happen to have the same sizes. Transports see only transport::same_call and
-// transport::describe_signature (tbcoll/fast_path.h).
+// transport::describe_signature (tbcoll/collective_fast_path.hpp).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
-#include "tbcoll/fast_path.h"
+#include "tbcoll/collective_fast_path.hpp"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll {

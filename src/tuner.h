@@ -19,7 +19,7 @@
 #include "algorithms/cost.h"
 #include "algorithms/registry.h"
 #include "signature.h"
-#include "tbcoll/fast_path.h"
+#include "tbcoll/collective_fast_path.hpp"
 
 namespace tbcoll {
 

@@ -8,7 +8,7 @@
 #include "common/env.h"
 #include "platform/platform.h"
 #include "reduce/reduce.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/delay/emulation.h"
 
 int main(int argc, char** argv) {

@@ -7,7 +7,7 @@
 #include <memory>
 #include <utility>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::transport {
 

@@ -3,18 +3,15 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tbcoll/deadline.hpp"
 #include "tbcoll/export.h"
 
 namespace tbcoll {
-
-using Clock = std::chrono::steady_clock;
-using Deadline = Clock::time_point;
 
 /// Abstract rendezvous store. All methods are thread-safe.
 class TBCOLL_API Store {

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "tbcoll/tbcoll.hpp"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::algo {
 

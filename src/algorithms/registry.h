@@ -1,6 +1,6 @@
 // The algorithm table: one row per algorithm of each collective. The tuner, the dispatch, TBCOLL_ALGO, error
 // messages, tbcoll-info and tbcoll-perf --algo all read it; adding an algorithm is one file with its schedule
-// and one row in registry.cc. A transport's fast-path algorithms (tbcoll/fast_path.h) join a communicator's
+// and one row in registry.cc. A transport's fast-path algorithms (tbcoll/collective_fast_path.hpp) join a communicator's
 // table at set-up (tuner.h), ahead of these rows.
 //
 // The tuner takes the row the cost model predicts cheapest (Algorithm::cost); without a model (TBCOLL_TUNER=ranges,
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "algorithms/exec.h"
-#include "tbcoll/fast_path.h"
+#include "tbcoll/collective_fast_path.hpp"
 
 namespace tbcoll {
 struct TunerConfig;

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "tbcoll/store.hpp"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::bootstrap {
 

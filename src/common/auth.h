@@ -19,7 +19,7 @@
 #include <string>
 
 #include "common/env.h"
-#include "tbcoll/store.hpp"
+#include "tbcoll/deadline.hpp"
 
 namespace tbcoll::auth {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "tbcoll/fast_path.h"
+#include "tbcoll/collective_fast_path.hpp"
 
 namespace tbcoll {
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/env.h"
-#include "tbcoll/store.hpp"
+#include "tbcoll/deadline.hpp"
 
 struct addrinfo;
 

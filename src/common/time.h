@@ -7,7 +7,7 @@
 
 #include "tbcoll/error.hpp"
 #include "platform/platform.h"
-#include "tbcoll/store.hpp"
+#include "tbcoll/deadline.hpp"
 
 namespace tbcoll {
 

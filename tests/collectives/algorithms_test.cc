@@ -18,7 +18,7 @@
 #include "collectives/harness.h"
 #include "collectives/wrapped_device.h"
 #include "reduce/reduce.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::test {
 namespace {

@@ -12,7 +12,7 @@
 #include "collectives/harness.h"
 #include "collectives/wrapped_device.h"
 #include "common/time.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::test {
 namespace {

@@ -12,7 +12,7 @@
 #include "collectives/checks.h"
 #include "collectives/harness.h"
 #include "collectives/wrapped_device.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::test {
 namespace {

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::test {
 

@@ -8,7 +8,7 @@
 
 #include "collectives/harness.h"
 #include "common/time.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::transport {
 namespace {

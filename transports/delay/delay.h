@@ -27,7 +27,7 @@
 #include <chrono>
 #include <memory>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/delay/emulation.h"
 
 namespace tbcoll::transport {

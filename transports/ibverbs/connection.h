@@ -29,7 +29,7 @@
 #include <string>
 #include <vector>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/ibverbs/verbs.h"
 #include "transports/ibverbs/wire.h"
 

@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/ibverbs/port.h"
 #include "transports/ibverbs/routes.h"
 

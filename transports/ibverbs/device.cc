@@ -15,7 +15,7 @@
 #include "transports/ibverbs/device_matrix.h"
 #include "transports/ibverbs/port.h"
 #include "transports/ibverbs/wire.h"
-#include "transports/registry.h"
+#include "transports/devices.h"
 
 namespace tbcoll::ibverbs {
 namespace {

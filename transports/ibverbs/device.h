@@ -5,7 +5,7 @@
 #include <memory>
 #include <string>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs {

@@ -18,7 +18,7 @@
 #include <optional>
 #include <vector>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/ibverbs/connection.h"
 #include "transports/queued_request.h"
 

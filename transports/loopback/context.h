@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::loopback {
 

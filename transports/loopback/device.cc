@@ -1,6 +1,6 @@
 // Loopback device: reachable when both ranks are threads of this process (context.cc).
 #include "transports/loopback/context.h"
-#include "transports/registry.h"
+#include "transports/devices.h"
 
 namespace tbcoll::loopback {
 namespace {

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <vector>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::loopback {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "tbcoll/fast_path.h"
+#include "tbcoll/collective_fast_path.hpp"
 
 namespace tbcoll::shm {
 namespace {

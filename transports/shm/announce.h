@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/shm/segment.h"
 
 namespace tbcoll::shm {

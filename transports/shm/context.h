@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 
 namespace tbcoll::shm {
 

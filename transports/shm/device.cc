@@ -1,5 +1,5 @@
 // shm device: reaches the ranks of this host (equal host ids), one context per communicator (context.cc).
-#include "transports/registry.h"
+#include "transports/devices.h"
 #include "transports/shm/context.h"
 #include "transports/shm/fast_path.h"
 

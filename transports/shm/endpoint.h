@@ -7,7 +7,7 @@
 #include <deque>
 #include <memory>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/queued_request.h"
 #include "transports/shm/process_watch.h"
 #include "transports/shm/segment.h"

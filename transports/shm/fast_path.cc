@@ -13,7 +13,7 @@
 
 #include "algorithms/chunking.h"
 #include "common/cpu.h"
-#include "tbcoll/fast_path.h"
+#include "tbcoll/collective_fast_path.hpp"
 
 
 namespace tbcoll::shm {

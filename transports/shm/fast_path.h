@@ -40,8 +40,8 @@
 #include <vector>
 
 #include "reduce/reduce.h"
-#include "tbcoll/fast_path.h"
-#include "tbcoll/transport.h"
+#include "tbcoll/collective_fast_path.hpp"
+#include "tbcoll/transport.hpp"
 #include "transports/shm/announce.h"
 #include "transports/shm/process_watch.h"
 #include "transports/shm/segment.h"

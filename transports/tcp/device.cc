@@ -1,5 +1,5 @@
 // tcp device: reaches any peer with an address; one context per communicator (context.cc).
-#include "transports/registry.h"
+#include "transports/devices.h"
 #include "transports/tcp/context.h"
 
 namespace tbcoll::tcp {

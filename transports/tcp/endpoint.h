@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "tbcoll/transport.h"
+#include "tbcoll/transport.hpp"
 #include "transports/queued_request.h"
 #include "transports/tcp/wire.h"
 

@@ -1,5 +1,5 @@
 // Built instead of the shm transport when TBCOLL_WITH_SHM=OFF: the device is simply not available.
-#include "transports/registry.h"
+#include "transports/devices.h"
 
 namespace tbcoll::transport {
 std::shared_ptr<Device> make_shm_device() { return nullptr; }

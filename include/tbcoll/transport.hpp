@@ -38,8 +38,8 @@
 #include <map>
 
 #include "tbcoll/error.hpp"
-#include "tbcoll/fast_path.h"
-#include "tbcoll/store.hpp"
+#include "tbcoll/collective_fast_path.hpp"
+#include "tbcoll/deadline.hpp"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll::transport {
@@ -151,7 +151,7 @@ class TBCOLL_API Context {
                                                          Deadline deadline) = 0;
   /// Breaks every endpoint: pending and later requests fail, peers see the connection close. Any thread.
   virtual void abort() = 0;
-  /// The whole-collective fast path (tbcoll/fast_path.h), if this transport offers one and connect() reached
+  /// The whole-collective fast path (tbcoll/collective_fast_path.hpp), if this transport offers one and connect() reached
   /// every other rank; else nullptr. Owned by the context.
   virtual CollectiveFastPath* fast_path() { return nullptr; }
 };

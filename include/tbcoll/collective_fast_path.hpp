@@ -16,32 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "tbcoll/store.hpp"
+#include "tbcoll/deadline.hpp"
+#include "tbcoll/export.h"
+#include "tbcoll/op_kind.hpp"
 #include "tbcoll/tbcoll.hpp"
 
-namespace tbcoll {
-
-/// The kinds of call, as every message's signature carries them (Tag::meta).
-enum class OpKind : uint8_t {
-  kAllReduce = 1,
-  kAllGather = 2,
-  kBroadcast = 3,
-  kBarrier = 4,
-  kSendRecv = 5,
-  kReduceScatter = 6,
-  kReduce = 7,
-  kAllToAll = 8,
-  kAllToAllv = 9,
-  kGather = 10,
-  kScatter = 11
-};
-constexpr int kNumOpKinds = 12;  ///< OpKind values are below this
-
-/// "all_reduce", "all_gather", "broadcast", "barrier", "send/recv", "reduce_scatter", "reduce", "all_to_all",
-/// "all_to_allv", "gather", "scatter"; "unknown".
-TBCOLL_API const char* op_kind_name(OpKind kind);
-
-namespace transport {
+namespace tbcoll::transport {
 
 /// Message identity: tag orders messages, meta is a signature the receiver checks (e.g. op, dtype, count).
 /// The communicator's tags: collective calls count up from 1 (the same on every rank); send/recv tags have the
@@ -116,5 +96,4 @@ class TBCOLL_API CollectiveFastPath {
   virtual void announce(const Tag& tag) = 0;
 };
 
-}  // namespace transport
-}  // namespace tbcoll
+}  // namespace tbcoll::transport

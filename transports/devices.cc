@@ -1,4 +1,4 @@
-#include "transports/registry.h"
+#include "transports/devices.h"
 
 #include <mutex>
 
