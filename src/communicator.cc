@@ -437,16 +437,13 @@ Communicator::Explanation Communicator::explain(const std::string& collective, s
     }
     // The call as the collectives shape it (hosts too: the hierarchical rows run only across hosts).
     const algo::CallShape call{kind, bytes, impl().size, DataType::kFloat32, impl().hosts};
-    bool every_runnable_row_priced = true;
     for (const Estimate& estimate : tuner.estimates(call)) {
       out.algorithms.push_back(
           {estimate.name, estimate.seconds >= 0 ? estimate.seconds * 1e6 : -1, estimate.refusal, estimate.fast_path});
-      if (!estimate.fast_path && estimate.refusal.empty() && estimate.seconds < 0) every_runnable_row_priced = false;
     }
     const Choice& chosen = tuner.choose(call);
     out.chosen = chosen.name;
-    out.model_decides =
-        tuner.config().use_model && chosen.fast_path_index < 0 && !tuner.forced(kind) && every_runnable_row_priced;
+    out.model_decides = tuner.model_decides(kind) && chosen.fast_path_index < 0 && !tuner.forced(kind);
     if (out.model_decides && tuner.config().measure) {
       const std::string measured = impl().measured.decided(call);
       if (!measured.empty()) {

@@ -5,23 +5,6 @@
 
 namespace tbcoll {
 
-const char* op_kind_name(OpKind kind) {
-  switch (kind) {
-    case OpKind::kAllReduce: return "all_reduce";
-    case OpKind::kAllGather: return "all_gather";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kBarrier: return "barrier";
-    case OpKind::kSendRecv: return "send/recv";
-    case OpKind::kReduceScatter: return "reduce_scatter";
-    case OpKind::kReduce: return "reduce";
-    case OpKind::kAllToAll: return "all_to_all";
-    case OpKind::kAllToAllv: return "all_to_allv";
-    case OpKind::kGather: return "gather";
-    case OpKind::kScatter: return "scatter";
-  }
-  return "unknown";
-}
-
 std::string describe_meta(uint64_t meta) {
   const OpKind kind = kind_of(meta);
   auto dtype = static_cast<DataType>((meta >> 48) & 0xff);

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "collective_traits.h"
 #include "common/env.h"
 #include "tbcoll/error.hpp"
 
@@ -40,17 +41,14 @@ bool can_run(const Choice& choice, const algo::CallShape& call) {
 }
 
 // Calls fn(choice, predicted seconds) for every point-to-point row the model may pick for call: runnable, not a
-// fast path, not forced-only (registry.cc's rows with an empty default range, all_to_allv's direct; their costs
-// still show in --explain). Returns false at the first such row without a cost: then the size ranges decide, and
-// what fn saw before does not count.
+// fast path, not forced-only (rows with an empty default range, all_to_allv's direct; their costs still show in
+// --explain).
 template <typename Fn>
-bool each_priced(const std::vector<Choice>& menu, const algo::CallShape& call, const algo::CostParams& costs, Fn&& fn) {
+void each_priced(const std::vector<Choice>& menu, const algo::CallShape& call, const algo::CostParams& costs, Fn&& fn) {
   for (const Choice& choice : menu) {
     if (choice.fast_path_index >= 0 || choice.auto_range.max == 0 || !can_run(choice, call)) continue;
-    if (choice.cost == nullptr) return false;
     fn(choice, choice.cost(call, costs));
   }
-  return true;
 }
 
 std::string every_name(const std::vector<KnownFastPath>& known) {
@@ -75,6 +73,7 @@ TunerConfig TunerConfig::from_env(const env::Settings& settings) {
   }
   config.chunk_bytes = static_cast<size_t>(chunk);
   config.direct_max_bytes = static_cast<size_t>(std::max<long long>(0, settings.get_int("TBCOLL_DIRECT_MAX_BYTES")));
+  config.tree_max_bytes = static_cast<size_t>(std::max<long long>(0, settings.get_int("TBCOLL_TREE_MAX_BYTES")));
   const std::string mode = settings.get("TBCOLL_TUNER");
   if (mode == "model" || mode == "measure") {
     config.use_model = true;
@@ -119,9 +118,10 @@ ForcedAlgorithms parse_forced(const std::string& spec, const std::vector<KnownFa
     const std::string collective = item.substr(0, colon), name = item.substr(colon + 1);
     OpKind kind{};
     if (!algo::parse_collective(collective, &kind)) {
-      throw InvalidArgument(fmt::format("unknown collective {:?} in TBCOLL_ALGO {:?} (all_reduce, all_gather, "
-                                        "reduce_scatter, reduce, broadcast, barrier, all_to_all, all_to_allv, gather, "
-                                        "scatter)", collective, spec));
+      std::vector<std::string> names;
+      for (const CollectiveTraits& traits : collective_traits()) names.push_back(traits.name);
+      throw InvalidArgument(fmt::format("unknown collective {:?} in TBCOLL_ALGO {:?} ({})", collective, spec,
+                                        fmt::join(names, ", ")));
     }
     if (named_explicitly[slot(kind)]) {
       throw InvalidArgument(fmt::format("TBCOLL_ALGO {:?} names {} twice", spec, op_kind_name(kind)));
@@ -171,6 +171,8 @@ Tuner::Tuner(const TunerConfig& config, int world_size, const ForcedAlgorithms& 
     }
   }
   for (size_t k = 0; k < menu_.size(); ++k) {
+    const CollectiveTraits* traits = traits_of(static_cast<OpKind>(k));
+    model_decides_[k] = config_.use_model && traits != nullptr && traits->model_decides;
     forced_[k] = -1;
     if (forced_names_[k].empty()) continue;
     forced_[k] = -2;
@@ -202,16 +204,16 @@ const Choice& Tuner::choose(const algo::CallShape& call) const {
   for (const Choice& choice : menu) {  // fast paths within their own ranges first
     if (choice.fast_path_index >= 0 && choice.auto_range.holds(call.bytes) && can_run(choice, call)) return choice;
   }
-  if (config_.use_model) {
+  if (model_decides(call.kind)) {
     const Choice* cheapest = nullptr;
     double cheapest_cost = 0;
-    const bool every_row_priced = each_priced(menu, call, costs_, [&](const Choice& choice, double cost) {
+    each_priced(menu, call, costs_, [&](const Choice& choice, double cost) {
       if (cheapest == nullptr || cost < cheapest_cost) {
         cheapest = &choice;
         cheapest_cost = cost;
       }
     });
-    if (every_row_priced && cheapest != nullptr) {
+    if (cheapest != nullptr) {
       // Rows the model cannot tell apart (ring and direct all_gather on two ranks are the same exchange): the
       // size ranges decide between them.
       for (const Choice& choice : menu) {
@@ -254,12 +256,11 @@ std::vector<Estimate> Tuner::estimates(const algo::CallShape& call) const {
 }
 
 std::vector<const Choice*> Tuner::shortlist(const algo::CallShape& call, double factor, size_t most) const {
-  if (!config_.use_model || forced_[slot(call.kind)] != -1) return {};
+  if (!model_decides(call.kind) || forced_[slot(call.kind)] != -1) return {};
   std::vector<std::pair<double, const Choice*>> priced;
-  if (!each_priced(menu_[slot(call.kind)], call, costs_,
-                   [&](const Choice& choice, double cost) { priced.push_back({cost, &choice}); })) {
-    return {};
-  }
+  each_priced(menu_[slot(call.kind)], call, costs_,
+              [&](const Choice& choice, double cost) { priced.push_back({cost, &choice}); });
+  if (priced.empty()) return {};
   std::stable_sort(priced.begin(), priced.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<const Choice*> out;
   for (const auto& [cost, choice] : priced) {

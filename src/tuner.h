@@ -4,7 +4,8 @@
 // The choice: a fast path whose own size range holds the call (its transport measured where it wins; the
 // alpha-beta figures of shared memory are too crude to place it), else the point-to-point row the cost model
 // (algorithms/cost.h) predicts cheapest for the call on the communicator's links, else (TBCOLL_TUNER=ranges, a
-// TBCOLL_DIRECT_MAX_BYTES set by hand, or a runnable row without a cost) the first row whose size range holds it.
+// TBCOLL_DIRECT_MAX_BYTES set by hand, or a collective whose traits leave it to the ranges) the first row whose
+// size range holds it.
 // TBCOLL_ALGO (or Config::algo) forces algorithms, for every collective that has one of that name ("ring") or per
 // collective ("allreduce:ring,broadcast:chain"); a forced algorithm that cannot run a call is refused, naming
 // those that can. Nothing is substituted silently.
@@ -20,30 +21,9 @@
 #include "algorithms/registry.h"
 #include "signature.h"
 #include "tbcoll/collective_fast_path.hpp"
+#include "tuner_config.h"
 
 namespace tbcoll {
-
-namespace env {
-class Settings;
-}
-
-/// The knobs the tuner and the schedules read (tbcoll-info lists them with their defaults).
-struct TunerConfig {
-  size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
-  size_t tree_max_bytes = 64 * 1024;    ///< broadcast up to this uses the binomial tree
-  size_t chunk_bytes = 256 * 1024;      ///< pipelining chunk of the ring and chain schedules
-  std::chrono::microseconds spin{50};   ///< how long a wait busy-polls before it blocks
-  /// Whether the cost model picks among point-to-point rows (TBCOLL_TUNER); false: the size ranges do.
-  bool use_model = false;
-  /// TBCOLL_TUNER=measure: the model shortlists and the first calls of each size measure the shortlist
-  /// (tuner_measured.h); trials: the fewest calls per candidate (TBCOLL_TUNE_TRIALS).
-  bool measure = false;
-  int measure_trials = 6;
-
-  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US, TBCOLL_TUNER, TBCOLL_TUNE_TRIALS from settings
-  /// (the communicator's knobs, then the environment). Throws InvalidArgument naming a knob out of range.
-  static TunerConfig from_env(const env::Settings& settings);
-};
 
 /// A fast-path algorithm some device of this build may offer, with that device's name.
 struct KnownFastPath {
@@ -96,13 +76,16 @@ class Tuner {
   std::string schedule_name(OpKind kind, unsigned schedule) const;
   const TunerConfig& config() const { return config_; }
   const algo::CostParams& costs() const { return costs_; }
+  /// Whether the cost model picks this collective's algorithm (TBCOLL_TUNER and the collective's traits); false:
+  /// the size ranges.
+  bool model_decides(OpKind kind) const { return model_decides_[static_cast<size_t>(kind)]; }
   /// Whether TBCOLL_ALGO forces an algorithm for this collective.
   bool forced(OpKind kind) const { return forced_[static_cast<size_t>(kind)] != -1; }
   /// Every algorithm of call's collective with its predicted time and whether it can run the call.
   std::vector<Estimate> estimates(const algo::CallShape& call) const;
-  /// The point-to-point rows the model may pick for call (runnable, priced, not forced-only) that it predicts at
-  /// most factor x the cheapest of them, cheapest first, at most `most`; empty where the model does not decide
-  /// (a forced algorithm, size ranges, a row without a cost).
+  /// The point-to-point rows the model may pick for call (runnable, not forced-only) that it predicts at most
+  /// factor x the cheapest of them, cheapest first, at most `most`; empty where the model does not decide (a
+  /// forced algorithm, the size ranges).
   std::vector<const Choice*> shortlist(const algo::CallShape& call, double factor, size_t most) const;
 
  private:
@@ -112,6 +95,7 @@ class Tuner {
   algo::CostParams costs_;
   std::array<std::vector<Choice>, kNumOpKinds> menu_;  // by OpKind, in the order the tuner asks them
   std::array<int, kNumOpKinds> forced_{};              // index into menu_, -1: none, -2: forced, not offered here
+  std::array<bool, kNumOpKinds> model_decides_{};
   ForcedAlgorithms forced_names_;
   std::vector<KnownFastPath> known_;
 };

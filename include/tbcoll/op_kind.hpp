@@ -21,10 +21,12 @@ enum class OpKind : uint8_t {
   kGather = 10,
   kScatter = 11
 };
-constexpr int kNumOpKinds = 12;  ///< OpKind values are below this
+/// Values from here to kNumOpKinds - 1 are free for collectives registered at run time (a test's, a plug-in's).
+constexpr int kFirstRegisteredOpKind = 12;
+constexpr int kNumOpKinds = 16;  ///< OpKind values are below this
 
 /// "all_reduce", "all_gather", "broadcast", "barrier", "send/recv", "reduce_scatter", "reduce", "all_to_all",
-/// "all_to_allv", "gather", "scatter"; "unknown".
+/// "all_to_allv", "gather", "scatter", a registered collective's name; "unknown".
 TBCOLL_API const char* op_kind_name(OpKind kind);
 
 }  // namespace tbcoll

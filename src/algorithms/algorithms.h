@@ -2,6 +2,7 @@
 // with a picture of its schedule and its cost.
 #pragma once
 
+#include <cstring>
 #include <vector>
 
 #include "algorithms/exec.h"
@@ -15,7 +16,7 @@ void all_gather_ring(Exec& exec, const Args& args);
 void all_gather_direct(Exec& exec, const Args& args);
 void broadcast_tree(Exec& exec, const Args& args);
 void broadcast_chain(Exec& exec, const Args& args);
-void barrier_dissemination(Exec& exec);
+void barrier_dissemination(Exec& exec, const Args& args);
 void reduce_scatter_direct(Exec& exec, const Args& args);
 void reduce_direct(Exec& exec, const Args& args);
 // all_to_all (equal blocks) and all_to_allv (Args::*_counts, *_displs), gather and scatter (Args::root).
@@ -28,7 +29,6 @@ void scatter_direct(Exec& exec, const Args& args);
 void gather_binomial(Exec& exec, const Args& args);
 void scatter_binomial(Exec& exec, const Args& args);
 
-// Issue 15's all_reduce and all_gather schedules (one file each, all_reduce_<name>.cc).
 void all_reduce_tree(Exec& exec, const Args& args);
 void all_reduce_recursive_doubling(Exec& exec, const Args& args);
 void all_reduce_halving_doubling(Exec& exec, const Args& args);
@@ -36,6 +36,22 @@ void all_reduce_mesh(Exec& exec, const Args& args);
 void all_reduce_hierarchical(Exec& exec, const Args& args);
 void all_gather_hierarchical(Exec& exec, const Args& args);
 void all_gather_recursive_doubling(Exec& exec, const Args& args);
+
+/// all_gather's own block: copies send to this rank's block of recv unless it is there already (in place);
+/// returns the block.
+inline uint8_t* copy_own_block(const Args& args, int rank) {
+  const size_t bytes = args.count * args.elem_size;
+  auto* own = static_cast<uint8_t*>(args.recv) + static_cast<size_t>(rank) * bytes;
+  if (args.send != own && bytes > 0) std::memcpy(own, args.send, bytes);
+  return own;
+}
+
+/// A broadcast's data: the root sends from send (copying it to recv when they differ); others receive into recv.
+inline uint8_t* root_copy(Exec& exec, const Args& args) {
+  const size_t bytes = args.count * args.elem_size;
+  if (exec.rank() == args.root && args.send != args.recv && bytes > 0) std::memcpy(args.recv, args.send, bytes);
+  return static_cast<uint8_t*>(args.recv);
+}
 
 /// The ranks of each host in rank order, hosts numbered as Exec::host_of numbers them.
 inline std::vector<std::vector<int>> hosts_of(const Exec& exec) {

@@ -16,6 +16,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 
 namespace tbcoll::algo {
 
@@ -50,6 +52,21 @@ void all_gather_hierarchical(Exec& exec, const Args& args) {
   }
   for (size_t m = 1; m < local.size(); ++m) exec.isend(local[m], dst, static_cast<size_t>(n) * block);
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_gather_hierarchical) {
+  Algorithm row;
+  row.kind = OpKind::kAllGather;
+  row.name = "hierarchical";
+  row.description =
+      "gather at one leader per host, ring of the leaders with whole hosts' blocks, back inside "
+      "the host: 2 + (H-1) steps for H hosts, (H-1)/H S received per leader";
+  row.run = all_gather_hierarchical;
+  row.cost = cost_all_gather_hierarchical;
+  row.position = 20;
+  row.auto_range = by_model;
+  row.cannot_run = needs_hosts_with_several_ranks;
+  return row;
 }
 
 }  // namespace tbcoll::algo

@@ -14,6 +14,8 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "algorithms/topology.h"
 
 namespace tbcoll::algo {
@@ -50,6 +52,20 @@ void all_gather_recursive_doubling(Exec& exec, const Args& args) {
   }
   if (r < 2 * fold.extra) exec.isend(r - 1, dst, static_cast<size_t>(n) * block);
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_gather_recursive_doubling) {
+  Algorithm row;
+  row.kind = OpKind::kAllGather;
+  row.name = "recursive_doubling";
+  row.description =
+      "swap everything gathered so far with r XOR 2^k (non-powers of two folded): log2 n steps "
+      "(+2), (n-1)/n S received per rank";
+  row.run = all_gather_recursive_doubling;
+  row.cost = cost_all_gather_recursive_doubling;
+  row.position = 30;
+  row.auto_range = by_model;
+  return row;
 }
 
 }  // namespace tbcoll::algo

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "reduce/reduce.h"
 
 namespace tbcoll::algo {
@@ -35,6 +37,20 @@ void all_reduce_direct(Exec& exec, const Args& args) {
 
   reduce::reduce_ranks(args.recv, n, args.count, args.dtype, args.op, reduce::kernel(args.dtype, args.op),
                        [&](int p) { return inputs[p]; });
+}
+
+TBCOLL_ALGORITHM(all_reduce_direct) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "direct";
+  row.description =
+      "every rank sends its input to every other, each reduces all n in rank order: 1 step, "
+      "(n-1)S sent per rank";
+  row.run = all_reduce_direct;
+  row.cost = cost_all_reduce_direct;
+  row.position = 10;
+  row.auto_range = direct_range;
+  return row;
 }
 
 }  // namespace tbcoll::algo

@@ -18,6 +18,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "algorithms/topology.h"
 #include "reduce/reduce.h"
 
@@ -98,6 +100,20 @@ void all_reduce_halving_doubling(Exec& exec, const Args& args) {
   }
   if (r < 2 * fold.extra) exec.isend(r - 1, dst, bytes);
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_reduce_halving_doubling) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "halving_doubling";
+  row.description =
+      "Rabenseifner: reduce-scatter by recursive halving, all-gather by recursive doubling "
+      "(non-powers of two folded): 2 log2 n steps (+2), 2(n-1)/n S sent per rank";
+  row.run = all_reduce_halving_doubling;
+  row.cost = cost_all_reduce_halving_doubling;
+  row.position = 40;
+  row.auto_range = by_model;
+  return row;
 }
 
 }  // namespace tbcoll::algo

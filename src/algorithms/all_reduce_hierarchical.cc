@@ -19,6 +19,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "algorithms/topology.h"
 #include "reduce/reduce.h"
 
@@ -86,6 +88,21 @@ void all_reduce_hierarchical(Exec& exec, const Args& args) {
   if (args.op == ReduceOp::kAvg) reduce::divide(dst, dst, args.count, args.dtype, exec.size());
   for (int m = 1; m < members; ++m) exec.isend(local[static_cast<size_t>(m)], dst, bytes);
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_reduce_hierarchical) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "hierarchical";
+  row.description =
+      "reduce to one leader per host, ring of the leaders across hosts, back inside the host: 2 "
+      "+ 2(H-1) steps for H hosts, 2(H-1) S across hosts in all";
+  row.run = all_reduce_hierarchical;
+  row.cost = cost_all_reduce_hierarchical;
+  row.position = 60;
+  row.auto_range = by_model;
+  row.cannot_run = needs_hosts_with_several_ranks;
+  return row;
 }
 
 }  // namespace tbcoll::algo

@@ -17,6 +17,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "reduce/reduce.h"
 
 namespace tbcoll::algo {
@@ -72,6 +74,20 @@ void all_reduce_mesh(Exec& exec, const Args& args) {
     if (c + kDepth < pieces.size()) post(c + kDepth);
   }
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_reduce_mesh) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "mesh";
+  row.description =
+      "one-shot over a full mesh: every rank sends its input to every peer at once, chunked, "
+      "and reduces all n in rank order: 1 step, (n-1)S sent per rank over n-1 links";
+  row.run = all_reduce_mesh;
+  row.cost = cost_all_reduce_mesh;
+  row.position = 50;
+  row.auto_range = by_model;
+  return row;
 }
 
 }  // namespace tbcoll::algo

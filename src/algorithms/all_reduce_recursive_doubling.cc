@@ -20,6 +20,8 @@
 #include <cstring>
 
 #include "algorithms/algorithms.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "algorithms/topology.h"
 #include "reduce/reduce.h"
 
@@ -63,6 +65,20 @@ void all_reduce_recursive_doubling(Exec& exec, const Args& args) {
   if (args.op == ReduceOp::kAvg) reduce::divide(dst, dst, args.count, args.dtype, exec.size());
   if (r < 2 * fold.extra) exec.isend(r - 1, dst, bytes);
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_reduce_recursive_doubling) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "recursive_doubling";
+  row.description =
+      "swap and combine with r XOR 2^k (non-powers of two folded): log2 n steps (+2), S sent "
+      "per step";
+  row.run = all_reduce_recursive_doubling;
+  row.cost = cost_all_reduce_recursive_doubling;
+  row.position = 30;
+  row.auto_range = by_model;
+  return row;
 }
 
 }  // namespace tbcoll::algo

@@ -30,6 +30,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "reduce/reduce.h"
 
 namespace tbcoll::algo {
@@ -139,6 +141,19 @@ void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring)
     if (m.step < steps - 1 && sent_own < k_chunks) send_own();
   }
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_reduce_ring) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "ring";
+  row.description =
+      "reduce-scatter then all-gather around the ring, chunked and pipelined: 2(n-1) steps, "
+      "2(n-1)/n S sent per rank";
+  row.run = all_reduce_ring;
+  row.cost = cost_all_reduce_ring;
+  row.position = 100;  // the last: it takes every size
+  return row;
 }
 
 }  // namespace tbcoll::algo

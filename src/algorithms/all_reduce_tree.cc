@@ -32,6 +32,8 @@
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 #include "algorithms/topology.h"
 #include "common/enforce.h"
 #include "reduce/reduce.h"
@@ -201,6 +203,20 @@ void all_reduce_tree(Exec& exec, const Args& args) {
     }
   }
   exec.wait_all();
+}
+
+TBCOLL_ALGORITHM(all_reduce_tree) {
+  Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "tree";
+  row.description =
+      "double binary tree, each tree half the data, chunked: reduce up, broadcast down: 2 "
+      "ceil(log2 n) steps, about S sent per rank";
+  row.run = all_reduce_tree;
+  row.cost = cost_all_reduce_tree;
+  row.position = 20;
+  row.auto_range = by_model;
+  return row;
 }
 
 }  // namespace tbcoll::algo

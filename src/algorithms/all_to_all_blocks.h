@@ -22,4 +22,9 @@ struct AllToAllBlocks {
 /// are first copied to scratch and sent from there, since the received ones overwrite them.
 AllToAllBlocks all_to_all_blocks(Exec& exec, const Args& args, bool per_peer_counts);
 
+/// The direct exchange of all_to_all (per_peer_counts false) and all_to_allv (true): see all_to_all_blocks.cc.
+void all_to_all_exchange_direct(Exec& exec, const Args& args, bool per_peer_counts);
+/// The pairwise exchange of all_to_all and all_to_allv: see all_to_all_blocks.cc.
+void all_to_all_exchange_pairwise(Exec& exec, const Args& args, bool per_peer_counts);
+
 }  // namespace tbcoll::algo

@@ -136,6 +136,30 @@ double cost_barrier_dissemination(const CallShape& call, const CostParams& param
   return Traffic{rounds, 0, 0, 0, 2 * rounds}.time(params.flat(), 0);
 }
 
+// 1 step: every rank posts its n-1 blocks (S/n each) at once, one per link.
+double cost_all_to_all_direct(const CallShape& call, const CostParams& params) {
+  const double n = n_of(call), s = s_of(call);
+  return Traffic{1, s / n, (n - 1) / n * s, 0, 2 * (n - 1)}.time(params.flat(), 0);
+}
+
+// n-1 steps of one block each way.
+double cost_all_to_all_pairwise(const CallShape& call, const CostParams& params) {
+  const double n = n_of(call), s = s_of(call);
+  return Traffic{n - 1, (n - 1) / n * s, (n - 1) / n * s, 0, 2 * (n - 1)}.time(params.flat(), 0);
+}
+
+// 1 step: the root receives n-1 blocks (S/n each), one per link; scatter is the same in the other direction.
+double cost_gather_direct(const CallShape& call, const CostParams& params) {
+  const double n = n_of(call), s = s_of(call);
+  return Traffic{1, s / n, (n - 1) / n * s, 0, n - 1, 1, 2 * (n - 1) / n}.time(params.flat(), 0);
+}
+
+// ceil(log2 n) steps; the root receives its subtrees' blocks, the largest half of S, (n-1)/n S in all.
+double cost_gather_binomial(const CallShape& call, const CostParams& params) {
+  const double n = n_of(call), s = s_of(call), steps = ceil_log2(std::max(1, call.world_size));
+  return Traffic{steps, s / 2, (n - 1) / n * s, 0, steps, 1, 2 * (n - 1) / n}.time(params.flat(), 0);
+}
+
 // Two trees, each carrying S/2, pipelined in chunks: up (reduce) and down (broadcast) ceil(log2 n) levels each.
 // A rank sends a half-chunk up to its parent and one down to each child, per tree. Each tree's n-1 edges carry
 // one half each way, 4(n-1) halves in all; the busiest rank, an inner node with two children in one tree and a

@@ -118,7 +118,7 @@ int ceil_log2(int n);
 /// floor(log2 n) for n >= 1.
 int floor_log2(int n);
 
-// ---- the rows of registry.cc (S = call.bytes, n = world size; formulas in cost.cc) ----
+// ---- the algorithms' rows (S = call.bytes, n = world size; formulas in cost.cc) ----
 double cost_all_reduce_direct(const CallShape& call, const CostParams& params);
 double cost_all_reduce_ring(const CallShape& call, const CostParams& params);
 double cost_all_gather_direct(const CallShape& call, const CostParams& params);
@@ -129,8 +129,16 @@ double cost_broadcast_binomial(const CallShape& call, const CostParams& params);
 double cost_broadcast_chain(const CallShape& call, const CostParams& params);
 double cost_barrier_dissemination(const CallShape& call, const CostParams& params);
 
-// ---- the algorithms of issue 15. Each handles non-powers of two as its schedule does (fold the extra ranks in
-// and out: two more steps of S). ----
+// The exchanges (S: a rank's whole send buffer for all_to_all, 0 for all_to_allv, whose sizes differ between
+// ranks; the root's whole buffer for gather and scatter). Their traits leave the choice to the size ranges; the
+// model prices them for --explain.
+double cost_all_to_all_direct(const CallShape& call, const CostParams& params);
+double cost_all_to_all_pairwise(const CallShape& call, const CostParams& params);
+double cost_gather_direct(const CallShape& call, const CostParams& params);
+double cost_gather_binomial(const CallShape& call, const CostParams& params);
+
+// ---- the schedules beyond the ring and the direct exchange. Each handles non-powers of two as its schedule
+// does (fold the extra ranks in and out: two more steps of S). ----
 /// all_reduce tree: NCCL's double binary tree, two trees of S/2 each, pipelined in chunks.
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params);
 /// all_reduce recursive_doubling: log2 n exchanges of the whole buffer.

@@ -26,6 +26,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_SPIN_YIELD", "-1", "0: spinning waits never call sched_yield; 1: now and then; 2: at every poll; -1: at every poll when the machine runs more ranks than CPUs, now and then when another rank on this machine may run on one of this rank's CPUs, else never"},
       {"TBCOLL_CHUNK_BYTES", "262144", "pipelining chunk size of the ring, chain, tree, mesh and hierarchical algorithms (4 KiB to 64 MiB)"},
       {"TBCOLL_DIRECT_MAX_BYTES", "32768", "all_reduce/all_gather (and all_to_all: a rank's whole buffer) up to this size use the direct exchange"},
+      {"TBCOLL_TREE_MAX_BYTES", "65536", "broadcast, gather and scatter up to this size use the binomial tree when the size ranges decide (TBCOLL_TUNER=ranges; gather and scatter always: their rows are chosen by size)"},
       {"TBCOLL_CMA_MIN_BYTES", "4194304", "all_reduce from this size reads peers' buffers in place (shm, cross-memory attach); below it, above the direct size, the two-shot through the segment"},
       {"TBCOLL_CMA_MAX_BYTES", "33554432", "all_reduce from this size goes back to the shm two-shot (streaming stores beat cross-memory attach on DRAM-sized buffers)"},
       {"TBCOLL_CMA_GATHER_MIN_BYTES", "16384", "all_gather (gathered bytes) and broadcast from this size read peers' buffers in place"},

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "algorithms/cost.h"
 #include "algorithms/registry.h"
 #include "collectives/checks.h"
 #include "collectives/harness.h"
@@ -232,8 +233,14 @@ TEST(AllReduceAlgorithms, BitwiseIdenticalOnEveryRankWhereTheOrderMatters) {
   }
   static std::once_flag once;
   std::call_once(once, [] {
-    algo::register_algorithm({OpKind::kAllReduce, "test_own_order", "test only: each rank sums from its own input",
-                              all_reduce_own_order});
+    algo::Algorithm row;
+    row.kind = OpKind::kAllReduce;
+    row.name = "test_own_order";
+    row.description = "test only: each rank sums from its own input";
+    row.run = all_reduce_own_order;
+    row.cost = algo::cost_all_reduce_direct;
+    row.auto_range = algo::forced_only;
+    algo::register_algorithm(row);
   });
   run_ranks(3, {"loopback", "allreduce:test_own_order"}, [&](Communicator& comm) {
     for (DataType dtype : {DataType::kFloat32, DataType::kFloat16, DataType::kBfloat16}) {

@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "algorithms/cost.h"
 #include "algorithms/registry.h"
 #include "collectives/checks.h"
 #include "collectives/harness.h"
@@ -40,13 +41,35 @@ std::string refuse_two_ranks(const algo::CallShape& call) {
   return call.world_size == 2 ? "the star needs at least 3 ranks (a test constraint)" : "";
 }
 
+// Two steps of S each way: dearer than the direct exchange's one.
+double star_cost(const algo::CallShape& call, const algo::CostParams& params) {
+  return 2 * algo::cost_all_reduce_direct(call, params);
+}
+
+algo::Algorithm star_row() {
+  algo::Algorithm row;
+  row.kind = OpKind::kAllReduce;
+  row.name = "test_star";
+  row.description = "test only: inputs to rank 0, reduced there, sent back: 2 steps";
+  row.run = all_reduce_star;
+  row.cost = star_cost;
+  row.cannot_run = refuse_two_ranks;
+  return row;
+}
+
 void register_star() {
   static std::once_flag once;
-  std::call_once(once, [] {
-    algo::register_algorithm({OpKind::kAllReduce, "test_star",
-                              "test only: inputs to rank 0, reduced there, sent back: 2 steps", all_reduce_star,
-                              nullptr, refuse_two_ranks});
-  });
+  std::call_once(once, [] { algo::register_algorithm(star_row()); });
+}
+
+// The names of kind's rows that can run call, in table order: what an error listing them says.
+std::string runnable_names(OpKind kind, const algo::CallShape& call) {
+  std::string names;
+  for (const algo::Algorithm& row : algo::algorithms_for(kind)) {
+    if (row.cannot_run != nullptr && !row.cannot_run(call).empty()) continue;
+    names += (names.empty() ? "" : ", ") + std::string(row.name);
+  }
+  return names;
 }
 
 TEST(Registry, TestOnlyAlgorithmRunsByNameThroughTheTableAlone) {
@@ -66,14 +89,38 @@ TEST(Registry, TestOnlyAlgorithmRunsByNameThroughTheTableAlone) {
   }
 }
 
-TEST(Registry, RegisteredAlgorithmIsNeverTheTunersDefault) {
+TEST(Registry, RegisteredAlgorithmIsPricedLikeAnyOther) {
   register_star();
   run_ranks(3, {"loopback", ""}, [&](Communicator& comm) {
     for (size_t bytes : {size_t{8}, size_t{64} << 10, size_t{64} << 20}) {
-      EXPECT_NE(comm.all_reduce_algorithm(bytes), "test_star") << bytes << " B: the built-in rows are asked first";
+      EXPECT_NE(comm.all_reduce_algorithm(bytes), "test_star") << bytes << " B: its two steps cost more";
     }
-    EXPECT_EQ(comm.all_reduce_algorithm(8), "direct");
+    EXPECT_TRUE(comm.explain("all_reduce", 8).model_decides) << "the model still decides with a registered row";
+    bool listed = false;
+    for (const auto& estimate : comm.explain("all_reduce", 1024).algorithms) {
+      if (estimate.name == "test_star") listed = estimate.predicted_us > 0;
+    }
+    EXPECT_TRUE(listed) << "--explain prices the registered row";
   });
+}
+
+TEST(Registry, RowsWithoutCostNameOrScheduleAreRefused) {
+  algo::Algorithm row = star_row();
+  row.name = "test_unpriced";
+  row.cost = nullptr;
+  std::string message = error_of([&] { algo::register_algorithm(row); });
+  EXPECT_NE(message.find("\"test_unpriced\" has no cost function"), std::string::npos) << message;
+  row.cost = star_cost;
+  row.run = nullptr;
+  message = error_of([&] { algo::register_algorithm(row); });
+  EXPECT_NE(message.find("has no schedule"), std::string::npos) << message;
+  row.run = all_reduce_star;
+  row.kind = static_cast<OpKind>(kNumOpKinds - 1);
+  message = error_of([&] { algo::register_algorithm(row); });
+  EXPECT_NE(message.find("has no traits row"), std::string::npos) << message;
+  for (const algo::Algorithm& existing : algo::algorithms_for(OpKind::kAllReduce)) {
+    EXPECT_STRNE(existing.name, "test_unpriced");
+  }
 }
 
 TEST(Registry, ConstraintsOfARegisteredAlgorithmRefuseTheCall) {
@@ -82,11 +129,14 @@ TEST(Registry, ConstraintsOfARegisteredAlgorithmRefuseTheCall) {
     float x = 1;
     const std::string message = error_of([&] { comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum); });
     EXPECT_NE(message.find("the star needs at least 3 ranks"), std::string::npos) << message;
-    EXPECT_NE(message.find("algorithms that can: direct, tree, recursive_doubling, halving_doubling, mesh, ring"),
-              std::string::npos) << message;
+    const std::string can = runnable_names(OpKind::kAllReduce, {OpKind::kAllReduce, 4, 2, DataType::kFloat32, 1});
+    EXPECT_NE(message.find("algorithms that can: " + can), std::string::npos) << message;
+    EXPECT_EQ(can.find("test_star"), std::string::npos) << "the star refuses two ranks";
     EXPECT_FALSE(comm.broken()) << "refused before anything was sent";
   });
-  EXPECT_THROW(algo::register_algorithm({OpKind::kAllReduce, "ring", "again", all_reduce_star}), InvalidArgument);
+  algo::Algorithm again = star_row();
+  again.name = "ring";
+  EXPECT_THROW(algo::register_algorithm(again), InvalidArgument);
 }
 
 }  // namespace

@@ -1,31 +1,18 @@
-// All-gather schedules. Block b (count elements of rank b) lands at recv + b * count.
-//
-// Ring (large): step s = 0..n-2, send block (r-s) to r+1, receive block (r-s-1) from r-1 straight into
-// place and forward it next step; chunked, so a chunk is forwarded as soon as it arrived.
+// Ring all-gather (large): step s = 0..n-2, send block (r-s) to r+1, receive block (r-s-1) from r-1 straight
+// into place and forward it next step; chunked, so a chunk is forwarded as soon as it arrived. Block b (count
+// elements of rank b) lands at recv + b * count.
 //
 //       r0 --B0--> r1 --B1--> r2 --B2--> r0        (step 0, n = 3)
 //
 //   n-1 steps; each rank sends and receives (n-1)/n of the gathered bytes. No scratch, no copies.
-//
-// Direct (small): every rank sends its block to every other rank in one step: latency of one message,
-// (n-1) sends per rank.
-#include <cstring>
 #include <vector>
 
 #include "algorithms/algorithms.h"
 #include "algorithms/chunking.h"
+#include "algorithms/cost.h"
+#include "algorithms/registry.h"
 
 namespace tbcoll::algo {
-namespace {
-
-uint8_t* copy_own_block(const Args& args, int rank) {
-  const size_t bytes = args.count * args.elem_size;
-  auto* own = static_cast<uint8_t*>(args.recv) + static_cast<size_t>(rank) * bytes;
-  if (args.send != own && bytes > 0) std::memcpy(own, args.send, bytes);
-  return own;
-}
-
-}  // namespace
 
 void all_gather_ring(Exec& exec, const Args& args) {
   const int n = exec.size();
@@ -54,18 +41,15 @@ void all_gather_ring(Exec& exec, const Args& args) {
   exec.wait_all();
 }
 
-void all_gather_direct(Exec& exec, const Args& args) {
-  const int n = exec.size();
-  const int r = exec.rank();
-  const size_t bytes = args.count * args.elem_size;
-  auto* dst = static_cast<uint8_t*>(args.recv);
-  const uint8_t* own = copy_own_block(args, r);
-  for (int k = 1; k < n; ++k) {
-    int p = (r + k) % n;
-    exec.irecv(p, dst + static_cast<size_t>(p) * bytes, bytes);
-  }
-  for (int k = 1; k < n; ++k) exec.isend((r + k) % n, own, bytes);
-  exec.wait_all();
+TBCOLL_ALGORITHM(all_gather_ring) {
+  Algorithm row;
+  row.kind = OpKind::kAllGather;
+  row.name = "ring";
+  row.description = "blocks forwarded around the ring, chunked: n-1 steps, (n-1)/n S sent per rank";
+  row.run = all_gather_ring;
+  row.cost = cost_all_gather_ring;
+  row.position = 100;  // the last: it takes every size
+  return row;
 }
 
 }  // namespace tbcoll::algo
