@@ -162,78 +162,63 @@ std::function<void()> queued(Communicator::Impl* impl, Call call) {
 
 }  // namespace
 
-// Bad arguments are reported by the call itself, before anything is queued (as a blocking call would).
+// The one asynchronous path: bad arguments are reported by the call itself, before anything is queued (as a
+// blocking call would, refusal notices included); the queued call runs the one call path.
+Work Communicator::Impl::submit(OpKind kind, const CallArgs& args) {
+  const CollectiveTraits& traits = *traits_of(kind);
+  check_not_in_group(traits.name, "_async");
+  try {
+    prepare(traits, args);
+  } catch (const InvalidArgument&) {
+    if (traits.tells_refusals) refuse_call();
+    throw;
+  }
+  return async.submit(queued(this, [this, &traits, args] { collective(traits, args); }));
+}
+
 Work Communicator::all_reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_or_refuse(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
-  return impl->async.submit(queued(impl, [=] { impl->all_reduce(send, recv, count, dtype, op); }));
+  return impl().submit(OpKind::kAllReduce, {send, recv, count, dtype, op, 0});
 }
 
 Work Communicator::all_gather_async(const void* send, void* recv, size_t count, DataType dtype) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_or_refuse(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
-  return impl->async.submit(queued(impl, [=] { impl->all_gather(send, recv, count, dtype); }));
+  return impl().submit(OpKind::kAllGather, {send, recv, count, dtype, ReduceOp::kSum, 0});
 }
 
 Work Communicator::reduce_scatter_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_or_refuse(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
-  return impl->async.submit(queued(impl, [=] { impl->reduce_scatter(send, recv, count, dtype, op); }));
+  return impl().submit(OpKind::kReduceScatter, {send, recv, count, dtype, op, 0});
 }
 
 Work Communicator::reduce_async(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_or_refuse(OpKind::kReduce, send, recv, count, dtype, op, root);
-  return impl->async.submit(queued(impl, [=] { impl->reduce(send, recv, count, dtype, op, root); }));
+  return impl().submit(OpKind::kReduce, {send, recv, count, dtype, op, root});
 }
 
 Work Communicator::broadcast_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_or_refuse(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
-  return impl->async.submit(queued(impl, [=] { impl->broadcast(send, recv, count, dtype, root); }));
+  return impl().submit(OpKind::kBroadcast, {send, recv, count, dtype, ReduceOp::kSum, root});
 }
 
 Work Communicator::all_to_all_async(const void* send, void* recv, size_t count, DataType dtype) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0);
-  return impl->async.submit(queued(impl, [=] { impl->all_to_all(send, recv, count, dtype); }));
+  return impl().submit(OpKind::kAllToAll, {send, recv, count, dtype, ReduceOp::kSum, 0});
 }
+
+Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  return impl().submit(OpKind::kGather, {send, recv, count, dtype, ReduceOp::kSum, root});
+}
+
+Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  return impl().submit(OpKind::kScatter, {send, recv, count, dtype, ReduceOp::kSum, root});
+}
+
+Work Communicator::barrier_async() { return impl().submit(OpKind::kBarrier, {}); }
 
 // The counts and displacements are copied: the caller's arrays may go once the call returned.
 Work Communicator::all_to_allv_async(const void* send, void* recv, const size_t* send_counts,
                                      const size_t* send_displs, const size_t* recv_counts, const size_t* recv_displs,
                                      DataType dtype) {
   Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
+  impl->check_not_in_group("all_to_allv", "_async");
   auto layout = std::make_shared<const Impl::AllToAllvLayout>(
       impl->check_all_to_allv(send, recv, send_counts, send_displs, recv_counts, recv_displs, dtype));
   return impl->async.submit(queued(impl, [=] { impl->all_to_allv(send, recv, *layout, dtype); }));
-}
-
-Work Communicator::gather_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kGather, send, recv, count, dtype, ReduceOp::kSum, root);
-  return impl->async.submit(queued(impl, [=] { impl->gather(send, recv, count, dtype, root); }));
-}
-
-Work Communicator::scatter_async(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  impl->check_arguments(OpKind::kScatter, send, recv, count, dtype, ReduceOp::kSum, root);
-  return impl->async.submit(queued(impl, [=] { impl->scatter(send, recv, count, dtype, root); }));
-}
-
-Work Communicator::barrier_async() {
-  Impl* impl = &this->impl();
-  impl->check_not_in_group(__func__);
-  return impl->async.submit(queued(impl, [impl] { impl->barrier(); }));
 }
 
 }  // namespace tbcoll

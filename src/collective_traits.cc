@@ -69,6 +69,7 @@ std::vector<CollectiveTraits> built_in() {
     CollectiveTraits& t = add(OpKind::kAllToAll, "all_to_all", "alltoall");
     t.send_per_rank = t.recv_per_rank = true;
     t.model_decides = false;
+    t.tells_refusals = false;
   }
   {
     CollectiveTraits& t = add(OpKind::kAllToAllv, "all_to_allv", "alltoallv");
@@ -85,6 +86,7 @@ std::vector<CollectiveTraits> built_in() {
     t.in_place_at_root = true;
     t.in_place_rule = "send == recv + root * count, at the root";
     t.model_decides = false;
+    t.tells_refusals = false;
   }
   {
     CollectiveTraits& t = add(OpKind::kScatter, "scatter", "");
@@ -95,6 +97,7 @@ std::vector<CollectiveTraits> built_in() {
     t.in_place_at_root = true;
     t.in_place_rule = "recv == send + root * count, at the root";
     t.model_decides = false;
+    t.tells_refusals = false;
   }
   return rows;
 }

@@ -54,6 +54,11 @@ struct CollectiveTraits {
   /// The cost model picks among the collective's rows (their costs); false: their size ranges decide (where the
   /// model does not tell the schedules apart well, or the ranks' sizes differ).
   bool model_decides = true;
+  /// A rank that refuses its arguments uses up the call's number and tells its peers (Notices::kRefused), so
+  /// those waiting in the call fail at once with its reason. false: the exchanges, where ranks that only send
+  /// (gather's, scatter's root) would finish the call before they could hear: a refusal there uses up nothing,
+  /// and ranks that all refuse stay in step.
+  bool tells_refusals = true;
   /// nccl-tests' bus bandwidth factor for n ranks: busbw = algbw * factor.
   double (*bus_factor)(int n) = nullptr;
 

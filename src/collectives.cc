@@ -10,6 +10,8 @@
 
 #include "algorithms/algorithms.h"
 #include "common/time.h"
+#include "call_checks.h"
+#include "collective_traits.h"
 #include "communicator.h"
 #include "reduce/reduce.h"
 
@@ -28,66 +30,6 @@ namespace tbcoll {
 }
 
 namespace {
-
-void check_dtype(int rank, const char* op, DataType dtype) {
-  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= kNumDataTypes) {
-    throw InvalidArgument(fmt::format("rank {}: {}: invalid dtype {} (valid: 0..{})", rank, op,
-                                      static_cast<int>(dtype), kNumDataTypes - 1));
-  }
-}
-
-void check_op(int rank, const char* name, ReduceOp op) {
-  if (static_cast<int>(op) < 0 || static_cast<int>(op) >= kNumReduceOps) {
-    throw InvalidArgument(fmt::format("rank {}: {}: invalid reduction op {} (valid: 0..{})", rank, name,
-                                      static_cast<int>(op), kNumReduceOps - 1));
-  }
-}
-
-// count * elem_size * factor in bytes, or InvalidArgument when it overflows.
-size_t checked_bytes(int rank, const char* op, size_t count, DataType dtype, size_t factor) {
-  // Overflow-checked multiplications: no 64-bit divisions on the path of every call.
-  size_t bytes = 0;
-  if (__builtin_mul_overflow(count, dtype_size(dtype), &bytes) || __builtin_mul_overflow(bytes, factor, &bytes) ||
-      bytes > static_cast<size_t>(PTRDIFF_MAX)) {
-    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {} overflows the address space", rank, op, count,
-                                      to_string(dtype)));
-  }
-  return bytes;
-}
-
-// Addresses below this are never a buffer: the first page (4 KiB, or the start of a larger one) is not mapped.
-// Ports from MPI pass MPI_IN_PLACE there (the address 1 in Open MPI and MPICH).
-constexpr uintptr_t kFirstPageEnd = 4096;
-
-void check_buffer(int rank, const char* op, const char* which, const void* buf, size_t count) {
-  if (buf == nullptr && count > 0) {
-    throw InvalidArgument(fmt::format("rank {}: {}: {} buffer is null with count {}", rank, op, which, count));
-  }
-  if (buf != nullptr && reinterpret_cast<uintptr_t>(buf) < kFirstPageEnd) {
-    throw InvalidArgument(fmt::format(
-        "rank {}: {}: {} buffer {} points into the first page: not a buffer (MPI_IN_PLACE? tbcoll has no such "
-        "marker: in place means send == recv, for all_gather send == recv + rank * count, for reduce_scatter "
-        "recv == send + rank * count)", rank, op, which, buf));
-  }
-}
-
-// Buffers that overlap in any way other than the collective's in-place layout: the algorithms read inputs
-// after writing outputs, and ranks would end with different, wrong results.
-void check_overlap(int rank, const char* op, const void* send, size_t send_bytes, const void* recv,
-                   size_t recv_bytes, bool in_place, const char* layout) {
-  if (in_place || send == nullptr || recv == nullptr || send_bytes == 0 || recv_bytes == 0) return;
-  const auto s = reinterpret_cast<uintptr_t>(send), r = reinterpret_cast<uintptr_t>(recv);
-  if (s < r + recv_bytes && r < s + send_bytes) {
-    throw InvalidArgument(fmt::format("rank {}: {}: send and recv buffers overlap without being in place (in place "
-                                      "means {})", rank, op, layout));
-  }
-}
-
-void check_rank(int rank, int size, const char* op, const char* which, int value) {
-  if (value < 0 || value >= size) {
-    throw InvalidArgument(fmt::format("rank {}: {}: {} {} out of range for world size {}", rank, op, which, value, size));
-  }
-}
 
 // An f16 sum overflows at 65504 long before the average of the same inputs does. So an f16 average divides every
 // input by the world size first (rounded once, to nearest even) and sums the quotients, as NCCL pre-multiplies
@@ -108,152 +50,40 @@ const void* divide_first(const void* send, void* into, std::vector<uint8_t>& sto
 
 }  // namespace
 
-Communicator::Impl::Checked Communicator::Impl::check_arguments(OpKind kind, const void* send, const void* recv,
-                                                                size_t count,
-                                           DataType dtype, ReduceOp op, int root) const {
-  const char* name = op_kind_name(kind);
-  const bool reduces = kind == OpKind::kAllReduce || kind == OpKind::kReduceScatter || kind == OpKind::kReduce;
-  const bool rooted = kind == OpKind::kReduce || kind == OpKind::kBroadcast || kind == OpKind::kGather ||
-                      kind == OpKind::kScatter;
-  const bool per_rank = kind == OpKind::kAllGather || kind == OpKind::kReduceScatter || kind == OpKind::kAllToAll ||
-                        kind == OpKind::kGather || kind == OpKind::kScatter;
-  check_dtype(rank, name, dtype);
-  if (reduces) check_op(rank, name, op);
-  if (rooted) check_rank(rank, size, name, "root", root);
-  const size_t bytes = checked_bytes(rank, name, count, dtype, per_rank ? static_cast<size_t>(size) : 1);
-  const bool reads_send = (kind != OpKind::kBroadcast && kind != OpKind::kScatter) || rank == root;
-  const bool writes_recv = (kind != OpKind::kReduce && kind != OpKind::kGather) || rank == root;
-  if (reads_send) check_buffer(rank, name, "send", send, count);
-  if (writes_recv) check_buffer(rank, name, "recv", recv, count);
-  if (reads_send && writes_recv) {
-    const size_t block = bytes / (per_rank ? static_cast<size_t>(size) : 1);  // one rank's part
-    const size_t mine = block * static_cast<size_t>(rank);
-    const auto* s = static_cast<const uint8_t*>(send);
-    const auto* r = static_cast<const uint8_t*>(recv);
-    const size_t roots = block * static_cast<size_t>(root);  // the root's block (gather, scatter)
-    if (kind == OpKind::kAllGather) {
-      check_overlap(rank, name, s, block, r, bytes, s == r + mine, "send == recv + rank * count");
-    } else if (kind == OpKind::kGather) {
-      check_overlap(rank, name, s, block, r, bytes, s == r + roots, "send == recv + root * count, at the root");
-    } else if (kind == OpKind::kScatter) {
-      check_overlap(rank, name, s, bytes, r, block, r == s + roots, "recv == send + root * count, at the root");
-    } else if (kind == OpKind::kReduceScatter) {
-      check_overlap(rank, name, s, bytes, r, block, r == s + mine, "recv == send + rank * count");
-    } else {
-      check_overlap(rank, name, s, bytes, r, bytes, s == r, "send == recv");
-    }
-  }
-  const algo::CallShape shape{kind, bytes, size, dtype, hosts};
-  if (size == 1) return {bytes, nullptr, shape};
+Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits& traits, const CallArgs& args) const {
+  Prepared out;
+  out.checked = check_shape(traits, rank, size, hosts, args);
+  check_buffers(traits, rank, size, args, out.checked.bytes);
+  out.count = args.count;
+  out.dtype = args.dtype;
+  out.op = args.op;
+  out.root = args.root;
+  if (size == 1) return out;
   // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
   // here, before anything is queued or sent, naming the call.
   try {
-    return {bytes, &tuner.choose(shape), shape};
+    out.choice = &tuner.choose(out.checked.shape);
   } catch (const InvalidArgument& error) {
-    throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
+    throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, traits.name, error.what()));
   }
+  return out;
 }
 
-Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
-    const void* send, const void* recv, const size_t* send_counts, const size_t* send_displs,
-    const size_t* recv_counts, const size_t* recv_displs, DataType dtype) const {
-  const char* name = "all_to_allv";
-  check_dtype(rank, name, dtype);
-  const bool in_place = send == recv;
-  if (recv_counts == nullptr) throw InvalidArgument(fmt::format("rank {}: {}: recv_counts is null", rank, name));
-  if (send_counts == nullptr && !in_place) {
-    throw InvalidArgument(fmt::format("rank {}: {}: send_counts is null (allowed in place only, send == recv)", rank,
-                                      name));
+const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const CollectiveTraits& traits,
+                                                                       const CallArgs& args) {
+  Prepared& last = prepared[static_cast<size_t>(traits.kind)];
+  if (last.choice != nullptr && last.count == args.count && last.dtype == args.dtype && last.op == args.op &&
+      last.root == args.root) {
+    check_buffers(traits, rank, size, args, last.checked.bytes);  // the pointers are the call's own
+    return last;
   }
-  const size_t n = static_cast<size_t>(size);
-  AllToAllvLayout layout;
-  layout.recv_counts.assign(recv_counts, recv_counts + n);
-  // Null displacements: the blocks packed in rank order.
-  auto displacements = [&](const size_t* given, const std::vector<size_t>& counts) {
-    std::vector<size_t> out(n);
-    if (given != nullptr) return std::vector<size_t>(given, given + n);
-    size_t at = 0;
-    for (size_t p = 0; p < n; ++p) {
-      out[p] = at;
-      at += counts[p];  // wraps only for counts that checked_extent then refuses
-    }
-    return out;
-  };
-  layout.recv_displs = displacements(recv_displs, layout.recv_counts);
-  if (in_place) {
-    // The recv counts and displacements serve both sides; send's, if given, must say the same.
-    for (size_t p = 0; p < n; ++p) {
-      if ((send_counts != nullptr && send_counts[p] != layout.recv_counts[p]) ||
-          (send_displs != nullptr && send_displs[p] != layout.recv_displs[p])) {
-        throw InvalidArgument(fmt::format("rank {}: {}: in place (send == recv), the recv counts and displacements "
-                                          "serve both sides, but send_{}[{}] differs from recv's (pass null or the "
-                                          "same)", rank, name, send_counts != nullptr && send_counts[p] !=
-                                          layout.recv_counts[p] ? "counts" : "displs", p));
-      }
-    }
-    layout.send_counts = layout.recv_counts;
-    layout.send_displs = layout.recv_displs;
-  } else {
-    layout.send_counts.assign(send_counts, send_counts + n);
-    layout.send_displs = displacements(send_displs, layout.send_counts);
-  }
-  if (layout.send_counts[rank] != layout.recv_counts[rank]) {
-    throw InvalidArgument(fmt::format("rank {}: {}: send_counts[{}] = {} but recv_counts[{}] = {} (this rank's block "
-                                      "to itself)", rank, name, rank, layout.send_counts[rank], rank,
-                                      layout.recv_counts[rank]));
-  }
-  // Each side's extent (from the buffer's start to the end of its last block) in bytes, overflow-checked.
-  auto extent = [&](const char* side, const std::vector<size_t>& counts, const std::vector<size_t>& displs,
-                    size_t* elements) {
-    size_t end = 0;
-    *elements = 0;
-    for (size_t p = 0; p < n; ++p) {
-      size_t block_end = 0;
-      if (__builtin_add_overflow(displs[p], counts[p], &block_end) ||
-          __builtin_add_overflow(*elements, counts[p], elements)) {
-        throw InvalidArgument(fmt::format("rank {}: {}: {}_displs[{}] + {}_counts[{}] overflows", rank, name, side, p,
-                                          side, p));
-      }
-      if (counts[p] > 0) end = std::max(end, block_end);
-    }
-    return checked_bytes(rank, name, end, dtype, 1);
-  };
-  size_t received = 0;
-  const size_t send_bytes = extent("send", layout.send_counts, layout.send_displs, &layout.sent);
-  const size_t recv_bytes = extent("recv", layout.recv_counts, layout.recv_displs, &received);
-  check_buffer(rank, name, "send", send, layout.sent);
-  check_buffer(rank, name, "recv", recv, received);
-  check_overlap(rank, name, send, send_bytes, recv, recv_bytes, in_place,
-                "send == recv, the recv counts and displacements serving both sides");
-  // Received blocks that overlap would leave whichever arrived last.
-  std::vector<std::pair<size_t, size_t>> blocks;  // (displacement, peer) of the non-empty ones
-  for (size_t p = 0; p < n; ++p) {
-    if (layout.recv_counts[p] > 0) blocks.push_back({layout.recv_displs[p], p});
-  }
-  std::sort(blocks.begin(), blocks.end());
-  for (size_t i = 1; i < blocks.size(); ++i) {
-    const size_t before = blocks[i - 1].second, after = blocks[i].second;
-    if (blocks[i - 1].first + layout.recv_counts[before] > blocks[i].first) {
-      throw InvalidArgument(fmt::format("rank {}: {}: the recv blocks of peers {} and {} overlap (recv_displs {} and "
-                                        "{}, recv_counts {} and {})", rank, name, before, after,
-                                        layout.recv_displs[before], layout.recv_displs[after],
-                                        layout.recv_counts[before], layout.recv_counts[after]));
-    }
-  }
-  layout.choice = nullptr;
-  if (size == 1) return layout;
-  try {
-    layout.choice = &tuner.choose({OpKind::kAllToAllv, 0, size, dtype});
-  } catch (const InvalidArgument& error) {
-    throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
-  }
-  return layout;
+  last = prepare(traits, args);
+  return last;
 }
 
-Communicator::Impl::Checked Communicator::Impl::check_or_refuse(OpKind kind, const void* send, const void* recv,
-                                                                size_t count, DataType dtype, ReduceOp op, int root) {
+void Communicator::Impl::refuse_call() {
   try {
-    return check_arguments(kind, send, recv, count, dtype, op, root);
+    throw;
   } catch (const InvalidArgument& error) {
     if (size > 1 && !broken) {
       async.drain();  // asynchronous submissions refuse on the caller's thread: the queued calls go first
@@ -317,13 +147,13 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
   });
 }
 
-void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::Tag tag, const Checked& checked,
-                                         const algo::Args& args) {
+void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::Tag tag, const algo::CallShape& shape,
+                                         const Choice& choice, const algo::Args& args) {
   if (!tuner.config().measure) {
-    execute(call, tag, *checked.choice, args);
+    execute(call, tag, choice, args);
     return;
   }
-  const MeasuredChoices::Pick pick = measured.pick(checked.shape, *checked.choice, tuner);
+  const MeasuredChoices::Pick pick = measured.pick(shape, choice, tuner);
   if (pick.trial < 0) {
     execute(call, tag, *pick.choice, args);
     return;
@@ -332,17 +162,17 @@ void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::
   execute(call, tag, *pick.choice, args);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<double> times;
-  if (!measured.record(checked.shape, pick, seconds, &times)) return;
+  if (!measured.record(shape, pick, seconds, &times)) return;
   // The octave's last trial: the slowest rank's time of each, by an all_reduce the model picks (never measured),
   // in place on the vector every rank holds. A call of its own: it takes the next call number on every rank.
   const size_t n = times.size();
   const algo::CallInfo what{"all_reduce (TBCOLL_TUNER=measure: the ranks' times of the trial calls)", n,
                             DataType::kFloat64, ReduceOp::kMax, true};
-  const algo::CallShape shape{OpKind::kAllReduce, n * sizeof(double), size, DataType::kFloat64, hosts};
+  const algo::CallShape agreement{OpKind::kAllReduce, n * sizeof(double), size, DataType::kFloat64, hosts};
   const transport::Tag agree{++collective_seq, make_meta(OpKind::kAllReduce, DataType::kFloat64, ReduceOp::kMax, 0, n)};
-  execute(what, agree, tuner.choose(shape),
+  execute(what, agree, tuner.choose(agreement),
           {times.data(), times.data(), n, DataType::kFloat64, ReduceOp::kMax, 0, sizeof(double)});
-  measured.decide(checked.shape, times);
+  measured.decide(shape, times);
 }
 
 template <typename Body>
@@ -410,114 +240,80 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
   }
 }
 
-void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  impl().async.drain();
-  impl().all_reduce(send, recv, count, dtype, op);
-}
-
-void Communicator::Impl::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  const Checked checked = check_or_refuse(OpKind::kAllReduce, send, recv, count, dtype, op, 0);
-  algo::CallInfo what{"all_reduce", count, dtype, op, true};
+// The one call path of every collective with a traits row: checks (kept per shape), refusal, tuner, tag,
+// the f16 average's division, the schedule or fast path.
+void Communicator::Impl::collective(const CollectiveTraits& traits, const CallArgs& args) {
+  Prepared call;
+  try {
+    call = prepare_cached(traits, args);
+  } catch (const InvalidArgument&) {
+    if (traits.tells_refusals) refuse_call();
+    throw;
+  }
+  algo::CallInfo what{traits.name};
+  if (traits.takes_count) {
+    what = {traits.name, args.count, args.dtype, args.op, traits.reduces, traits.rooted ? args.root : -1};
+  }
   check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
+  if (traits.takes_count && args.count == 0) return;
+  if (call.choice == nullptr) {  // one rank
+    if (args.send != args.recv && call.checked.bytes > 0) std::memcpy(args.recv, args.send, call.checked.bytes);
     return;
   }
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kAllReduce, dtype, op, 0, count)};  // the caller's op
-  std::vector<uint8_t> unused;
-  send = divide_first(send, recv, unused, count, dtype, op, size);
-  execute_checked(what, tag, checked, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
+  const transport::Tag tag{++collective_seq, call.checked.meta};  // the caller's op
+  algo::Args run{args.send, args.recv, args.count, args.dtype, traits.reduces ? args.op : ReduceOp::kSum,
+                 traits.rooted ? args.root : 0, dtype_size(args.dtype)};
+  std::vector<uint8_t> quotients;
+  if (traits.reduces) {
+    // Into recv where it has the input's layout on every rank (all_reduce), else into storage of its own.
+    const bool into_recv = !traits.send_per_rank && !traits.recv_per_rank && traits.writes_recv == Ranks::kEvery;
+    const size_t elements = args.count * (traits.send_per_rank ? static_cast<size_t>(size) : 1);
+    run.send = divide_first(args.send, into_recv ? args.recv : nullptr, quotients, elements, args.dtype, run.op,
+                            size);
+  }
+  execute_checked(what, tag, call.checked.shape, *call.choice, run);
+}
+
+void Communicator::Impl::call(OpKind kind, const CallArgs& args) {
+  async.drain();
+  collective(*traits_of(kind), args);
+}
+
+void Communicator::all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
+  impl().call(OpKind::kAllReduce, {send, recv, count, dtype, op, 0});
 }
 
 void Communicator::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-  impl().async.drain();
-  impl().all_gather(send, recv, count, dtype);
-}
-
-void Communicator::Impl::all_gather(const void* send, void* recv, size_t count, DataType dtype) {
-  const Checked checked = check_or_refuse(OpKind::kAllGather, send, recv, count, dtype, ReduceOp::kSum, 0);
-  algo::CallInfo what{"all_gather", count, dtype};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
-  }
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kAllGather, dtype, ReduceOp::kSum, 0, count)};
-  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
+  impl().call(OpKind::kAllGather, {send, recv, count, dtype, ReduceOp::kSum, 0});
 }
 
 void Communicator::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  impl().async.drain();
-  impl().reduce_scatter(send, recv, count, dtype, op);
-}
-
-void Communicator::Impl::reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op) {
-  const Checked checked = check_or_refuse(OpKind::kReduceScatter, send, recv, count, dtype, op, 0);
-  algo::CallInfo what{"reduce_scatter", count, dtype, op, true};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
-  }
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kReduceScatter, dtype, op, 0, count)};
-  std::vector<uint8_t> quotients;
-  send = divide_first(send, nullptr, quotients, count * static_cast<size_t>(size), dtype, op, size);
-  execute_checked(what, tag, checked, {send, recv, count, dtype, op, 0, dtype_size(dtype)});
+  impl().call(OpKind::kReduceScatter, {send, recv, count, dtype, op, 0});
 }
 
 void Communicator::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  impl().async.drain();
-  impl().reduce(send, recv, count, dtype, op, root);
+  impl().call(OpKind::kReduce, {send, recv, count, dtype, op, root});
 }
 
-void Communicator::Impl::reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root) {
-  const Checked checked = check_or_refuse(OpKind::kReduce, send, recv, count, dtype, op, root);
-  algo::CallInfo what{"reduce", count, dtype, op, true, root};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
-  }
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kReduce, dtype, op, root, count)};
-  std::vector<uint8_t> quotients;
-  send = divide_first(send, nullptr, quotients, count, dtype, op, size);
-  execute_checked(what, tag, checked, {send, recv, count, dtype, op, root, dtype_size(dtype)});
-}
-
+// The root only sends: execute() adds a check of the root with the neighbours (different roots are told).
 void Communicator::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  impl().async.drain();
-  impl().broadcast(send, recv, count, dtype, root);
+  impl().call(OpKind::kBroadcast, {send, recv, count, dtype, ReduceOp::kSum, root});
 }
 
-void Communicator::Impl::broadcast(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  const Checked checked = check_or_refuse(OpKind::kBroadcast, send, recv, count, dtype, ReduceOp::kSum, root);
-  algo::CallInfo what{"broadcast", count, dtype, ReduceOp::kSum, false, root};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
-  }
-  // The root only sends: execute() adds a check of the root with the neighbours (different roots are told).
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kBroadcast, dtype, ReduceOp::kSum, root, count)};
-  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
+void Communicator::barrier() { impl().call(OpKind::kBarrier, {}); }
+
+void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
+  impl().call(OpKind::kAllToAll, {send, recv, count, dtype, ReduceOp::kSum, 0});
 }
 
-void Communicator::barrier() {
-  impl().async.drain();
-  impl().barrier();
+// Non-root ranks only send, so a root or count they disagree on is seen by the receivers (see docs: "A call in
+// which some ranks only send").
+void Communicator::gather(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  impl().call(OpKind::kGather, {send, recv, count, dtype, ReduceOp::kSum, root});
 }
 
-void Communicator::Impl::barrier() {
-  const algo::CallInfo what{"barrier"};
-  check_usable(what);
-  if (size == 1) return;
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kBarrier, DataType::kUint8, ReduceOp::kSum, 0, 0)};
-  execute(what, tag, tuner.choose({OpKind::kBarrier, 0, size, DataType::kUint8}), {});
+void Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
+  impl().call(OpKind::kScatter, {send, recv, count, dtype, ReduceOp::kSum, root});
 }
 
 // send and recv: point to point, matched in call order per peer pair (tags count the pair's messages).

@@ -1,28 +1,111 @@
-// The collectives that move blocks without reducing them, rank to rank: all_to_all, all_to_allv, gather,
-// scatter (argument checks in collectives.cc, schedules in src/algorithms/).
+// all_to_allv: its counts and displacements per peer, checked (and null displacements made packed ones), and its
+// call (the other collectives go through the one call path of collectives.cc; schedules in src/algorithms/).
+#include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "call_checks.h"
 #include "communicator.h"
 
 namespace tbcoll {
 
-void Communicator::all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
-  impl().async.drain();
-  impl().all_to_all(send, recv, count, dtype);
-}
-
-void Communicator::Impl::all_to_all(const void* send, void* recv, size_t count, DataType dtype) {
-  const Checked checked = check_arguments(OpKind::kAllToAll, send, recv, count, dtype, ReduceOp::kSum, 0);
-  algo::CallInfo what{"all_to_all", count, dtype};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
+Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
+    const void* send, const void* recv, const size_t* send_counts, const size_t* send_displs,
+    const size_t* recv_counts, const size_t* recv_displs, DataType dtype) const {
+  const char* name = "all_to_allv";
+  check_dtype(rank, name, dtype);
+  const bool in_place = send == recv;
+  if (recv_counts == nullptr) throw InvalidArgument(fmt::format("rank {}: {}: recv_counts is null", rank, name));
+  if (send_counts == nullptr && !in_place) {
+    throw InvalidArgument(fmt::format("rank {}: {}: send_counts is null (allowed in place only, send == recv)", rank,
+                                      name));
   }
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kAllToAll, dtype, ReduceOp::kSum, 0, count)};
-  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, 0, dtype_size(dtype)});
+  const size_t n = static_cast<size_t>(size);
+  AllToAllvLayout layout;
+  layout.recv_counts.assign(recv_counts, recv_counts + n);
+  // Null displacements: the blocks packed in rank order.
+  auto displacements = [&](const size_t* given, const std::vector<size_t>& counts) {
+    std::vector<size_t> out(n);
+    if (given != nullptr) return std::vector<size_t>(given, given + n);
+    size_t at = 0;
+    for (size_t p = 0; p < n; ++p) {
+      out[p] = at;
+      at += counts[p];  // wraps only for counts that checked_extent then refuses
+    }
+    return out;
+  };
+  layout.recv_displs = displacements(recv_displs, layout.recv_counts);
+  if (in_place) {
+    // The recv counts and displacements serve both sides; send's, if given, must say the same.
+    for (size_t p = 0; p < n; ++p) {
+      if ((send_counts != nullptr && send_counts[p] != layout.recv_counts[p]) ||
+          (send_displs != nullptr && send_displs[p] != layout.recv_displs[p])) {
+        throw InvalidArgument(fmt::format("rank {}: {}: in place (send == recv), the recv counts and displacements "
+                                          "serve both sides, but send_{}[{}] differs from recv's (pass null or the "
+                                          "same)", rank, name, send_counts != nullptr && send_counts[p] !=
+                                          layout.recv_counts[p] ? "counts" : "displs", p));
+      }
+    }
+    layout.send_counts = layout.recv_counts;
+    layout.send_displs = layout.recv_displs;
+  } else {
+    layout.send_counts.assign(send_counts, send_counts + n);
+    layout.send_displs = displacements(send_displs, layout.send_counts);
+  }
+  if (layout.send_counts[rank] != layout.recv_counts[rank]) {
+    throw InvalidArgument(fmt::format("rank {}: {}: send_counts[{}] = {} but recv_counts[{}] = {} (this rank's block "
+                                      "to itself)", rank, name, rank, layout.send_counts[rank], rank,
+                                      layout.recv_counts[rank]));
+  }
+  // Each side's extent (from the buffer's start to the end of its last block) in bytes, overflow-checked.
+  auto extent = [&](const char* side, const std::vector<size_t>& counts, const std::vector<size_t>& displs,
+                    size_t* elements) {
+    size_t end = 0;
+    *elements = 0;
+    for (size_t p = 0; p < n; ++p) {
+      size_t block_end = 0;
+      if (__builtin_add_overflow(displs[p], counts[p], &block_end) ||
+          __builtin_add_overflow(*elements, counts[p], elements)) {
+        throw InvalidArgument(fmt::format("rank {}: {}: {}_displs[{}] + {}_counts[{}] overflows", rank, name, side, p,
+                                          side, p));
+      }
+      if (counts[p] > 0) end = std::max(end, block_end);
+    }
+    return checked_bytes(rank, name, end, dtype, 1);
+  };
+  size_t received = 0;
+  const size_t send_bytes = extent("send", layout.send_counts, layout.send_displs, &layout.sent);
+  const size_t recv_bytes = extent("recv", layout.recv_counts, layout.recv_displs, &received);
+  check_buffer(rank, name, "send", send, layout.sent);
+  check_buffer(rank, name, "recv", recv, received);
+  check_overlap(rank, name, send, send_bytes, recv, recv_bytes, in_place,
+                "send == recv, the recv counts and displacements serving both sides");
+  // Received blocks that overlap would leave whichever arrived last.
+  std::vector<std::pair<size_t, size_t>> blocks;  // (displacement, peer) of the non-empty ones
+  for (size_t p = 0; p < n; ++p) {
+    if (layout.recv_counts[p] > 0) blocks.push_back({layout.recv_displs[p], p});
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    const size_t before = blocks[i - 1].second, after = blocks[i].second;
+    if (blocks[i - 1].first + layout.recv_counts[before] > blocks[i].first) {
+      throw InvalidArgument(fmt::format("rank {}: {}: the recv blocks of peers {} and {} overlap (recv_displs {} and "
+                                        "{}, recv_counts {} and {})", rank, name, before, after,
+                                        layout.recv_displs[before], layout.recv_displs[after],
+                                        layout.recv_counts[before], layout.recv_counts[after]));
+    }
+  }
+  layout.choice = nullptr;
+  if (size == 1) return layout;
+  try {
+    layout.choice = &tuner.choose({OpKind::kAllToAllv, 0, size, dtype});
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(fmt::format("rank {}: {}: {}", rank, name, error.what()));
+  }
+  return layout;
 }
 
 void Communicator::all_to_allv(const void* send, void* recv, const size_t* send_counts, const size_t* send_displs,
@@ -54,44 +137,6 @@ void Communicator::Impl::all_to_allv(const void* send, void* recv, const AllToAl
   args.recv_counts = layout.recv_counts.data();
   args.recv_displs = layout.recv_displs.data();
   execute(what, tag, *layout.choice, args);
-}
-
-void Communicator::gather(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  impl().async.drain();
-  impl().gather(send, recv, count, dtype, root);
-}
-
-void Communicator::Impl::gather(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  const Checked checked = check_arguments(OpKind::kGather, send, recv, count, dtype, ReduceOp::kSum, root);
-  algo::CallInfo what{"gather", count, dtype, ReduceOp::kSum, false, root};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
-  }
-  // Non-root ranks only send, so a root or count they disagree on is seen by the receivers (see README: "A call
-  // in which some ranks only send").
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kGather, dtype, ReduceOp::kSum, root, count)};
-  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
-}
-
-void Communicator::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  impl().async.drain();
-  impl().scatter(send, recv, count, dtype, root);
-}
-
-void Communicator::Impl::scatter(const void* send, void* recv, size_t count, DataType dtype, int root) {
-  const Checked checked = check_arguments(OpKind::kScatter, send, recv, count, dtype, ReduceOp::kSum, root);
-  algo::CallInfo what{"scatter", count, dtype, ReduceOp::kSum, false, root};
-  check_usable(what);
-  if (count == 0) return;
-  if (checked.choice == nullptr) {
-    if (send != recv) std::memcpy(recv, send, checked.bytes);
-    return;
-  }
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kScatter, dtype, ReduceOp::kSum, root, count)};
-  execute_checked(what, tag, checked, {send, recv, count, dtype, ReduceOp::kSum, root, dtype_size(dtype)});
 }
 
 }  // namespace tbcoll

@@ -1,15 +1,18 @@
 // Communicator internals shared by communicator.cc (set-up) and collectives.cc (the calls).
 #pragma once
 
+#include <array>
 #include <atomic>
-#include <string>
-
-#include <fmt/format.h>
 #include <mutex>
 #include <optional>
+#include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "algorithms/exec.h"
+#include "call_checks.h"
+#include "collective_traits.h"
 #include "async.h"
 #include "notices.h"
 #include "signature.h"
@@ -20,6 +23,11 @@
 #include "tuner_measured.h"
 
 namespace tbcoll {
+
+/// The internals of a communicator, for the library's own code and its tests (a registered collective's calls).
+struct CommunicatorAccess {
+  static Communicator::Impl& impl(Communicator& comm) { return comm.impl(); }
+};
 
 /// Re-throws error with "what failed: " in front, keeping its type.
 [[noreturn]] void rethrow_with_context(const Error& error, const std::string& what);
@@ -69,9 +77,10 @@ struct TBCOLL_LOCAL Communicator::Impl {
 
   void mark_broken(const std::string& reason);
   /// Asynchronous calls are refused between group_start and group_end (the group records send/recv only).
-  void check_not_in_group(const char* call) const {
+  void check_not_in_group(const char* call, const char* suffix = "") const {
     if (group_depth > 0) {
-      throw InvalidUsage(fmt::format("rank {}: {} inside a group: groups take send and recv only", rank, call));
+      throw InvalidUsage(fmt::format("rank {}: {}{} inside a group: groups take send and recv only", rank, call,
+                                     suffix));
     }
   }
   void check_usable(const algo::CallInfo& call) {
@@ -82,21 +91,34 @@ struct TBCOLL_LOCAL Communicator::Impl {
     }
   }
   [[noreturn]] void throw_broken(const algo::CallInfo& call);
-  /// The argument checks of a collective (dtype, op, root, byte count overflow, null buffers, overlapping
-  /// buffers, a forced algorithm that cannot run the call). Throws InvalidArgument naming what is wrong.
-  /// Asynchronous calls run them before queuing.
-  struct Checked {
-    size_t bytes;          ///< per rank (the gathered/scattered total for all_gather and reduce_scatter)
-    const Choice* choice;  ///< the tuner's choice for the call (null on one rank: nothing to run)
-    algo::CallShape shape;  ///< what the tuner chose by
+  /// A collective call's checks and choice (prepare); the driving thread keeps the last one per collective
+  /// (prepared), so a call that repeats its collective's last shape checks its pointers only (prepare_cached).
+  struct Prepared {
+    size_t count = 0;
+    DataType dtype = DataType::kFloat32;
+    ReduceOp op = ReduceOp::kSum;
+    int root = 0;
+    CheckedShape checked;
+    const Choice* choice = nullptr;  ///< the tuner's choice; null on one rank (nothing to run) and in an empty slot
   };
-  Checked check_arguments(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype, ReduceOp op,
-                          int root) const;
-  /// check_arguments; when it refuses the call on a communicator of several ranks, the call's number is used up
-  /// here and the peers are told (Notices::kRefused), so those for whom the call is valid fail at once with this
-  /// rank's reason, and ranks that all refused it stay in step. Drains the asynchronous queue first then.
-  Checked check_or_refuse(OpKind kind, const void* send, const void* recv, size_t count, DataType dtype,
-                          ReduceOp op, int root);
+  std::array<Prepared, kNumOpKinds> prepared{};
+  /// The argument checks of a call (call_checks.h) and the tuner's choice for it; InvalidArgument naming what is
+  /// wrong (a forced algorithm that cannot run the call included). Any thread.
+  Prepared prepare(const CollectiveTraits& traits, const CallArgs& args) const;
+  /// prepare(), through prepared. The thread that drives the communicator only.
+  const Prepared& prepare_cached(const CollectiveTraits& traits, const CallArgs& args);
+  /// Called while handling the InvalidArgument of a refused call, which it rethrows: on a communicator of
+  /// several ranks the call's number is used up here and the peers are told (Notices::kRefused), so those for
+  /// whom the call is valid fail at once with this rank's reason, and ranks that all refused it stay in step.
+  /// Drains the asynchronous queue first then.
+  [[noreturn]] void refuse_call();
+  /// The one call path of the collectives with a traits row (blocking; the asynchronous queue drained by the
+  /// caller, or the call is the queue's).
+  void collective(const CollectiveTraits& traits, const CallArgs& args);
+  /// A public blocking call: the queued calls first, then collective().
+  void call(OpKind kind, const CallArgs& args);
+  /// A public asynchronous call: checked (and refused) here, on the caller's thread, then queued (async.cc).
+  Work submit(OpKind kind, const CallArgs& args);
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op. The call's
   /// messages carry its signature with the schedule's number (0 for send/recv) added: ranks tuned to different
   /// schedules are told so.
@@ -106,21 +128,10 @@ struct TBCOLL_LOCAL Communicator::Impl {
   void execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice, const algo::Args& args);
   /// execute() for a checked call: its choice, or under TBCOLL_TUNER=measure the measured one (a trial, timed,
   /// and after the octave's last trial the ranks' agreement on the fastest: tuner_measured.h).
-  void execute_checked(const algo::CallInfo& call, transport::Tag tag, const Checked& checked,
-                       const algo::Args& args);
-  /// The calls themselves; the public methods drain queued asynchronous calls first.
-  void all_reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
-  void all_gather(const void* send, void* recv, size_t count, DataType dtype);
-  void reduce_scatter(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op);
-  void reduce(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op, int root);
-  void broadcast(const void* send, void* recv, size_t count, DataType dtype, int root);
-  void barrier();
-  /// all_to_all, gather and scatter take check_arguments like the collectives above; all_to_allv's counts and
-  /// displacements are checked (and null displacements made packed ones) by check_all_to_allv, and the call runs
-  /// on its copy of them (the asynchronous form keeps it).
-  void all_to_all(const void* send, void* recv, size_t count, DataType dtype);
-  void gather(const void* send, void* recv, size_t count, DataType dtype, int root);
-  void scatter(const void* send, void* recv, size_t count, DataType dtype, int root);
+  void execute_checked(const algo::CallInfo& call, transport::Tag tag, const algo::CallShape& shape,
+                       const Choice& choice, const algo::Args& args);
+  /// all_to_allv's counts and displacements are checked (and null displacements made packed ones) by
+  /// check_all_to_allv, and the call runs on its copy of them (the asynchronous form keeps it).
   struct AllToAllvLayout {
     std::vector<size_t> send_counts, send_displs, recv_counts, recv_displs;  ///< per peer, in elements
     size_t sent = 0;       ///< elements this rank sends in all (for error messages)

@@ -136,6 +136,8 @@ class TBCOLL_API Work {
   std::shared_ptr<State> state_;
 };
 
+struct CommunicatorAccess;  // the library's own code and tests reach the internals through it (src/)
+
 class TBCOLL_API Communicator {
  public:
   /// Builds a communicator: rendezvous through the store, transport choice per peer, connections.
@@ -268,6 +270,7 @@ class TBCOLL_API Communicator {
   bool broken() const;
 
   struct Impl;
+  friend struct CommunicatorAccess;
 
  private:
   explicit Communicator(std::unique_ptr<Impl> impl);
