@@ -19,6 +19,7 @@
 
 #include "bootstrap/store_protocol.h"
 #include "common/auth.h"
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "platform/platform.h"
@@ -126,7 +127,7 @@ struct TcpStoreServer::Impl {
     }
 
     void check_token() {
-      if (std::string(body_.begin(), body_.begin() + hello_.token_len) != server_.token) {
+      if (!constant_time_equal(std::string(body_.begin(), body_.begin() + hello_.token_len), server_.token)) {
         return reject("wrong job token", sp::Status::kBadToken);
       }
       authenticated_ = true;

@@ -5,15 +5,15 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/secret_file.h"
 #include "platform/platform.h"
 #include "tbcoll/error.hpp"
 
@@ -56,17 +56,9 @@ const Crypto& crypto() {
 }
 
 std::string read_secret_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={}: cannot read it: {}", path, std::strerror(errno)));
-  }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  std::string secret = contents.str();
-  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
-  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
-  if (secret.empty()) throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={} is empty", path));
-  return secret;
+  secret_file::Read read = secret_file::read(path);
+  if (!read.error.empty()) throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={} {}", path, read.error));
+  return read.secret;
 }
 
 }  // namespace
@@ -124,11 +116,7 @@ Proof proof(const std::string& secret, const char* label, const Nonce& first, co
   return hmac_sha256(secret, message.data(), message.size());
 }
 
-bool same(const Proof& a, const Proof& b) {
-  volatile uint8_t differs = 0;
-  for (size_t i = 0; i < a.size(); ++i) differs = static_cast<uint8_t>(differs | (a[i] ^ b[i]));
-  return differs == 0;
-}
+bool same(const Proof& a, const Proof& b) { return constant_time_equal(a.data(), b.data(), a.size()); }
 
 namespace {
 

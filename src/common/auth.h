@@ -28,9 +28,10 @@ constexpr size_t kProofBytes = 32;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Proof = std::array<uint8_t, kProofBytes>;
 
-/// The job's secret from TBCOLL_SECRET or TBCOLL_SECRET_FILE (its contents, one trailing newline dropped); "" when
-/// neither is set. Throws InvalidArgument when both are set, the file cannot be read or is empty, or libcrypto
-/// cannot be loaded (naming what to install).
+/// The job's secret from TBCOLL_SECRET or TBCOLL_SECRET_FILE (its contents, one trailing newline dropped, read with
+/// the bounds of common/secret_file.h); "" when neither is set. Throws InvalidArgument when both are set, the file
+/// is refused (unreadable, empty, a device, open to group or others, too long, a silent pipe), or libcrypto cannot
+/// be loaded (naming what to install).
 std::string job_secret(const env::Settings& settings);
 /// job_secret of the process environment.
 std::string job_secret_from_env();

@@ -16,6 +16,8 @@
 #include <cstring>
 #include <string>
 
+#include "common/constant_time.h"
+
 namespace tbcoll::tcp {
 
 constexpr uint32_t kHelloMagic = 0x54424843;    // "TBHC"
@@ -86,7 +88,7 @@ inline HelloParse parse_hello(const uint8_t* in, size_t size, Hello* hello, std:
 inline WelcomeStatus judge_hello(const Hello& hello, const std::string& token, const std::string& our_token,
                                  uint64_t our_comm_id, int our_rank, bool rank_wanted) {
   if (hello.version != kProtocolVersion) return WelcomeStatus::kBadVersion;
-  if (token != our_token) return WelcomeStatus::kBadToken;
+  if (!constant_time_equal(token, our_token)) return WelcomeStatus::kBadToken;
   if (hello.comm_id != our_comm_id) return WelcomeStatus::kBadComm;
   if (hello.to_rank != our_rank || !rank_wanted) return WelcomeStatus::kBadRank;
   return WelcomeStatus::kAccepted;
