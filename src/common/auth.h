@@ -45,6 +45,30 @@ Nonce nonce();
 /// HMAC(secret, label 0 first second context): a side's proof over the other side's nonce (first) and its own.
 Proof proof(const std::string& secret, const char* label, const Nonce& first, const Nonce& second,
             const std::string& context);
+/// The integrity mode's MAC of one direction of a connection (TBCOLL_INTEGRITY): GMAC, i.e. AES-256-GCM over the
+/// message as additional data and nothing encrypted, under a key of that direction alone, with the message's
+/// number in the direction as the nonce (never reused under one key: keys are drawn per connection). A replayed,
+/// reordered, dropped or altered message fails its check. Messages may be fed in pieces: begin, update..., finish.
+/// One thread at a time.
+class MessageMac {
+ public:
+  static constexpr size_t kTagBytes = 16;
+  using Tag = std::array<uint8_t, kTagBytes>;
+  /// Throws InvalidArgument when libcrypto (or its AES-GCM) cannot be loaded.
+  explicit MessageMac(const Proof& key);
+  ~MessageMac();
+  MessageMac(const MessageMac&) = delete;
+  MessageMac& operator=(const MessageMac&) = delete;
+  /// Starts the MAC of message number `counter`.
+  void begin(uint64_t counter);
+  void update(const void* data, size_t bytes);
+  /// The tag of everything since begin().
+  Tag finish();
+
+ private:
+  void* context_ = nullptr;  // EVP_CIPHER_CTX
+};
+
 /// Constant-time comparison.
 bool same(const Proof& a, const Proof& b);
 
