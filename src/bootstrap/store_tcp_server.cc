@@ -175,9 +175,15 @@ struct TcpStoreServer::Impl {
       std::memcpy(out->data() + sizeof(welcome) + nonce_.size(), proof.data(), proof.size());
       auto self = shared_from_this();
       asio::async_write(socket_, asio::buffer(*out), [this, self, out](auto ec, size_t) {
-        if (ec) return;
+        if (ec) {
+          hello_timer_.cancel();  // the client went mid-challenge: the session goes now
+          return;
+        }
         asio::async_read(socket_, asio::buffer(client_proof_), [this, self](auto ec2, size_t) {
-          if (ec2) return;
+          if (ec2) {
+            hello_timer_.cancel();
+            return;
+          }
           const std::string token(body_.begin(), body_.end());
           if (!auth::same(client_proof_, auth::proof(server_.secret, sp::kInitiatorLabel, nonce_, client_nonce_, token))) {
             return reject("wrong job secret", sp::Status::kBadSecret);
