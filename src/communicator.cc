@@ -208,6 +208,10 @@ Communicator Communicator::init(const Config& config, Deadline deadline, const s
 Communicator Communicator::connect(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled,
                                    int instance) {
   if (config.world_size < 1) throw InvalidArgument(fmt::format("world size {} must be at least 1", config.world_size));
+  if (config.world_size > bootstrap::kMaxWorldSize) {
+    throw InvalidArgument(fmt::format("world size {} is above the {} ranks tbcoll supports (TBCOLL_WORLD_SIZE, or the "
+                                      "launcher's size variable)", config.world_size, bootstrap::kMaxWorldSize));
+  }
   if (config.rank < 0 || config.rank >= config.world_size) {
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
   }
@@ -344,6 +348,11 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     if (known == host_ids.end()) host_ids.push_back(id);
   }
   impl->hosts = static_cast<int>(host_ids.size());
+  if (impl->hosts > 1 && secret.empty() && rank == 0 && instance < 0) {  // once per job, not per split
+    log::warn("rank 0: this job spans {} hosts and has no job secret (TBCOLL_SECRET): whoever reaches its ports can "
+              "join with the token, rewrite its records and alter its data. Set TBCOLL_SECRET_FILE or TBCOLL_SECRET "
+              "on every rank (tbcoll-run draws one); see docs/security.md", impl->hosts);
+  }
   bootstrap::exchange_per_peer_addresses(store, prefix, rank, devices, contexts, plan, deadline, cancelled);
   forget_records(store, prefix, rank, size, deadline);
   std::vector<std::vector<int>> cpus_by_rank;

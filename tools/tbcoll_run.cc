@@ -202,7 +202,7 @@ class Launcher {
       }
       setenv("TBCOLL_TOKEN", token.c_str(), 1);
     }
-    // The job secret: --secret, else the caller's, else one drawn for this job (where the ranks can use one).
+    // The job secret: --secret-file's, else the caller's, else one drawn for this job (where the ranks can use one).
     if (!opts_.secret.empty()) {
       setenv("TBCOLL_SECRET", opts_.secret.c_str(), 1);
       unsetenv("TBCOLL_SECRET_FILE");

@@ -27,6 +27,11 @@
 
 namespace tbcoll::bootstrap {
 
+/// The largest world a communicator forms: every rank keeps a few words per peer and reads every peer's record, so a
+/// mistyped TBCOLL_WORLD_SIZE (16777216) must fail at once, not after allocating gigabytes. (tbcoll-run starts at
+/// most 1024 ranks.)
+constexpr int kMaxWorldSize = 4096;
+
 /// Store values are bytes; the records are text.
 inline std::vector<uint8_t> bytes_of(const std::string& text) { return {text.begin(), text.end()}; }
 inline std::string text_of(const std::vector<uint8_t>& bytes) { return {bytes.begin(), bytes.end()}; }

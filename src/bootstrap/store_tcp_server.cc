@@ -1,6 +1,13 @@
 // The TCP rendezvous store's server: a single-threaded Boost.Asio server hosted by rank 0 (the blocking client is
 // in store_tcp_client.cc). The protocol is in store_protocol.h; anything malformed closes that one connection and
 // nothing else.
+//
+// Before a client has authenticated (token, and the secret's proof with one) it costs a descriptor and little
+// else, and anyone who reaches the port can open such connections by the thousand: at most kMaxUnauthenticated
+// are held at once, each for kHelloTimeout at most. At the cap, the oldest is dropped once it has waited
+// kEvictAfter (a client of ours says hello within a round trip of connecting), and until then no more are
+// accepted (they wait in the kernel's backlog). Warnings about such connections are rate-limited
+// (kLogBurst per kLogWindow, then one line counting the rest).
 #include <fcntl.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -10,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <list>
 #include <map>
 #include <optional>
 #include <thread>
@@ -19,6 +27,7 @@
 
 #include "bootstrap/store_protocol.h"
 #include "common/auth.h"
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "platform/platform.h"
@@ -34,12 +43,19 @@ namespace sp = store_protocol;
 struct TBCOLL_LOCAL TcpStoreServer::Impl {
   class Session;
 
-  static constexpr std::chrono::seconds kHelloTimeout{10};
+  static constexpr std::chrono::seconds kHelloTimeout{5};
+  static constexpr size_t kMaxUnauthenticated = 128;
+  static constexpr std::chrono::seconds kEvictAfter{1};
+  static constexpr int kLogBurst = 5;
+  static constexpr std::chrono::seconds kLogWindow{10};
   // A request's key and value must arrive within this long of its header; they are read (and memory is taken)
   // in pieces of kBodyPiece as they come, so a header alone costs nothing.
   static constexpr std::chrono::seconds kBodyTimeout{10};
   static constexpr size_t kBodyPiece = 64 << 10;
 
+  // Before io: sessions still queued in io when it goes update these.
+  std::atomic<size_t> sessions{0};      // open connections
+  std::list<Session*> unauthenticated;  // io thread only: sessions before their welcome, oldest first
   asio::io_context io;
   tcp::acceptor acceptor{io};
   asio::steady_timer retry{io};
@@ -47,15 +63,60 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
   std::string secret;  // the job secret ("" for none): clients must prove it
   std::thread thread;
   std::atomic<uint64_t> rejected{0};
-  std::atomic<size_t> sessions{0};  // open connections
   std::map<std::string, std::vector<uint8_t>> values;                     // io thread only
   std::atomic<uint64_t> stored_bytes{0};  // keys and values in `values`; written by the io thread only
   std::map<std::string, std::vector<std::shared_ptr<Session>>> waiters;  // io thread only
+  asio::steady_timer log_window{io};    // ends the current window of rate-limited warnings
+  int logged_in_window = 0;             // warnings written in it
+  uint64_t suppressed = 0;              // and left out
+
+  // A warning about one connection, rate-limited: at most kLogBurst per kLogWindow, then a line saying how many
+  // were left out. io thread only.
+  void warn_about_connection(const std::string& message) {
+    if (logged_in_window == 0) {
+      log_window.expires_after(kLogWindow);
+      log_window.async_wait([this](boost::system::error_code ec) {
+        if (ec) return;
+        if (suppressed > 0) {
+          log::warn("[store] {} more connection(s) dropped or rejected in the last {} s (at most {} warnings per {} s)",
+                    suppressed, kLogWindow.count(), kLogBurst, kLogWindow.count());
+        }
+        suppressed = 0;
+        logged_in_window = 0;
+      });
+    }
+    if (logged_in_window < kLogBurst) {
+      ++logged_in_window;
+      log::warn("{}", message);
+    } else {
+      ++suppressed;
+    }
+  }
 
   class Session : public std::enable_shared_from_this<Session> {
    public:
-    Session(Impl& server, tcp::socket socket) : server_(server), socket_(std::move(socket)) { server_.sessions++; }
-    ~Session() { server_.sessions--; }
+    Session(Impl& server, tcp::socket socket)
+        : server_(server), socket_(std::move(socket)), accepted_at_(Clock::now()) {
+      server_.sessions++;
+      place_ = server_.unauthenticated.insert(server_.unauthenticated.end(), this);
+    }
+    ~Session() {
+      leave_unauthenticated();
+      server_.sessions--;
+    }
+
+    Clock::time_point accepted_at() const { return accepted_at_; }
+    // Dropped to make room for a newer connection (the cap on unauthenticated ones).
+    void evict() {
+      server_.rejected++;
+      leave_unauthenticated();
+      hello_timer_.cancel();
+      server_.warn_about_connection(fmt::format("[store] dropped a connection from {}: no hello after {} s while {} "
+                                                "others waited for theirs", peer_name(), kEvictAfter.count(),
+                                                kMaxUnauthenticated - 1));
+      boost::system::error_code ignored;
+      socket_.close(ignored);
+    }
 
     void start() {
       auto self = shared_from_this();
@@ -64,7 +125,8 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
       hello_timer_.async_wait([this, self](auto ec) {
         if (ec || authenticated_) return;
         server_.rejected++;
-        log::warn("[store] dropped a connection from {}: no hello within {} s", peer_name(), kHelloTimeout.count());
+        server_.warn_about_connection(
+            fmt::format("[store] dropped a connection from {}: no hello within {} s", peer_name(), kHelloTimeout.count()));
         boost::system::error_code ignored;
         socket_.close(ignored);
       });
@@ -113,9 +175,15 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
       std::memcpy(out->data() + sizeof(welcome) + nonce_.size(), proof.data(), proof.size());
       auto self = shared_from_this();
       asio::async_write(socket_, asio::buffer(*out), [this, self, out](auto ec, size_t) {
-        if (ec) return;
+        if (ec) {
+          hello_timer_.cancel();  // the client went mid-challenge: the session goes now
+          return;
+        }
         asio::async_read(socket_, asio::buffer(client_proof_), [this, self](auto ec2, size_t) {
-          if (ec2) return;
+          if (ec2) {
+            hello_timer_.cancel();
+            return;
+          }
           const std::string token(body_.begin(), body_.end());
           if (!auth::same(client_proof_, auth::proof(server_.secret, sp::kInitiatorLabel, nonce_, client_nonce_, token))) {
             return reject("wrong job secret", sp::Status::kBadSecret);
@@ -126,10 +194,11 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
     }
 
     void check_token() {
-      if (std::string(body_.begin(), body_.begin() + hello_.token_len) != server_.token) {
+      if (!constant_time_equal(std::string(body_.begin(), body_.begin() + hello_.token_len), server_.token)) {
         return reject("wrong job token", sp::Status::kBadToken);
       }
       authenticated_ = true;
+      leave_unauthenticated();
       hello_timer_.cancel();
       auto self = shared_from_this();
       auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, 0});
@@ -177,7 +246,7 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
     void reject(const char* why, sp::Status status) {
       server_.rejected++;
       hello_timer_.cancel();
-      log::warn("[store] rejected a connection from {}: {}", peer_name(), why);
+      server_.warn_about_connection(fmt::format("[store] rejected a connection from {}: {}", peer_name(), why));
       auto welcome = std::make_shared<sp::Welcome>(sp::Welcome{sp::kMagic, static_cast<uint32_t>(status)});
       auto self = shared_from_this();
       asio::async_write(socket_, asio::buffer(welcome.get(), sizeof(*welcome)), [this, self, welcome](auto, size_t) {
@@ -200,7 +269,7 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
         std::string problem = sp::check_request(request_);
         if (!problem.empty()) {
           server_.rejected++;
-          log::warn("[store] dropped client {}: malformed request ({})", peer_name(), problem);
+          server_.warn_about_connection(fmt::format("[store] dropped client {}: malformed request ({})", peer_name(), problem));
           return;
         }
         body_.clear();
@@ -319,8 +388,16 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
       }
     }
 
+    void leave_unauthenticated() {
+      if (place_ == server_.unauthenticated.end()) return;
+      server_.unauthenticated.erase(place_);
+      place_ = server_.unauthenticated.end();
+    }
+
     Impl& server_;
     tcp::socket socket_;
+    Clock::time_point accepted_at_;
+    std::list<Session*>::iterator place_;  // in server_.unauthenticated, or its end() once out
     asio::steady_timer hello_timer_{socket_.get_executor()};
     asio::steady_timer body_timer_{socket_.get_executor()};
     bool reading_body_ = false;  // a request's key and value are being read
@@ -335,7 +412,24 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
     std::vector<uint8_t> body_;
   };
 
+  // Room for one more unauthenticated connection: the oldest dropped if it waited kEvictAfter; false (try again
+  // shortly) if all are younger.
+  bool make_room_for_one() {
+    if (unauthenticated.size() < kMaxUnauthenticated) return true;
+    Session* oldest = unauthenticated.front();
+    if (Clock::now() - oldest->accepted_at() < kEvictAfter) return false;
+    oldest->evict();
+    return true;
+  }
+
   void accept() {
+    if (!make_room_for_one()) {
+      retry.expires_after(std::chrono::milliseconds(50));
+      retry.async_wait([this](boost::system::error_code timer_ec) {
+        if (!timer_ec) accept();
+      });
+      return;
+    }
     acceptor.async_accept([this](boost::system::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted) return;
       if (!ec) {
@@ -345,7 +439,7 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
         return;
       }
       // Out of descriptors (or another accept error): retry a little later instead of spinning.
-      log::warn("[store] accept failed: {}; retrying in 50 ms", ec.message());
+      warn_about_connection(fmt::format("[store] accept failed: {}; retrying in 50 ms", ec.message()));
       retry.expires_after(std::chrono::milliseconds(50));
       retry.async_wait([this](boost::system::error_code timer_ec) {
         if (!timer_ec) accept();

@@ -4,31 +4,56 @@
 #include <dlfcn.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "common/net.h"
+#include "common/secret_file.h"
 #include "platform/platform.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll::auth {
 namespace {
 
-// The two libcrypto calls we make (OpenSSL 3: HMAC() and EVP_sha256(), neither deprecated).
+// The libcrypto calls we make (OpenSSL 3, none deprecated): HMAC() and EVP_sha256() for the proofs; for the
+// integrity mode's per-message MAC, AES-256-GCM with the message as additional data only (GMAC) through the EVP
+// cipher interface.
 struct Crypto {
   using Sha256 = const void* (*)();
   using Hmac = unsigned char* (*)(const void* md, const void* key, int key_len, const unsigned char* data,
                                   size_t data_len, unsigned char* out, unsigned int* out_len);
+  using CtxNew = void* (*)();
+  using CtxFree = void (*)(void*);
+  using Cipher = const void* (*)();
+  using Init = int (*)(void* ctx, const void* cipher, void* engine, const unsigned char* key, const unsigned char* iv);
+  using Update = int (*)(void* ctx, unsigned char* out, int* out_len, const unsigned char* in, int in_len);
+  using Final = int (*)(void* ctx, unsigned char* out, int* out_len);
+  using Ctrl = int (*)(void* ctx, int type, int arg, void* ptr);
   Sha256 sha256 = nullptr;
   Hmac hmac = nullptr;
+  CtxNew ctx_new = nullptr;
+  CtxFree ctx_free = nullptr;
+  Cipher aes_256_gcm = nullptr;
+  Init encrypt_init = nullptr;
+  Update encrypt_update = nullptr;
+  Final encrypt_final = nullptr;
+  Ctrl ctrl = nullptr;
   std::string error;  // why not loaded
+  bool has_gcm() const {
+    return ctx_new && ctx_free && aes_256_gcm && encrypt_init && encrypt_update && encrypt_final && ctrl;
+  }
 };
+
+template <typename Fn>
+void load(void* handle, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(handle, name));
+}
 
 const Crypto& crypto() {
   static const Crypto loaded = [] {
@@ -43,6 +68,13 @@ const Crypto& crypto() {
       }
       c.sha256 = reinterpret_cast<Crypto::Sha256>(dlsym(handle, "EVP_sha256"));
       c.hmac = reinterpret_cast<Crypto::Hmac>(dlsym(handle, "HMAC"));
+      load(handle, "EVP_CIPHER_CTX_new", &c.ctx_new);
+      load(handle, "EVP_CIPHER_CTX_free", &c.ctx_free);
+      load(handle, "EVP_aes_256_gcm", &c.aes_256_gcm);
+      load(handle, "EVP_EncryptInit_ex", &c.encrypt_init);
+      load(handle, "EVP_EncryptUpdate", &c.encrypt_update);
+      load(handle, "EVP_EncryptFinal_ex", &c.encrypt_final);
+      load(handle, "EVP_CIPHER_CTX_ctrl", &c.ctrl);
       if (c.sha256 != nullptr && c.hmac != nullptr) return c;
       tried += fmt::format("{}{}: no HMAC/EVP_sha256", tried.empty() ? "" : "; ", name);
       c.sha256 = nullptr;
@@ -56,17 +88,9 @@ const Crypto& crypto() {
 }
 
 std::string read_secret_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={}: cannot read it: {}", path, std::strerror(errno)));
-  }
-  std::ostringstream contents;
-  contents << in.rdbuf();
-  std::string secret = contents.str();
-  if (!secret.empty() && secret.back() == '\n') secret.pop_back();
-  if (!secret.empty() && secret.back() == '\r') secret.pop_back();
-  if (secret.empty()) throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={} is empty", path));
-  return secret;
+  secret_file::Read read = secret_file::read(path);
+  if (!read.error.empty()) throw InvalidArgument(fmt::format("[auth] TBCOLL_SECRET_FILE={} {}", path, read.error));
+  return read.secret;
 }
 
 }  // namespace
@@ -124,11 +148,53 @@ Proof proof(const std::string& secret, const char* label, const Nonce& first, co
   return hmac_sha256(secret, message.data(), message.size());
 }
 
-bool same(const Proof& a, const Proof& b) {
-  volatile uint8_t differs = 0;
-  for (size_t i = 0; i < a.size(); ++i) differs = static_cast<uint8_t>(differs | (a[i] ^ b[i]));
-  return differs == 0;
+MessageMac::MessageMac(const Proof& key) {
+  const Crypto& c = crypto();
+  if (c.hmac == nullptr) throw InvalidArgument("[auth] the integrity mode (TBCOLL_INTEGRITY) needs " + c.error);
+  if (!c.has_gcm()) {
+    throw InvalidArgument("[auth] the integrity mode (TBCOLL_INTEGRITY) needs AES-256-GCM, which this libcrypto lacks");
+  }
+  context_ = c.ctx_new();
+  if (context_ == nullptr || c.encrypt_init(context_, c.aes_256_gcm(), nullptr, key.data(), nullptr) != 1) {
+    if (context_ != nullptr) c.ctx_free(context_);
+    throw IoError("[auth] cannot set up AES-256-GCM in libcrypto");
+  }
 }
+
+MessageMac::~MessageMac() { crypto().ctx_free(context_); }
+
+void MessageMac::begin(uint64_t counter) {
+  uint8_t iv[12] = {};
+  for (int i = 0; i < 8; ++i) iv[4 + i] = static_cast<uint8_t>(counter >> (8 * i));
+  if (crypto().encrypt_init(context_, nullptr, nullptr, nullptr, iv) != 1) throw IoError("[auth] AES-GCM init failed");
+}
+
+void MessageMac::update(const void* data, size_t bytes) {
+  const Crypto& c = crypto();
+  const auto* at = static_cast<const unsigned char*>(data);
+  while (bytes > 0) {
+    const int piece = static_cast<int>(std::min<size_t>(bytes, size_t{1} << 30));
+    int ignored = 0;
+    if (c.encrypt_update(context_, nullptr, &ignored, at, piece) != 1) throw IoError("[auth] AES-GCM update failed");
+    at += piece;
+    bytes -= static_cast<size_t>(piece);
+  }
+}
+
+MessageMac::Tag MessageMac::finish() {
+  const Crypto& c = crypto();
+  Tag tag{};
+  unsigned char none[16];
+  int ignored = 0;
+  constexpr int kGetTag = 0x10;  // EVP_CTRL_GCM_GET_TAG (EVP_CTRL_AEAD_GET_TAG)
+  if (c.encrypt_final(context_, none, &ignored) != 1 ||
+      c.ctrl(context_, kGetTag, static_cast<int>(tag.size()), tag.data()) != 1) {
+    throw IoError("[auth] AES-GCM tag failed");
+  }
+  return tag;
+}
+
+bool same(const Proof& a, const Proof& b) { return constant_time_equal(a.data(), b.data(), a.size()); }
 
 namespace {
 

@@ -28,9 +28,10 @@ constexpr size_t kProofBytes = 32;
 using Nonce = std::array<uint8_t, kNonceBytes>;
 using Proof = std::array<uint8_t, kProofBytes>;
 
-/// The job's secret from TBCOLL_SECRET or TBCOLL_SECRET_FILE (its contents, one trailing newline dropped); "" when
-/// neither is set. Throws InvalidArgument when both are set, the file cannot be read or is empty, or libcrypto
-/// cannot be loaded (naming what to install).
+/// The job's secret from TBCOLL_SECRET or TBCOLL_SECRET_FILE (its contents, one trailing newline dropped, read with
+/// the bounds of common/secret_file.h); "" when neither is set. Throws InvalidArgument when both are set, the file
+/// is refused (unreadable, empty, a device, open to group or others, too long, a silent pipe), or libcrypto cannot
+/// be loaded (naming what to install).
 std::string job_secret(const env::Settings& settings);
 /// job_secret of the process environment.
 std::string job_secret_from_env();
@@ -44,6 +45,30 @@ Nonce nonce();
 /// HMAC(secret, label 0 first second context): a side's proof over the other side's nonce (first) and its own.
 Proof proof(const std::string& secret, const char* label, const Nonce& first, const Nonce& second,
             const std::string& context);
+/// The integrity mode's MAC of one direction of a connection (TBCOLL_INTEGRITY): GMAC, i.e. AES-256-GCM over the
+/// message as additional data and nothing encrypted, under a key of that direction alone, with the message's
+/// number in the direction as the nonce (never reused under one key: keys are drawn per connection). A replayed,
+/// reordered, dropped or altered message fails its check. Messages may be fed in pieces: begin, update..., finish.
+/// One thread at a time.
+class MessageMac {
+ public:
+  static constexpr size_t kTagBytes = 16;
+  using Tag = std::array<uint8_t, kTagBytes>;
+  /// Throws InvalidArgument when libcrypto (or its AES-GCM) cannot be loaded.
+  explicit MessageMac(const Proof& key);
+  ~MessageMac();
+  MessageMac(const MessageMac&) = delete;
+  MessageMac& operator=(const MessageMac&) = delete;
+  /// Starts the MAC of message number `counter`.
+  void begin(uint64_t counter);
+  void update(const void* data, size_t bytes);
+  /// The tag of everything since begin().
+  Tag finish();
+
+ private:
+  void* context_ = nullptr;  // EVP_CIPHER_CTX
+};
+
 /// Constant-time comparison.
 bool same(const Proof& a, const Proof& b);
 

@@ -17,6 +17,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_TOKEN", "tbcoll", "job token; every connection must present it"},
       {"TBCOLL_SECRET", "", "job secret: every store and data connection proves it knows it (HMAC-SHA256 challenge-response both ways; needs OpenSSL's libcrypto); tbcoll-run draws one per job"},
       {"TBCOLL_SECRET_FILE", "", "file holding the job secret (instead of TBCOLL_SECRET)"},
+      {"TBCOLL_INTEGRITY", "0", "1: every tcp message carries a MAC (AES-GMAC, keys drawn per connection from the job secret, which it needs) so data altered on an untrusted network fails the call; every rank must agree (docs/security.md)"},
       {"TBCOLL_STORE_LISTEN_ALL", "0", "1: rank 0's store listens on every interface, not only the address of TBCOLL_ROOT"},
       {"TBCOLL_TIMEOUT", "60", "deadline in seconds for every blocking call (1e9 or more, or inf: none)"},
       {"TBCOLL_TRANSPORT", "", "force a transport for every peer: tcp, shm, ibverbs, loopback (default: best per pair)"},

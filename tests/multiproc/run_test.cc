@@ -379,10 +379,52 @@ TEST(TbcollRun, SecretIsDrawnPerJobOrPassedThrough) {
   EXPECT_EQ(lines[0].size(), 64u) << first.out;
   EXPECT_EQ(lines[0], lines[1]) << "every rank of a job has its secret";
   EXPECT_NE(lines[0] + "\n", second.out);
-  EXPECT_EQ(run({"-n", "1", "--secret", "given", "sh", "-c", "echo $TBCOLL_SECRET"}).out, "given\n");
+  EXPECT_EQ(run({"-n", "1", "sh", "-c", "echo $TBCOLL_SECRET"}, {"TBCOLL_SECRET=given"}).out, "given\n");
   EXPECT_EQ(run({"-n", "1", "sh", "-c", "echo \"[$TBCOLL_SECRET]\""}, {"TBCOLL_SECRET_FILE=/some/file"}).out, "[]\n");
   RunResult job = run({"-n", "2", "-x", "TBCOLL_TRANSPORT=tcp", "--", TBCOLL_TEST_PROG_PATH, "check", "1"});
   EXPECT_EQ(job.exit_code, 0) << job.err;
+}
+
+// The secret never goes on a command line (every user reads those in ps): --secret and -x TBCOLL_SECRET=... are
+// refused with the ways that work, and so is an empty TBCOLL_SECRET (it would mean no secret); --secret-file reads
+// a file (mode 0600) or a pipe, and no message repeats the secret.
+TEST(TbcollRun, SecretStaysOffTheCommandLine) {
+  const std::string secret = "do-not-print-this-secret-0123";
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"-n", "1", "--secret", secret, "true"},
+        std::vector<std::string>{"-n", "1", "--secret=" + secret, "true"},
+        std::vector<std::string>{"-n", "1", "-x", "TBCOLL_SECRET=" + secret, "true"}}) {
+    RunResult refused = run(args);
+    EXPECT_EQ(refused.exit_code, 2) << args[2];
+    EXPECT_TRUE(contains(refused.err, "readable by every user")) << refused.err;
+    EXPECT_TRUE(contains(refused.err, "--secret-file FILE")) << refused.err;
+    EXPECT_FALSE(contains(refused.err + refused.out, secret)) << refused.err;
+  }
+  for (const char* empty : {"TBCOLL_SECRET=", "TBCOLL_SECRET_FILE="}) {
+    RunResult refused = run({"-n", "1", "true"}, {empty});
+    EXPECT_EQ(refused.exit_code, 2) << empty;
+    EXPECT_TRUE(contains(refused.err, "is set but empty")) << refused.err;
+  }
+  char path[] = "/tmp/tbcoll-run-secret-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, (secret + "\n").data(), secret.size() + 1), static_cast<ssize_t>(secret.size() + 1));
+  close(fd);
+  EXPECT_EQ(run({"-n", "2", "--secret-file", path, "sh", "-c", "echo $TBCOLL_SECRET"}).out, secret + "\n" + secret + "\n");
+  chmod(path, 0644);
+  RunResult open_file = run({"-n", "1", "--secret-file", path, "true"});
+  EXPECT_EQ(open_file.exit_code, 2);
+  EXPECT_TRUE(contains(open_file.err, "open to group or others (mode 0644)")) << open_file.err;
+  EXPECT_FALSE(contains(open_file.err, secret)) << open_file.err;
+  unlink(path);
+  RunResult device = run({"-n", "1", "--secret-file", "/dev/zero", "true"});
+  EXPECT_EQ(device.exit_code, 2);
+  EXPECT_TRUE(contains(device.err, "not a regular file or a pipe")) << device.err;
+  // A pipe, as `--secret-file <(pass show job)` gives one.
+  RunResult piped = run({"-n", "1", "--", "bash", "-c",
+                         std::string(TBCOLL_RUN_PATH) + " -n 1 --secret-file <(echo from-a-pipe-0123456789) sh -c "
+                         "'echo $TBCOLL_SECRET'"});
+  EXPECT_EQ(piped.out, "from-a-pipe-0123456789\n") << piped.err;
 }
 
 TEST(TbcollRun, PassesTokenFromEnvironmentThrough) {

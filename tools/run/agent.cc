@@ -189,7 +189,8 @@ class Agent {
         setup.serve = true;
         setup.serve_address = value;
       } else {
-        fail("unexpected set-up line '" + *line + "' (tbcoll-run versions differ between hosts?)");
+        // Only the line's first word: an environment line may carry the job secret.
+        fail("unexpected set-up line '" + word + " ...' (tbcoll-run versions differ between hosts?)");
         return std::nullopt;
       }
     }

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/secret_file.h"
 #include "tools/run/common.h"
 
 namespace tbcoll::run {
@@ -16,6 +17,9 @@ namespace {
 constexpr int kMaxRanks = 1024;
 constexpr int kExitUsage = 2;
 constexpr double kMaxTimeoutSeconds = 1e8;
+constexpr const char* kSecretInArgv =
+    "a secret on the command line is readable by every user of this machine (ps): give it with --secret-file FILE "
+    "(mode 0600), or export TBCOLL_SECRET (or TBCOLL_SECRET_FILE) before tbcoll-run";
 
 int usage_error(const std::string& message) {
   std::fprintf(stderr, "tbcoll-run: %s\n", message.c_str());
@@ -29,6 +33,25 @@ bool parse_seconds(const std::string& value, double* out) {
   *out = std::strtod(value.c_str(), &end);
   // Capped: far beyond it, a deadline's nanosecond count would overflow (and land in the past).
   return !value.empty() && *end == '\0' && errno == 0 && std::isfinite(*out) && *out > 0 && *out <= kMaxTimeoutSeconds;
+}
+
+// The secret's sources in our environment: set means set to something (an empty TBCOLL_SECRET would run the job
+// without a secret, silently).
+std::optional<int> check_secret_environment(const Options& opts) {
+  if (!opts.secret.empty()) return std::nullopt;  // --secret-file wins over the environment
+  for (const char* name : {"TBCOLL_SECRET", "TBCOLL_SECRET_FILE"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && *value == '\0') {
+      return usage_error(std::string(name) + " is set but empty: unset it (tbcoll-run draws a secret per job) or give "
+                         "the secret (--secret-file FILE)");
+    }
+  }
+  for (const std::string& assignment : opts.extra_env) {
+    if (assignment == "TBCOLL_SECRET=" || assignment == "TBCOLL_SECRET_FILE=") {
+      return usage_error("-x " + assignment.substr(0, assignment.size() - 1) + ": it is empty here");
+    }
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -55,8 +78,10 @@ void print_usage(FILE* out) {
       "                      \"ssh -o BatchMode=yes\"; e.g. \"ip netns exec\" for network namespaces)\n"
       "  --connect-timeout S a host whose agent has not answered after S seconds fails the job (30)\n"
       "  --agent-path PATH   tbcoll-run on the hosts (default: this program's absolute path)\n"
-      "  --secret SECRET     the job secret the ranks prove to each other (TBCOLL_SECRET); default: one\n"
-      "                      drawn per job, unless TBCOLL_SECRET or TBCOLL_SECRET_FILE is set\n"
+      "  --secret-file FILE  the job secret the ranks prove to each other: FILE's contents (mode 0600,\n"
+      "                      a pipe too: <(pass show job)); default: TBCOLL_SECRET or TBCOLL_SECRET_FILE\n"
+      "                      of the environment, else one drawn per job. Never on the command line\n"
+      "                      (--secret, -x TBCOLL_SECRET=...): every user of the machine can read it\n"
       "  -h, --help          show this help\n"
       "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
       "and TBCOLL_TOKEN (random unless already set). With hosts, rank 0's host serves the rendezvous\n"
@@ -90,6 +115,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
       value = arg.substr(arg.find('=') + 1);
       arg = arg.substr(0, arg.find('='));
     } else if (arg == "-n" || arg == "-np" || arg == "--timeout" || arg == "-x" || arg == "--bind-to" || arg == "--secret" ||
+               arg == "--secret-file" ||
                arg == "--hosts" || arg == "--hostfile" || arg == "--launcher" || arg == "--connect-timeout" ||
                arg == "--agent-path") {
       if (i + 1 >= argc) return usage_error("option " + arg + " needs a value");
@@ -98,13 +124,17 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
       return usage_error("unknown option " + arg);
     }
     if (arg == "--secret") {
-      if (value.empty()) return usage_error("--secret needs a non-empty value");
-      opts.secret = value;
+      return usage_error(kSecretInArgv);
+    } else if (arg == "--secret-file") {
+      const secret_file::Read read = secret_file::read(value);
+      if (!read.error.empty()) return usage_error("--secret-file " + value + " " + read.error);
+      opts.secret = read.secret;
     } else if (arg == "--bind-to") {
       if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
       opts.bind_to = value;
     } else if (arg == "-x") {
       if (value.empty() || value[0] == '=') return usage_error("-x expects NAME=VALUE or NAME, got '" + value + "'");
+      if (value.rfind("TBCOLL_SECRET=", 0) == 0) return usage_error(std::string("-x TBCOLL_SECRET=...: ") + kSecretInArgv);
       if (value.find('=') == std::string::npos) {
         const char* ours = std::getenv(value.c_str());
         if (ours == nullptr) return usage_error("-x " + value + ": " + value + " is not set here");
@@ -152,6 +182,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
       return usage_error("unknown option " + arg);
     }
   }
+  if (std::optional<int> refused = check_secret_environment(opts)) return refused;
   if (opts.world_size == 0 && !opts.hosts) return usage_error("the number of ranks (-n N) is required");
   if (i >= argc) return usage_error("no program to run");
   if (opts.hosts) {

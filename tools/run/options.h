@@ -16,7 +16,7 @@ struct Options {
   std::vector<std::string> extra_env;  // NAME=VALUE from -x (a bare NAME takes our value)
   std::vector<char*> prog_argv;        // null-terminated
   std::string bind_to = "auto";        // core | none | auto (core when ranks <= usable CPUs)
-  std::string secret;                  // --secret: the job secret; empty: drawn per job (TBCOLL_SECRET)
+  std::string secret;                  // --secret-file's contents; empty: the environment's, or drawn per job
   // Multi-host jobs (--hosts or --hostfile): every rank through an agent command.
   std::optional<HostList> hosts;
   std::string launcher = "ssh -o BatchMode=yes";

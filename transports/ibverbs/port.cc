@@ -12,6 +12,7 @@
 #include <fmt/ranges.h>
 
 #include "common/auth.h"
+#include "common/constant_time.h"
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
@@ -354,7 +355,7 @@ bool Port::read_hello(int fd, wire::Hello* hello, Deadline deadline, const std::
   }
   std::string token(hello->token_bytes, '\0');
   if (!token.empty()) net::read_exact(fd, token.data(), token.size(), deadline, who, cancelled);
-  if (token != options_.token) {
+  if (!constant_time_equal(token, options_.token)) {
     log::warn("[ibverbs] port {}: rejected a side channel from {}: wrong job token", key_, hello->key);
     return false;
   }

@@ -68,6 +68,11 @@ class Context final : public transport::Context {
         throw RemoteError(fmt::format("[shm] rank {}: segment {} of peer {} does not belong to this communicator",
                                       args_.rank, peer.address, peer.rank));
       }
+      const std::string impostor = owner_pid_problem(header->owner_pid, peer.info.process_id);
+      if (!impostor.empty()) {
+        throw RemoteError(fmt::format("[shm] rank {}: segment {} of peer {} {}: not the peer's", args_.rank,
+                                      peer.address, peer.rank, impostor));
+      }
       header->mapped_by.fetch_add(1, std::memory_order_acq_rel);
       peer_mappings_.push_back(std::move(mapping));
     }

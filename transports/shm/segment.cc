@@ -22,6 +22,19 @@ std::string segment_name(int pid, uint64_t comm_id, int rank) {
   return platform::shm_name(pid, key ^ (key >> 31));
 }
 
+std::string ownership_problem(uid_t owner, mode_t mode, uid_t us) {
+  if (owner != us) return fmt::format("belongs to uid {}, this process runs as uid {}", owner, us);
+  if ((mode & 077) != 0) return fmt::format("is open to group or others (mode {:04o})", mode & 07777);
+  return "";
+}
+
+std::string owner_pid_problem(int32_t owner_pid, uint64_t peer_process_id) {
+  if (peer_process_id == 0) return "";  // identity unknown (contexts made by hand in tests)
+  const auto peer_pid = static_cast<int32_t>(peer_process_id >> 32);
+  if (owner_pid == peer_pid) return "";
+  return fmt::format("was created by pid {}, and the peer's rendezvous record names pid {}", owner_pid, peer_pid);
+}
+
 Mapping Mapping::map(int fd, size_t bytes, const std::string& name) {
   // Every page faulted in now, not in the middle of a timed collective.
   void* base = platform::shm_map(fd, bytes);
@@ -53,7 +66,17 @@ Mapping Mapping::open(const std::string& name, size_t bytes) {
   int fd = platform::shm_open_existing(name);
   if (fd < 0) throw IoError(fmt::format("[shm] cannot open {}: {}", name, strerror(errno)));
   struct stat info {};
-  if (fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) < bytes) {
+  if (fstat(fd, &info) != 0) {
+    const int saved = errno;
+    close(fd);
+    throw IoError(fmt::format("[shm] cannot inspect segment {}: {}", name, strerror(saved)));
+  }
+  const std::string problem = ownership_problem(info.st_uid, info.st_mode, geteuid());
+  if (!problem.empty()) {
+    close(fd);
+    throw IoError(fmt::format("[shm] segment {} {}: not one of this job's (another user's, or planted)", name, problem));
+  }
+  if (static_cast<size_t>(info.st_size) < bytes) {
     close(fd);
     throw IoError(fmt::format("[shm] segment {} is smaller than expected ({} B)", name, bytes));
   }

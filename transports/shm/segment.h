@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <string>
 
+#include <sys/types.h>
+
 #include "platform/platform.h"
 
 namespace tbcoll::shm {
@@ -168,10 +170,19 @@ inline Queue* queue_at(void* base, int index) {
 /// it (stale_segments.h removes those of dead owners)
 std::string segment_name(int pid, uint64_t comm_id, int rank);
 
+/// Why a segment file owned by `owner` with `mode` is not one a rank of euid `us` may map ("" when it may): it must
+/// be ours (st_uid == euid) and closed to group and others (mode & 077 == 0), as shm_create makes them. Another user
+/// could otherwise plant a segment under a peer's name, or read and write ours.
+std::string ownership_problem(uid_t owner, mode_t mode, uid_t us);
+/// Why a segment whose header names owner_pid is not the one of the peer whose rendezvous record gave
+/// peer_process_id (pid << 32 ^ a nonce; 0: unknown, not checked); "" when it is.
+std::string owner_pid_problem(int32_t owner_pid, uint64_t peer_process_id);
+
 /// A mapping of a segment; unmaps on destruction.
 class Mapping {
  public:
-  /// Creates (owner) or opens (peer) the named segment and maps it. Throws IoError with the name.
+  /// Creates (owner) or opens (peer) the named segment and maps it. Throws IoError with the name; open() also when
+  /// the segment is not ours (ownership_problem).
   static Mapping create(const std::string& name, size_t bytes);
   static Mapping open(const std::string& name, size_t bytes);
   Mapping() = default;

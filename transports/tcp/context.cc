@@ -57,8 +57,14 @@ void set_buffers(int fd, int bytes) {
 class Context final : public transport::Context {
  public:
   explicit Context(const transport::ContextArgs& args)
-      : args_(args), buffer_bytes_(socket_buffer_bytes(env::Settings(args.knobs))) {
+      : args_(args), buffer_bytes_(socket_buffer_bytes(env::Settings(args.knobs))),
+        integrity_(env::Settings(args.knobs).get_int("TBCOLL_INTEGRITY") != 0) {
     if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
+    if (integrity_ && args_.secret.empty()) {
+      throw InvalidArgument("[tcp] TBCOLL_INTEGRITY=1 needs the job secret (TBCOLL_SECRET or TBCOLL_SECRET_FILE): the "
+                            "messages' MAC keys are drawn from it");
+    }
+    if (integrity_) auth::MessageMac probe(auth::Proof{});  // libcrypto and its AES-GCM are there (InvalidArgument if not)
     const std::string who = fmt::format("[tcp] rank {}", args_.rank);
     const std::string host = net::listen_host(env::Settings(args.knobs), args_.bind_host, who);
     listen_fd_ = net::listen_tcp(host, &address_, who);
@@ -90,8 +96,8 @@ class Context final : public transport::Context {
     listen_fd_ = -1;
     std::vector<std::unique_ptr<transport::Endpoint>> out;
     for (const auto& peer : peers) {
-      out.push_back(endpoints_.add<transport::Endpoint>(
-          std::make_unique<Endpoint>(fds.at(peer.rank), args_.rank, peer.rank)));
+      out.push_back(endpoints_.add<transport::Endpoint>(std::make_unique<Endpoint>(
+          fds.at(peer.rank), args_.rank, peer.rank, std::move(integrity_of_[peer.rank]))));
     }
     return out;
   }
@@ -106,7 +112,7 @@ class Context final : public transport::Context {
       set_buffers(fd, buffer_bytes_);
       const bool with_secret = !args_.secret.empty();
       Hello hello{kHelloMagic, kProtocolVersion, static_cast<uint16_t>(args_.token.size()), args_.rank, peer.rank,
-                  args_.comm_id, with_secret ? kFlagSecret : 0u, 0};
+                  args_.comm_id, (with_secret ? kFlagSecret : 0u) | (integrity_ ? kFlagIntegrity : 0u), 0};
       const auth::Nonce mine = with_secret ? auth::nonce() : auth::Nonce{};
       std::vector<uint8_t> out(sizeof(hello) + args_.token.size());
       std::memcpy(out.data(), &hello, sizeof(hello));
@@ -134,6 +140,11 @@ class Context final : public transport::Context {
         const auth::Proof proof = auth::proof(args_.secret, kInitiatorLabel, theirs, mine, context);
         net::write_all(fd, proof.data(), proof.size(), deadline, who, args_.cancelled);
         read_welcome();
+        if (integrity_) {
+          integrity_of_[peer.rank] = std::make_unique<Integrity>(
+              auth::proof(args_.secret, kConnectorKeyLabel, mine, theirs, context),
+              auth::proof(args_.secret, kAcceptorKeyLabel, mine, theirs, context));
+        }
       }
       return fd;
     } catch (...) {
@@ -182,6 +193,9 @@ class Context final : public transport::Context {
         const bool theirs = (hello.flags & kFlagSecret) != 0;
         if (with_secret && !theirs) return reject(pending.fd, hello, WelcomeStatus::kNeedSecret, who);
         if (!with_secret && theirs) return reject(pending.fd, hello, WelcomeStatus::kNoSecret, who);
+        if (((hello.flags & kFlagIntegrity) != 0) != integrity_) {
+          return reject(pending.fd, hello, WelcomeStatus::kIntegrityDiffers, who);
+        }
         want += hello.token_len + secret_bytes;
       }
     }
@@ -197,6 +211,16 @@ class Context final : public transport::Context {
     } catch (const Error& error) {
       log::warn("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank, error.what());
       return -2;
+    }
+    if (integrity_) {
+      const size_t nonce_at = sizeof(Hello) + hello.token_len;
+      auth::Nonce theirs{};
+      std::copy(pending.in.begin() + static_cast<std::ptrdiff_t>(nonce_at),
+                pending.in.begin() + static_cast<std::ptrdiff_t>(nonce_at + theirs.size()), theirs.begin());
+      const std::string context = proof_context(token, hello);
+      integrity_of_[hello.from_rank] = std::make_unique<Integrity>(
+          auth::proof(args_.secret, kAcceptorKeyLabel, theirs, pending.nonce, context),
+          auth::proof(args_.secret, kConnectorKeyLabel, theirs, pending.nonce, context));
     }
     return hello.from_rank;
   }
@@ -239,6 +263,9 @@ class Context final : public transport::Context {
   int reject(int fd, const Hello& hello, WelcomeStatus status, const std::string& who) {
     // The status texts speak for the connector; the log speaks for us.
     const char* why = status == WelcomeStatus::kNeedSecret ? "it has no job secret (TBCOLL_SECRET)"
+                      : status == WelcomeStatus::kIntegrityDiffers
+                          ? (integrity_ ? "it does not run the integrity mode (TBCOLL_INTEGRITY) and this rank does"
+                                        : "it runs the integrity mode (TBCOLL_INTEGRITY) and this rank does not")
                       : status == WelcomeStatus::kNoSecret ? "it has a job secret and this rank none"
                       : status == WelcomeStatus::kBadSecret ? "wrong proof of the job secret"
                                                             : welcome_status_name(static_cast<uint32_t>(status));
@@ -308,6 +335,8 @@ class Context final : public transport::Context {
 
   transport::ContextArgs args_;
   int buffer_bytes_;  // SO_SNDBUF/SO_RCVBUF of data sockets, 0: kernel default
+  bool integrity_;    // TBCOLL_INTEGRITY: every message carries a MAC (wire.h)
+  std::map<int, std::unique_ptr<Integrity>> integrity_of_;  // peer rank -> its connection's MACs, once handshaken
   int listen_fd_ = -1;
   std::string address_;
   transport::EndpointList<Endpoint> endpoints_;

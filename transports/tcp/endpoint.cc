@@ -10,12 +10,14 @@
 
 #include <fmt/format.h>
 
+#include "common/constant_time.h"
 #include "platform/platform.h"
 #include "transports/queued_request.h"
 
 namespace tbcoll::tcp {
 
-Endpoint::Endpoint(int fd, int rank, int peer) : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes) {}
+Endpoint::Endpoint(int fd, int rank, int peer, std::unique_ptr<Integrity> integrity)
+    : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes), integrity_(std::move(integrity)) {}
 
 Endpoint::~Endpoint() { close(fd_); }
 
@@ -40,6 +42,13 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
 std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t bytes, transport::Tag tag) {
   auto [request, op] = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag);
   op->header = MessageHeader{kMessageMagic, 0, tag.tag, tag.meta, bytes};
+  if (integrity_) {
+    auth::MessageMac& mac = integrity_->send;
+    mac.begin(integrity_->sent++);
+    mac.update(&op->header, sizeof(op->header));
+    mac.update(buf, bytes);
+    op->mac = mac.finish();
+  }
   // Start right away: small messages leave in this call and the caller's first test() finds them done.
   if (sends_.size() == 1 && broken_.empty()) progress_sends();
   return std::move(request);
@@ -59,16 +68,21 @@ void Endpoint::progress() {
 void Endpoint::progress_sends() {
   while (!sends_.empty()) {
     Operation& op = *sends_.front();
-    iovec iov[2];
+    // Header, payload and (integrity mode) tag, from where the last send stopped.
+    const size_t total = sizeof(MessageHeader) + op.bytes + trailer_bytes();
+    iovec iov[3];
     int count = 0;
-    size_t header_left = op.done < sizeof(MessageHeader) ? sizeof(MessageHeader) - op.done : 0;
-    if (header_left > 0) {
-      iov[count++] = {reinterpret_cast<uint8_t*>(&op.header) + op.done, header_left};
-      if (op.bytes > 0) iov[count++] = {op.buf, op.bytes};
-    } else {
-      size_t payload_done = op.done - sizeof(MessageHeader);
-      iov[count++] = {op.buf + payload_done, op.bytes - payload_done};
-    }
+    size_t at = 0;
+    auto part = [&](void* base, size_t length) {
+      if (op.done < at + length && length > 0) {
+        const size_t skip = op.done > at ? op.done - at : 0;
+        iov[count++] = {static_cast<uint8_t*>(base) + skip, length - skip};
+      }
+      at += length;
+    };
+    part(&op.header, sizeof(MessageHeader));
+    part(op.buf, op.bytes);
+    part(op.mac.data(), trailer_bytes());
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = count;
@@ -78,7 +92,7 @@ void Endpoint::progress_sends() {
       fail(fmt::format("[tcp] rank {}: send to peer {} failed: {} (peer gone?)", rank_, peer_, strerror(errno)));
     }
     op.done += static_cast<size_t>(sent);
-    if (op.done < sizeof(MessageHeader) + op.bytes) return;  // socket full
+    if (op.done < total) return;  // socket full
     op.complete = true;
     sends_.pop_front();
   }
@@ -101,6 +115,23 @@ bool Endpoint::fill_staging() {
   fail(fmt::format("[tcp] rank {}: receive from peer {} failed: {}", rank_, peer_, strerror(errno)));
 }
 
+// The integrity mode: reads the tag that follows the payload (false while it has not all arrived) and fails the
+// endpoint unless it is the MAC of what arrived.
+bool Endpoint::check_tag(Operation& op) {
+  while (staging_end_ - staging_begin_ < kTagBytes) {
+    if (!fill_staging()) return false;
+  }
+  const auth::MessageMac::Tag expected = integrity_->receive.finish();
+  const bool good = constant_time_equal(staging_.data() + staging_begin_, expected.data(), kTagBytes);
+  staging_begin_ += kTagBytes;
+  if (!good) {
+    fail(fmt::format("[tcp] rank {}: message {} from peer {} ({} B) failed its integrity check (TBCOLL_INTEGRITY): "
+                     "altered, replayed or reordered on the way", rank_, integrity_->received, peer_, op.bytes));
+  }
+  integrity_->received++;
+  return true;
+}
+
 void Endpoint::check_header(Operation& op, const MessageHeader& header) {
   if (header.magic != kMessageMagic) {
     fail(fmt::format("[tcp] rank {}: garbage from peer {} (bad message magic {:#x})", rank_, peer_, header.magic));
@@ -112,6 +143,10 @@ void Endpoint::check_header(Operation& op, const MessageHeader& header) {
         rank_, peer_, op.tag.tag, op.tag.meta, op.bytes, header.tag, header.meta, header.bytes);
     broken_ = what;
     throw MismatchError(what, peer_, op.tag.meta, header.meta, op.bytes, header.bytes);
+  }
+  if (integrity_) {
+    integrity_->receive.begin(integrity_->received);
+    integrity_->receive.update(&header, sizeof(header));
   }
 }
 
@@ -143,6 +178,7 @@ void Endpoint::progress_recvs() {
         check_header(op, header);
         op.header_done = true;
         op.done = static_cast<size_t>(got) - sizeof(MessageHeader);
+        if (integrity_) integrity_->receive.update(op.buf, op.done);
       }
       while (!op.header_done && staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
         if (!fill_staging()) return;
@@ -161,6 +197,7 @@ void Endpoint::progress_recvs() {
       if (buffered > 0) {
         size_t take = std::min(want, buffered);
         if (op.buf != nullptr) std::memcpy(op.buf + op.done, staging_.data() + staging_begin_, take);
+        if (integrity_) integrity_->receive.update(staging_.data() + staging_begin_, take);
         staging_begin_ += take;
         op.done += take;
         continue;
@@ -168,6 +205,7 @@ void Endpoint::progress_recvs() {
       if (want >= kDirectReadBytes && op.buf != nullptr) {
         ssize_t got = recv(fd_, op.buf + op.done, want, MSG_DONTWAIT);
         if (got > 0) {
+          if (integrity_) integrity_->receive.update(op.buf + op.done, static_cast<size_t>(got));
           op.done += static_cast<size_t>(got);
           continue;
         }
@@ -177,6 +215,7 @@ void Endpoint::progress_recvs() {
       }
       if (!fill_staging()) return;
     }
+    if (integrity_ && !check_tag(op)) return;
     op.complete = true;
     recvs_.pop_front();
   }

@@ -2,6 +2,9 @@
 // messages cost one send and one receive system call). Sends and receives queue FIFO; progress() moves as
 // many bytes as the socket takes without blocking. Payloads above kDirectReadBytes are read straight into
 // the user's buffer; smaller ones come through a staging buffer so one recv() can take header and payload.
+// In the integrity mode (wire.h) a send's tag is computed when it is queued and leaves right after its payload; a
+// receive's is computed as the bytes arrive and checked before the receive completes (a mismatch breaks the
+// endpoint with IoError: the data may have been altered on the way).
 #pragma once
 
 #include <atomic>
@@ -9,6 +12,7 @@
 #include <memory>
 #include <vector>
 
+#include "common/auth.h"
 #include "tbcoll/transport.hpp"
 #include "transports/queued_request.h"
 #include "transports/tcp/wire.h"
@@ -19,11 +23,23 @@ namespace tbcoll::tcp {
 struct Operation : transport::QueuedOperation {
   MessageHeader header{};  ///< sends: the header to write
   bool header_done = false;
+  auth::MessageMac::Tag mac{};  ///< sends in the integrity mode: the tag written after the payload
+};
+
+/// The integrity mode's state of one connection: a MAC per direction (keys from the handshake) and the number of
+/// messages each has carried so far (the nonces).
+struct Integrity {
+  Integrity(const auth::Proof& send_key, const auth::Proof& receive_key) : send(send_key), receive(receive_key) {}
+  auth::MessageMac send;
+  auth::MessageMac receive;
+  uint64_t sent = 0;
+  uint64_t received = 0;
 };
 
 class Endpoint final : public transport::Endpoint {
  public:
-  Endpoint(int fd, int rank, int peer);
+  /// integrity: null unless the integrity mode is on.
+  Endpoint(int fd, int rank, int peer, std::unique_ptr<Integrity> integrity = nullptr);
   ~Endpoint() override;
 
   std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
@@ -45,6 +61,8 @@ class Endpoint final : public transport::Endpoint {
   bool fill_staging();
   void check_header(Operation& op, const MessageHeader& header);
   void check_blocked_send();
+  bool check_tag(Operation& op);
+  size_t trailer_bytes() const { return integrity_ ? kTagBytes : 0; }
   [[noreturn]] void fail(const std::string& message);
 
   static constexpr size_t kStagingBytes = 64 * 1024;
@@ -60,6 +78,7 @@ class Endpoint final : public transport::Endpoint {
   size_t staging_end_ = 0;
   std::string broken_;  ///< non-empty once failed: the reason
   std::atomic<bool> aborted_{false};
+  std::unique_ptr<Integrity> integrity_;
 };
 
 }  // namespace tbcoll::tcp

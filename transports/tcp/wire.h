@@ -7,8 +7,13 @@
 //   acceptor  : Welcome (accepted so far) | nonce_a 32 B | HMAC(secret, kResponderLabel 0 nonce_c nonce_a context)
 //   connector : HMAC(secret, kInitiatorLabel 0 nonce_a nonce_c context)
 //   acceptor  : Welcome (the verdict)
-// context: "token|comm_id|from_rank|to_rank" (proof_context()).
-//   every message                    : MessageHeader | payload (header.bytes)
+// context: "token|comm_id|from_rank|to_rank|flags" (proof_context()).
+//   every message                    : MessageHeader | payload (header.bytes) [| tag 16 B]
+// The integrity mode (Hello::flags kFlagIntegrity, TBCOLL_INTEGRITY=1; needs the secret, both sides must agree): each
+// message ends with a 16-byte tag, the GMAC (auth::MessageMac) of header and payload under the key of its direction,
+// with the message's number in that direction as the nonce. The keys are drawn in the handshake, one per direction:
+//   HMAC(secret, kConnectorKeyLabel / kAcceptorKeyLabel 0 nonce_c nonce_a context)
+// so they are fresh per connection (both nonces), bound to it (context), and known only to who knows the secret.
 #pragma once
 
 #include <cstddef>
@@ -16,15 +21,21 @@
 #include <cstring>
 #include <string>
 
+#include "common/constant_time.h"
+
 namespace tbcoll::tcp {
 
 constexpr uint32_t kHelloMagic = 0x54424843;    // "TBHC"
 constexpr uint32_t kMessageMagic = 0x54424d47;  // "TBMG"
-constexpr uint16_t kProtocolVersion = 2;  // 2: flags, the secret's challenge-response
+constexpr uint16_t kProtocolVersion = 3;  // 2: flags, the secret's challenge-response; 3: the integrity mode
 constexpr uint32_t kMaxTokenBytes = 1024;
 constexpr uint32_t kFlagSecret = 1;  ///< the connector has a job secret: a nonce follows the token
+constexpr uint32_t kFlagIntegrity = 2;  ///< the connector runs the integrity mode: every message carries a tag
+constexpr size_t kTagBytes = 16;       ///< the integrity mode's per-message tag (auth::MessageMac::kTagBytes)
 constexpr const char* kResponderLabel = "tbcoll tcp responder";
 constexpr const char* kInitiatorLabel = "tbcoll tcp initiator";
+constexpr const char* kConnectorKeyLabel = "tbcoll tcp integrity connector to acceptor";
+constexpr const char* kAcceptorKeyLabel = "tbcoll tcp integrity acceptor to connector";
 
 struct Hello {
   uint32_t magic;
@@ -46,7 +57,8 @@ enum class WelcomeStatus : uint32_t {
   kBadComm = 4,
   kNeedSecret = 5,  ///< the acceptor has a job secret, the connector none
   kBadSecret = 6,   ///< the connector's proof is wrong
-  kNoSecret = 7     ///< the connector has a job secret, the acceptor none
+  kNoSecret = 7,    ///< the connector has a job secret, the acceptor none
+  kIntegrityDiffers = 8  ///< one side runs the integrity mode, the other not
 };
 
 struct Welcome {
@@ -86,7 +98,7 @@ inline HelloParse parse_hello(const uint8_t* in, size_t size, Hello* hello, std:
 inline WelcomeStatus judge_hello(const Hello& hello, const std::string& token, const std::string& our_token,
                                  uint64_t our_comm_id, int our_rank, bool rank_wanted) {
   if (hello.version != kProtocolVersion) return WelcomeStatus::kBadVersion;
-  if (token != our_token) return WelcomeStatus::kBadToken;
+  if (!constant_time_equal(token, our_token)) return WelcomeStatus::kBadToken;
   if (hello.comm_id != our_comm_id) return WelcomeStatus::kBadComm;
   if (hello.to_rank != our_rank || !rank_wanted) return WelcomeStatus::kBadRank;
   return WelcomeStatus::kAccepted;
@@ -102,14 +114,16 @@ inline const char* welcome_status_name(uint32_t status) {
     case WelcomeStatus::kNeedSecret: return "the peer requires the job secret and we have none (TBCOLL_SECRET set on some ranks only?)";
     case WelcomeStatus::kBadSecret: return "wrong job secret (TBCOLL_SECRET differs between ranks?)";
     case WelcomeStatus::kNoSecret: return "we have a job secret and the peer none (TBCOLL_SECRET set on some ranks only?)";
+    case WelcomeStatus::kIntegrityDiffers: return "the integrity mode is on at one end only (TBCOLL_INTEGRITY differs between ranks?)";
   }
   return "unknown status";
 }
 
-/// What both sides' proofs are bound to: the connection's token, communicator and ranks.
+/// What both sides' proofs (and the integrity keys) are bound to: the connection's token, communicator, ranks and
+/// flags (so a relay that strips the integrity flag fails the proofs).
 inline std::string proof_context(const std::string& token, const Hello& hello) {
   return token + "|" + std::to_string(hello.comm_id) + "|" + std::to_string(hello.from_rank) + "|" +
-         std::to_string(hello.to_rank);
+         std::to_string(hello.to_rank) + "|" + std::to_string(hello.flags);
 }
 
 }  // namespace tbcoll::tcp
