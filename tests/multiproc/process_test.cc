@@ -289,6 +289,20 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
   EXPECT_NE(with_value.output.find("now 7"), std::string::npos) << "current values are shown:\n" << with_value.output;
 }
 
+// Secrets are never printed, only that they are set; misspelt variables are named with the knob they resemble; a
+// transport built but not usable here says why.
+TEST(Tools, InfoMasksSecretsAndNamesUnknownVariables) {
+  Result result = run(std::string("TBCOLL_SECRET=hunter2-hunter2-hunter2 TBCOLL_TOKEN=tok-abcdef-123 "
+                                  "TBCOLL_TIMEUOT=3 ") + TBCOLL_INFO_PATH);
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(result.output.find("hunter2"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("tok-abcdef"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("now (set, 23 bytes)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("TBCOLL_TIMEUOT (did you mean TBCOLL_TIMEOUT?)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("\n  ibverbs "), std::string::npos) << "ibverbs listed, usable or not:\n"
+                                                                   << result.output;
+}
+
 }  // namespace
 
 namespace {

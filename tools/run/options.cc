@@ -17,9 +17,10 @@ constexpr int kMaxRanks = 1024;
 constexpr int kExitUsage = 2;
 constexpr double kMaxTimeoutSeconds = 1e8;
 
+// One line: what is wrong, and where the help is.
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "tbcoll-run: %s\n", message.c_str());
-  print_usage(stderr);
+  std::fprintf(stderr, "tbcoll-run: %s (usage: tbcoll-run -n N [options] [--] prog [args...]; tbcoll-run --help "
+               "lists the options)\n", message.c_str());
   return kExitUsage;
 }
 
@@ -58,6 +59,7 @@ void print_usage(FILE* out) {
       "  --secret SECRET     the job secret the ranks prove to each other (TBCOLL_SECRET); default: one\n"
       "                      drawn per job, unless TBCOLL_SECRET or TBCOLL_SECRET_FILE is set\n"
       "  -h, --help          show this help\n"
+      "  --version           print the version\n"
       "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
       "and TBCOLL_TOKEN (random unless already set). With hosts, rank 0's host serves the rendezvous\n"
       "on its address on TBCOLL_SOCKET_IFNAME's interface (never loopback), and the ranks get the -x\n"
@@ -80,6 +82,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     }
     if (arg == "-h" || arg == "--help") {
       print_usage(stdout);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("tbcoll-run %s\n", TBCOLL_VERSION);
       return 0;
     }
     if (arg == "--tag-output") {
