@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/env.h"
+#include "common/log.h"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll::test {
@@ -145,6 +146,24 @@ TEST(EnvNames, SecretsAreNeverPrintable) {
   EXPECT_EQ(env::printable("TBCOLL_SECRET", "hunter2hunter2"), "(set, 14 bytes)");
   EXPECT_EQ(env::printable("TBCOLL_TOKEN", "abc"), "(set, 3 bytes)");
   EXPECT_EQ(env::printable("TBCOLL_TIMEOUT", "3"), "3");
+}
+
+}  // namespace
+}  // namespace tbcoll::test
+
+namespace tbcoll::test {
+namespace {
+
+TEST(LogMasking, SecretsNeverReachALogLine) {
+  EXPECT_EQ(log::masked("token a1b2c3d4e5 and a1b2c3d4e5 again", {"a1b2c3d4e5"}), "token *** and *** again");
+  EXPECT_EQ(log::masked("tbcoll WARN: hi", {"tbcoll"}), "tbcoll WARN: hi") << "short values are no secrets";
+  setenv("TBCOLL_SECRET", "s3cr3t-value-42", 1);
+  ::testing::internal::CaptureStderr();
+  log::write(log::Level::kWarn, "handshake with s3cr3t-value-42 failed");
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  unsetenv("TBCOLL_SECRET");
+  EXPECT_EQ(said.find("s3cr3t"), std::string::npos) << said;
+  EXPECT_NE(said.find("handshake with *** failed"), std::string::npos) << said;
 }
 
 }  // namespace
