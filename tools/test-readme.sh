@@ -31,6 +31,14 @@ env = dict(os.environ, HOME=scratch)
 env.pop("LD_LIBRARY_PATH", None)
 
 
+# The build's own compilers and flags (a clang + libc++ build needs its C++ library for the C++ block).
+cache = {}
+for line in open(os.path.join(build, "CMakeCache.txt"), errors="replace"):
+    match = re.match(r"^(CMAKE_(?:CXX|C)_(?:COMPILER|FLAGS)):[A-Z]+=(.*)$", line.rstrip("\n"))
+    if match and match.group(2):
+        cache[match.group(1)] = match.group(2)
+
+
 def fail(what):
     failures.append(what)
     print("FAIL", what)
@@ -92,7 +100,8 @@ def run_compiled(where, language, text):
     source = os.path.join(scratch, "block." + ("cc" if language == "cpp" else "c"))
     program = os.path.join(scratch, "block")
     open(source, "w").write(text + "\n")
-    compiler = ["c++", "-std=c++17"] if language == "cpp" else ["cc", "-std=c99"]
+    compiler = [cache.get("CMAKE_CXX_COMPILER", "c++"), "-std=c++17"] + cache.get("CMAKE_CXX_FLAGS", "").split() \
+        if language == "cpp" else [cache.get("CMAKE_C_COMPILER", "cc"), "-std=c99"]
     run(f"{where}: compiles", compiler + ["-Wall", "-Werror", "-I", os.path.join(root, "include"), source, "-o",
                                           program, "-L", build, "-ltbcoll", "-Wl,-rpath," + build])
     if os.path.exists(program):
