@@ -101,19 +101,32 @@ bool sized_per_block(const Options& o) {
          o.kind == Collective::kGather || o.kind == Collective::kScatter;
 }
 
+int iterations_for(const Options& o, size_t bytes) {
+  if (o.iterations > 0) return o.iterations;
+  const double scaled = static_cast<double>(size_t{64} << 20) / static_cast<double>(std::max<size_t>(bytes, 1));
+  return static_cast<int>(std::clamp(scaled, 20.0, 5000.0));
+}
+
+int warmup_for(const Options& o, size_t bytes) {
+  if (o.warmup >= 0) return o.warmup;
+  return std::clamp(iterations_for(o, bytes) / 10, 5, 100);
+}
+
 Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place, int iterations,
                  bool check_first) {
-  if (iterations < 1) iterations = o.iterations;
+  // Every rank decides at the same call, so every rank leaves the warm-up loop below after as many.
+  const size_t bytes = count * dtype_size(o.dtype) * (sized_per_block(o) ? static_cast<size_t>(comm.size()) : 1);
+  if (iterations < 1) iterations = iterations_for(o, bytes);
   Measured m;
   fill(o, comm.rank(), comm.size(), b, in_place);
-  if (check_first) {
+  if (!o.check) m.wrong = -1;
+  if (check_first && o.check) {
     call(comm, o, b, count, in_place);
     long long wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place);
     comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
   }
-  for (int i = 0; i < o.warmup; ++i) call(comm, o, b, count, in_place);
-  // Every rank decides at the same call, so every rank leaves this loop after as many.
-  const size_t bytes = count * dtype_size(o.dtype) * (sized_per_block(o) ? static_cast<size_t>(comm.size()) : 1);
+  const int warmup = warmup_for(o, bytes);
+  for (int i = 0; i < warmup; ++i) call(comm, o, b, count, in_place);
   for (int i = 0; i < 10000 && comm.explain(o.collective, bytes).measuring; ++i) call(comm, o, b, count, in_place);
   // Out of place, the timed calls must produce the result again: recv is cleared first (outside the timing) and
   // checked after the last one, so calls that stopped working cannot hide behind the first one's result. (In
@@ -126,7 +139,7 @@ Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count,
     call(comm, o, b, count, in_place);
     times[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
-  if (!in_place) {
+  if (!in_place && o.check) {
     long long timed_wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place), all = 0;
     comm.all_reduce(&timed_wrong, &all, 1, DataType::kInt64, ReduceOp::kSum);
     m.wrong += all;

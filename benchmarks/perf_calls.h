@@ -17,8 +17,9 @@ struct Options {
   size_t min_bytes = 8;
   size_t max_bytes = 64 << 20;
   double factor = 2;
-  int iterations = 20;
-  int warmup = 5;
+  int iterations = 0;  ///< -n; 0: by size (iterations_for)
+  int warmup = -1;     ///< -w; -1: by size (warmup_for)
+  bool check = true;   ///< -c 0: no result checks (nccl-tests' -c)
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::string collective = "all_reduce";
@@ -54,12 +55,19 @@ struct Measured {
   long long wrong = 0;
 };
 
+/// Timed iterations at this size: -n, else as nccl-tests' and OSU's benches scale them, many for small messages
+/// (whose time is a few microseconds: 20 of them measure noise) and few for large ones: 64 MiB / bytes, from 20
+/// to 5000.
+int iterations_for(const Options& o, size_t bytes);
+/// Untimed calls before them: -w, else a tenth of the iterations, from 5 to 100.
+int warmup_for(const Options& o, size_t bytes);
+
 /// nccl-tests sizes: whether a size is the gathered total (all_gather, gather, all_to_all) or the scattered
 /// input (reduce_scatter, scatter), count elements per rank's block; else the buffer.
 bool sized_per_block(const Options& o);
 
-/// A checked call (unless !check_first), o.warmup more, then `iterations` timed ones (o.iterations when < 1),
-/// their result checked too out of place. Per iteration the slowest rank's time; every rank returns the same
+/// A checked call (unless !check_first or -c 0), warmup_for() more, then `iterations` timed ones
+/// (iterations_for() when < 1), their result checked too out of place (unless -c 0: wrong is then -1). Per iteration the slowest rank's time; every rank returns the same
 /// figures. Collective. Under TBCOLL_TUNER=measure the warm-up goes on until the ranks decided for the size
 /// (Explanation::measuring): the figures are of the decided algorithm, not of its trials.
 Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place, int iterations = 0,

@@ -174,7 +174,8 @@ long long run_compare(const Options& o, Config config) {
       wrong[i] += probe.wrong;
       const double calls = o.budget_s * 1e6 / std::max(probe.median_us, 1.0);
       rounds[i] = static_cast<int>(std::clamp(calls, 2.0, static_cast<double>(std::max(2, o.rounds))));
-      iterations[i] = static_cast<int>(std::clamp(calls / rounds[i], 1.0, static_cast<double>(o.iterations)));
+      iterations[i] =
+          static_cast<int>(std::clamp(calls / rounds[i], 1.0, static_cast<double>(iterations_for(o, bytes))));
     }
     const int most_rounds = *std::max_element(rounds.begin(), rounds.end());
     for (int round = 0; round < most_rounds; ++round) {

@@ -86,14 +86,17 @@ int parse_int(const std::string& flag, const std::string& text) {
 
 void usage() {
   std::printf(
-      "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP]\n"
-      "                   [-c all_reduce|all_gather|reduce_scatter|reduce|broadcast|all_to_all|all_to_allv|\n"
-      "                       gather|scatter] [-r ROOT] [--transport T]\n"
-      "                   [--algo A]\n"
+      "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP] [-c 0|1]\n"
+      "                   [--collective all_reduce|all_gather|reduce_scatter|reduce|broadcast|all_to_all|\n"
+      "                       all_to_allv|gather|scatter] [-r ROOT] [--transport T]\n"
+      "                   [--algo A] [--version]\n"
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
       "                   [--floor-messages N]] [--explain | --explain-only]\n"
       "                   [--compare all|A,B,...,auto[,measured] [--rounds N] [--budget SECONDS]]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
+      "  -n: timed iterations per size (default: by size, 64 MiB / size from 20 to 5000); -w: untimed ones before\n"
+      "  (default: a tenth of them, 5 to 100); -c 0|1: check every size's results (1, the default), as nccl-tests;\n"
+      "  -c NAME is --collective NAME; collectives also by TBCOLL_ALGO's names (allreduce, allgather, ...)\n"
       "  --explain prints per size the cost model's predicted time of every algorithm that can run and the one the\n"
       "  tuner picks (with the alpha/beta it used); --explain-only prints that without measuring.\n"
       "  --algo takes TBCOLL_ALGO's forms: a name, or collective:name[,collective:name...]. Algorithms:\n");
@@ -122,6 +125,24 @@ void usage() {
   std::printf("  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
 }
 
+// A usage error: one line and the way to the help, not the whole help.
+[[noreturn]] void usage_error(const std::string& what) {
+  std::fprintf(stderr, "tbcoll-perf: %s (tbcoll-perf --help lists the options)\n", what.c_str());
+  std::exit(2);
+}
+
+// all_reduce, or TBCOLL_ALGO's spelling of it (allreduce).
+std::string collective_name(const std::string& name) {
+  for (const char* known : {"all_reduce", "all_gather", "reduce_scatter", "reduce", "broadcast", "all_to_all",
+                            "all_to_allv", "gather", "scatter"}) {
+    std::string joined = known;
+    joined.erase(std::remove(joined.begin(), joined.end(), '_'), joined.end());
+    if (name == known || name == joined) return known;
+  }
+  if (name == "bcast") return "broadcast";
+  return name;
+}
+
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -137,7 +158,15 @@ Options parse(int argc, char** argv) {
     else if (arg == "-w") o.warmup = parse_int(arg, value());
     else if (arg == "-d") o.dtype = tbcoll::parse_dtype(value());
     else if (arg == "-o") o.op = tbcoll::parse_op(value());
-    else if (arg == "-c") o.collective = value();
+    else if (arg == "-c") {
+      const std::string text = value();
+      if (text == "0" || text == "1") o.check = text == "1";  // nccl-tests' -c: check
+      else o.collective = collective_name(text);
+    } else if (arg == "--collective") o.collective = collective_name(value());
+    else if (arg == "--version") {
+      std::printf("tbcoll-perf %s\n", TBCOLL_VERSION);
+      std::exit(0);
+    }
     else if (arg == "-r") o.root = parse_int(arg, value());
     else if (arg == "--transport") o.transport = value();
     else if (arg == "--algo") o.algo = value();
@@ -157,13 +186,13 @@ Options parse(int argc, char** argv) {
       usage();
       std::exit(0);
     } else {
-      usage();
-      throw tbcoll::InvalidArgument("unknown argument " + arg);
+      usage_error("unknown argument " + arg);
     }
   }
-  if (o.factor <= 1 || o.iterations < 1 || o.warmup < 0 || o.min_bytes < 1 || o.min_bytes > o.max_bytes) {
-    throw tbcoll::InvalidArgument("need -f > 1, -n >= 1, -w >= 0, 1 <= -b <= -e");
+  if (o.factor <= 1 || o.iterations < 0 || o.warmup < -1 || o.min_bytes < 1 || o.min_bytes > o.max_bytes) {
+    throw tbcoll::InvalidArgument("need -f > 1, -n >= 1 (0: by size), -w >= 0, 1 <= -b <= -e");
   }
+  if (!o.check && !o.compare.empty()) throw tbcoll::InvalidArgument("--compare always checks: -c 0 does not apply");
   if (o.rounds < 1 || !(o.budget_s > 0)) throw tbcoll::InvalidArgument("need --rounds >= 1 and --budget > 0");
   if (!o.compare.empty() && (o.pingpong || o.explain || !o.algo.empty())) {
     throw tbcoll::InvalidArgument("--compare runs alone (without --pingpong, --explain or --algo)");
@@ -227,11 +256,51 @@ void print_explanation(const tbcoll::Communicator& comm, const std::string& coll
   if (!why.measured.empty()) std::printf("#   measured %zu B: %s\n", bytes, why.measured.c_str());
 }
 
+// The widest algorithm name the collective may print, so long names keep the columns aligned.
+int algo_width(const std::string& collective) {
+  size_t width = 7;
+  for (tbcoll::OpKind kind : tbcoll::algo::collectives()) {
+    if (collective != tbcoll::op_kind_name(kind)) continue;
+    for (const auto& row : tbcoll::algo::algorithms_for(kind)) width = std::max(width, std::strlen(row.name));
+    for (const auto& device : tbcoll::transport::available_devices()) {
+      for (const auto& fast : device->fast_path_algorithms()) {
+        if (fast.kind == kind) width = std::max(width, fast.name.size());
+      }
+    }
+  }
+  return static_cast<int>(width);
+}
+
+// nccl-tests' two column groups, labelled.
+void print_header(int width) {
+  const int left = 12 + 1 + 12 + 1 + 6 + 1 + 6 + 1 + width;
+  std::printf("#%*s %-34s %-34s\n", left - 1, "", "          out-of-place", "          in-place");
+  std::printf("#%11s %12s %6s %6s %*s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type", "redop", width,
+              "algo", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
+  std::printf("#%11s %12s %6s %6s %*s %9s %8s %8s %6s %9s %8s %8s %6s\n", "(B)", "(elements)", "", "", width, "",
+              "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+}
+
+std::string wrong_text(long long wrong) { return wrong < 0 ? "N/A" : std::to_string(wrong); }
+
+// The 8 B figure next to the floor it is bounded by, measured in the same run.
+void print_small_against_floor(const char* collective, double small_us, const char* floor_name, double floor_us,
+                               const char* bound) {
+  if (small_us <= 0 || floor_us <= 0) return;
+  std::printf("# 8 B %s %.2f us out of place: %.2fx the %s (%.3f us; %s)\n", collective, small_us,
+              small_us / floor_us, floor_name, floor_us, bound);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  Options o;
   try {
-    Options o = parse(argc, argv);
+    o = parse(argc, argv);
+  } catch (const tbcoll::Error& error) {
+    usage_error(error.what());
+  }
+  try {
     tbcoll::Config config = tbcoll::Config::from_env();
     if (!o.transport.empty()) config.transport = o.transport;
     if (!o.algo.empty()) config.algo = o.algo;
@@ -248,7 +317,11 @@ int main(int argc, char** argv) {
     const int n = comm.size();
     const bool lead = comm.rank() == 0;
     const size_t es = tbcoll::dtype_size(o.dtype);
-    if (o.root < 0 || o.root >= n) throw tbcoll::InvalidArgument("root out of range");
+    if (o.root < 0 || o.root >= n) {
+      throw tbcoll::InvalidArgument("-r " + std::to_string(o.root) + ": root out of range for " +
+                                    std::to_string(n) + " ranks");
+    }
+    const int width = algo_width(o.collective);
 
     std::FILE* csv = nullptr;
     if (lead && !o.csv.empty()) {
@@ -261,18 +334,20 @@ int main(int argc, char** argv) {
                    "emulation\n");
     }
     if (lead) {
-      std::printf("# tbcoll-perf: %s, %d ranks, transport %s, dtype %s, op %s, %d iterations (+%d warm-up)\n",
-                  o.collective.c_str(), n, n > 1 ? comm.transport_name(1).c_str() : "self",
-                  tbcoll::to_string(o.dtype).c_str(), tbcoll::to_string(o.op).c_str(), o.iterations, o.warmup);
+      const std::string iterations = o.iterations > 0 ? std::to_string(o.iterations) : "by size";
+      const std::string warmup = o.warmup >= 0 ? std::to_string(o.warmup) : "by size";
+      std::printf("# tbcoll-perf %s: %s, %d ranks, transport %s, dtype %s, op %s, %s iterations (+%s warm-up)%s\n",
+                  TBCOLL_VERSION, o.collective.c_str(), n, n > 1 ? comm.transport_name(1).c_str() : "self",
+                  tbcoll::to_string(o.dtype).c_str(), tbcoll::to_string(o.op).c_str(), iterations.c_str(),
+                  warmup.c_str(), o.check ? "" : ", results not checked (-c 0)");
       std::printf("# link emulation: %s\n", comm.link_emulation().c_str());
       if (o.explain) std::printf("# cost model: %s\n", comm.explain(o.collective, o.min_bytes).model.c_str());
       std::printf("# time = median over iterations of the slowest rank (us)\n");
-      std::printf("#%11s %12s %6s %6s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "size", "count", "type", "redop",
-                  "algo", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong");
-      std::printf("#%11s %12s %6s %6s %7s %9s %8s %8s %6s %9s %8s %8s %6s\n", "(B)", "(elements)", "", "", "",
-                  "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+      print_header(width);
     }
     long long total_wrong = 0;
+    double busbw_sum = 0, small_us = 0;
+    int busbw_count = 0;
     size_t rows = 0, last_count = 0;
     for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
          size *= o.factor) {
@@ -292,19 +367,22 @@ int main(int argc, char** argv) {
       tbcoll::bench::size_buffers(o, n, count, b);
       Measured out = measure(comm, o, b, count, false);
       Measured in = measure(comm, o, b, count, true);
-      total_wrong += out.wrong + in.wrong;
+      total_wrong += std::max(out.wrong, 0LL) + std::max(in.wrong, 0LL);
       if (!lead) continue;
       const std::string algo = comm.algorithm(o.collective, bytes);
       double algbw_out = bytes / out.median_us / 1e3, algbw_in = bytes / in.median_us / 1e3;
       double factor = bus_factor(o.collective, n);
       if (o.kind == Collective::kAllReduce && n == 2 && bytes == 8) figures.all_reduce_8b_us = out.median_us;
+      if (bytes == 8) small_us = out.median_us;
+      busbw_sum += algbw_out * factor + algbw_in * factor;
+      busbw_count += 2;
       if (o.kind == Collective::kAllReduce && n == 2 && bytes == (size_t{16} << 20)) {
         figures.all_reduce_16m_busbw = algbw_out * factor;
       }
-      std::printf("%12zu %12zu %6s %6s %7s %9.2f %8.3f %8.3f %6lld %9.2f %8.3f %8.3f %6lld\n", bytes, count,
+      std::printf("%12zu %12zu %6s %6s %*s %9.2f %8.3f %8.3f %6s %9.2f %8.3f %8.3f %6s\n", bytes, count,
                   tbcoll::to_string(o.dtype).c_str(), is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none",
-                  algo.c_str(), out.median_us, algbw_out, algbw_out * factor, out.wrong, in.median_us, algbw_in,
-                  algbw_in * factor, in.wrong);
+                  width, algo.c_str(), out.median_us, algbw_out, algbw_out * factor, wrong_text(out.wrong).c_str(),
+                  in.median_us, algbw_in, algbw_in * factor, wrong_text(in.wrong).c_str());
       if (o.explain) print_explanation(comm, o.collective, bytes);
       std::fflush(stdout);
       if (csv) {
@@ -325,7 +403,12 @@ int main(int argc, char** argv) {
     if (rows == 0) {
       throw tbcoll::InvalidArgument("no size between -b and -e holds a whole element per rank: nothing measured");
     }
-    if (lead) std::printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "WRONG");
+    if (lead && o.check) std::printf("# Out of bounds values : %lld %s\n", total_wrong, total_wrong == 0 ? "OK" : "WRONG");
+    if (lead && !o.check) std::printf("# Out of bounds values : N/A (not checked, -c 0)\n");
+    if (lead && busbw_count > 0) {
+      std::printf("# Avg bus bandwidth    : %.3f GB/s (mean over %d sizes, out of place and in place)\n",
+                  busbw_sum / busbw_count, busbw_count / 2);
+    }
     std::fflush(stdout);
     // The shm floors run between ranks 0 and 1 when they share memory: rank 0 decides for everyone, since every
     // rank takes part in the floors' collectives (ranks elsewhere see another transport to rank 0).
@@ -336,6 +419,8 @@ int main(int argc, char** argv) {
       if (lead) {
         std::printf("# raw shared-memory floor between ranks 0 and 1: cache-line hand-off one way %.3f us "
                     "(spinning, mean of 200000 round trips)\n", floor_us);
+        print_small_against_floor(o.collective.c_str(), small_us, "shared-memory hand-off one way", floor_us,
+                                  "each rank must see the other's data at least once");
       }
       for (size_t bytes : {size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
         double exchange = tbcoll::bench::raw_shm_exchange_gbps(comm, bytes);
@@ -364,6 +449,8 @@ int main(int argc, char** argv) {
                     " (%zu MiB each)\n", floor.stream_gbps, floor.stream_large_gbps, floor.stream_bytes >> 20);
         std::printf("#   both directions at once (a 2-rank all-reduce's traffic), per direction: %.2f GB/s with 1 MiB"
                     " buffers, %.2f GB/s with 64 MiB buffers\n", floor.bidir_gbps, floor.bidir_large_gbps);
+        if (comm.transport_name(1) == "tcp") print_small_against_floor(o.collective.c_str(), small_us, "TCP round trip (twice the busy-poll one-way 8 B)",
+                                  2 * floor.one_way_8b_us, "a call waits for its peer's message and its answer");
       }
     }
     // The verbs floors when ranks 0 and 1 talk ibverbs: rank 0 decides for everyone (as for the shm floors).

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -21,11 +22,18 @@
 #include "tbcoll/tbcoll.hpp"
 #include "communicator.h"
 
+// A handle outlives its communicator: the communicator goes with the last reference, the few bytes of the handle
+// stay for the life of the process, so a call made with it after tbcollCommDestroy or tbcollCommAbort is told so
+// instead of reading freed memory.
 struct tbcollComm {
-  tbcoll::Communicator communicator;
+  std::optional<tbcoll::Communicator> communicator;
   /// The handle (until tbcollCommDestroy/Abort) plus the C calls running on it and the groups it is in; whoever
-  /// drops the last one frees it, so a destroy or an abort never waits for a call, and never frees under one.
+  /// drops the last one destroys the communicator, so a destroy or an abort never waits for a call, and never
+  /// destroys under one. 0: gone for good (never raised again).
   std::atomic<int> refs{1};
+  std::atomic<bool> open{true};        ///< until tbcollCommDestroy/Abort
+  std::atomic<bool> finalized{false};  ///< after tbcollCommFinalize
+  std::atomic<int> failure{tbcollSuccess};  ///< the result of the failure that broke it, as returned through here
 };
 
 namespace {
@@ -65,10 +73,37 @@ int raw(const CEnum& value) {
 tbcoll::DataType dtype_of(const tbcollDataType_t& datatype) { return static_cast<tbcoll::DataType>(raw(datatype)); }
 tbcoll::ReduceOp op_of(const tbcollRedOp_t& op) { return static_cast<tbcoll::ReduceOp>(raw(op)); }
 
-void retain(tbcollComm_t comm) { comm->refs.fetch_add(1, std::memory_order_acq_rel); }
+// Every handle ever made, so none is freed (and leak checkers see them held).
+std::mutex handles_mutex;
+std::vector<std::unique_ptr<tbcollComm>> handles;
+
+tbcollComm_t new_handle(tbcoll::Communicator&& communicator) {
+  auto handle = std::make_unique<tbcollComm>();
+  handle->communicator.emplace(std::move(communicator));
+  std::lock_guard<std::mutex> lock(handles_mutex);
+  handles.push_back(std::move(handle));
+  return handles.back().get();
+}
+
+constexpr const char* kGone = "the communicator was destroyed or aborted (tbcollCommDestroy, tbcollCommAbort): "
+                              "its handle cannot be used any more";
+
+// Takes a reference, unless the communicator is gone (InvalidUsage).
+void retain(tbcollComm_t comm) {
+  int refs = comm->refs.load(std::memory_order_acquire);
+  do {
+    if (refs == 0) throw tbcoll::InvalidUsage(kGone);
+  } while (!comm->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
+}
 
 void release(tbcollComm_t comm) {
-  if (comm->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete comm;
+  if (comm->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) comm->communicator.reset();
+}
+
+// The first failure that broke the communicator, for tbcollCommGetAsyncError.
+void record_failure(tbcollComm_t comm, tbcollResult_t result) {
+  int none = tbcollSuccess;
+  comm->failure.compare_exchange_strong(none, result, std::memory_order_acq_rel);
 }
 
 // Drops a reference when it goes out of scope.
@@ -80,17 +115,37 @@ struct Release {
 // body(comm's Communicator), holding a reference while it runs: tbcollCommAbort (allowed from another thread) or
 // tbcollCommDestroy meanwhile leaves the freeing to the call. Every call that uses a communicator goes through
 // here.
+// Calls after tbcollCommFinalize are refused, except those that only describe the communicator (finalized_ok).
 template <typename Body>
-auto counted(tbcollComm_t comm, Body&& body) -> decltype(body(comm->communicator)) {
+auto counted(tbcollComm_t comm, Body&& body, bool finalized_ok = false) -> decltype(body(*comm->communicator)) {
   if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
   retain(comm);
   Release leave{comm};
-  return body(comm->communicator);
+  if (!comm->open.load(std::memory_order_acquire)) throw tbcoll::InvalidUsage(kGone);
+  if (!finalized_ok && comm->finalized.load(std::memory_order_acquire)) {
+    throw tbcoll::InvalidUsage("the communicator was finalized (tbcollCommFinalize): only tbcollCommDestroy, "
+                               "tbcollCommCount, tbcollCommUserRank and tbcollCommGetAsyncError take it now");
+  }
+  try {
+    return body(*comm->communicator);
+  } catch (const tbcoll::Error& error) {
+    if (comm->communicator->broken()) record_failure(comm, error.code());
+    throw;
+  }
 }
 
 template <typename Body>
 tbcollResult_t with_comm(tbcollComm_t comm, Body&& body) {
   return guarded([&] { counted(comm, body); });
+}
+
+// Drops the handle's own reference, once: a second destroy or abort is refused.
+void close_handle(tbcollComm_t comm, const char* call) {
+  retain(comm);  // InvalidUsage if it is gone
+  Release leave{comm};
+  if (!comm->open.exchange(false, std::memory_order_acq_rel)) {
+    throw tbcoll::InvalidUsage(fmt::format("{}: {}", call, kGone));
+  }
 }
 
 // Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
@@ -112,7 +167,7 @@ void join_group(tbcollComm_t comm) {
   for (tbcollComm_t seen : c_group_comms) {
     if (seen == comm) return;
   }
-  comm->communicator.group_start();
+  comm->communicator->group_start();
   retain(comm);
   c_group_comms.push_back(comm);
 }
@@ -156,7 +211,7 @@ tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId
     if (rank < 0 || rank >= nranks) {
       throw tbcoll::InvalidArgument(fmt::format("rank {} out of range for nranks {}", rank, nranks));
     }
-    *comm = new tbcollComm{tbcoll::Communicator::init(id, rank, nranks)};
+    *comm = new_handle(tbcoll::Communicator::init(id, rank, nranks));
   });
 }
 
@@ -164,7 +219,7 @@ tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm) {
   return guarded([&] {
     if (comm == nullptr) throw tbcoll::InvalidArgument("comm pointer is NULL");
     *comm = nullptr;
-    *comm = new tbcollComm{tbcoll::Communicator::init(tbcoll::Config::from_env())};
+    *comm = new_handle(tbcoll::Communicator::init(tbcoll::Config::from_env()));
   });
 }
 
@@ -175,38 +230,58 @@ tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm
     refuse_in_group("tbcollCommSplit");
     std::optional<tbcoll::Communicator> part =
         counted(comm, [&](tbcoll::Communicator& c) { return c.split(color, key); });
-    if (part) *newcomm = new tbcollComm{std::move(*part)};
+    if (part) *newcomm = new_handle(std::move(*part));
   });
 }
 
 tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
   return guarded([&] {
     if (comm == nullptr) return;
+    close_handle(comm, "tbcollCommDestroy");
     leave_group(comm);
-    release(comm);  // freed now, or by the last call or group still using it
+    release(comm);  // destroyed now, or by the last call or group still using it
   });
 }
 
 tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
   return guarded([&] {
     if (comm == nullptr) return;
+    close_handle(comm, "tbcollCommAbort");
     leave_group(comm);
-    comm->communicator.abort();  // calls running on other threads fail fast now
+    comm->communicator->abort();  // calls running on other threads fail fast now
     release(comm);
+  });
+}
+
+tbcollResult_t tbcollCommFinalize(tbcollComm_t comm) {
+  return with_comm(comm, [&](tbcoll::Communicator& c) {
+    refuse_in_group("tbcollCommFinalize");
+    c.barrier();  // after the queued calls: a blocking call waits for them first
+    comm->finalized.store(true, std::memory_order_release);
+  });
+}
+
+tbcollResult_t tbcollCommGetAsyncError(tbcollComm_t comm, tbcollResult_t* async_error) {
+  return guarded([&] {
+    if (async_error == nullptr) throw tbcoll::InvalidArgument("asyncError pointer is NULL");
+    *async_error = tbcollSuccess;
+    const bool broken = counted(comm, [](tbcoll::Communicator& c) { return c.broken(); }, /*finalized_ok=*/true);
+    const int failure = comm->failure.load(std::memory_order_acquire);
+    if (broken) *async_error = failure != tbcollSuccess ? static_cast<tbcollResult_t>(failure) : tbcollInvalidUsage;
   });
 }
 
 tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count) {
   return guarded([&] {
     if (count == nullptr) throw tbcoll::InvalidArgument("count pointer is NULL");
-    *count = counted(comm, [](tbcoll::Communicator& c) { return c.size(); });
+    *count = counted(comm, [](tbcoll::Communicator& c) { return c.size(); }, /*finalized_ok=*/true);
   });
 }
 
 tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank) {
   return guarded([&] {
     if (rank == nullptr) throw tbcoll::InvalidArgument("rank pointer is NULL");
-    *rank = counted(comm, [](tbcoll::Communicator& c) { return c.rank(); });
+    *rank = counted(comm, [](tbcoll::Communicator& c) { return c.rank(); }, /*finalized_ok=*/true);
   });
 }
 
@@ -316,6 +391,7 @@ tbcollResult_t tbcollScatter(const void* sendbuff, void* recvbuff, size_t recvco
 
 struct tbcollRequest {
   tbcoll::Work work;
+  tbcollComm_t comm = nullptr;  ///< the handle it was queued on (handles are never freed)
 };
 
 namespace {
@@ -330,6 +406,7 @@ tbcollResult_t start_async(tbcollRequest_t* request, tbcollComm_t comm, Start&& 
     }
     auto handle = std::make_unique<tbcollRequest>();
     handle->work = counted(comm, start);
+    handle->comm = comm;
     *request = handle.release();
   });
 }
@@ -337,6 +414,17 @@ tbcollResult_t start_async(tbcollRequest_t* request, tbcollComm_t comm, Start&& 
 tbcoll::Work& work_of(tbcollRequest_t request) {
   if (request == nullptr) throw tbcoll::InvalidArgument("request is NULL");
   return request->work;
+}
+
+// A queued call that failed broke its communicator: tbcollCommGetAsyncError reports its result from then on.
+template <typename Body>
+tbcollResult_t on_request(tbcollRequest_t request, Body&& body) {
+  const tbcollResult_t result = guarded(body);
+  // A bad argument of this call itself (a NULL pointer) says nothing about the communicator.
+  if (result != tbcollSuccess && result != tbcollInvalidArgument && request != nullptr && request->comm != nullptr) {
+    record_failure(request->comm, result);
+  }
+  return result;
 }
 
 }  // namespace
@@ -409,7 +497,7 @@ tbcollResult_t tbcollScatterAsync(const void* sendbuff, void* recvbuff, size_t r
 }
 
 tbcollResult_t tbcollTest(tbcollRequest_t request, int* done) {
-  return guarded([&] {
+  return on_request(request, [&] {
     if (done == nullptr) throw tbcoll::InvalidArgument("done pointer is NULL");
     *done = 0;
     try {
@@ -422,7 +510,7 @@ tbcollResult_t tbcollTest(tbcollRequest_t request, int* done) {
 }
 
 tbcollResult_t tbcollWait(tbcollRequest_t request) {
-  return guarded([&] { work_of(request).wait(); });
+  return on_request(request, [&] { work_of(request).wait(); });
 }
 
 tbcollResult_t tbcollRequestFree(tbcollRequest_t request) {
@@ -445,7 +533,7 @@ tbcollResult_t tbcollGroupEnd(void) {
     for (tbcollComm_t comm : comms) {
       Release leave{comm};  // the reference join_group took
       try {
-        comm->communicator.group_end();
+        comm->communicator->group_end();
       } catch (...) {
         if (!first) first = std::current_exception();
       }

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "algorithms/algorithms.h"
+#include "common/log.h"
 #include "common/time.h"
 #include "call_checks.h"
 #include "collective_traits.h"
@@ -199,12 +200,12 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
                           "(TBCOLL_ALGO, TBCOLL_TUNER and TBCOLL_*_BYTES must be the same on every rank)", error.peer(),
                           schedule(error.got_meta()), schedule(error.expected_meta()))
             : fmt::format("peer {} called {}", error.peer(), describe_meta(error.got_meta()));
-    std::string message = fmt::format("rank {}: {} does not match the peer's call: {} ({})", rank,
-                                      call.describe(), detail, error.what());
+    // The transport's own words (signature bits, tags) go to the log: the message says what the ranks did.
+    log::info("rank {}: {}: {}", rank, call.describe(), error.what());
+    std::string message =
+        fmt::format("rank {}: {} does not match the peer's call: {}", rank, call.describe(), detail);
     const std::string refusal = call_number != 0 ? notices.refusal_of(call_number) : "";
-    if (!refusal.empty()) {
-      message = fmt::format("rank {}: {} failed: {} (here: {})", rank, call.describe(), refusal, error.what());
-    }
+    if (!refusal.empty()) message = fmt::format("rank {}: {} failed: {}", rank, call.describe(), refusal);
     mark_broken(message);
     tell_peers(message);
     if (!refusal.empty()) throw RemoteError(message);

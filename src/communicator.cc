@@ -216,6 +216,9 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     throw InvalidArgument(fmt::format("rank {} out of range for world size {}", config.rank, config.world_size));
   }
   if (!(config.timeout_s > 0)) throw InvalidArgument(fmt::format("timeout {} s must be positive", config.timeout_s));
+  env::warn_unknown_variables();  // a misspelt knob would otherwise be ignored without a word
+  const bool alone = config.world_size == 1 && !config.store && config.root.empty();
+  if (alone && !env::job_in_environment()) env::warn_running_alone();  // not asked for: say so
   platform::prefer_fast_cores();  // the thread that drives collectives spins in their waits
   auto impl = std::make_unique<Impl>();
   impl->config = config;
@@ -248,8 +251,9 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     impl->server = config.server;
   } else {
     if (config.root.empty()) {
-      throw InvalidArgument(fmt::format("rank {}: no rendezvous: set TBCOLL_ROOT=host:port (rank 0 listens there) "
-                                        "or pass Config::store", rank));
+      throw InvalidArgument(fmt::format("rank {}: no rendezvous: set TBCOLL_ROOT=host:port (rank 0 listens there; "
+                                        "tbcoll-run sets it), or meet through a unique id (tbcollGetUniqueId, "
+                                        "UniqueId::create) or a store (C++: Config::store)", rank));
     }
     net::HostPort root = net::parse_host_port(config.root, "TBCOLL_ROOT");
     if (rank == 0) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "common/ifname.h"
 #include "common/net.h"
 #include "common/time.h"
 #include "communicator.h"
@@ -44,14 +45,27 @@ std::shared_ptr<TcpStoreServer> server_of(const std::string& id) {
   return used == servers.used.end() ? nullptr : used->second;
 }
 
+// Where the id's store listens, and what the id tells the other ranks: TBCOLL_SOCKET_ADDR, else the interface
+// TBCOLL_SOCKET_IFNAME chooses, else (as NCCL) the first interface that is neither loopback nor docker, so ranks on
+// other hosts can reach it; loopback only on a machine with nothing else.
+std::string id_host() {
+  const env::Settings settings;
+  if (settings.is_set("TBCOLL_SOCKET_ADDR") || !settings.get("TBCOLL_SOCKET_IFNAME").empty()) {
+    return net::listen_host(settings, "127.0.0.1", "[unique id]");
+  }
+  const auto chosen = ifname::choose(platform::network_interfaces(), "", /*allow_loopback=*/true);
+  return chosen ? chosen->address : "127.0.0.1";
+}
+
 }  // namespace
 
 UniqueId UniqueId::create() {
-  const std::string host = net::listen_host(env::Settings(), "127.0.0.1", "[unique id]");
+  const std::string host = id_host();
   std::random_device random;
   const std::string token = fmt::format("{:08x}{:08x}", random(), random());
   auto server = std::make_unique<TcpStoreServer>(host, 0, token);
-  std::string text = fmt::format("{}:{}\n{}", host, server->port(), token);
+  const std::string dialled = host.find(':') != std::string::npos ? "[" + host + "]" : host;  // IPv6
+  std::string text = fmt::format("{}:{}\n{}", dialled, server->port(), token);
   if (text.size() >= TBCOLL_UNIQUE_ID_BYTES) throw InvalidArgument("TBCOLL_SOCKET_ADDR is too long for a unique id");
   IdServers& servers = id_servers();
   std::lock_guard<std::mutex> lock(servers.mutex);

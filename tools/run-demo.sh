@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/setup.sh
-tools/build.sh
+tools/build.sh --target tbcoll-run --target tp_inference  # the demo's programs only, not the tests
 model=../shared/models/stories260K.gguf
 [ -f "$model" ] || model=models/stories260K.gguf
 if [ ! -f "$model" ]; then

@@ -6,11 +6,11 @@ set -euo pipefail
 # on machines without ../shared. clang, libc++: the clang + libc++ build (tools/test-clang-libcxx.sh); libclang-rt-14-dev:
 # libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh);
 # g++-aarch64-linux-gnu, qemu-user and the arm64 GoogleTest and fmt: tools/test-arm64.sh; ccache: the extra builds
-# share object files where they can.
+# share object files where they can; pkg-config: the installed tbcoll.pc is tested (tests/install).
 # libssl3: OpenSSL's libcrypto, dlopen'ed for the job secret's HMAC-SHA256 (TBCOLL_SECRET; the build needs no headers).
 packages+=(libssl3)
 packages+=(build-essential cmake libboost-dev libfmt-dev libgtest-dev libgmock-dev libbenchmark-dev libibverbs-dev
-          openmpi-bin libopenmpi-dev python3 curl ca-certificates ccache
+          openmpi-bin libopenmpi-dev python3 curl ca-certificates ccache pkg-config
           clang libc++-dev libc++abi-dev libclang-rt-14-dev googletest
           g++-aarch64-linux-gnu qemu-user libgtest-dev:arm64 libfmt-dev:arm64)
 # The RDMA test layer (tools/test-rdma-qemu.sh): qemu-system-x86 boots Debian's kernel with Soft-RoCE (rdma_rxe),

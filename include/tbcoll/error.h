@@ -1,4 +1,9 @@
-/* tbcoll result codes (C API). The C++ API throws tbcoll::Error subclasses instead. */
+/* tbcoll result codes (C API). The C++ API throws tbcoll::Error subclasses instead.
+ *
+ * 0-6 are NCCL's codes with NCCL's numbers (tbcollUnhandledError stands where NCCL has ncclUnhandledCudaError).
+ * NCCL has no timeout code and numbers ncclInProgress 7; here 7 has been tbcollTimeout since the first release
+ * and tbcollInProgress is 8: renumbering would silently change the meaning of results in programs built against
+ * the released library. Compare results by name, never by number, and a port from NCCL behaves alike. */
 #ifndef TBCOLL_ERROR_H_
 #define TBCOLL_ERROR_H_
 

@@ -45,11 +45,21 @@ TBCOLL_API tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
 /** Collective: a communicator per color, ranks ordered by key; color TBCOLL_SPLIT_NOCOLOR gives *newcomm = NULL. */
 TBCOLL_API tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm);
 /** Releases the communicator: freed at once, or by the last call or group still using it on another thread
- *  (destroy never waits for them). The handle is invalid afterwards. */
+ *  (destroy never waits for them). Any call with the handle afterwards, a second destroy or abort included,
+ *  returns tbcollInvalidUsage (the library keeps a few bytes per handle for that: it never crashes on one). */
 TBCOLL_API tbcollResult_t tbcollCommDestroy(tbcollComm_t comm);
 /** Breaks the communicator (peers see the failure; calls on it, on any thread, fail within milliseconds) and
  *  releases it as tbcollCommDestroy does. Allowed from another thread, e.g. a watchdog. */
 TBCOLL_API tbcollResult_t tbcollCommAbort(tbcollComm_t comm);
+/** Collective, as ncclCommFinalize: waits for this communicator's queued asynchronous calls, then for every rank
+ *  to get here (a barrier), so no rank still needs the others. Afterwards only tbcollCommDestroy,
+ *  tbcollCommCount, tbcollCommUserRank and tbcollCommGetAsyncError take the handle (the others return
+ *  tbcollInvalidUsage). Returns the error of a queued call that failed, if one did. */
+TBCOLL_API tbcollResult_t tbcollCommFinalize(tbcollComm_t comm);
+/** As ncclCommGetAsyncError: *asyncError = tbcollSuccess while the communicator works, else the result of the
+ *  failure that broke it (a peer died, a deadline passed, an abort from C++, a queued call failed; tbcollInvalidUsage
+ *  when the failure was not returned through this handle). Never blocks; allowed from any thread. */
+TBCOLL_API tbcollResult_t tbcollCommGetAsyncError(tbcollComm_t comm, tbcollResult_t* asyncError);
 TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
 

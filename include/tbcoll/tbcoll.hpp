@@ -103,8 +103,9 @@ struct TBCOLL_API Config {
 /// serves, and a job token drawn at random.
 class TBCOLL_API UniqueId {
  public:
-  /// Starts a rendezvous store on TBCOLL_SOCKET_ADDR (default 127.0.0.1; set it to an address the other hosts
-  /// reach) at a free port. It runs while this process holds a communicator made from the id or another process is
+  /// Starts a rendezvous store at a free port on TBCOLL_SOCKET_ADDR, else on the interface TBCOLL_SOCKET_IFNAME
+  /// picks, else (as NCCL) on the first interface that is neither loopback nor docker (loopback where there is
+  /// nothing else). It runs while this process holds a communicator made from the id or another process is
   /// connected to it; stores nobody needs any more are stopped by later create() calls. Throws IoError.
   static UniqueId create();
   /// The id as text ("host:port\ntoken"), shorter than 256 bytes (TBCOLL_UNIQUE_ID_BYTES): what to send to the other ranks.

@@ -1,9 +1,13 @@
 #include "common/env.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <mutex>
 
 #include <fmt/format.h>
 
+#include "common/log.h"
+#include "platform/platform.h"
 #include "tbcoll/error.hpp"
 
 namespace tbcoll::env {
@@ -51,6 +55,91 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_IB_MAX_QPS", "auto", "ibverbs queue pairs per device in a process (one per peer and rail): auto = 10 on Apple's rdma_enN devices, no limit elsewhere; past it, peers use tcp (TBCOLL_IB_MODE=auto) or init fails naming it"},
   };
   return table;
+}
+
+const std::vector<Knob>& tool_variables() {
+  static const std::vector<Knob> table = {
+      {"TBCOLL_LOCAL_RANK", "", "tbcoll-run: the rank's number among the ranks of its host"},
+      {"TBCOLL_LOCAL_SIZE", "", "tbcoll-run: how many ranks run on the rank's host"},
+      {"TBCOLL_PREFIX", "~/tbcoll", "tools/run-2node-demo.sh: the install prefix on every host"},
+      {"TBCOLL_DEMO_MODEL", "", "tools/run-2node-demo.sh: the model's path on every host"},
+      {"TBCOLL_DEMO_LAUNCHER", "ssh -o BatchMode=yes", "tools/run-2node-demo.sh: the command that reaches a host"},
+      {"TBCOLL_BUILD_DIR", "build", "tests/python: the build tree the module and tbcoll-run are taken from"},
+      {"TBCOLL_RDMA_QEMU_CACHE", "", "tools/test-rdma-qemu.sh: where the guest kernel is kept"},
+  };
+  return table;
+}
+
+bool is_secret(const std::string& name) { return name == "TBCOLL_SECRET" || name == "TBCOLL_TOKEN"; }
+
+std::string printable(const std::string& name, const std::string& value) {
+  return is_secret(name) ? fmt::format("(set, {} bytes)", value.size()) : value;
+}
+
+namespace {
+
+// Levenshtein distance, for "did you mean" (names are short).
+size_t edits_between(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+}  // namespace
+
+std::vector<std::string> unknown_variables(const std::vector<std::string>& names) {
+  std::vector<std::string> unknown;
+  for (const std::string& name : names) {
+    if (name.rfind("TBCOLL_", 0) != 0) continue;
+    std::string closest;
+    size_t best = 3;  // suggest only within two edits
+    bool known = false;
+    for (const auto* table : {&knobs(), &tool_variables()}) {
+      for (const Knob& knob : *table) {
+        const size_t edits = edits_between(name, knob.name);
+        known = known || edits == 0;
+        if (edits < best) {
+          best = edits;
+          closest = knob.name;
+        }
+      }
+    }
+    if (known) continue;
+    unknown.push_back(closest.empty() ? name : fmt::format("{} (did you mean {}?)", name, closest));
+  }
+  return unknown;
+}
+
+bool job_in_environment() {
+  for (const char* name : {"TBCOLL_RANK", "TBCOLL_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                           "PMI_RANK", "PMI_SIZE", "SLURM_PROCID", "SLURM_NTASKS"}) {
+    if (std::getenv(name) != nullptr) return true;
+  }
+  return std::getenv("RANK") != nullptr && std::getenv("WORLD_SIZE") != nullptr;
+}
+
+void warn_running_alone() {
+  log::warn("[config] no rank or world size in the environment (TBCOLL_RANK and TBCOLL_WORLD_SIZE, OpenMPI's, "
+            "PMI's, Slurm's or torch's RANK and WORLD_SIZE): this process runs alone, as rank 0 of 1. Start ranks "
+            "with tbcoll-run -n N, mpirun, srun or torchrun; TBCOLL_WORLD_SIZE=1 runs one rank without this warning");
+}
+
+void warn_unknown_variables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const std::string& unknown : unknown_variables(platform::environment_names())) {
+      log::warn("[env] {} is not a tbcoll variable and is ignored (tbcoll-info lists them)", unknown);
+    }
+  });
 }
 
 static const Knob& find(const char* name) {

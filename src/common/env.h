@@ -24,6 +24,26 @@ bool is_set(const char* name);
 long long get_int(const char* name);
 double get_double(const char* name);
 
+/// TBCOLL_* variables that are not library knobs but are read by tbcoll's own tools (tbcoll-run's TBCOLL_LOCAL_RANK,
+/// the demo scripts' TBCOLL_PREFIX, ...): known names, never warned about.
+const std::vector<Knob>& tool_variables();
+/// True for knobs whose value must never be printed (TBCOLL_SECRET, TBCOLL_TOKEN).
+bool is_secret(const std::string& name);
+/// What may be shown of a variable's value: the value itself, or for a secret "(set, N bytes)".
+std::string printable(const std::string& name, const std::string& value);
+/// The TBCOLL_* names in `names` that are neither knobs nor tool variables, each with the closest known name when
+/// one is within two edits ("TBCOLL_TIMEUOT (did you mean TBCOLL_TIMEOUT?)"). Pure: for tests and tbcoll-info.
+std::vector<std::string> unknown_variables(const std::vector<std::string>& names);
+/// True when a launcher's variable gives this process a rank or a world size: TBCOLL_RANK/WORLD_SIZE, OpenMPI's,
+/// PMI's, Slurm's, or torch's RANK and WORLD_SIZE (a pair).
+bool job_in_environment();
+/// Warns (log::warn) that this process runs as a lone rank because nothing described a job: a lone rank's
+/// all_reduce returns its own data and looks like a working job.
+void warn_running_alone();
+/// Warns once per process (log::warn) about every TBCOLL_* variable of the environment that is not a known name:
+/// a misspelt knob would otherwise be ignored without a word.
+void warn_unknown_variables();
+
 /// A communicator's view of the knobs: its overrides (Config::knobs) first, then the environment, then the
 /// defaults. Cheap to copy; read at set-up, never on a call's path.
 class Settings {

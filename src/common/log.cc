@@ -23,9 +23,25 @@ Level level() {
   return cached;
 }
 
+std::string masked(std::string message, const std::vector<std::string>& secrets) {
+  for (const std::string& secret : secrets) {
+    if (secret.size() < 8) continue;  // shorter ones (the default token "tbcoll") would mangle words
+    for (size_t at = message.find(secret); at != std::string::npos; at = message.find(secret, at + 3)) {
+      message.replace(at, secret.size(), "***");
+    }
+  }
+  return message;
+}
+
 void write(Level lvl, const std::string& message) {
   const char* name = lvl == Level::kWarn ? "WARN" : lvl == Level::kInfo ? "INFO" : "TRACE";
-  std::string line = fmt::format("tbcoll {} [pid {}]: {}\n", name, static_cast<long>(getpid()), message);
+  std::vector<std::string> secrets;
+  for (const char* variable : {"TBCOLL_SECRET", "TBCOLL_TOKEN"}) {
+    const std::string value = env::get(variable);
+    if (value != "tbcoll") secrets.push_back(value);
+  }
+  std::string line = fmt::format("tbcoll {} [pid {}]: {}\n", name, static_cast<long>(getpid()),
+                                 masked(message, secrets));
   // One write() per line so lines from ranks and threads don't interleave.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -11,8 +12,11 @@ enum class Level { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
 
 /// Current level (read once from TBCOLL_DEBUG).
 Level level();
-/// Writes one line "tbcoll LEVEL: message" to stderr atomically.
+/// Writes one line "tbcoll LEVEL: message" to stderr atomically, with the job's secret and token (TBCOLL_SECRET,
+/// TBCOLL_TOKEN; 8 bytes or more) replaced by "***" wherever they appear: no log line ever carries them.
 void write(Level lvl, const std::string& message);
+/// message with every occurrence of each secret (those shorter than 8 bytes left alone) replaced by "***".
+std::string masked(std::string message, const std::vector<std::string>& secrets);
 
 template <typename... Args>
 void warn(fmt::format_string<Args...> format, Args&&... args) {

@@ -10,6 +10,7 @@
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
+#include <crt_externs.h>
 #include <uuid/uuid.h>
 
 #include <string>
@@ -128,5 +129,7 @@ std::vector<std::string> crypto_libraries() {
   return {"libcrypto.3.dylib", "/opt/homebrew/opt/openssl@3/lib/libcrypto.3.dylib",
           "/usr/local/opt/openssl@3/lib/libcrypto.3.dylib"};
 }
+
+std::vector<std::string> environment_names() { return generic::names_of_environment(*_NSGetEnviron()); }
 
 }  // namespace tbcoll::platform

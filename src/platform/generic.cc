@@ -313,6 +313,15 @@ void arm_parent_death_guard() {
   }
 }
 
+std::vector<std::string> names_of_environment(char** entries) {
+  std::vector<std::string> names;
+  for (char** entry = entries; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* equals = std::strchr(*entry, '=');
+    names.emplace_back(*entry, equals != nullptr ? static_cast<size_t>(equals - *entry) : std::strlen(*entry));
+  }
+  return names;
+}
+
 }  // namespace generic
 
 bool random_bytes(void* buf, size_t bytes) {

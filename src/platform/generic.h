@@ -48,5 +48,8 @@ std::vector<std::string> segment_names_in(const std::string& directory);
 bool prepare_parent_death_guard();
 void arm_parent_death_guard();
 
+/// The names of a NULL-terminated environ-style array ("NAME=value" entries).
+std::vector<std::string> names_of_environment(char** entries);
+
 }  // namespace generic
 }  // namespace tbcoll::platform

@@ -129,6 +129,12 @@ struct NetworkInterface {
 /// failure.
 std::vector<NetworkInterface> network_interfaces();
 
+// ---- environment ---------------------------------------------------------------------------------------------------
+
+/// The names of every variable in this process's environment (environ; on macOS _NSGetEnviron(), since a shared
+/// library cannot link environ there).
+std::vector<std::string> environment_names();
+
 // ---- CPU placement -------------------------------------------------------------------------------------------------
 
 /// Upper bound of the CPU numbers allowed_cpus() returns and bind_to_cpu() takes.

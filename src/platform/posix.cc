@@ -9,6 +9,8 @@
 
 #include "platform/generic.h"
 
+extern char** environ;  // POSIX: declared by the program, not by a header
+
 namespace tbcoll::platform {
 
 const char* flavour() { return "posix"; }
@@ -77,5 +79,7 @@ const char* verbs_library() { return "libibverbs.so.1"; }
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.so.3", "libcrypto.so"};
 }
+
+std::vector<std::string> environment_names() { return generic::names_of_environment(::environ); }
 
 }  // namespace tbcoll::platform

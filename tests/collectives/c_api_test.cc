@@ -351,3 +351,112 @@ TEST(CApi, UniqueIdServersStopWithTheirCommunicators) {
 }
 
 }  // namespace
+
+namespace {
+
+// NCCL's names for the types, as a port from NCCL writes them: the same values, so the same buffers.
+TEST(CApiNcclNames, TypeAliasesAreNcclsValues) {
+  static_assert(tbcollChar == tbcollInt8 && tbcollInt == tbcollInt32 && tbcollHalf == tbcollFloat16 &&
+                    tbcollFloat == tbcollFloat32 && tbcollDouble == tbcollFloat64,
+                "NCCL's aliases");
+  // NCCL's numbering (nccl.h): ncclInt8 0 ... ncclBfloat16 9; ncclSum 0 ... ncclAvg 4; results 0-6.
+  static_assert(tbcollUint8 == 1 && tbcollUint64 == 5 && tbcollBfloat16 == 9 && tbcollNumTypes == 10, "types");
+  static_assert(tbcollMax == 2 && tbcollMin == 3 && tbcollAvg == 4, "ops");
+  static_assert(tbcollSystemError == 2 && tbcollInvalidUsage == 5 && tbcollRemoteError == 6, "results");
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  tbcollComm_t comm = nullptr;
+  ASSERT_EQ(tbcollCommInitRank(&comm, 1, id, 0), tbcollSuccess);
+  float x[3] = {1, 2, 3}, y[3] = {};
+  EXPECT_EQ(tbcollAllReduce(x, y, 3, tbcollFloat, tbcollSum, comm), tbcollSuccess);
+  EXPECT_EQ(y[2], 3.0f);
+  EXPECT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
+}
+
+// A handle after tbcollCommAbort or tbcollCommDestroy: every call says so (it used to read freed memory).
+TEST(CApiHandles, CallsAfterAbortOrDestroyFailCleanly) {
+  for (const bool abort : {true, false}) {
+    SCOPED_TRACE(abort ? "abort" : "destroy");
+    tbcollUniqueId id;
+    ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+    tbcollComm_t comm = nullptr;
+    ASSERT_EQ(tbcollCommInitRank(&comm, 1, id, 0), tbcollSuccess);
+    ASSERT_EQ(abort ? tbcollCommAbort(comm) : tbcollCommDestroy(comm), tbcollSuccess);
+    float x = 1, y = 0;
+    EXPECT_EQ(tbcollAllReduce(&x, &y, 1, tbcollFloat, tbcollSum, comm), tbcollInvalidUsage);
+    EXPECT_NE(std::string(tbcollGetLastError(nullptr)).find("destroyed or aborted"), std::string::npos)
+        << tbcollGetLastError(nullptr);
+    int count = 0;
+    EXPECT_EQ(tbcollCommCount(comm, &count), tbcollInvalidUsage);
+    tbcollRequest_t request = nullptr;
+    EXPECT_EQ(tbcollAllReduceAsync(&x, &y, 1, tbcollFloat, tbcollSum, comm, &request), tbcollInvalidUsage);
+    EXPECT_EQ(request, nullptr);
+    tbcollResult_t async_error = tbcollSuccess;
+    EXPECT_EQ(tbcollCommGetAsyncError(comm, &async_error), tbcollInvalidUsage);
+    EXPECT_EQ(tbcollCommAbort(comm), tbcollInvalidUsage) << "a second abort";
+    EXPECT_EQ(tbcollCommDestroy(comm), tbcollInvalidUsage) << "a destroy after it";
+  }
+}
+
+// Finalize (as ncclCommFinalize): collective, after the queued calls; then only destroy and the queries.
+TEST(CApiHandles, FinalizeWaitsForQueuedCallsThenOnlyDestroyFollows) {
+  run_c_ranks(2, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
+    std::vector<float> data(4096, static_cast<float>(rank + 1)), sum(4096, 0);
+    tbcollRequest_t request = nullptr;
+    tbcollResult_t rc = tbcollAllReduceAsync(data.data(), sum.data(), data.size(), tbcollFloat, tbcollSum, comm,
+                                             &request);
+    if (rc != tbcollSuccess) return fail("all_reduce_async", rc);
+    if ((rc = tbcollCommFinalize(comm)) != tbcollSuccess) return fail("finalize", rc);
+    if (sum[4095] != 3.0f) failure = "the queued all_reduce had not finished at finalize";
+    int done = 0;
+    if ((rc = tbcollTest(request, &done)) != tbcollSuccess || done != 1) failure = "request not done";
+    tbcollRequestFree(request);
+    float x = 1;
+    if (tbcollAllReduce(&x, &x, 1, tbcollFloat, tbcollSum, comm) != tbcollInvalidUsage) {
+      failure = "a collective after finalize was not refused";
+    } else if (std::string(tbcollGetLastError(nullptr)).find("finalized") == std::string::npos) {
+      failure = std::string("unclear refusal: ") + tbcollGetLastError(nullptr);
+    }
+    int count = 0;
+    if ((rc = tbcollCommCount(comm, &count)) != tbcollSuccess || count != 2) failure = "count after finalize";
+    tbcollResult_t async_error = tbcollInternalError;
+    if ((rc = tbcollCommGetAsyncError(comm, &async_error)) != tbcollSuccess || async_error != tbcollSuccess) {
+      failure = "async error after a clean finalize";
+    }
+  });
+}
+
+// GetAsyncError: success while the communicator works; once a peer is gone, the failure that broke it.
+TEST(CApiHandles, AsyncErrorReportsWhatBrokeTheCommunicator) {
+  setenv("TBCOLL_TIMEOUT", "1", 1);
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  tbcollResult_t before = tbcollInternalError, after = tbcollSuccess, call = tbcollSuccess;
+  std::vector<std::thread> ranks;
+  for (int rank = 0; rank < 2; ++rank) {
+    ranks.emplace_back([&, rank] {
+      tbcollComm_t comm = nullptr;
+      if (tbcollCommInitRank(&comm, 2, id, rank) != tbcollSuccess) return;
+      float x = 1;
+      if (rank == 0) {
+        tbcollCommGetAsyncError(comm, &before);
+        tbcollAllReduce(&x, &x, 1, tbcollFloat, tbcollSum, comm);  // with the peer
+        tbcollBarrier(comm);
+        call = tbcollAllReduce(&x, &x, 1, tbcollFloat, tbcollSum, comm);  // the peer never comes: the deadline
+        tbcollCommGetAsyncError(comm, &after);
+      } else {
+        tbcollAllReduce(&x, &x, 1, tbcollFloat, tbcollSum, comm);
+        tbcollBarrier(comm);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+      }
+      tbcollCommDestroy(comm);
+    });
+  }
+  for (auto& rank : ranks) rank.join();
+  unsetenv("TBCOLL_TIMEOUT");
+  EXPECT_EQ(before, tbcollSuccess);
+  EXPECT_NE(call, tbcollSuccess);
+  EXPECT_EQ(after, call) << tbcollGetErrorString(after);
+}
+
+}  // namespace

@@ -29,4 +29,28 @@ if [ -n "$model" ] && [ -f "$model" ]; then
 else
   echo "run_installed: no model at '$model': the demo was not run (the tools were)"
 fi
-echo "run_installed: PASS (installed tools run from a moved prefix without LD_LIBRARY_PATH)"
+# pkg-config from the moved prefix: a C program ported from NCCL (NCCL's type names) builds and runs with its flags.
+pc_dir=$(dirname "$(find "$work/moved" -name tbcoll.pc | head -1)")
+[ -f "$pc_dir/tbcoll.pc" ] || fail "no tbcoll.pc installed"
+flags=$(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs tbcoll) || fail "pkg-config --cflags --libs tbcoll"
+[ "$(PKG_CONFIG_PATH=$pc_dir pkg-config --modversion tbcoll)" = "$("$bin/tbcoll-info" --version | cut -d' ' -f2)" ] ||
+  fail "tbcoll.pc's version differs from tbcoll-info --version"
+cat > "$work/port.c" <<'PROGRAM'
+#include <stdio.h>
+#include <tbcoll/tbcoll.h>
+int main(void) {
+  tbcollComm_t comm;
+  float x[4] = {1, 2, 3, 4};
+  if (tbcollCommInitFromEnv(&comm) != tbcollSuccess) return 1;
+  if (tbcollAllReduce(x, x, 4, tbcollFloat, tbcollSum, comm) != tbcollSuccess) return 2;
+  if (tbcollCommFinalize(comm) != tbcollSuccess || tbcollCommDestroy(comm) != tbcollSuccess) return 3;
+  printf("sum %g\n", x[3]);
+  return 0;
+}
+PROGRAM
+# shellcheck disable=SC2086  # the flags are words
+cc -std=c99 -Wall -Werror "$work/port.c" -o "$work/port" $flags -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc_dir pkg-config \
+  --variable=libdir tbcoll)" || fail "a C program does not build with pkg-config's flags"
+"$bin/tbcoll-run" -n 2 --timeout 60 -- "$work/port" > "$work/port.txt" 2>&1 || { cat "$work/port.txt" >&2; fail "port"; }
+[ "$(grep -c 'sum 8' "$work/port.txt")" -eq 2 ] || { cat "$work/port.txt" >&2; fail "the port's all-reduce"; }
+echo "run_installed: PASS (installed tools run from a moved prefix without LD_LIBRARY_PATH; pkg-config builds a C program)"

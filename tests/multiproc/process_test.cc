@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -287,6 +288,44 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
   }
   Result with_value = run(std::string("TBCOLL_TIMEOUT=7 ") + TBCOLL_INFO_PATH);
   EXPECT_NE(with_value.output.find("now 7"), std::string::npos) << "current values are shown:\n" << with_value.output;
+}
+
+// Under torchrun (or any env:// launcher) a program of ours finds its rank, size and rendezvous in torch's RANK,
+// WORLD_SIZE, MASTER_ADDR and MASTER_PORT; MASTER_PORT itself is held by torch's store (here: this test), so
+// tbcoll's rendezvous takes the next port. (Each process used to become rank 0 of 1, silently.)
+TEST(Processes, TorchsEnvironmentMakesAJob) {
+  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(held, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  ASSERT_EQ(listen(held, 1), 0);
+  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(ntohs(address.sin_port)) +
+                          " TBCOLL_TIMEOUT=20 ";
+  const std::string prog = std::string(TBCOLL_TEST_PROG_PATH) + " check 1";
+  Result result = run("sh -c '" + env + "RANK=1 " + prog + " & " + env + "RANK=0 " + prog +
+                      "; first=$?; wait $!; exit $((first | $?))'");
+  close(held);
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_NE(result.output.find("rank 0/2: OK (0 wrong)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("rank 1/2: OK (0 wrong)"), std::string::npos) << result.output;
+}
+
+// Secrets are never printed, only that they are set; misspelt variables are named with the knob they resemble; a
+// transport built but not usable here says why.
+TEST(Tools, InfoMasksSecretsAndNamesUnknownVariables) {
+  Result result = run(std::string("TBCOLL_SECRET=hunter2-hunter2-hunter2 TBCOLL_TOKEN=tok-abcdef-123 "
+                                  "TBCOLL_TIMEUOT=3 ") + TBCOLL_INFO_PATH);
+  EXPECT_EQ(result.status, 0) << result.output;
+  EXPECT_EQ(result.output.find("hunter2"), std::string::npos) << result.output;
+  EXPECT_EQ(result.output.find("tok-abcdef"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("now (set, 23 bytes)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("TBCOLL_TIMEUOT (did you mean TBCOLL_TIMEOUT?)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("\n  ibverbs "), std::string::npos) << "ibverbs listed, usable or not:\n"
+                                                                   << result.output;
 }
 
 }  // namespace

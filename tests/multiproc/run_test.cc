@@ -4,6 +4,8 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
+#include <algorithm>
 #include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -740,6 +742,8 @@ TEST(TbcollRun, BadCommandLinesExit2WithUsage) {
     RunResult result = run(args);
     EXPECT_EQ(result.exit_code, 2) << "tbcoll-run" << joined;
     EXPECT_TRUE(contains(result.err, "usage: tbcoll-run")) << "tbcoll-run" << joined << "\n" << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
+        << "one line and a hint, not the whole help: tbcoll-run" << joined << "\n" << result.err;
     EXPECT_TRUE(result.out.empty()) << "tbcoll-run" << joined;
   }
 }

@@ -21,9 +21,10 @@ constexpr const char* kSecretInArgv =
     "a secret on the command line is readable by every user of this machine (ps): give it with --secret-file FILE "
     "(mode 0600), or export TBCOLL_SECRET (or TBCOLL_SECRET_FILE) before tbcoll-run";
 
+// One line: what is wrong, and where the help is.
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "tbcoll-run: %s\n", message.c_str());
-  print_usage(stderr);
+  std::fprintf(stderr, "tbcoll-run: %s (usage: tbcoll-run -n N [options] [--] prog [args...]; tbcoll-run --help "
+               "lists the options)\n", message.c_str());
   return kExitUsage;
 }
 
@@ -83,6 +84,7 @@ void print_usage(FILE* out) {
       "                      of the environment, else one drawn per job. Never on the command line\n"
       "                      (--secret, -x TBCOLL_SECRET=...): every user of the machine can read it\n"
       "  -h, --help          show this help\n"
+      "  --version           print the version\n"
       "Ranks get TBCOLL_RANK, TBCOLL_WORLD_SIZE, TBCOLL_LOCAL_RANK, TBCOLL_LOCAL_SIZE, TBCOLL_ROOT\n"
       "and TBCOLL_TOKEN (random unless already set). With hosts, rank 0's host serves the rendezvous\n"
       "on its address on TBCOLL_SOCKET_IFNAME's interface (never loopback), and the ranks get the -x\n"
@@ -105,6 +107,10 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     }
     if (arg == "-h" || arg == "--help") {
       print_usage(stdout);
+      return 0;
+    }
+    if (arg == "--version") {
+      std::printf("tbcoll-run %s\n", TBCOLL_VERSION);
       return 0;
     }
     if (arg == "--tag-output") {
