@@ -149,7 +149,7 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
                                  : std::string(" + 1 us per step");
   if (link.on()) {
     for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
-      kind->alpha += link.latency_us * 1e-6;
+      kind->alpha += link.one_way_seconds();  // dilated, as the emulation applies it
       kind->beta = link.seconds_per_byte();
     }
     costs.source += " + link emulation " + link.describe();
