@@ -319,7 +319,7 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
 
 void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::Tag tag, const Checked& checked,
                                          const algo::Args& args) {
-  if (!tuner.config().measure) {
+  if (!tuner.config().measure && !measured.has_saved()) {  // neither measuring nor saved decisions (tune_file.h)
     execute(call, tag, *checked.choice, args);
     return;
   }

@@ -30,6 +30,7 @@
 #include "common/time.h"
 #include "platform/platform.h"
 #include "transports/delay/delay.h"
+#include "tune_file.h"
 
 namespace tbcoll {
 
@@ -385,6 +386,10 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     }
   }
   impl->measured.set_trials(tuning.measure_trials);
+  if (!settings.get("TBCOLL_TUNE_FILE").empty()) {  // saved decisions (tune_file.h): rank 0's file, for every rank
+    attach_tune_file(impl->measured, impl->tuner, {settings.get("TBCOLL_TUNE_FILE"), rank,
+                     tune_shape(size, costs, impl->transport_names, link), &store, prefix, deadline, cancelled});
+  }
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
             fmt::join(impl->transport_names, ","));
   return Communicator(std::move(impl));
@@ -447,14 +452,15 @@ Communicator::Explanation Communicator::explain(const std::string& collective, s
     out.chosen = chosen.name;
     out.model_decides =
         tuner.config().use_model && chosen.fast_path_index < 0 && !tuner.forced(kind) && every_runnable_row_priced;
-    if (out.model_decides && tuner.config().measure) {
+    if (out.model_decides && (tuner.config().measure || impl().measured.has_saved())) {
       const std::string measured = impl().measured.decided(call);
       if (!measured.empty()) {
         out.chosen = measured;
         out.measured = impl().measured.describe(call);
       } else {
-        out.measuring = tuner.shortlist(call, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
-                            .size() >= 2;
+        out.measuring = tuner.config().measure &&
+                        tuner.shortlist(call, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
+                                .size() >= 2;
       }
     }
     return out;
