@@ -25,14 +25,7 @@ void MeasuredChoices::preset(OpKind kind, int octave, const Choice* choice, std:
   Entry& entry = entries_[{static_cast<int>(kind), octave}];
   entry.decided = choice;
   entry.saved = std::move(from);
-}
-
-bool MeasuredChoices::has_saved() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& [key, entry] : entries_) {
-    if (!entry.saved.empty()) return true;
-  }
-  return false;
+  has_saved_ = true;
 }
 
 MeasuredChoices::Pick MeasuredChoices::pick(const algo::CallShape& call, const Choice& model, const Tuner& tuner) {

@@ -68,8 +68,8 @@ class MeasuredChoices {
   /// A saved decision (TBCOLL_TUNE_FILE) for kind's octave: its calls run choice; describe() reports `from`.
   /// Before the first call only.
   void preset(OpKind kind, int octave, const Choice* choice, std::string from);
-  /// Whether any saved decision was preset.
-  bool has_saved() const;
+  /// Whether any saved decision was preset (read on every call without the lock: set before the first call).
+  bool has_saved() const { return has_saved_; }
   /// Called with each decision the ranks agree on (collective, octave, algorithm, the candidates' times as
   /// "tree=6101.2,ring=8020.7" in us), by the thread that decided, outside the lock.
   using Saver = std::function<void(OpKind, int, const std::string&, const std::string&)>;
@@ -119,6 +119,7 @@ class MeasuredChoices {
 
   int trials_;
   bool measuring_ = true;
+  bool has_saved_ = false;
   Saver saver_;
   mutable std::mutex mutex_;
   std::map<Key, Entry> entries_;
