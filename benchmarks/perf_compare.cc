@@ -9,7 +9,8 @@
 // over the best's batch of the same round. Here 4-8 ranks on 2 CPUs run in slow and fast phases lasting seconds;
 // a ratio of two medians over rounds compares different phases, a round's two batches mostly share one. A twin
 // (ring@2: ring again, on a communicator of its own) shows what is left: at 8 ranks, three communicators forced to
-// one algorithm differed by up to 7x in the same rounds (README, the tuner sweep).
+// one algorithm differed by up to 7x in the same rounds (docs/tuner.md). The CSV's paired_vs_twin gives a twin's
+// paired ratio to the algorithm it twins (ring@2 over ring), the noise left between two communicators.
 //
 // "measured" is auto with TBCOLL_TUNER=measure (tuner_measured.h): the model's shortlist timed by its first calls
 // of each size octave, then the fastest. Its trial calls run in the first batch's warm-up (measure() calls until
@@ -124,7 +125,7 @@ long long run_compare(const Options& o, Config config) {
     csv = std::fopen(o.csv.c_str(), "w");
     if (csv == nullptr) throw InvalidArgument("--csv " + o.csv + ": cannot open for writing: " + std::strerror(errno));
     std::fprintf(csv, "collective,ranks,transport,emulation,size,algo,median_us,rounds,iterations,wrong,auto_choice,"
-                      "measured_choice,best,paired_vs_best\n");
+                      "measured_choice,best,paired_vs_best,paired_vs_twin\n");
   }
   if (lead) {
     std::printf("# tbcoll-perf --compare: %s, %d ranks, transport %s, dtype %s, op %s, out of place\n",
@@ -194,7 +195,10 @@ long long run_compare(const Options& o, Config config) {
       total_wrong += wrong[i];
       if (!runs[i]) continue;
       figure[i] = median_of(medians[i]);
-      if (static_cast<int>(i) != automatic && static_cast<int>(i) != measuring && (best < 0 || figure[i] < best)) {
+      // The best forced algorithm: of the originals (a twin is the noise control, not a candidate).
+      const bool candidate = static_cast<int>(i) != automatic && static_cast<int>(i) != measuring &&
+                             names[i] == algos[i];
+      if (candidate && (best < 0 || figure[i] < best)) {
         best = figure[i];
         best_index = i;
       }
@@ -202,6 +206,12 @@ long long run_compare(const Options& o, Config config) {
     std::vector<double> paired(k, -1);
     for (size_t i = 0; best > 0 && i < k; ++i) {
       if (runs[i]) paired[i] = paired_ratio(medians[i], medians[best_index]);
+    }
+    std::vector<double> twin(k, -1);  // a twin's (ring@2) paired ratio to its original (ring), if that ran too
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t j = 0; runs[i] && names[i] != algos[i] && j < k; ++j) {
+        if (names[j] == algos[i] && runs[j]) twin[i] = paired_ratio(medians[i], medians[j]);
+      }
     }
     const std::string chosen = automatic >= 0 ? comms[static_cast<size_t>(automatic)].algorithm(o.collective, bytes) : "";
     const std::string picked =
@@ -235,10 +245,10 @@ long long run_compare(const Options& o, Config config) {
     std::fflush(stdout);
     for (size_t i = 0; csv != nullptr && i < k; ++i) {
       if (!runs[i]) continue;
-      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s,%s,%s,%.4f\n", o.collective.c_str(), n,
+      std::fprintf(csv, "%s,%d,%s,\"%s\",%zu,%s,%.3f,%d,%d,%lld,%s,%s,%s,%.4f,%.4f\n", o.collective.c_str(), n,
                    n > 1 ? lead_comm.transport_name(1).c_str() : "self", lead_comm.link_emulation().c_str(), bytes,
                    names[i].c_str(), figure[i], static_cast<int>(medians[i].size()), iterations[i], wrong[i],
-                   chosen.c_str(), picked.c_str(), names[best_index].c_str(), paired[i]);
+                   chosen.c_str(), picked.c_str(), names[best_index].c_str(), paired[i], twin[i]);
     }
   }
   if (csv != nullptr && std::fclose(csv) != 0) {

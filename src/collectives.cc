@@ -150,7 +150,7 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
 
 void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::Tag tag, const algo::CallShape& shape,
                                          const Choice& choice, const algo::Args& args) {
-  if (!tuner.config().measure) {
+  if (!tuner.config().measure && !measured.has_saved()) {  // neither measuring nor saved decisions (tune_file.h)
     execute(call, tag, choice, args);
     return;
   }

@@ -30,6 +30,7 @@
 #include "common/time.h"
 #include "platform/platform.h"
 #include "transports/delay/delay.h"
+#include "tune_file.h"
 
 namespace tbcoll {
 
@@ -149,7 +150,7 @@ algo::CostParams link_costs(const Devices& devices, const std::vector<Published>
                                  : std::string(" + 1 us per step");
   if (link.on()) {
     for (algo::LinkCost* kind : {&costs.intra, &costs.inter}) {
-      kind->alpha += link.latency_us * 1e-6;
+      kind->alpha += link.one_way_seconds();  // dilated, as the emulation applies it
       kind->beta = link.seconds_per_byte();
     }
     costs.source += " + link emulation " + link.describe();
@@ -398,6 +399,10 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     }
   }
   impl->measured.set_trials(tuning.measure_trials);
+  if (!settings.get("TBCOLL_TUNE_FILE").empty()) {  // saved decisions (tune_file.h): rank 0's file, for every rank
+    attach_tune_file(impl->measured, impl->tuner, {settings.get("TBCOLL_TUNE_FILE"), rank,
+                     tune_shape(size, costs, impl->transport_names, link), &store, prefix, deadline, cancelled});
+  }
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.size() == 1 ? "all peers" : "peers",
             fmt::join(impl->transport_names, ","));
   return Communicator(std::move(impl));
@@ -457,14 +462,15 @@ Communicator::Explanation Communicator::explain(const std::string& collective, s
     const Choice& chosen = tuner.choose(call);
     out.chosen = chosen.name;
     out.model_decides = tuner.model_decides(kind) && chosen.fast_path_index < 0 && !tuner.forced(kind);
-    if (out.model_decides && tuner.config().measure) {
+    if (out.model_decides && (tuner.config().measure || impl().measured.has_saved())) {
       const std::string measured = impl().measured.decided(call);
       if (!measured.empty()) {
         out.chosen = measured;
         out.measured = impl().measured.describe(call);
       } else {
-        out.measuring = tuner.shortlist(call, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
-                            .size() >= 2;
+        out.measuring = tuner.config().measure &&
+                        tuner.shortlist(call, MeasuredChoices::kShortlistFactor, MeasuredChoices::kMaxCandidates)
+                                .size() >= 2;
       }
     }
     return out;

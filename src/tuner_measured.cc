@@ -20,12 +20,23 @@ int MeasuredChoices::octave(size_t bytes) {
   return k;
 }
 
-MeasuredChoices::Pick MeasuredChoices::pick(const algo::CallShape& call, const Choice& model, const Tuner& tuner) {
-  if (model.fast_path_index >= 0) return {&model};  // a transport's fast path in its own range: as measured there
+void MeasuredChoices::preset(OpKind kind, int octave, const Choice* choice, std::string from) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto [at, fresh] = entries_.try_emplace(key_of(call));
-  Entry& entry = at->second;
-  if (fresh) {
+  Entry& entry = entries_[{static_cast<int>(kind), octave}];
+  entry.decided = choice;
+  entry.saved = std::move(from);
+  has_saved_ = true;
+}
+
+MeasuredChoices::Pick MeasuredChoices::pick(const algo::CallShape& call, const Choice& model, const Tuner& tuner) {
+  // A transport's fast path in its own range (as measured there), a forced algorithm, the size ranges: as chosen.
+  if (model.fast_path_index >= 0 || tuner.forced(call.kind) || !tuner.config().use_model) return {&model};
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto at = entries_.find(key_of(call));
+  if (at == entries_.end()) {
+    if (!measuring_) return {&model};
+    at = entries_.emplace(key_of(call), Entry{}).first;
+    Entry& entry = at->second;
     entry.candidates = tuner.shortlist(call, kShortlistFactor, kMaxCandidates);
     // From the model's figures, the same on every rank: every rank runs as many calls.
     const double predicted = entry.candidates.empty() ? 0 : entry.candidates[0]->cost(call, tuner.costs());
@@ -36,9 +47,10 @@ MeasuredChoices::Pick MeasuredChoices::pick(const algo::CallShape& call, const C
     calls = entry.batch * std::max<size_t>(2, (calls + entry.batch - 1) / entry.batch);
     entry.seconds.assign(entry.candidates.size() * calls, 0.0);
   }
+  Entry& entry = at->second;
+  if (entry.decided != nullptr) return {entry.decided->refusal(call).empty() ? entry.decided : &model};
   const size_t m = entry.candidates.size();
   if (m < 2) return {&model};
-  if (entry.decided != nullptr) return {entry.decided->refusal(call).empty() ? entry.decided : &model};
   const size_t trial = entry.calls;  // < seconds.size(): decided after the last one
   const Choice* candidate = entry.candidates[candidate_of(entry, trial)];
   if (!candidate->refusal(call).empty()) return {&model, static_cast<int>(trial), true};
@@ -61,7 +73,7 @@ bool MeasuredChoices::record(const algo::CallShape& call, const Pick& pick, doub
 }
 
 void MeasuredChoices::decide(const algo::CallShape& call, const std::vector<double>& slowest) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  std::unique_lock<std::mutex> lock(mutex_);
   Entry& entry = entries_.at(key_of(call));
   const size_t m = entry.candidates.size();
   if (slowest.size() != entry.seconds.size()) {
@@ -84,6 +96,16 @@ void MeasuredChoices::decide(const algo::CallShape& call, const std::vector<doub
     if (entry.typical[c] < entry.typical[winner]) winner = c;
   }
   entry.decided = entry.candidates[winner];
+  if (!saver_) return;
+  std::string times;
+  for (size_t c = 0; c < m; ++c) {
+    const double us = entry.typical[c] * 1e6;
+    times += fmt::format("{}{}={}", c ? "," : "", entry.candidates[c]->name,
+                         us < std::numeric_limits<double>::infinity() ? fmt::format("{:.1f}", us) : "inf");
+  }
+  const std::string name = entry.decided->name;
+  lock.unlock();
+  saver_(call.kind, octave(call.bytes), name, times);
 }
 
 std::string MeasuredChoices::decided(const algo::CallShape& call) const {
@@ -97,6 +119,7 @@ std::string MeasuredChoices::describe(const algo::CallShape& call) const {
   const auto at = entries_.find(key_of(call));
   if (at == entries_.end() || at->second.decided == nullptr) return "";
   const Entry& entry = at->second;
+  if (!entry.saved.empty()) return entry.saved;
   std::string text;
   for (size_t c = 0; c < entry.candidates.size(); ++c) {
     const double us = entry.typical[c] * 1e6;

@@ -32,10 +32,12 @@
 //
 // Results stay bitwise identical on every rank within a call; two runs may decide differently where candidates
 // are near-equal, so results may differ between runs in the last bits (the model alone, TBCOLL_TUNER=model,
-// picks the same on every run).
+// picks the same on every run). TBCOLL_TUNE_FILE (tune_file.h) saves the decisions, and later jobs start from
+// them: a saved octave runs its algorithm from the first call, with no trials.
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -60,6 +62,18 @@ class MeasuredChoices {
   explicit MeasuredChoices(int trials = 6) : trials_(trials) {}
   /// Before the first call only.
   void set_trials(int trials) { trials_ = trials; }
+  /// Whether undecided octaves are measured (TBCOLL_TUNER=measure, the default here); false: only the saved
+  /// decisions apply, the model's choice elsewhere. Before the first call only.
+  void set_measuring(bool measuring) { measuring_ = measuring; }
+  /// A saved decision (TBCOLL_TUNE_FILE) for kind's octave: its calls run choice; describe() reports `from`.
+  /// Before the first call only.
+  void preset(OpKind kind, int octave, const Choice* choice, std::string from);
+  /// Whether any saved decision was preset (read on every call without the lock: set before the first call).
+  bool has_saved() const { return has_saved_; }
+  /// Called with each decision the ranks agree on (collective, octave, algorithm, the candidates' times as
+  /// "tree=6101.2,ring=8020.7" in us), by the thread that decided, outside the lock.
+  using Saver = std::function<void(OpKind, int, const std::string&, const std::string&)>;
+  void save_with(Saver saver) { saver_ = std::move(saver); }
 
   /// What a call runs and whether to time it (trial >= 0: pass it to record()).
   struct Pick {
@@ -67,8 +81,9 @@ class MeasuredChoices {
     int trial = -1;         ///< >= 0: a trial call, to be timed and passed to record()
     bool stand_in = false;  ///< the trial's candidate cannot run this call: the model's runs, its time not counted
   };
-  /// The algorithm for call: a candidate under trial, the agreed one, or model (the tuner's choice) where the
-  /// octave is not measured (a fast path chose, fewer than two candidates) or the pick cannot run this call.
+  /// The algorithm for call: a candidate under trial, the agreed (or saved) one, or model (the tuner's choice)
+  /// where the octave is not measured (a fast path chose, a forced algorithm, the size ranges, fewer than two
+  /// candidates, not measuring) or the pick cannot run this call.
   Pick pick(const algo::CallShape& call, const Choice& model, const Tuner& tuner);
   /// This rank's time of trial call `trial`. Returns true after the octave's last trial: then *times holds this
   /// rank's times of all its trials, to be turned into the slowest rank's by an all_reduce (max) and handed to
@@ -94,6 +109,7 @@ class MeasuredChoices {
     const Choice* decided = nullptr;
     std::vector<double> typical;            // per candidate, the lower median of its counted calls, once decided
     size_t counted = 0;                     // per candidate
+    std::string saved;                      // a saved decision: where it came from (describe())
   };
   size_t candidate_of(const Entry& entry, size_t trial) const {
     return trial / entry.batch % entry.candidates.size();
@@ -102,6 +118,9 @@ class MeasuredChoices {
   static Key key_of(const algo::CallShape& call) { return {static_cast<int>(call.kind), octave(call.bytes)}; }
 
   int trials_;
+  bool measuring_ = true;
+  bool has_saved_ = false;
+  Saver saver_;
   mutable std::mutex mutex_;
   std::map<Key, Entry> entries_;
 };

@@ -22,6 +22,8 @@ packages+=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-provid
 # The Python module and its tests (tests/python): the headers and pybind11 to build it, numpy and pytest to test it,
 # torch for the torch.distributed backend (python3-torch, 1.13).
 packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-torch)
+# benchmarks/plot.py (the benchmark pictures of docs/, and their test): Debian's matplotlib.
+packages+=(python3-matplotlib)
 sudo_cmd=""
 [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
 missing=()

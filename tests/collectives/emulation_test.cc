@@ -177,5 +177,25 @@ TEST(LinkEmulation, PresetsAndTheOlderKnob) {
   run_ranks(2, {"loopback", ""}, [&](Communicator& comm) { EXPECT_EQ(comm.link_emulation(), "off"); });
 }
 
+// A dilated link (dilate=k) is shown as such and priced as such: the cost model's one-step exchange of 8 B over
+// 10gbe dilated 50x waits at least 25 us x 50 one way (undilated it is priced at some 30 us).
+TEST(LinkEmulation, DilatedLinksAreShownAndPriced) {
+  RankOptions options{"loopback", ""};
+  options.knobs = {{"TBCOLL_LINK_EMULATION", "10gbe,dilate=50"}};
+  run_ranks(2, options, [&](Communicator& comm) {
+    EXPECT_EQ(comm.link_emulation(), "10gbe dilated 50x: +1250 us one way, 0.2 Gbit/s (0.0250 GB/s) per direction "
+                                     "per peer (25 us, 10 Gbit/s undilated)");
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 1000, 0);
+    const Communicator::Explanation why = comm.explain("all_reduce", 8);
+    EXPECT_NE(why.model.find("link emulation 10gbe dilated 50x"), std::string::npos) << why.model;
+    EXPECT_NE(why.model.find("1251"), std::string::npos) << "alpha: 1250 us + 1 us per step: " << why.model;
+    for (const auto& row : why.algorithms) {
+      if (row.predicted_us >= 0) {
+        EXPECT_GE(row.predicted_us, 1250) << row.name;
+      }
+    }
+  });
+}
+
 }  // namespace
 }  // namespace tbcoll::test

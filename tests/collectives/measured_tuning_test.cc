@@ -1,14 +1,24 @@
 // TBCOLL_TUNER=measure on real communicators: every call right while the shortlist takes turns, every rank
 // deciding alike through the agreement all_reduce, the asynchronous queue going through the same trials, forced
-// algorithms left alone, and ranks tuned differently told so instead of hanging.
+// algorithms left alone, and ranks tuned differently told so instead of hanging. And TBCOLL_TUNE_FILE: what one
+// job measured, the next job starts from; a file that does not fit refused on every rank.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <fstream>
 #include <mutex>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "algorithms/registry.h"
 #include "collectives/checks.h"
 #include "collectives/harness.h"
+#include "tbcoll/store.hpp"
 
 namespace tbcoll::test {
 namespace {
@@ -116,6 +126,138 @@ TEST(MeasuredTuningRuns, RanksTunedDifferentlyAreTold) {
     told = told || error.find("TBCOLL_TUNER") != std::string::npos;
   }
   EXPECT_TRUE(told) << errors[0] << "\n" << errors[1];
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_file(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+std::string temporary_path(const char* name) {
+  return fmt::format("{}/tbcoll-tune-{}-{}.txt", ::testing::TempDir(), name, getpid());
+}
+
+// Job 1 measures 3 ranks over loopback into the file; rank 0 writes the decision. Job 2 (the model, reading only)
+// runs the saved algorithm from its first call; job 3 (measuring) takes it without trials. A hand-edited file
+// naming an algorithm the model would not pick changes the model's choice to it, with every result right.
+TEST(TuneFile, AFileWrittenByOneJobChangesTheNextJobsChoices) {
+  const std::string path = temporary_path("next-job");
+  std::remove(path.c_str());
+  const size_t count = 20000, bytes = count * 4;
+  std::string decided;
+  RankOptions options = measuring("loopback");
+  options.knobs["TBCOLL_TUNE_FILE"] = path;
+  std::mutex mutex;
+  run_ranks(3, options, [&](Communicator& comm) {
+    EXPECT_LT(calls_until_decided(comm, "all_reduce", bytes,
+                                  [&](int call) { check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, call); }),
+              300);
+    std::lock_guard<std::mutex> lock(mutex);
+    decided = comm.all_reduce_algorithm(bytes);
+  });
+  const std::string written = read_file(path);
+  EXPECT_NE(written.find(fmt::format("decision all_reduce 3 3 1 loopback off 65536 131071 {} ", decided)),
+            std::string::npos) << written;
+  RankOptions model{"loopback", ""};
+  model.knobs = {{"TBCOLL_TUNER", "model"}, {"TBCOLL_TUNE_FILE", path}};
+  run_ranks(3, model, [&](Communicator& comm) {
+    const Communicator::Explanation why = comm.explain("all_reduce", bytes);
+    EXPECT_EQ(why.chosen, decided);
+    EXPECT_NE(why.measured.find("saved in " + path), std::string::npos) << why.measured;
+    EXPECT_FALSE(why.measuring);
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, 0);
+  });
+  run_ranks(3, options, [&](Communicator& comm) {
+    EXPECT_EQ(comm.all_reduce_algorithm(bytes), decided) << "no trials: the saved decision from the first call";
+    EXPECT_FALSE(comm.explain("all_reduce", bytes).measuring);
+  });
+  // An edited decision: the algorithm the model ranks last of those it may pick.
+  std::string model_pick, other;
+  run_ranks(3, {"loopback", ""}, [&](Communicator& comm) {
+    const Communicator::Explanation why = comm.explain("all_reduce", bytes);
+    std::lock_guard<std::mutex> lock(mutex);
+    model_pick = why.chosen;
+    double most = -1;
+    for (const auto& row : why.algorithms) {
+      if (row.cannot_run.empty() && row.predicted_us > most && row.name != "hierarchical") {
+        most = row.predicted_us;
+        other = row.name;
+      }
+    }
+  });
+  ASSERT_NE(other, model_pick);
+  std::string edited = written;
+  const size_t at = edited.find(" 65536 131071 ") + 14;
+  edited.replace(at, edited.find(' ', at) - at, other);
+  write_file(path, edited);
+  run_ranks(3, model, [&](Communicator& comm) {
+    EXPECT_EQ(comm.all_reduce_algorithm(bytes), other);
+    EXPECT_EQ(comm.all_reduce_algorithm(bytes / 4), model_pick) << "another octave: the model's";
+    for (int call = 0; call < 3; ++call) check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, count, call);
+  });
+  std::remove(path.c_str());
+}
+
+// Every rank's set-up error with these knobs (3 ranks, loopback, threads of this process).
+std::vector<std::string> init_errors(const std::map<std::string, std::string>& knobs) {
+  static int generation = 0;
+  auto store = make_in_memory_store();
+  const std::string prefix = fmt::format("tune-refusal{}", generation++);
+  std::vector<std::string> errors(3);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 3; ++rank) {
+    threads.emplace_back([&, rank] {
+      Config config;
+      config.rank = rank;
+      config.world_size = 3;
+      config.store = store;
+      config.prefix = prefix;
+      config.transport = "loopback";
+      config.timeout_s = 20;
+      config.knobs = knobs;
+      errors[static_cast<size_t>(rank)] = error_of([&] { Communicator::init(config); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+// A file that does not fit is refused on every rank, with rank 0's reason: stale (another algorithm table), wrong
+// (a record that does not parse, an algorithm that cannot run here), missing where only the model reads it.
+TEST(TuneFile, AFileThatDoesNotFitIsRefusedOnEveryRank) {
+  const std::string path = temporary_path("refused");
+  const std::string good_head = "tbcoll-tune-file 1\nalgorithms all_reduce " + [] {
+    std::string names;
+    for (const auto& row : algo::algorithms_for(OpKind::kAllReduce)) names += (names.empty() ? "" : ",") + std::string(row.name);
+    return names;
+  }() + "\n";
+  const std::pair<std::string, std::string> cases[] = {
+      {"tbcoll-tune-file 1\nalgorithms all_reduce direct,ring\n", "line 2: stale: measured by a build whose all_reduce"},
+      {"tbcoll-tune-file 2\n", "line 1: format version 2"},
+      {"ring 1 2 3\n", "line 1: not a tune file"},
+      {good_head + "decision all_reduce 3 3 1 loopback off 65536 131071 warp ring=1\n", "line 3: all_reduce has no algorithm \"warp\""},
+      {good_head + "decision all_reduce 3 3 1 loopback off 65536 99999 ring ring=1\n", "line 3: 65536-99999 bytes is not one octave"},
+      {good_head + "decision all_reduce 3 3 1 loopback off 65536 131071 hierarchical hierarchical=1\n",
+       "line 3: hierarchical cannot run all_reduce"},
+      {good_head + "decision all_reduce 3 3 1 loopback off 65536 131071 ring\n", "line 3: a decision has 10 fields"},
+  };
+  for (const auto& [text, message] : cases) {
+    write_file(path, text);
+    for (const std::string& error : init_errors({{"TBCOLL_TUNE_FILE", path}})) {
+      EXPECT_NE(error.find("TBCOLL_TUNE_FILE=" + path + " " + message), std::string::npos) << text << "\n" << error;
+    }
+  }
+  std::remove(path.c_str());
+  for (const std::string& error : init_errors({{"TBCOLL_TUNE_FILE", path}})) {
+    EXPECT_NE(error.find("no such file (TBCOLL_TUNER=measure writes it"), std::string::npos) << error;
+  }
+  for (const std::string& error : init_errors({{"TBCOLL_TUNE_FILE", "/nonexistent-dir/tune.txt"}, {"TBCOLL_TUNER", "measure"}})) {
+    EXPECT_NE(error.find("cannot create it in /nonexistent-dir"), std::string::npos) << error;
+  }
 }
 
 }  // namespace

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+#include <utility>
 
 #include "algorithms/cost.h"
 #include "algorithms/registry.h"
@@ -271,6 +273,64 @@ TEST(LinkEmulationSettings, PresetsCustomAndErrors) {
   }
   EXPECT_THROW(parse_link_emulation("tb5-rdma", 300), InvalidArgument) << "two different latencies";
   for (const auto& preset : transport::link_presets()) EXPECT_TRUE(preset.on()) << preset.name;
+}
+
+// dilate=k: latency x k and bandwidth / k, in the figures the emulation and the cost model read and in the
+// description every output shows; the link's own figures are kept, the preset's name too.
+TEST(LinkEmulationSettings, DilationScalesLatencyAndBandwidthAlike) {
+  using transport::parse_link_emulation;
+  const auto plain = parse_link_emulation("tb5-rdma", 0);
+  EXPECT_DOUBLE_EQ(plain.one_way_seconds(), 5e-6);
+  const auto dilated = parse_link_emulation("tb5-rdma,dilate=100", 0);
+  EXPECT_EQ(dilated.name, "tb5-rdma");
+  EXPECT_EQ(dilated.latency_us, 5);
+  EXPECT_EQ(dilated.gbit_per_s, 60);
+  EXPECT_DOUBLE_EQ(dilated.one_way_seconds(), 500e-6);
+  EXPECT_DOUBLE_EQ(dilated.seconds_per_byte(), 100 * plain.seconds_per_byte());
+  EXPECT_EQ(dilated.describe(), "tb5-rdma dilated 100x: +500 us one way, 0.6 Gbit/s (0.0750 GB/s) per direction "
+                                "per peer (5 us, 60 Gbit/s undilated)");
+  EXPECT_DOUBLE_EQ(parse_link_emulation("dilate=4,latency_us=10", 0).one_way_seconds(), 40e-6);
+  EXPECT_DOUBLE_EQ(parse_link_emulation("dilate=3", 100).one_way_seconds(), 300e-6) << "TBCOLL_LINK_DELAY_US too";
+  EXPECT_EQ(parse_link_emulation("10gbe,dilate=1", 0).describe(), parse_link_emulation("10gbe", 0).describe());
+}
+
+// Out-of-range figures are refused, naming the key: latency_us=1e300 and gbps=0 used to be taken and apply no
+// delay (a duration that overflowed; a cap of 0 read as none).
+TEST(LinkEmulationSettings, OutOfRangeFiguresAreRefused) {
+  using transport::parse_link_emulation;
+  const std::pair<const char*, const char*> refused[] = {
+      {"latency_us=1e300", "latency_us=1e300 is out of range"},
+      {"latency_us=2e6", "latency_us=2e6 is out of range"},
+      {"gbps=0", "gbps=0 is out of range (0.001 to 1000000 Gbit/s; leave gbps out for no cap)"},
+      {"gbps=1e-9", "gbps=1e-9 is out of range"},
+      {"gbps=1e300", "gbps=1e300 is out of range"},
+      {"latency_us=inf", "latency_us=\"inf\" is not a number"},
+      {"tb5-rdma,dilate=0", "dilate=0 is out of range (1 to 10000"},
+      {"tb5-rdma,dilate=0.5", "dilate=0.5 is out of range"},
+      {"tb5-rdma,dilate=1e5", "dilate=1e5 is out of range"},
+      {"tb5-tcp,dilate=10000", "300 us x dilate=10000 is 3e+06 us one way, beyond the 1e+06 us"},
+      {"latency_us=1,gbps=0.01,dilate=100", "0.01 Gbit/s / dilate=100 is 0.0001 Gbit/s, below the 0.001 Gbit/s"},
+      {"dilate=10", "dilate=10 with no link to dilate"},
+      {"dilate=10,tb5-rdma", "a preset, which must come first"},
+  };
+  for (const auto& [text, message] : refused) {
+    try {
+      parse_link_emulation(text, 0);
+      ADD_FAILURE() << text << " was taken";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find(message), std::string::npos) << text << ": " << error.what();
+    }
+  }
+  for (long long delay_us : {-5LL, 2000000LL}) {
+    try {
+      parse_link_emulation("", delay_us);
+      ADD_FAILURE() << "TBCOLL_LINK_DELAY_US=" << delay_us << " was taken";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find("TBCOLL_LINK_DELAY_US=" + std::to_string(delay_us) +
+                                               " is out of range"), std::string::npos) << error.what();
+    }
+  }
+  EXPECT_DOUBLE_EQ(parse_link_emulation("latency_us=1e6,gbps=1e6", 0).one_way_seconds(), 1.0) << "the bounds";
 }
 
 }  // namespace

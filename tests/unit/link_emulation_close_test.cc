@@ -1,7 +1,8 @@
 // The emulated link (transports/delay/delay.h) and a peer that goes away: what the peer sent before it closed is
 // delivered, after its emulated time, before the close is reported, and the close is not held any longer than
 // that. Over a scripted inner endpoint with the loopback transport's rules, so each case happens the same way
-// every run (with real ranks it takes a race: tests/collectives/emulation_test.cc has those).
+// every run (with real ranks it takes a race: tests/collectives/emulation_test.cc has those). And a dilated link
+// (dilate=k) holding each message k times the link's own time.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -78,10 +79,11 @@ class ScriptedEndpoint final : public transport::Endpoint {
   int receives_ = 0;
 };
 
-std::unique_ptr<transport::Endpoint> emulated(ScriptedPeer& peer) {
-  transport::LinkEmulation link;
-  link.name = "custom";
-  link.latency_us = std::chrono::duration<double, std::micro>(kLatency).count();
+std::unique_ptr<transport::Endpoint> emulated(ScriptedPeer& peer, transport::LinkEmulation link = {}) {
+  if (!link.on()) {
+    link.name = "custom";
+    link.latency_us = std::chrono::duration<double, std::micro>(kLatency).count();
+  }
   return transport::with_emulation(std::make_unique<ScriptedEndpoint>(peer), link,
                                    std::make_shared<std::atomic<int>>(0));
 }
@@ -166,6 +168,32 @@ TEST(EmulatedLinkClose, ASendToAGonePeerFailsAfterTheHeldMessages) {
   EXPECT_NE(wait_for(*send, &failed_at).find("connection to peer 0 closed"), std::string::npos);
   EXPECT_GE(failed_at - start, kLatency);
   EXPECT_TRUE(receive->test());
+}
+
+// Dilation multiplies the latency and the serialisation time alike: 5 us x 10000 is 50 ms one way, and 100 kB
+// over 1 Gbit/s / 100 take 80 ms on the link (undilated: 5 us and 0.8 ms). Floors only: no load lowers them.
+TEST(EmulatedLinkDilation, HoldsAMessageKTimesTheLinksTime) {
+  struct Case {
+    double latency_us, gbps, dilation;
+    size_t bytes;
+    std::chrono::milliseconds at_least;
+  };
+  for (const Case& c : {Case{5, 0, 1e4, 8, std::chrono::milliseconds(50)},
+                        Case{0, 1, 100, 100000, std::chrono::milliseconds(80)}}) {
+    ScriptedPeer peer;
+    peer.sent = 1;
+    transport::LinkEmulation link;
+    link.name = "custom";
+    link.latency_us = c.latency_us;
+    link.gbit_per_s = c.gbps;
+    link.dilation = c.dilation;
+    auto endpoint = emulated(peer, link);
+    const auto start = Clock::now();
+    auto receive = endpoint->irecv(nullptr, c.bytes, Tag{});
+    Clock::time_point done;
+    EXPECT_EQ(wait_for(*receive, &done), "");
+    EXPECT_GE(done - start, c.at_least) << c.latency_us << " us, " << c.gbps << " Gbit/s, dilate " << c.dilation;
+  }
 }
 
 }  // namespace

@@ -79,7 +79,7 @@ class DelayedEndpoint final : public Endpoint {
       : inner_(std::move(inner)),
         waiting_(std::move(waiting)),
         latency_(
-            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double, std::micro>(link.latency_us))),
+            std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(link.one_way_seconds()))),
         seconds_per_byte_(link.seconds_per_byte()) {}
   std::unique_ptr<Request> isend(const void* buf, size_t bytes, Tag tag) override {
     std::unique_ptr<Request> inner;
