@@ -42,6 +42,13 @@ class PhaseDeadline {
 /// Collective over comm; valid on rank 0; 0 if the ranks are not on one host.
 double raw_shm_floor_us(Communicator& comm);
 
+/// The hand-written limit of a 2-rank 8 B all-reduce through shared memory: each rank copies its two floats into
+/// a line of its own, raises its flag, spins on the peer's, adds (no checks, no protocol). The median over
+/// `iterations` of the slower rank's time per call, timed as tbcoll-perf times a call, in microseconds.
+/// Collective over comm (ranks beyond 1 take part in the final reduction only); 0 if ranks 0 and 1 do not share
+/// memory.
+double raw_shm_all_reduce_us(Communicator& comm, int iterations);
+
 /// The data movement of a 2-rank two-shot all-reduce of `bytes` through shared memory, without the
 /// reduction or any protocol: ranks 0 and 1 at once, twice (the reduce-scatter half, then the all-gather
 /// half): memcpy bytes/2 of private memory into a double-buffered shared buffer, flag, memcpy the peer's

@@ -422,6 +422,14 @@ int main(int argc, char** argv) {
         print_small_against_floor(o.collective.c_str(), small_us, "shared-memory hand-off one way", floor_us,
                                   "each rank must see the other's data at least once");
       }
+      const double limit_us = n == 2 ? tbcoll::bench::raw_shm_all_reduce_us(comm, 10000) : 0;
+      if (lead && limit_us > 0) {
+        std::printf("# hand-written 2-rank 8 B all-reduce through shared memory (flag + copy + add, no checks): "
+                    "%.3f us (median of 10000 calls, the slower rank's)\n", limit_us);
+        if (o.collective == "all_reduce") {
+          print_small_against_floor("all_reduce", small_us, "hand-written limit", limit_us, "the same run");
+        }
+      }
       for (size_t bytes : {size_t{64} << 10, size_t{1} << 20, size_t{16} << 20}) {
         double exchange = tbcoll::bench::raw_shm_exchange_gbps(comm, bytes);
         if (lead) {
