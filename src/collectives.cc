@@ -114,7 +114,8 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     const Deadline deadline = deadline_after(config.timeout_s);
     algo::Exec exec(rank, size, peers, max_message, tag, deadline, tuning.spin, spin_yield, tuning.chunk_bytes,
                     scratch, request_table, call, &host_of);
-    exec.set_watch([this, number, deadline] { notices.check(number, number != 0, deadline); });
+    auto look = [this, number, deadline] { notices.check(number, number != 0, deadline); };
+    exec.set_watch(transport::Watch(look));
     body(exec);
   });
 }
@@ -141,9 +142,10 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
   }
   guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
     const Deadline deadline = deadline_after(config.timeout_s);
-    transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag, deadline,
-                                   tuner.config().spin, spin_yield,
-                                   [this, &tag, deadline] { notices.check(tag.tag, true, deadline); }};
+    auto look = [this, &tag, deadline] { notices.check(tag.tag, true, deadline); };
+    transport::CollectiveArgs fast{args.send,          args.recv,  args.count,           args.dtype,
+                                   args.op,            args.root,  tag,                  deadline,
+                                   tuner.config().spin, spin_yield, transport::Watch(look)};
     fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }

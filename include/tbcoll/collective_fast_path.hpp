@@ -12,7 +12,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
@@ -61,6 +60,22 @@ enum class SpinYield : uint8_t {
                 ///< waited for is likely runnable but not running
 };
 
+/// A callback a wait calls now and then while it sleeps (never while it spins): it throws to end the wait. Refers
+/// to a callable it does not own (valid for the call it is given to), so passing one costs no allocation.
+class Watch {
+ public:
+  Watch() = default;
+  template <typename Callable>
+  explicit Watch(Callable& callable)
+      : context_(&callable), call_([](void* context) { (*static_cast<Callable*>(context))(); }) {}
+  explicit operator bool() const { return call_ != nullptr; }
+  void operator()() const { call_(context_); }
+
+ private:
+  void* context_ = nullptr;
+  void (*call_)(void*) = nullptr;
+};
+
 /// One collective call, as a fast path runs it. send == recv is in place (all_gather: send == recv + rank's block).
 struct CollectiveArgs {
   const void* send = nullptr;
@@ -75,7 +90,7 @@ struct CollectiveArgs {
   SpinYield spin_yield = SpinYield::kNowAndThen;  ///< how spinning hands the CPU over (sched_yield)
   /// When set: called now and then while the call sleeps in a wait (never while spinning); it throws to end
   /// the call (a peer that refused the call or broke, told through the store). The fast path lets it through.
-  std::function<void()> watch;
+  Watch watch;
 };
 
 class TBCOLL_API CollectiveFastPath {

@@ -107,7 +107,7 @@ class Exec {
   void wait_all();
   /// Called now and then while a wait blocks (past its spin phase), never while spinning: the communicator
   /// looks there for peers that refused the call or broke (Notices), and it throws to end the wait.
-  void set_watch(std::function<void()> watch) { watch_ = std::move(watch); }
+  void set_watch(transport::Watch watch) { watch_ = watch; }
 
  private:
   bool sweep();  // one progress pass; true if anything completed
@@ -131,7 +131,7 @@ class Exec {
   std::vector<std::deque<size_t>>& pending_recvs_;
   std::vector<int>& active_peers_;
   const std::vector<int>* host_of_;
-  std::function<void()> watch_;
+  transport::Watch watch_;
 };
 
 }  // namespace tbcoll::algo

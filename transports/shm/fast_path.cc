@@ -67,10 +67,10 @@ FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<Seg
 
 void FastPath::run(size_t index, const transport::CollectiveArgs& args) {
   spin_yield_ = args.spin_yield;
-  watch_ = args.watch ? &args.watch : nullptr;
+  watch_ = args.watch;
   struct Unwatch {
-    const std::function<void()>*& watch;
-    ~Unwatch() { watch = nullptr; }
+    transport::Watch& watch;
+    ~Unwatch() { watch = {}; }
   } unwatch{watch_};
   switch (kinds_[index]) {
     case Kind::kAllReduceOneShot:
@@ -164,7 +164,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       if (counter.load(std::memory_order_acquire) >= target) return;
       throw;
     }
-    if (watch_ != nullptr) (*watch_)();
+    if (watch_) watch_();
     uint64_t seen = counter.load(std::memory_order_seq_cst);
     if (seen >= target) return;
     if (sleepers != nullptr) {

@@ -146,7 +146,7 @@ class FastPath final : public transport::CollectiveFastPath {
   std::vector<ProcessWatch> processes_;  // by rank
   bool direct_;
   transport::SpinYield spin_yield_ = transport::SpinYield::kNowAndThen;  // the running call's spin_yield
-  const std::function<void()>* watch_ = nullptr;  // the running call's CollectiveArgs::watch, while it runs
+  transport::Watch watch_;  // the running call's CollectiveArgs::watch, while it runs
   uint64_t calls_ = 0;
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;
