@@ -53,8 +53,9 @@ const void* divide_first(const void* send, void* into, std::vector<uint8_t>& sto
 
 Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits& traits, const CallArgs& args) const {
   Prepared out;
-  out.checked = check_shape(traits, rank, size, hosts, args);
+  out.checked = check_shape(traits, rank, size, links.hosts, args);
   check_buffers(traits, rank, size, args, out.checked.bytes);
+  out.valid = true;
   out.count = args.count;
   out.dtype = args.dtype;
   out.op = args.op;
@@ -73,7 +74,7 @@ Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits&
 const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const CollectiveTraits& traits,
                                                                        const CallArgs& args) {
   Prepared& last = prepared[static_cast<size_t>(traits.kind)];
-  if (last.choice != nullptr && last.count == args.count && last.dtype == args.dtype && last.op == args.op &&
+  if (last.valid && last.count == args.count && last.dtype == args.dtype && last.op == args.op &&
       last.root == args.root) {
     check_buffers(traits, rank, size, args, last.checked.bytes);  // the pointers are the call's own
     return last;
@@ -86,9 +87,9 @@ void Communicator::Impl::refuse_call() {
   try {
     throw;
   } catch (const InvalidArgument& error) {
-    if (size > 1 && !broken) {
+    if (size > 1 && !health.broken()) {
       async.drain();  // asynchronous submissions refuse on the caller's thread: the queued calls go first
-      notices.publish(Notices::Kind::kRefused, ++collective_seq, error.what());
+      notices.publish(Notices::Kind::kRefused, ++calls.collective_seq, error.what());
     }
     throw;
   }
@@ -108,12 +109,12 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     // For peers waiting in a fast-path call (and it checks for messages of earlier calls never received: an
     // error that breaks the communicator, as any mismatch). Not send/recv: their tags count per peer pair, so
     // another rank's receive could take ours for its own call.
-    if (fast_path != nullptr && (tag.tag >> 63) == 0) fast_path->announce(tag);
+    if (links.fast_path != nullptr && (tag.tag >> 63) == 0) links.fast_path->announce(tag);
     if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
     const TunerConfig& tuning = tuner.config();
-    const Deadline deadline = deadline_after(config.timeout_s);
-    algo::Exec exec(rank, size, peers, max_message, tag, deadline, tuning.spin, spin_yield, tuning.chunk_bytes,
-                    scratch, request_table, call, &host_of);
+    const Deadline deadline = call_timeout.deadline();
+    algo::Exec exec(rank, size, links.peers, links.max_message, tag, deadline, tuning.spin, links.spin_yield,
+                    tuning.chunk_bytes, scratch, request_table, call, &links.host_of);
     auto look = [this, number, deadline] { notices.check(number, number != 0, deadline); };
     exec.set_watch(transport::Watch(look));
     body(exec);
@@ -141,12 +142,12 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
     return;
   }
   guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
-    const Deadline deadline = deadline_after(config.timeout_s);
+    const Deadline deadline = call_timeout.deadline();
     auto look = [this, &tag, deadline] { notices.check(tag.tag, true, deadline); };
     transport::CollectiveArgs fast{args.send,          args.recv,  args.count,           args.dtype,
                                    args.op,            args.root,  tag,                  deadline,
-                                   tuner.config().spin, spin_yield, transport::Watch(look)};
-    fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
+                                   tuner.config().spin, links.spin_yield, transport::Watch(look)};
+    links.fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }
 
@@ -171,8 +172,8 @@ void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::
   const size_t n = times.size();
   const algo::CallInfo what{"all_reduce (TBCOLL_TUNER=measure: the ranks' times of the trial calls)", n,
                             DataType::kFloat64, ReduceOp::kMax, true};
-  const algo::CallShape agreement{OpKind::kAllReduce, n * sizeof(double), size, DataType::kFloat64, hosts};
-  const transport::Tag agree{++collective_seq, make_meta(OpKind::kAllReduce, DataType::kFloat64, ReduceOp::kMax, 0, n)};
+  const algo::CallShape agreement{OpKind::kAllReduce, n * sizeof(double), size, DataType::kFloat64, links.hosts};
+  const transport::Tag agree{++calls.collective_seq, make_meta(OpKind::kAllReduce, DataType::kFloat64, ReduceOp::kMax, 0, n)};
   execute(what, agree, tuner.choose(agreement),
           {times.data(), times.data(), n, DataType::kFloat64, ReduceOp::kMax, 0, sizeof(double)});
   measured.decide(shape, times);
@@ -181,7 +182,7 @@ void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::
 template <typename Body>
 void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
   // The peers learn that this rank takes part in no collective from this one on (the next, after send/recv).
-  const auto told_number = [&] { return call_number != 0 ? call_number : collective_seq + 1; };
+  const auto told_number = [&] { return call_number != 0 ? call_number : calls.collective_seq + 1; };
   auto tell_peers = [&](const std::string& reason) {
     notices.publish(Notices::Kind::kBroken, told_number(), reason);
   };
@@ -246,13 +247,14 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
 // The one call path of every collective with a traits row: checks (kept per shape), refusal, tuner, tag,
 // the f16 average's division, the schedule or fast path.
 void Communicator::Impl::collective(const CollectiveTraits& traits, const CallArgs& args) {
-  Prepared call;
+  const Prepared* prepared_call = nullptr;
   try {
-    call = prepare_cached(traits, args);
+    prepared_call = &prepare_cached(traits, args);
   } catch (const InvalidArgument&) {
     if (traits.tells_refusals) refuse_call();
     throw;
   }
+  const Prepared& call = *prepared_call;  // the collective's slot: no call below prepares this collective again
   algo::CallInfo what{traits.name};
   if (traits.takes_count) {
     what = {traits.name, args.count, args.dtype, args.op, traits.reduces, traits.rooted ? args.root : -1};
@@ -263,7 +265,7 @@ void Communicator::Impl::collective(const CollectiveTraits& traits, const CallAr
     if (args.send != args.recv && call.checked.bytes > 0) std::memcpy(args.recv, args.send, call.checked.bytes);
     return;
   }
-  const transport::Tag tag{++collective_seq, call.checked.meta};  // the caller's op
+  const transport::Tag tag{++calls.collective_seq, call.checked.meta};  // the caller's op
   algo::Args run{args.send, args.recv, args.count, args.dtype, traits.reduces ? args.op : ReduceOp::kSum,
                  traits.rooted ? args.root : 0, dtype_size(args.dtype)};
   std::vector<uint8_t> quotients;
@@ -325,7 +327,7 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
   const char* name = is_send ? "send" : "recv";
   check_dtype(rank, name, dtype);
   check_rank(rank, size, name, "peer", peer);
-  if (peer == rank && group_depth == 0) {
+  if (peer == rank && calls.group_depth == 0) {
     throw InvalidArgument(fmt::format("rank {}: {}: peer {} is this rank (allowed inside a group only)", rank, name,
                                       peer));
   }
@@ -333,10 +335,10 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
   check_buffer(rank, name, name, buf, count);
   algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
   check_usable(what);
-  uint64_t& counter = is_send ? p2p_sent[peer] : p2p_received[peer];
+  uint64_t& counter = is_send ? calls.p2p_sent[peer] : calls.p2p_received[peer];
   transport::Tag tag{(uint64_t{1} << 63) | counter++, make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
-  if (group_depth > 0) {
-    group_ops.push_back({is_send, buf, bytes, peer, tag});
+  if (calls.group_depth > 0) {
+    calls.group_ops.push_back({is_send, buf, bytes, peer, tag});
     return;
   }
   run(what, tag, 0, [&](algo::Exec& exec) {
@@ -347,18 +349,18 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
 void Communicator::group_start() {
   // Queued asynchronous calls run before the group (call order), and none runs while it records.
   impl().async.drain();
-  impl().group_depth++;
+  impl().calls.group_depth++;
 }
 
 void Communicator::group_end() {
   Impl& c = impl();
   c.async.drain();
-  if (c.group_depth == 0) throw InvalidUsage(fmt::format("rank {}: group_end without group_start", c.rank));
-  if (--c.group_depth > 0) return;
-  std::vector<Impl::GroupedP2p> ops = std::move(c.group_ops);
-  c.group_ops.clear();
+  if (c.calls.group_depth == 0) throw InvalidUsage(fmt::format("rank {}: group_end without group_start", c.rank));
+  if (--c.calls.group_depth > 0) return;
+  std::vector<CallCounters::GroupedP2p> ops = std::move(c.calls.group_ops);
+  c.calls.group_ops.clear();
   // Sends to self pair with receives from self, in call order.
-  std::vector<const Impl::GroupedP2p*> self_sends, self_recvs;
+  std::vector<const CallCounters::GroupedP2p*> self_sends, self_recvs;
   for (const auto& op : ops) {
     if (op.peer == c.rank) (op.is_send ? self_sends : self_recvs).push_back(&op);
   }

@@ -130,7 +130,7 @@ void Communicator::Impl::all_to_allv(const void* send, void* recv, const AllToAl
   }
   // The counts are per peer, so the signature carries none (0); a peer's count that disagrees with this rank's
   // shows as a message of another size.
-  transport::Tag tag{++collective_seq, make_meta(OpKind::kAllToAllv, dtype, ReduceOp::kSum, 0, 0)};
+  transport::Tag tag{++calls.collective_seq, make_meta(OpKind::kAllToAllv, dtype, ReduceOp::kSum, 0, 0)};
   algo::Args args{send, recv, 0, dtype, ReduceOp::kSum, 0, es};
   args.send_counts = layout.send_counts.data();
   args.send_displs = layout.send_displs.data();

@@ -13,12 +13,13 @@
 #include "algorithms/exec.h"
 #include "call_checks.h"
 #include "collective_traits.h"
+#include "common/time.h"
 #include "async.h"
 #include "notices.h"
+#include "setup/setup.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tbcoll/transport.hpp"
-#include "transports/delay/emulation.h"
 #include "tuner.h"
 #include "tuner_measured.h"
 
@@ -32,24 +33,28 @@ struct CommunicatorAccess {
 /// Re-throws error with "what failed: " in front, keeping its type.
 [[noreturn]] void rethrow_with_context(const Error& error, const std::string& what);
 
-struct TBCOLL_LOCAL Communicator::Impl {
-  Config config;
-  int rank = 0;
-  int size = 1;
-  int instance = 0;  ///< rank in the communicator this one's set-up started from (transport::PeerInfo::instance)
-  std::shared_ptr<TcpStoreServer> server;  // hosted here (rank 0); children of split() share it
-  std::shared_ptr<Store> store;
-  // Contexts are declared before endpoints so endpoints are destroyed first.
-  std::vector<std::unique_ptr<transport::Context>> contexts;
-  std::vector<std::unique_ptr<transport::Endpoint>> owned_endpoints;
-  std::vector<transport::Endpoint*> peers;  // by rank; nullptr for self
-  std::vector<std::string> transport_names;
-  /// host_of[p]: the host of rank p (equal PeerInfo::host_id, TBCOLL_HOST_ID included), hosts numbered 0.. in the
-  /// order of their lowest rank; hosts: how many. The hierarchical schedules group ranks by it.
-  std::vector<int> host_of;
-  int hosts = 1;
+/// Whether a communicator broke, and why: set by any thread (abort, a failed call), read on every call.
+class Health {
+ public:
+  bool broken() const { return broken_.load(std::memory_order_acquire); }
+  /// The flag itself, for waits another thread's abort must cut short (a split's set-up).
+  const std::atomic<bool>* flag() const { return &broken_; }
+  /// Marks it broken; the first reason stays.
+  void mark(const std::string& reason);
+  std::string reason() const;
+
+ private:
+  std::atomic<bool> broken_{false};
+  mutable std::mutex mutex_;
+  std::string reason_;
+};
+
+/// The numbers a communicator's calls take, the same on every rank (collectives, splits), or per peer pair and
+/// direction (send/recv); and the group being recorded (group_start .. group_end). The driving thread's.
+struct CallCounters {
   uint64_t collective_seq = 0;
   uint64_t splits = 0;  ///< split() calls so far (collective, so equal on every rank)
+  std::vector<uint64_t> p2p_sent, p2p_received;  ///< by peer
   struct GroupedP2p {
     bool is_send;
     void* buf;
@@ -59,18 +64,27 @@ struct TBCOLL_LOCAL Communicator::Impl {
   };
   int group_depth = 0;
   std::vector<GroupedP2p> group_ops;
-  std::vector<uint64_t> p2p_sent, p2p_received;
-  std::atomic<bool> broken{false};
-  std::mutex broken_mutex;
-  std::string broken_reason;
+};
+
+struct TBCOLL_LOCAL Communicator::Impl {
+  /// The set-up's results (setup/setup.h); the rest starts empty.
+  Impl(const Config& config, int instance, setup::Rendezvous rendezvous, setup::Links links, Tuner tuner,
+       std::string emulation);
+
+  const Config config;
+  const CallTimeout call_timeout;  ///< config.timeout_s, converted once: every call's deadline
+  const int rank;
+  const int size;
+  const int instance;  ///< rank in the communicator this one's set-up started from (transport::PeerInfo::instance)
+  const setup::Rendezvous rendezvous;  ///< the store (null on one rank) and its server, shared with the splits
+  const setup::Links links;            ///< endpoints by rank, hosts, the fast path: fixed for the communicator's life
+  const std::string emulation;         ///< the link emulation in effect, or "off"
+  const Tuner tuner;
+  MeasuredChoices measured;  ///< TBCOLL_TUNER=measure and TBCOLL_TUNE_FILE: the trials and decisions
+  CallCounters calls;
+  Health health;
   algo::Scratch scratch;
   algo::RequestTable request_table;
-  transport::CollectiveFastPath* fast_path = nullptr;  // owned by one of contexts
-  Tuner tuner;
-  MeasuredChoices measured;  ///< TBCOLL_TUNER=measure: the trials and decisions per collective and size octave
-  transport::LinkEmulation link;    ///< TBCOLL_LINK_EMULATION / TBCOLL_LINK_DELAY_US; off by default
-  std::vector<size_t> max_message;  // by peer: the largest message its transport takes
-  transport::SpinYield spin_yield = transport::SpinYield::kNowAndThen;  // spin_yield_policy() for this rank
   Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
   // Declared last, so destroyed first: queued calls finish while every member above still exists.
   AsyncQueue async;
@@ -78,14 +92,14 @@ struct TBCOLL_LOCAL Communicator::Impl {
   void mark_broken(const std::string& reason);
   /// Asynchronous calls are refused between group_start and group_end (the group records send/recv only).
   void check_not_in_group(const char* call, const char* suffix = "") const {
-    if (group_depth > 0) {
+    if (calls.group_depth > 0) {
       throw InvalidUsage(fmt::format("rank {}: {}{} inside a group: groups take send and recv only", rank, call,
                                      suffix));
     }
   }
   void check_usable(const algo::CallInfo& call) {
-    if (broken) throw_broken(call);
-    if (group_depth > 0 && std::string(call.name) != "send" && std::string(call.name) != "recv") {
+    if (health.broken()) throw_broken(call);
+    if (calls.group_depth > 0 && std::string(call.name) != "send" && std::string(call.name) != "recv") {
       throw InvalidUsage(fmt::format("rank {}: {} inside a group: groups take send and recv only", rank,
                                      call.describe()));
     }
@@ -94,6 +108,7 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// A collective call's checks and choice (prepare); the driving thread keeps the last one per collective
   /// (prepared), so a call that repeats its collective's last shape checks its pointers only (prepare_cached).
   struct Prepared {
+    bool valid = false;  ///< holds a checked shape (prepared's slots start empty)
     size_t count = 0;
     DataType dtype = DataType::kFloat32;
     ReduceOp op = ReduceOp::kSum;

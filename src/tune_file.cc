@@ -119,15 +119,8 @@ std::string TuneShape::text() const {
   return fmt::format("{} {} {} {} {}", ranks, ranks_per_host, hosts, transport, link);
 }
 
-std::string link_token(const transport::LinkEmulation& link) {
-  if (!link.on()) return "off";
-  std::string token = fmt::format("latency_us={:g}", link.one_way_seconds() * 1e6);
-  if (link.gbit_per_s > 0) token += fmt::format(",gbps={:g}", link.gbit_per_s / link.dilation);
-  return token;
-}
-
 TuneShape tune_shape(int size, const algo::CostParams& costs, const std::vector<std::string>& transport_names,
-                     const transport::LinkEmulation& link) {
+                     const std::string& emulation_token) {
   std::vector<std::string> used;
   for (const std::string& name : transport_names) {
     if (name != "self" && std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
@@ -135,7 +128,7 @@ TuneShape tune_shape(int size, const algo::CostParams& costs, const std::vector<
   std::sort(used.begin(), used.end());
   std::string transport;
   for (const std::string& name : used) transport += (transport.empty() ? "" : "+") + name;
-  return {size, costs.ranks_per_host, costs.hosts, transport.empty() ? "self" : transport, link_token(link)};
+  return {size, costs.ranks_per_host, costs.hosts, transport.empty() ? "self" : transport, emulation_token};
 }
 
 std::vector<SavedDecision> parse_tune_file(const std::string& text, const std::string& path) {

@@ -37,7 +37,6 @@
 #include "algorithms/cost.h"
 #include "tbcoll/collective_fast_path.hpp"
 #include "tbcoll/store.hpp"
-#include "transports/delay/emulation.h"
 
 namespace tbcoll {
 
@@ -56,12 +55,10 @@ struct TuneShape {
   bool operator==(const TuneShape& other) const { return text() == other.text(); }
 };
 
-/// "off", or "latency_us=500,gbps=0.6": the emulated link's figures, dilation applied.
-std::string link_token(const transport::LinkEmulation& link);
 /// This rank's view of its communicator: size, hosts and ranks per host from costs, the transports of its peers
-/// (transport_names, by rank; "self" for itself), the link emulation.
+/// (transport_names, by rank; "self" for itself), the link emulation (transport::SetUpDevices::emulation_token).
 TuneShape tune_shape(int size, const algo::CostParams& costs, const std::vector<std::string>& transport_names,
-                     const transport::LinkEmulation& link);
+                     const std::string& emulation_token);
 
 struct SavedDecision {
   OpKind kind{};

@@ -60,6 +60,9 @@ struct PeerInfo {
 struct Capabilities {
   double latency_us = 0;        ///< hint: typical one-way small-message latency
   double bandwidth_gbps = 0;    ///< hint: typical single-peer bandwidth, GB/s
+  /// hint: the bandwidth of each peer's link on its own, GB/s, where links to different peers are separate and
+  /// slower than the transport stack (Thunderbolt cables, an emulated link); 0: the links are no bottleneck.
+  double link_bandwidth_gbps = 0;
   /// hint: CPU time a rank spends per message it sends or receives (posting, completing, the system calls), in
   /// us: the cost model's per-message overhead (LogP's o), which makes many small messages dearer than a few.
   double message_overhead_us = 0;
@@ -181,6 +184,18 @@ class TBCOLL_API Device {
 /// Devices compiled into this build that could start here, best first (loopback, shm, ibverbs, tcp), and those
 /// registered. The same objects for the whole process.
 TBCOLL_API std::vector<std::shared_ptr<Device>> available_devices();
+
+/// The devices of one communicator's set-up: available_devices(), each wrapped in the link emulation that the
+/// communicator's knobs (Config::knobs) or the environment ask for (TBCOLL_LINK_EMULATION, TBCOLL_LINK_DELAY_US).
+/// A wrapped device reports the emulated link in its capabilities (latency_us includes it, link_bandwidth_gbps is
+/// its cap) and its contexts offer no fast path. Throws InvalidArgument for a bad emulation setting.
+struct SetUpDevices {
+  std::vector<std::shared_ptr<Device>> devices;
+  bool emulated = false;
+  std::string emulation = "off";        ///< what is emulated, as logs and tools show it
+  std::string emulation_token = "off";  ///< a canonical text of it, for records of what was measured on it
+};
+TBCOLL_API SetUpDevices devices_for(const std::map<std::string, std::string>& knobs);
 
 /// Adds a transport built outside the library (a test's, a plug-in's) at `position` in the best-first order
 /// (SIZE_MAX: last). Communicators created afterwards may use it; TBCOLL_TRANSPORT can name it. Throws

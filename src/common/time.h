@@ -24,6 +24,22 @@ inline Deadline deadline_after(double seconds) {
   return coarse_now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
 }
 
+/// A timeout converted once, for deadlines set on every call: deadline() is coarse_now() plus it, without the
+/// conversion from seconds (or never, for 1e9 s and more).
+class CallTimeout {
+ public:
+  CallTimeout() = default;
+  explicit CallTimeout(double seconds)
+      : never_(!(seconds < 1e9)),
+        duration_(never_ ? Clock::duration::zero()
+                         : std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
+  Deadline deadline() const { return never_ ? Deadline::max() : coarse_now() + duration_; }
+
+ private:
+  bool never_ = false;
+  Clock::duration duration_{std::chrono::seconds(60)};
+};
+
 /// Set-up waits another thread may cut short: a split's child set-up when the communicator being split is aborted.
 /// Waits that take a `cancelled` flag look at it at least every kCancelPollMs. Null: nothing cancels.
 constexpr int kCancelPollMs = 100;
