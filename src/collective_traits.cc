@@ -17,68 +17,72 @@ double all_reduce_factor(int n) { return 2.0 * (n - 1) / n; }
 double gather_factor(int n) { return static_cast<double>(n - 1) / n; }
 double one(int) { return 1.0; }
 
-std::vector<CollectiveTraits> built_in() {
-  std::vector<CollectiveTraits> rows;
-  auto add = [&](OpKind kind, const char* name, const char* short_name) -> CollectiveTraits& {
-    CollectiveTraits row;
-    row.kind = kind;
-    row.name = name;
-    row.short_name = short_name;
-    row.bus_factor = gather_factor;
-    rows.push_back(row);
-    return rows.back();
-  };
+CollectiveTraits& add(std::vector<CollectiveTraits>& rows, OpKind kind, const char* name, const char* short_name) {
+  CollectiveTraits row;
+  row.kind = kind;
+  row.name = name;
+  row.short_name = short_name;
+  row.bus_factor = gather_factor;
+  rows.push_back(row);
+  return rows.back();
+}
+
+// all_reduce, all_gather, reduce_scatter, reduce, broadcast, barrier.
+void add_the_nccl_collectives(std::vector<CollectiveTraits>& rows) {
   {
-    CollectiveTraits& t = add(OpKind::kAllReduce, "all_reduce", "allreduce");
+    CollectiveTraits& t = add(rows, OpKind::kAllReduce, "all_reduce", "allreduce");
     t.reduces = true;
     t.bus_factor = all_reduce_factor;
   }
   {
-    CollectiveTraits& t = add(OpKind::kAllGather, "all_gather", "allgather");
+    CollectiveTraits& t = add(rows, OpKind::kAllGather, "all_gather", "allgather");
     t.recv_per_rank = true;
     t.in_place = InPlace::kSendInRecv;
     t.in_place_rule = "send == recv + rank * count";
   }
   {
-    CollectiveTraits& t = add(OpKind::kReduceScatter, "reduce_scatter", "reducescatter");
+    CollectiveTraits& t = add(rows, OpKind::kReduceScatter, "reduce_scatter", "reducescatter");
     t.reduces = true;
     t.send_per_rank = true;
     t.in_place = InPlace::kRecvInSend;
     t.in_place_rule = "recv == send + rank * count";
   }
   {
-    CollectiveTraits& t = add(OpKind::kReduce, "reduce", "");
+    CollectiveTraits& t = add(rows, OpKind::kReduce, "reduce", "");
     t.reduces = t.rooted = true;
     t.writes_recv = Ranks::kRootOnly;
     t.bus_factor = one;
   }
   {
-    CollectiveTraits& t = add(OpKind::kBroadcast, "broadcast", "bcast");
+    CollectiveTraits& t = add(rows, OpKind::kBroadcast, "broadcast", "bcast");
     t.rooted = true;
     t.reads_send = Ranks::kRootOnly;
     t.bus_factor = one;
   }
   {
-    CollectiveTraits& t = add(OpKind::kBarrier, "barrier", "");
+    CollectiveTraits& t = add(rows, OpKind::kBarrier, "barrier", "");
     t.takes_count = false;
     t.bus_factor = one;
   }
-  // The exchanges: the model prices their rows, the size ranges choose (posting every block at once against
-  // pairwise steps is a question of the receivers' buffers, which the model does not see).
+}
+
+// The exchanges: the model prices their rows, the size ranges choose (posting every block at once against pairwise
+// steps is a question of the receivers' buffers, which the model does not see).
+void add_the_exchanges(std::vector<CollectiveTraits>& rows) {
   {
-    CollectiveTraits& t = add(OpKind::kAllToAll, "all_to_all", "alltoall");
+    CollectiveTraits& t = add(rows, OpKind::kAllToAll, "all_to_all", "alltoall");
     t.send_per_rank = t.recv_per_rank = true;
     t.model_decides = false;
     t.tells_refusals = false;
   }
   {
-    CollectiveTraits& t = add(OpKind::kAllToAllv, "all_to_allv", "alltoallv");
+    CollectiveTraits& t = add(rows, OpKind::kAllToAllv, "all_to_allv", "alltoallv");
     t.takes_count = false;
     t.send_per_rank = t.recv_per_rank = true;
     t.model_decides = false;
   }
   {
-    CollectiveTraits& t = add(OpKind::kGather, "gather", "");
+    CollectiveTraits& t = add(rows, OpKind::kGather, "gather", "");
     t.rooted = true;
     t.recv_per_rank = true;
     t.writes_recv = Ranks::kRootOnly;
@@ -89,7 +93,7 @@ std::vector<CollectiveTraits> built_in() {
     t.tells_refusals = false;
   }
   {
-    CollectiveTraits& t = add(OpKind::kScatter, "scatter", "");
+    CollectiveTraits& t = add(rows, OpKind::kScatter, "scatter", "");
     t.rooted = true;
     t.send_per_rank = true;
     t.reads_send = Ranks::kRootOnly;
@@ -99,6 +103,12 @@ std::vector<CollectiveTraits> built_in() {
     t.model_decides = false;
     t.tells_refusals = false;
   }
+}
+
+std::vector<CollectiveTraits> built_in() {
+  std::vector<CollectiveTraits> rows;
+  add_the_nccl_collectives(rows);
+  add_the_exchanges(rows);
   return rows;
 }
 

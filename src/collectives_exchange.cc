@@ -12,6 +12,60 @@
 
 namespace tbcoll {
 
+namespace {
+
+constexpr const char* kName = "all_to_allv";
+
+// The given displacements, or (null) the blocks packed in rank order.
+std::vector<size_t> displacements(const size_t* given, const std::vector<size_t>& counts) {
+  const size_t n = counts.size();
+  if (given != nullptr) return std::vector<size_t>(given, given + n);
+  std::vector<size_t> out(n);
+  size_t at = 0;
+  for (size_t p = 0; p < n; ++p) {
+    out[p] = at;
+    at += counts[p];  // wraps only for counts that extent() then refuses
+  }
+  return out;
+}
+
+// A side's extent (from the buffer's start to the end of its last block) in bytes, overflow-checked; *elements:
+// its blocks' elements in all.
+size_t extent(int rank, const char* side, const std::vector<size_t>& counts, const std::vector<size_t>& displs,
+              DataType dtype, size_t* elements) {
+  size_t end = 0;
+  *elements = 0;
+  for (size_t p = 0; p < counts.size(); ++p) {
+    size_t block_end = 0;
+    if (__builtin_add_overflow(displs[p], counts[p], &block_end) ||
+        __builtin_add_overflow(*elements, counts[p], elements)) {
+      throw InvalidArgument(fmt::format("rank {}: {}: {}_displs[{}] + {}_counts[{}] overflows", rank, kName, side, p,
+                                        side, p));
+    }
+    if (counts[p] > 0) end = std::max(end, block_end);
+  }
+  return checked_bytes(rank, kName, end, dtype, 1);
+}
+
+// Received blocks that overlap would leave whichever arrived last.
+void check_recv_blocks_apart(int rank, const std::vector<size_t>& counts, const std::vector<size_t>& displs) {
+  std::vector<std::pair<size_t, size_t>> blocks;  // (displacement, peer) of the non-empty ones
+  for (size_t p = 0; p < counts.size(); ++p) {
+    if (counts[p] > 0) blocks.push_back({displs[p], p});
+  }
+  std::sort(blocks.begin(), blocks.end());
+  for (size_t i = 1; i < blocks.size(); ++i) {
+    const size_t before = blocks[i - 1].second, after = blocks[i].second;
+    if (blocks[i - 1].first + counts[before] > blocks[i].first) {
+      throw InvalidArgument(fmt::format("rank {}: {}: the recv blocks of peers {} and {} overlap (recv_displs {} and "
+                                        "{}, recv_counts {} and {})", rank, kName, before, after, displs[before],
+                                        displs[after], counts[before], counts[after]));
+    }
+  }
+}
+
+}  // namespace
+
 Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
     const void* send, const void* recv, const size_t* send_counts, const size_t* send_displs,
     const size_t* recv_counts, const size_t* recv_displs, DataType dtype) const {
@@ -26,17 +80,6 @@ Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
   const size_t n = static_cast<size_t>(size);
   AllToAllvLayout layout;
   layout.recv_counts.assign(recv_counts, recv_counts + n);
-  // Null displacements: the blocks packed in rank order.
-  auto displacements = [&](const size_t* given, const std::vector<size_t>& counts) {
-    std::vector<size_t> out(n);
-    if (given != nullptr) return std::vector<size_t>(given, given + n);
-    size_t at = 0;
-    for (size_t p = 0; p < n; ++p) {
-      out[p] = at;
-      at += counts[p];  // wraps only for counts that checked_extent then refuses
-    }
-    return out;
-  };
   layout.recv_displs = displacements(recv_displs, layout.recv_counts);
   if (in_place) {
     // The recv counts and displacements serve both sides; send's, if given, must say the same.
@@ -60,44 +103,14 @@ Communicator::Impl::AllToAllvLayout Communicator::Impl::check_all_to_allv(
                                       "to itself)", rank, name, rank, layout.send_counts[rank], rank,
                                       layout.recv_counts[rank]));
   }
-  // Each side's extent (from the buffer's start to the end of its last block) in bytes, overflow-checked.
-  auto extent = [&](const char* side, const std::vector<size_t>& counts, const std::vector<size_t>& displs,
-                    size_t* elements) {
-    size_t end = 0;
-    *elements = 0;
-    for (size_t p = 0; p < n; ++p) {
-      size_t block_end = 0;
-      if (__builtin_add_overflow(displs[p], counts[p], &block_end) ||
-          __builtin_add_overflow(*elements, counts[p], elements)) {
-        throw InvalidArgument(fmt::format("rank {}: {}: {}_displs[{}] + {}_counts[{}] overflows", rank, name, side, p,
-                                          side, p));
-      }
-      if (counts[p] > 0) end = std::max(end, block_end);
-    }
-    return checked_bytes(rank, name, end, dtype, 1);
-  };
   size_t received = 0;
-  const size_t send_bytes = extent("send", layout.send_counts, layout.send_displs, &layout.sent);
-  const size_t recv_bytes = extent("recv", layout.recv_counts, layout.recv_displs, &received);
+  const size_t send_bytes = extent(rank, "send", layout.send_counts, layout.send_displs, dtype, &layout.sent);
+  const size_t recv_bytes = extent(rank, "recv", layout.recv_counts, layout.recv_displs, dtype, &received);
   check_buffer(rank, name, "send", send, layout.sent);
   check_buffer(rank, name, "recv", recv, received);
   check_overlap(rank, name, send, send_bytes, recv, recv_bytes, in_place,
                 "send == recv, the recv counts and displacements serving both sides");
-  // Received blocks that overlap would leave whichever arrived last.
-  std::vector<std::pair<size_t, size_t>> blocks;  // (displacement, peer) of the non-empty ones
-  for (size_t p = 0; p < n; ++p) {
-    if (layout.recv_counts[p] > 0) blocks.push_back({layout.recv_displs[p], p});
-  }
-  std::sort(blocks.begin(), blocks.end());
-  for (size_t i = 1; i < blocks.size(); ++i) {
-    const size_t before = blocks[i - 1].second, after = blocks[i].second;
-    if (blocks[i - 1].first + layout.recv_counts[before] > blocks[i].first) {
-      throw InvalidArgument(fmt::format("rank {}: {}: the recv blocks of peers {} and {} overlap (recv_displs {} and "
-                                        "{}, recv_counts {} and {})", rank, name, before, after,
-                                        layout.recv_displs[before], layout.recv_displs[after],
-                                        layout.recv_counts[before], layout.recv_counts[after]));
-    }
-  }
+  check_recv_blocks_apart(rank, layout.recv_counts, layout.recv_displs);
   layout.choice = nullptr;
   if (size == 1) return layout;
   try {

@@ -15,11 +15,10 @@
 // (reduced first in the reduce-scatter) followed by its next own chunk while any are left:
 //   (0,0) (0,1) (0,2) (0,3) | (1,0) (0,4) | (1,1) (0,5) | (1,2) (0,6) | (1,3) (0,7) | (2,0) (0,8) | ...
 // so a reduced chunk leaves while it is still in cache, and raw and reduced chunks share the link from the start
-// (2 ranks over tcp, 64 MiB: 1.0-1.2x the tree's time, where sending every own chunk first took 1.7-1.8x: the
-// reduced chunks then waited behind S/2 of raw ones and had left the cache). A message and the one it forwards
-// are a window of messages apart, so the steps' latencies overlap as in a plain pipeline (ordering chunk by chunk
-// instead, all 2(n-1) steps of chunk c before chunk c+1, chains them: 8 ranks over tb5-tcp, 16 MiB, 104-136 ms
-// against this order's 83).
+// (sending every own chunk first would queue the reduced ones behind S/2 of raw ones, out of the cache by the time
+// they leave). A message and the one it forwards are a window of messages apart, so the steps' latencies overlap
+// as in a plain pipeline (ordering chunk by chunk instead, all 2(n-1) steps of chunk c before chunk c+1, would
+// chain them).
 // Matching is FIFO per peer. Chunks to be reduced land in a few scratch slots, freed in order. Each segment is
 // reduced once, by a fixed chain of ranks, and then copied around, so every rank ends with bitwise identical
 // results. Avg divides once, at the owner.
@@ -50,6 +49,47 @@ struct Message {
   size_t id = 0;
 };
 
+// The chunks of one ring of n ranks: K per segment, each at most chunk_elems; segments differ by one element at
+// most, so chunk c of every segment is about the same size (empty ones are neither sent nor received, alike on
+// both sides).
+struct RingChunks {
+  int n;
+  size_t count;
+  size_t k_chunks;
+  size_t slot_elems;  // the largest chunk
+
+  RingChunks(int ranks, size_t elements, size_t chunk_elems) : n(ranks), count(elements) {
+    const size_t most = segment(count, n, 0).count;
+    k_chunks = std::max<size_t>(1, (most + chunk_elems - 1) / chunk_elems);
+    slot_elems = (most + k_chunks - 1) / k_chunks;
+  }
+  Piece piece(int seg, size_t c) const {
+    const Piece whole = segment(count, n, mod(seg, n));
+    const Piece part = segment(whole.count, static_cast<int>(k_chunks), static_cast<int>(c));
+    return Piece{whole.offset + part.offset, part.count};
+  }
+  // What rank r receives at step s: reduce-scatter S(r-s-1), all-gather S(r-s').
+  Message message(int r, int step, size_t c) const {
+    return Message{step, c, piece(step < n - 1 ? r - step - 1 : r - (step - (n - 1)), c)};
+  }
+};
+
+// The order every rank sends in (see above), and so receives in: its own chunks kAhead ahead, then each received
+// message's forward and the next own chunk.
+std::vector<Message> ring_order(const RingChunks& chunks, int r) {
+  const int steps = 2 * (chunks.n - 1);
+  std::vector<Message> order;
+  order.reserve(chunks.k_chunks * static_cast<size_t>(steps));
+  size_t own = 0;
+  for (; own < std::min(kAhead, chunks.k_chunks); ++own) order.push_back(chunks.message(r, 0, own));
+  for (size_t i = 0; i < order.size(); ++i) {
+    if (order[i].step == steps - 1) continue;  // the last step is not forwarded
+    order.push_back(chunks.message(r, order[i].step + 1, order[i].chunk));
+    if (own < chunks.k_chunks) order.push_back(chunks.message(r, 0, own++));
+  }
+  return order;
+}
+
 }  // namespace
 
 void all_reduce_ring(Exec& exec, const Args& args) {
@@ -69,33 +109,9 @@ void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring)
   auto* dst = static_cast<uint8_t*>(args.recv);
   const reduce::Kernel kernel = reduce::kernel(args.dtype, args.op);
 
-  // K chunks per segment, each at most chunk_elems; segments differ by one element at most, so chunk c of every
-  // segment is about the same size (empty ones are neither sent nor received, alike on both sides).
-  const size_t chunk_elems = std::max<size_t>(1, exec.chunk_bytes() / es);
-  const size_t most = segment(args.count, n, 0).count;
-  const size_t k_chunks = std::max<size_t>(1, (most + chunk_elems - 1) / chunk_elems);
-  const size_t slot_elems = (most + k_chunks - 1) / k_chunks;  // the largest chunk
-  auto piece = [&](int seg, size_t c) {
-    const Piece whole = segment(args.count, n, mod(seg, n));
-    const Piece part = segment(whole.count, static_cast<int>(k_chunks), static_cast<int>(c));
-    return Piece{whole.offset + part.offset, part.count};
-  };
-  // What this rank receives at step s: reduce-scatter S(r-s-1), all-gather S(r-s').
-  auto message = [&](int step, size_t c) {
-    return Message{step, c, piece(step < n - 1 ? r - step - 1 : r - (step - (n - 1)), c)};
-  };
-
-  // The order every rank sends in (see above), and so receives in: its own chunks kAhead ahead, then each received
-  // message's forward and the next own chunk.
-  std::vector<Message> order;
-  order.reserve(k_chunks * static_cast<size_t>(steps));
-  size_t own = 0;
-  for (; own < std::min(kAhead, k_chunks); ++own) order.push_back(message(0, own));
-  for (size_t i = 0; i < order.size(); ++i) {
-    if (order[i].step == steps - 1) continue;  // the last step is not forwarded
-    order.push_back(message(order[i].step + 1, order[i].chunk));
-    if (own < k_chunks) order.push_back(message(0, own++));
-  }
+  const RingChunks chunks(n, args.count, std::max<size_t>(1, exec.chunk_bytes() / es));
+  const size_t k_chunks = chunks.k_chunks, slot_elems = chunks.slot_elems;
+  std::vector<Message> order = ring_order(chunks, r);
 
   auto* slots = static_cast<uint8_t*>(exec.scratch().get(kSlots * slot_elems * es));
   std::array<size_t, kSlots> free_slots;
@@ -118,7 +134,7 @@ void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring)
   };
   size_t sent_own = 0;
   auto send_own = [&] {
-    const Piece p = piece(r, sent_own++);
+    const Piece p = chunks.piece(r, sent_own++);
     if (p.count > 0) exec.isend(right, src + p.offset * es, p.count * es);
   };
 

@@ -67,143 +67,178 @@ std::array<int, 2> up_order(int n, int r) {
 
 int position(const std::array<int, 2>& order, int tree) { return order[0] == tree ? 0 : 1; }
 
-}  // namespace
+// One rank's run of the schedule: its place in both trees, the chunks, and the receives in posting order.
+class TreeRun {
+ public:
+  TreeRun(Exec& exec, const Args& args)
+      : exec_(exec),
+        args_(args),
+        n_(exec.size()),
+        es_(args.elem_size),
+        src_(static_cast<const uint8_t*>(args.send)),
+        dst_(static_cast<uint8_t*>(args.recv)),
+        kernel_(reduce::kernel(args.dtype, args.op)),
+        tree_{double_tree(n_, exec.rank(), 0), double_tree(n_, exec.rank(), 1)},
+        root_{0, n_ % 2 == 0 ? n_ - 1 : 1},
+        my_up_(up_order(n_, exec.rank())) {
+    const size_t half_bytes = (args.count + 1) / 2 * es_;
+    const size_t chunk_bytes =
+        std::min(exec.chunk_bytes(), std::max(kMinChunkBytes, (half_bytes + kChunksPerHalf - 1) / kChunksPerHalf));
+    chunk_elems_ = std::max<size_t>(1, chunk_bytes / es_);
+    for (int t = 0; t < 2; ++t) pieces_[t] = chunks(segment(args.count, 2, t), chunk_elems_);
+    const size_t longest = std::max(pieces_[0].size(), pieces_[1].size());
+    phases_ = longest + 2 * static_cast<size_t>(tree_depth(n_)) + 2;
+    lag_ = phases_ - longest;
+    plan_receives();
+    slots_ = static_cast<uint8_t*>(exec.scratch().get(kSlots * chunk_elems_ * es_));
+    for (size_t s = 0; s < kSlots; ++s) free_slots_.push_back(kSlots - 1 - s);
+  }
 
-void all_reduce_tree(Exec& exec, const Args& args) {
-  const int n = exec.size();
-  const int r = exec.rank();
-  const size_t es = args.elem_size;
-  const auto* src = static_cast<const uint8_t*>(args.send);
-  auto* dst = static_cast<uint8_t*>(args.recv);
-  const reduce::Kernel kernel = reduce::kernel(args.dtype, args.op);
-  const TreeLinks tree[2] = {double_tree(n, r, 0), double_tree(n, r, 1)};
-  const int root[2] = {0, n % 2 == 0 ? n - 1 : 1};
-  const std::array<int, 2> my_up = up_order(n, r);
-  const std::array<int, 2> my_down = {my_up[1], my_up[0]};
+  void run() {
+    post(SIZE_MAX);
+    for (size_t i = 0; i < phases_; ++i) {
+      for (int t : my_up_) up_step(t, i);  // U(t, i)
+      post(SIZE_MAX);
+      // D(t, i - lag): chunks from below the root, and those that came from the root
+      for (int t : {my_up_[1], my_up_[0]}) {
+        if (!has_down(t, i)) continue;
+        wait_item(down_item_[t][i - lag_]);
+        send_down(t, pieces_[t][i - lag_]);
+      }
+    }
+    exec_.wait_all();
+  }
 
-  const size_t half_bytes = (args.count + 1) / 2 * es;
-  const size_t chunk_bytes =
-      std::min(exec.chunk_bytes(), std::max(kMinChunkBytes, (half_bytes + kChunksPerHalf - 1) / kChunksPerHalf));
-  const size_t chunk_elems = std::max<size_t>(1, chunk_bytes / es);
-  std::vector<Piece> pieces[2] = {chunks(segment(args.count, 2, 0), chunk_elems),
-                                  chunks(segment(args.count, 2, 1), chunk_elems)};
-  const size_t phases = std::max(pieces[0].size(), pieces[1].size()) + 2 * static_cast<size_t>(tree_depth(n)) + 2;
-  const size_t lag = phases - std::max(pieces[0].size(), pieces[1].size());
-  auto has_up = [&](int t, size_t i) { return i < pieces[t].size(); };
-  auto has_down = [&](int t, size_t i) { return i >= lag && i - lag < pieces[t].size() && tree[t].parent >= 0; };
+ private:
+  bool has_up(int t, size_t i) const { return i < pieces_[t].size(); }
+  bool has_down(int t, size_t i) const {
+    return i >= lag_ && i - lag_ < pieces_[t].size() && tree_[t].parent >= 0;
+  }
 
   // Receives in posting order: phase by phase, each phase's in the order their senders emit them.
-  const bool parent_is_root[2] = {tree[0].parent == root[0], tree[1].parent == root[1]};
-  std::vector<RecvItem> items;
-  std::vector<std::array<size_t, 2>> up_item[2];
-  std::vector<size_t> down_item[2];
-  for (int t = 0; t < 2; ++t) {
-    up_item[t].assign(pieces[t].size(), {SIZE_MAX, SIZE_MAX});
-    down_item[t].assign(pieces[t].size(), SIZE_MAX);
-  }
-  for (size_t i = 0; i < phases; ++i) {
-    const size_t first = items.size();
+  void plan_receives() {
+    const bool parent_is_root[2] = {tree_[0].parent == root_[0], tree_[1].parent == root_[1]};
     for (int t = 0; t < 2; ++t) {
-      if (!has_up(t, i)) continue;
-      for (int c = 0; c < 2; ++c) {
-        const int child = tree[t].child[c];
-        if (child >= 0) items.push_back({position(up_order(n, child), t), true, t, i, c, child});
-      }
-      if (parent_is_root[t]) {  // the root sends down in its up step
-        items.push_back({position(up_order(n, root[t]), t), false, t, i, 0, root[t]});
-      }
+      up_item_[t].assign(pieces_[t].size(), {SIZE_MAX, SIZE_MAX});
+      down_item_[t].assign(pieces_[t].size(), SIZE_MAX);
     }
-    for (int t = 0; t < 2; ++t) {
-      if (!has_down(t, i) || parent_is_root[t]) continue;
-      const std::array<int, 2> up = up_order(n, tree[t].parent);
-      items.push_back({2 + position({up[1], up[0]}, t), false, t, i - lag, 0, tree[t].parent});
-    }
-    std::stable_sort(items.begin() + static_cast<std::ptrdiff_t>(first), items.end(),
-                     [](const RecvItem& a, const RecvItem& b) { return a.order < b.order; });
-    for (size_t k = first; k < items.size(); ++k) {
-      const RecvItem& item = items[k];
-      if (item.up) {
-        up_item[item.tree][item.chunk][static_cast<size_t>(item.child)] = k;
-      } else {
-        down_item[item.tree][item.chunk] = k;
+    for (size_t i = 0; i < phases_; ++i) {
+      const size_t first = items_.size();
+      for (int t = 0; t < 2; ++t) {
+        if (!has_up(t, i)) continue;
+        for (int c = 0; c < 2; ++c) {
+          const int child = tree_[t].child[c];
+          if (child >= 0) items_.push_back({position(up_order(n_, child), t), true, t, i, c, child});
+        }
+        if (parent_is_root[t]) {  // the root sends down in its up step
+          items_.push_back({position(up_order(n_, root_[t]), t), false, t, i, 0, root_[t]});
+        }
+      }
+      for (int t = 0; t < 2; ++t) {
+        if (!has_down(t, i) || parent_is_root[t]) continue;
+        const std::array<int, 2> up = up_order(n_, tree_[t].parent);
+        items_.push_back({2 + position({up[1], up[0]}, t), false, t, i - lag_, 0, tree_[t].parent});
+      }
+      std::stable_sort(items_.begin() + static_cast<std::ptrdiff_t>(first), items_.end(),
+                       [](const RecvItem& a, const RecvItem& b) { return a.order < b.order; });
+      for (size_t k = first; k < items_.size(); ++k) {
+        const RecvItem& item = items_[k];
+        if (item.up) {
+          up_item_[item.tree][item.chunk][static_cast<size_t>(item.child)] = k;
+        } else {
+          down_item_[item.tree][item.chunk] = k;
+        }
       }
     }
   }
 
-  auto* slots = static_cast<uint8_t*>(exec.scratch().get(kSlots * chunk_elems * es));
-  std::vector<size_t> free_slots;
-  for (size_t s = 0; s < kSlots; ++s) free_slots.push_back(kSlots - 1 - s);
-  size_t posted = 0;
   // Posts receives in order for as long as slots last, and at least up to `needed` (whose slots are free by then:
   // every up item of an earlier phase has been consumed, and a phase has 4 at most).
-  auto post = [&](size_t needed) {
-    for (; posted < items.size(); ++posted) {
-      RecvItem& item = items[posted];
-      const Piece piece = pieces[item.tree][item.chunk];
+  void post(size_t needed) {
+    for (; posted_ < items_.size(); ++posted_) {
+      RecvItem& item = items_[posted_];
+      const Piece piece = pieces_[item.tree][item.chunk];
       if (item.up) {
-        if (free_slots.empty()) {
+        if (free_slots_.empty()) {
           TBCOLL_ENFORCE(needed == SIZE_MAX);
           return;
         }
-        item.slot = free_slots.back();
-        free_slots.pop_back();
-        item.id = exec.irecv(item.peer, slots + item.slot * chunk_elems * es, piece.count * es);
+        item.slot = free_slots_.back();
+        free_slots_.pop_back();
+        item.id = exec_.irecv(item.peer, slots_ + item.slot * chunk_elems_ * es_, piece.count * es_);
       } else {
-        item.id = exec.irecv(item.peer, dst + piece.offset * es, piece.count * es);
+        item.id = exec_.irecv(item.peer, dst_ + piece.offset * es_, piece.count * es_);
       }
       item.posted = true;
-      if (posted == needed) {
-        ++posted;
+      if (posted_ == needed) {
+        ++posted_;
         return;
       }
     }
-  };
-  auto wait_item = [&](size_t index) {
-    if (!items[index].posted) post(index);
-    exec.wait(items[index].id);
-  };
-  auto send_down = [&](int t, Piece piece) {
-    for (int child : tree[t].child) {
-      if (child >= 0) exec.isend(child, dst + piece.offset * es, piece.count * es);
-    }
-  };
+  }
 
-  post(SIZE_MAX);
-  for (size_t i = 0; i < phases; ++i) {
-    for (int t : my_up) {  // U(t, i)
-      if (!has_up(t, i)) continue;
-      const Piece piece = pieces[t][i];
-      uint8_t* out = dst + piece.offset * es;
-      const uint8_t* partial = src + piece.offset * es;
-      for (int c = 0; c < 2; ++c) {
-        if (tree[t].child[c] < 0) continue;
-        const size_t item = up_item[t][i][static_cast<size_t>(c)];
-        wait_item(item);
-        const uint8_t* got = slots + items[item].slot * chunk_elems * es;
-        if (c == 0) {
-          kernel(out, got, partial, piece.count);  // child 0's subtree, then this rank
-        } else {
-          kernel(out, partial, got, piece.count);  // ..., then child 1's subtree
-        }
-        partial = out;
-        free_slots.push_back(items[item].slot);
-      }
-      if (tree[t].parent >= 0) {
-        exec.isend(tree[t].parent, partial, piece.count * es);
-      } else {
-        if (args.op == ReduceOp::kAvg) reduce::divide(out, out, piece.count, args.dtype, n);
-        send_down(t, piece);
-      }
-    }
-    post(SIZE_MAX);
-    for (int t : my_down) {  // D(t, i - lag): chunks from below the root, and those that came from the root
-      if (!has_down(t, i)) continue;
-      wait_item(down_item[t][i - lag]);
-      send_down(t, pieces[t][i - lag]);
+  void wait_item(size_t index) {
+    if (!items_[index].posted) post(index);
+    exec_.wait(items_[index].id);
+  }
+
+  void send_down(int t, Piece piece) {
+    for (int child : tree_[t].child) {
+      if (child >= 0) exec_.isend(child, dst_ + piece.offset * es_, piece.count * es_);
     }
   }
-  exec.wait_all();
-}
+
+  // U(t, i): chunk i from tree t's children, reduced in the tree's fixed order, sent up (a root: down at once).
+  void up_step(int t, size_t i) {
+    if (!has_up(t, i)) return;
+    const Piece piece = pieces_[t][i];
+    uint8_t* out = dst_ + piece.offset * es_;
+    const uint8_t* partial = src_ + piece.offset * es_;
+    for (int c = 0; c < 2; ++c) {
+      if (tree_[t].child[c] < 0) continue;
+      const size_t item = up_item_[t][i][static_cast<size_t>(c)];
+      wait_item(item);
+      const uint8_t* got = slots_ + items_[item].slot * chunk_elems_ * es_;
+      if (c == 0) {
+        kernel_(out, got, partial, piece.count);  // child 0's subtree, then this rank
+      } else {
+        kernel_(out, partial, got, piece.count);  // ..., then child 1's subtree
+      }
+      partial = out;
+      free_slots_.push_back(items_[item].slot);
+    }
+    if (tree_[t].parent >= 0) {
+      exec_.isend(tree_[t].parent, partial, piece.count * es_);
+    } else {
+      if (args_.op == ReduceOp::kAvg) reduce::divide(out, out, piece.count, args_.dtype, n_);
+      send_down(t, piece);
+    }
+  }
+
+  Exec& exec_;
+  const Args& args_;
+  const int n_;
+  const size_t es_;
+  const uint8_t* src_;
+  uint8_t* dst_;
+  const reduce::Kernel kernel_;
+  const TreeLinks tree_[2];
+  const int root_[2];
+  const std::array<int, 2> my_up_;
+  size_t chunk_elems_ = 1;
+  std::vector<Piece> pieces_[2];
+  size_t phases_ = 0, lag_ = 0;
+  std::vector<RecvItem> items_;
+  std::vector<std::array<size_t, 2>> up_item_[2];
+  std::vector<size_t> down_item_[2];
+  uint8_t* slots_ = nullptr;
+  std::vector<size_t> free_slots_;
+  size_t posted_ = 0;
+};
+
+}  // namespace
+
+void all_reduce_tree(Exec& exec, const Args& args) { TreeRun(exec, args).run(); }
 
 TBCOLL_ALGORITHM(all_reduce_tree) {
   Algorithm row;

@@ -58,8 +58,37 @@ class Context final : public transport::Context {
 
   std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
                                                             Deadline deadline) override {
-    const size_t bytes = segment_bytes(args_.world_size);
+    map_peers(peers);
+    const bool can_read_all = probe_cross_memory_reads(peers);
+    DirectControl& mine = collective_area(mapping_.base(), args_.world_size)->direct;
+    mine.cma_ok.store(can_read_all ? 1 : 2, std::memory_order_release);
+    std::vector<ProcessWatch> processes;
+    for (size_t i = 0; i < peers.size(); ++i) processes.emplace_back(peer_mappings_[i].header()->owner_pid);
+    wait_until_mapped(peers, processes, deadline);
+    platform::shm_remove(name_);
+    unlinked_ = true;
+    // Every peer's answer is awaited whatever ours: it also says the peer finished its part of the set-up.
+    const bool every_peer_can = every_peer_reads_all(peers, processes, deadline);
+    const bool direct = can_read_all && every_peer_can;
+    if (static_cast<int>(peers.size()) == args_.world_size - 1) make_fast_path(peers, direct);
     std::vector<std::unique_ptr<transport::Endpoint>> out;
+    for (size_t i = 0; i < peers.size(); ++i) {
+      int peer = peers[i].rank;
+      void* remote = peer_mappings_[i].base();
+      out.push_back(std::make_unique<Endpoint>(args_.rank, peer, queue_at(mapping_.base(), peer),
+                                               queue_at(remote, args_.rank), mapping_.header(),
+                                               peer_mappings_[i].header()));
+    }
+    return out;
+  }
+
+  void abort() override { mapping_.header()->closed.store(1, std::memory_order_release); }
+  transport::CollectiveFastPath* fast_path() override { return fast_path_.get(); }
+
+ private:
+  // Maps every peer's segment, checked to be this communicator's and its owner's, and counts this rank in it.
+  void map_peers(const std::vector<transport::PeerAddress>& peers) {
+    const size_t bytes = segment_bytes(args_.world_size);
     for (const auto& peer : peers) {
       Mapping mapping = Mapping::open(peer.address, bytes);
       SegmentHeader* header = mapping.header();
@@ -76,8 +105,11 @@ class Context final : public transport::Context {
       header->mapped_by.fetch_add(1, std::memory_order_acq_rel);
       peer_mappings_.push_back(std::move(mapping));
     }
-    // Cross-memory attach: can we read every peer's memory? (ptrace rules decide; root or same-uid with a
-    // permissive yama scope can.) Each rank publishes its answer; the direct paths run only if all said yes.
+  }
+
+  // Cross-memory attach: can we read every peer's memory? (ptrace rules decide; root or same-uid with a
+  // permissive yama scope can.) Each rank publishes its answer; the direct paths run only if all said yes.
+  bool probe_cross_memory_reads(const std::vector<transport::PeerAddress>& peers) {
     bool can_read_all = env::Settings(args_.knobs).get("TBCOLL_SHM_CMA") != "0";
     for (size_t i = 0; can_read_all && i < peers.size(); ++i) {
       const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
@@ -90,25 +122,27 @@ class Context final : public transport::Context {
       }
       can_read_all &= probe == kSegmentMagic;
     }
-    DirectControl& mine = collective_area(mapping_.base(), args_.world_size)->direct;
-    mine.cma_ok.store(can_read_all ? 1 : 2, std::memory_order_release);
-    // A peer that died or closed during set-up fails it at once, naming the peer, instead of at the deadline.
-    std::vector<ProcessWatch> processes;
-    for (size_t i = 0; i < peers.size(); ++i) processes.emplace_back(peer_mappings_[i].header()->owner_pid);
-    auto check_peers = [&] {
-      for (size_t i = 0; i < peers.size(); ++i) {
-        const SegmentHeader* header = peer_mappings_[i].header();
-        const bool dead = processes[i].exited();
-        if (dead || header->closed.load(std::memory_order_acquire) != 0) {
-          // A dead peer cannot unlink its segment, and not yet reaped (a zombie) the sweeps by pid keep it.
-          if (dead) platform::shm_remove(peers[i].address);
-          throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) {} during set-up", args_.rank, peers[i].rank,
-                                    header->owner_pid, dead ? "died" : "closed its end"));
-        }
+    return can_read_all;
+  }
+
+  // A peer that died or closed during set-up fails it at once, naming the peer, instead of at the deadline.
+  void check_peers(const std::vector<transport::PeerAddress>& peers, std::vector<ProcessWatch>& processes) {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      const SegmentHeader* header = peer_mappings_[i].header();
+      const bool dead = processes[i].exited();
+      if (dead || header->closed.load(std::memory_order_acquire) != 0) {
+        // A dead peer cannot unlink its segment, and not yet reaped (a zombie) the sweeps by pid keep it.
+        if (dead) platform::shm_remove(peers[i].address);
+        throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) {} during set-up", args_.rank, peers[i].rank,
+                                  header->owner_pid, dead ? "died" : "closed its end"));
       }
-    };
-    // Wait until every peer mapped our segment, then drop its name. A peer that published its cross-memory answer
-    // has mapped every segment, so those that did not are the ones to name.
+    }
+  }
+
+  // Waits until every peer mapped our segment. A peer that published its cross-memory answer has mapped every
+  // segment, so those that did not are the ones to name.
+  void wait_until_mapped(const std::vector<transport::PeerAddress>& peers, std::vector<ProcessWatch>& processes,
+                         Deadline deadline) {
     for (unsigned polls = 1; mapping_.header()->mapped_by.load(std::memory_order_acquire) < peers.size(); ++polls) {
       if (Clock::now() >= deadline) {
         std::vector<int> missing;
@@ -122,14 +156,17 @@ class Context final : public transport::Context {
                                        fmt::join(missing, ", ")));
       }
       if (polls % 50 == 0) {  // every ~10 ms
-        check_peers();
+        check_peers(peers, processes);
         check_cancelled(args_.cancelled, fmt::format("[shm] rank {}", args_.rank));
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-    platform::shm_remove(name_);
-    unlinked_ = true;
-    bool direct = can_read_all;
+  }
+
+  // Whether every peer said it can read every segment's owner's memory (each publishes its answer).
+  bool every_peer_reads_all(const std::vector<transport::PeerAddress>& peers, std::vector<ProcessWatch>& processes,
+                            Deadline deadline) {
+    bool all = true;
     for (size_t i = 0; i < peers.size(); ++i) {
       const DirectControl& theirs = collective_area(peer_mappings_[i].base(), args_.world_size)->direct;
       uint32_t answer;
@@ -139,47 +176,37 @@ class Context final : public transport::Context {
                                          peers[i].rank));
         }
         if (polls % 100 == 0) {
-          check_peers();
+          check_peers(peers, processes);
           check_cancelled(args_.cancelled, fmt::format("[shm] rank {}", args_.rank));
         }
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
-      direct &= answer == 1;
+      all &= answer == 1;
     }
-    if (static_cast<int>(peers.size()) == args_.world_size - 1) {
-      // Every rank is reachable through shared memory: offer the one-shot collectives.
-      std::vector<CollectiveArea*> areas(args_.world_size);
-      std::vector<SegmentHeader*> headers(args_.world_size);
-      areas[args_.rank] = collective_area(mapping_.base(), args_.world_size);
-      headers[args_.rank] = mapping_.header();
-      for (size_t i = 0; i < peers.size(); ++i) {
-        areas[peers[i].rank] = collective_area(peer_mappings_[i].base(), args_.world_size);
-        headers[peers[i].rank] = peer_mappings_[i].header();
-      }
-      const env::Settings settings(args_.knobs);
-      auto knob = [&](const char* name) { return static_cast<size_t>(std::max<long long>(0, settings.get_int(name))); };
-      FastPathTuning tuning;
-      tuning.one_shot_max_bytes = knob("TBCOLL_ONESHOT_MAX_BYTES");
-      tuning.two_shot_above_bytes = knob("TBCOLL_DIRECT_MAX_BYTES");
-      tuning.cma_min_bytes = knob("TBCOLL_CMA_MIN_BYTES");
-      tuning.cma_max_bytes = knob("TBCOLL_CMA_MAX_BYTES");
-      tuning.cma_gather_min_bytes = knob("TBCOLL_CMA_GATHER_MIN_BYTES");
-      fast_path_ = std::make_unique<FastPath>(args_.rank, std::move(areas), std::move(headers), direct, tuning);
-    }
-    for (size_t i = 0; i < peers.size(); ++i) {
-      int peer = peers[i].rank;
-      void* remote = peer_mappings_[i].base();
-      out.push_back(std::make_unique<Endpoint>(args_.rank, peer, queue_at(mapping_.base(), peer),
-                                               queue_at(remote, args_.rank), mapping_.header(),
-                                               peer_mappings_[i].header()));
-    }
-    return out;
+    return all;
   }
 
-  void abort() override { mapping_.header()->closed.store(1, std::memory_order_release); }
-  transport::CollectiveFastPath* fast_path() override { return fast_path_.get(); }
+  // Every rank is reachable through shared memory: offer the one-shot collectives.
+  void make_fast_path(const std::vector<transport::PeerAddress>& peers, bool direct) {
+    std::vector<CollectiveArea*> areas(args_.world_size);
+    std::vector<SegmentHeader*> headers(args_.world_size);
+    areas[args_.rank] = collective_area(mapping_.base(), args_.world_size);
+    headers[args_.rank] = mapping_.header();
+    for (size_t i = 0; i < peers.size(); ++i) {
+      areas[peers[i].rank] = collective_area(peer_mappings_[i].base(), args_.world_size);
+      headers[peers[i].rank] = peer_mappings_[i].header();
+    }
+    const env::Settings settings(args_.knobs);
+    auto knob = [&](const char* name) { return static_cast<size_t>(std::max<long long>(0, settings.get_int(name))); };
+    FastPathTuning tuning;
+    tuning.one_shot_max_bytes = knob("TBCOLL_ONESHOT_MAX_BYTES");
+    tuning.two_shot_above_bytes = knob("TBCOLL_DIRECT_MAX_BYTES");
+    tuning.cma_min_bytes = knob("TBCOLL_CMA_MIN_BYTES");
+    tuning.cma_max_bytes = knob("TBCOLL_CMA_MAX_BYTES");
+    tuning.cma_gather_min_bytes = knob("TBCOLL_CMA_GATHER_MIN_BYTES");
+    fast_path_ = std::make_unique<FastPath>(args_.rank, std::move(areas), std::move(headers), direct, tuning);
+  }
 
- private:
   transport::ContextArgs args_;
   std::string name_;
   Mapping mapping_;
