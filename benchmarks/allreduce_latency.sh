@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Small all_reduce on a slow link, every all_reduce algorithm in one run (issue 15's latency figure): N ranks
+# Small all_reduce on a slow link, every all_reduce algorithm in one run (the schedules' latency at high link latency): N ranks
 # over tcp with TBCOLL_LINK_DELAY_US of emulated latency, one size, each algorithm forced in turn; prints the
 # median time per algorithm and its speed-up over the ring. Defaults: 8 ranks, 2 ms, 1 KiB.
 #

@@ -80,6 +80,9 @@ const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const Col
     return last;
   }
   last = prepare(traits, args);
+  // Once per new shape of a collective (calls that repeat it are not logged: they cost no more than a check).
+  log::trace("rank {}: {} of {} B ({}): {}", rank, traits.name, last.checked.bytes, to_string(args.dtype),
+             last.choice != nullptr ? last.choice->name : std::string(algo::self_algorithm_name()));
   return last;
 }
 

@@ -114,14 +114,22 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
     return Communicator(std::make_unique<Impl>(config, instance, setup::Rendezvous{}, setup::links_of_one(),
                                                Tuner(tuning, size, forced, {}, known), set_up.emulation));
   }
+  const auto started = Clock::now();
+  auto phase = [&](const char* name) {  // TBCOLL_DEBUG=TRACE: each set-up phase and when it ended
+    log::trace("rank {}: set-up: {} done after {:.1f} ms", rank, name,
+               std::chrono::duration<double, std::milli>(Clock::now() - started).count());
+  };
   setup::Rendezvous rendezvous = setup::open_rendezvous(config, settings, secret, deadline, cancelled);
+  phase("open_rendezvous");
   if (set_up.emulated) log::info("rank {}: emulating links: {}", rank, set_up.emulation);
   Store& store = *rendezvous.store;
   setup::Identity identity =
       setup::publish_identity(config, settings, devices, rendezvous, secret, instance, deadline, cancelled);
+  phase("publish_identity");
   const std::vector<bootstrap::Published> everyone =
       setup::read_records(store, config.prefix, rank, identity.self, deadline, cancelled);
   setup::LinkPlan plan = setup::plan_links(devices, everyone, rank, config.transport);
+  phase("plan_links");
   if (plan.hosts > 1 && secret.empty() && rank == 0 && top_level) {  // once per job, not per split
     log::warn("rank 0: this job spans {} hosts and has no job secret (TBCOLL_SECRET): whoever reaches its ports can "
               "join with the token, rewrite its records and alter its data. Set TBCOLL_SECRET_FILE or TBCOLL_SECRET "
@@ -132,6 +140,7 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   setup::Links links = setup::connect_links(std::move(identity), plan, devices, store, config.prefix, rank, size,
                                             deadline, cancelled);
   links.fast_path = setup::fast_path_of(links, plan, devices, everyone);
+  phase("connect_links");
   const algo::CostParams costs = setup::link_costs(devices, everyone, plan.crowding, set_up.emulation, settings);
   log::info("rank {}: cost model: {}", rank, costs.describe());
   // The tuner, once: the fast path's algorithms join the table.

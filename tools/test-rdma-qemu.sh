@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real-rdma-core test layer (issue 13, layer 3): boots Debian's linux-image-amd64 kernel (it ships Soft-RoCE,
+# The real-rdma-core test layer (ARCHITECTURE.md, layer 5): boots Debian's linux-image-amd64 kernel (it ships Soft-RoCE,
 # rdma_rxe) in qemu-system-x86_64 under TCG (no KVM) with a busybox initramfs, loads the modules, creates one rxe
 # device (rxe0 on a dummy netdev; every rank on it) and runs a list of checks inside that ONE boot, each with a
 # timeout. Prints one line per check on stdout,

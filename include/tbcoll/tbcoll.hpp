@@ -73,8 +73,8 @@ struct TBCOLL_API Config {
   std::string token = "tbcoll";
   /// Deadline for every blocking call, in seconds (TBCOLL_TIMEOUT); 1e9 or more (or infinity) means none.
   double timeout_s = 60.0;
-  /// Forces a transport for every peer pair: "tcp", "shm", "loopback" ("ibverbs" is not built yet); empty = best
-  /// per pair.
+  /// Forces a transport for every peer pair: "tcp", "shm", "ibverbs", "loopback" (tbcoll-info lists those built and
+  /// usable here); empty: the best per pair.
   std::string transport;
   /// Forces algorithms (TBCOLL_ALGO): a name ("ring") applies to every collective that has an algorithm of
   /// that name; "allreduce:ring,broadcast:chain" names them per collective (tbcoll-info lists them all). Empty:

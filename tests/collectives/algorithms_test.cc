@@ -1,4 +1,4 @@
-// Issue 15's schedules: the all_reduce trees, recursive doubling, halving-doubling and mesh, and the
+// The schedules beyond the direct exchange and the ring: the all_reduce trees, recursive doubling, halving-doubling and mesh, and the
 // hierarchical all_reduce and all_gather, against the reference (in place and out of place, every rank bitwise
 // alike), with inputs whose sum depends on the order of the reduction, and the bytes the hierarchical
 // schedules move across hosts (counted by a wrapped transport).
