@@ -7,21 +7,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/exec.h"
 #include "algorithms/registry.h"
 #include "collective_traits.h"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll {
 
-/// One collective call's arguments, in the order every collective takes them.
-struct CallArgs {
-  const void* send = nullptr;
-  void* recv = nullptr;
-  size_t count = 0;
-  DataType dtype = DataType::kFloat32;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-};
+/// One collective call's arguments, in the order every collective takes them (send, recv, count, dtype, op,
+/// root; the rest of algo::Args is the call path's).
+using CallArgs = algo::Args;
 
 /// What the checks found of a call's shape (all but its pointers).
 struct CheckedShape {

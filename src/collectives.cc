@@ -269,8 +269,10 @@ void Communicator::Impl::collective(const CollectiveTraits& traits, const CallAr
     return;
   }
   const transport::Tag tag{++calls.collective_seq, call.checked.meta};  // the caller's op
-  algo::Args run{args.send, args.recv, args.count, args.dtype, traits.reduces ? args.op : ReduceOp::kSum,
-                 traits.rooted ? args.root : 0, dtype_size(args.dtype)};
+  algo::Args run = args;
+  run.op = traits.reduces ? args.op : ReduceOp::kSum;
+  run.root = traits.rooted ? args.root : 0;
+  run.elem_size = dtype_size(args.dtype);
   std::vector<uint8_t> quotients;
   if (traits.reduces) {
     // Into recv where it has the input's layout on every rank (all_reduce), else into storage of its own.

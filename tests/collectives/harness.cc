@@ -162,4 +162,19 @@ size_t entries_of(const char* dir) {
   return count;
 }
 
+std::vector<std::string> init_errors(int n, const std::function<Config(int rank)>& config_of) {
+  auto store = make_in_memory_store();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      Config config = config_of(rank);
+      config.store = store;
+      errors[static_cast<size_t>(rank)] = error_of([&] { Communicator::init(config); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
 }  // namespace tbcoll::test

@@ -71,6 +71,10 @@ std::string error_of(Fn&& fn) {
   return "";
 }
 
+/// Every rank's error from Communicator::init (as error_of says it; "" where it succeeded): n ranks as threads of
+/// this process over one in-memory store, rank r's Config from config_of(r) (its store set here).
+std::vector<std::string> init_errors(int n, const std::function<Config(int rank)>& config_of);
+
 /// Entries of a directory, 0 where it cannot be read: /proc/self/fd and /proc/self/task count this process's
 /// descriptors and threads (Linux), to check that failed communicators leave none behind.
 size_t entries_of(const char* dir);

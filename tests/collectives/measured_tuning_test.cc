@@ -205,25 +205,17 @@ TEST(TuneFile, AFileWrittenByOneJobChangesTheNextJobsChoices) {
 // Every rank's set-up error with these knobs (3 ranks, loopback, threads of this process).
 std::vector<std::string> init_errors(const std::map<std::string, std::string>& knobs) {
   static int generation = 0;
-  auto store = make_in_memory_store();
   const std::string prefix = fmt::format("tune-refusal{}", generation++);
-  std::vector<std::string> errors(3);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 3; ++rank) {
-    threads.emplace_back([&, rank] {
-      Config config;
-      config.rank = rank;
-      config.world_size = 3;
-      config.store = store;
-      config.prefix = prefix;
-      config.transport = "loopback";
-      config.timeout_s = 20;
-      config.knobs = knobs;
-      errors[static_cast<size_t>(rank)] = error_of([&] { Communicator::init(config); });
-    });
-  }
-  for (auto& thread : threads) thread.join();
-  return errors;
+  return test::init_errors(3, [&](int rank) {
+    Config config;
+    config.rank = rank;
+    config.world_size = 3;
+    config.prefix = prefix;
+    config.transport = "loopback";
+    config.timeout_s = 20;
+    config.knobs = knobs;
+    return config;
+  });
 }
 
 // A file that does not fit is refused on every rank, with rank 0's reason: stale (another algorithm table), wrong

@@ -450,22 +450,15 @@ TEST(Secret, JobsRunWithASecretAndRanksWithAnotherOneAreRefused) {
   // Over TCP (the side channel of ibverbs too, where built): rank 1 has another secret.
   for (const std::string& transport : {std::string("tcp"), std::string("fakeverbs")}) {
     if (std::count(test::test_transports().begin(), test::test_transports().end(), transport) == 0) continue;
-    auto store = make_in_memory_store();
-    std::string errors[2];
-    std::vector<std::thread> ranks;
-    for (int rank = 0; rank < 2; ++rank) {
-      ranks.emplace_back([&, rank] {
-        Config config;
-        config.rank = rank;
-        config.world_size = 2;
-        config.store = store;
-        config.transport = transport;
-        config.timeout_s = 1.5;  // the accepting rank waits for a proper peer until then
-        config.knobs = {{"TBCOLL_SECRET", rank == 0 ? "secret-of-rank-zero" : "secret-of-rank-one!"}};
-        errors[rank] = test::error_of([&] { Communicator::init(config); });
-      });
-    }
-    for (auto& thread : ranks) thread.join();
+    const std::vector<std::string> errors = test::init_errors(2, [&](int rank) {
+      Config config;
+      config.rank = rank;
+      config.world_size = 2;
+      config.transport = transport;
+      config.timeout_s = 1.5;  // the accepting rank waits for a proper peer until then
+      config.knobs = {{"TBCOLL_SECRET", rank == 0 ? "secret-of-rank-zero" : "secret-of-rank-one!"}};
+      return config;
+    });
     EXPECT_TRUE(errors[0].find("secret") != std::string::npos || errors[1].find("secret") != std::string::npos)
         << transport << ": " << errors[0] << " | " << errors[1];
     EXPECT_NE(errors[0], "");
