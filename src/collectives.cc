@@ -60,6 +60,17 @@ Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits&
   out.dtype = args.dtype;
   out.op = args.op;
   out.root = args.root;
+  out.send = args.send;
+  out.recv = args.recv;
+  out.what = {traits.name};
+  if (traits.takes_count) {
+    out.what = {traits.name, args.count, args.dtype, args.op, traits.reduces, traits.rooted ? args.root : -1};
+  }
+  out.run = args;
+  out.run.op = traits.reduces ? args.op : ReduceOp::kSum;
+  out.run.root = traits.rooted ? args.root : 0;
+  out.run.elem_size = traits.takes_count ? dtype_size(args.dtype) : 1;
+  out.divides_first = traits.reduces && args.op == ReduceOp::kAvg && args.dtype == DataType::kFloat16;
   if (size == 1) return out;
   // A forced algorithm that cannot run this call (oneshot beyond its slots, say) is a bad argument too: said
   // here, before anything is queued or sent, naming the call.
@@ -76,7 +87,11 @@ const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const Col
   Prepared& last = prepared[static_cast<size_t>(traits.kind)];
   if (last.valid && last.count == args.count && last.dtype == args.dtype && last.op == args.op &&
       last.root == args.root) {
-    check_buffers(traits, rank, size, args, last.checked.bytes);  // the pointers are the call's own
+    if (last.send != args.send || last.recv != args.recv) {  // the same buffers passed their checks already
+      check_buffers(traits, rank, size, args, last.checked.bytes);
+      last.send = last.run.send = args.send;
+      last.recv = last.run.recv = args.recv;
+    }
     return last;
   }
   last = prepare(traits, args);
@@ -258,30 +273,24 @@ void Communicator::Impl::collective(const CollectiveTraits& traits, const CallAr
     throw;
   }
   const Prepared& call = *prepared_call;  // the collective's slot: no call below prepares this collective again
-  algo::CallInfo what{traits.name};
-  if (traits.takes_count) {
-    what = {traits.name, args.count, args.dtype, args.op, traits.reduces, traits.rooted ? args.root : -1};
-  }
-  check_usable(what);
+  check_usable(call.what);
   if (traits.takes_count && args.count == 0) return;
   if (call.choice == nullptr) {  // one rank
     if (args.send != args.recv && call.checked.bytes > 0) std::memcpy(args.recv, args.send, call.checked.bytes);
     return;
   }
   const transport::Tag tag{++calls.collective_seq, call.checked.meta};  // the caller's op
-  algo::Args run = args;
-  run.op = traits.reduces ? args.op : ReduceOp::kSum;
-  run.root = traits.rooted ? args.root : 0;
-  run.elem_size = dtype_size(args.dtype);
-  std::vector<uint8_t> quotients;
-  if (traits.reduces) {
-    // Into recv where it has the input's layout on every rank (all_reduce), else into storage of its own.
-    const bool into_recv = !traits.send_per_rank && !traits.recv_per_rank && traits.writes_recv == Ranks::kEvery;
-    const size_t elements = args.count * (traits.send_per_rank ? static_cast<size_t>(size) : 1);
-    run.send = divide_first(args.send, into_recv ? args.recv : nullptr, quotients, elements, args.dtype, run.op,
-                            size);
+  if (!call.divides_first) {
+    execute_checked(call.what, tag, call.checked.shape, *call.choice, call.run);
+    return;
   }
-  execute_checked(what, tag, call.checked.shape, *call.choice, run);
+  // Into recv where it has the input's layout on every rank (all_reduce), else into storage of its own.
+  algo::Args run = call.run;
+  std::vector<uint8_t> quotients;
+  const bool into_recv = !traits.send_per_rank && !traits.recv_per_rank && traits.writes_recv == Ranks::kEvery;
+  const size_t elements = args.count * (traits.send_per_rank ? static_cast<size_t>(size) : 1);
+  run.send = divide_first(args.send, into_recv ? args.recv : nullptr, quotients, elements, args.dtype, run.op, size);
+  execute_checked(call.what, tag, call.checked.shape, *call.choice, run);
 }
 
 void Communicator::Impl::call(OpKind kind, const CallArgs& args) {

@@ -115,6 +115,11 @@ struct TBCOLL_LOCAL Communicator::Impl {
     int root = 0;
     CheckedShape checked;
     const Choice* choice = nullptr;  ///< the tuner's choice; null on one rank (nothing to run) and in an empty slot
+    const void* send = nullptr;      ///< the buffers whose checks passed: a call with the same ones skips them
+    void* recv = nullptr;
+    algo::CallInfo what;  ///< the call as errors name it
+    algo::Args run;       ///< what the schedule or fast path is given (op and root as the collective takes them)
+    bool divides_first = false;  ///< an f16 average: the inputs are divided before the sum (collectives.cc)
   };
   std::array<Prepared, kNumOpKinds> prepared{};
   /// The argument checks of a call (call_checks.h) and the tuner's choice for it; InvalidArgument naming what is
