@@ -66,8 +66,9 @@ def blocks(path):
 
 
 def local(text):
-    # build/ is this test's build tree; the rest runs as written.
-    return re.sub(r"(?<![\w./~-])build/", build + "/", text)
+    # build, as a path (build/...) or an argument (`cmake --install build`), is this test's build tree; the rest
+    # runs as written.
+    return re.sub(r"(?<![\w./~-])build(?![\w.-])", build, text)
 
 
 def run(what, command, timeout=240, shell=False):

@@ -134,7 +134,22 @@ void Exec::wait(size_t id) {
     if (now >= spin_until) {
       // Past the spin budget: sleep in the transport until something can move (bounded, so other
       // endpoints of this call still get progressed and the deadline is honoured).
-      if (watch_) watch_();
+      if (watch_) {
+        try {
+          watch_();
+        } catch (const RemoteError&) {
+          // A peer's notice that it gave up: what it sent before that may be here already, and a mismatch names
+          // its call more precisely than the notice (whichever of the two this rank happened to look at first).
+          // Other errors of that sweep (the peer closed, say) say less than the notice.
+          try {
+            sweep();
+          } catch (const MismatchError&) {
+            throw;
+          } catch (const Error&) {
+          }
+          throw;
+        }
+      }
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
     } else if (yield_now(spin_yield_, ++iterations, 256)) {

@@ -427,7 +427,8 @@ TEST(ExchangeErrors, AllToAllCountsThatDifferAreReportedOnEveryRankAtOnce) {
       }
       EXPECT_NE(outcome.messages[n - 1].find("does not match the peer's call"), std::string::npos)
           << outcome.messages[n - 1];
-      EXPECT_TRUE(any_says(outcome, fmt::format("peer {} called all_to_all(count=5, f32)", n - 1)));
+      EXPECT_TRUE(any_says(outcome, fmt::format("peer {} called all_to_all(count=5, f32)", n - 1)))
+          << fmt::format("{}", fmt::join(outcome.messages, "\n"));
       EXPECT_LT(outcome.took, std::chrono::seconds(10)) << "at once, not at the 20 s deadline";
     }
   }
