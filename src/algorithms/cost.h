@@ -113,6 +113,16 @@ struct Traffic {
 
 };
 
+/// Bytes mesh keeps in flight per peer (all_reduce_mesh.cc posts its receives this far ahead): more than the
+/// round-trip bandwidth-delay product of the longest link tbcoll targets, TCP over Thunderbolt (2 x 300 us x
+/// 2.5 GB/s = 1.5 MB; Thunderbolt RDMA and 10 GbE: under 100 KB), so that mesh's window does not bind there.
+constexpr size_t kMeshWindowBytes = size_t{2} << 20;
+/// Chunks of chunk_bytes mesh keeps posted per peer: kMeshWindowBytes of them, at least 2 (one reduced while the
+/// next arrives).
+inline size_t mesh_depth(size_t chunk_bytes) {
+  const size_t chunk = std::max<size_t>(1, chunk_bytes);
+  return std::max<size_t>(2, (kMeshWindowBytes + chunk - 1) / chunk);
+}
 /// ceil(log2 n) for n >= 1.
 int ceil_log2(int n);
 /// floor(log2 n) for n >= 1.
