@@ -53,13 +53,20 @@ double pieces(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes
 
 // A ring all-reduce of S among n ranks on link (reduce-scatter then all-gather, 2(n-1) steps). Fewer elements
 // than ranks leave blocks empty, and an empty block sends nothing: each non-empty one makes 2(n-1) hops, 4 messages
-// at each rank it passes (received and sent, both halves).
+// at each rank it passes (received and sent, both halves). A segment of more chunks than the ring has slots
+// streams through kRingSlots of them (the all-gather's receives are posted behind); with fewer, each step's
+// chunks are all posted and the steps' chain is what waits.
 double ring_all_reduce(double n, double s, const LinkCost& link, double gamma, double chunk, double elements) {
   if (n <= 1) return 0;
-  const double share = (n - 1) / n * s, blocks = std::clamp(elements, 1.0, n);
-  const double busiest = std::min(4 * (n - 1), 4 * blocks) * pieces(s / n, chunk);
-  const double average = 4 * (n - 1) * blocks / n * pieces(s / n, chunk);
-  return Traffic{2 * (n - 1), 2 * share, 2 * share, share, busiest, pieces(s / n, chunk), average}.time(link, gamma);
+  const double share = (n - 1) / n * s, blocks = std::clamp(elements, 1.0, n), k = pieces(s / n, chunk);
+  const double busiest = std::min(4 * (n - 1), 4 * blocks) * k;
+  const double average = 4 * (n - 1) * blocks / n * k;
+  Traffic traffic{2 * (n - 1), 2 * share, 2 * share, share, busiest, k, average};
+  if (k > static_cast<double>(kRingSlots)) {
+    traffic.window_slot = s / n / k;
+    traffic.window = static_cast<double>(kRingSlots) * traffic.window_slot;
+  }
+  return traffic.time(link, gamma);
 }
 
 // A schedule that does not pipeline, holding `staged` bytes of buffers at once, on the flat links (cost.h).
@@ -208,10 +215,13 @@ double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams&
                      3 * s, params);
 }
 
-// direct's exchange, chunk by chunk: a message per chunk and peer each way.
+// direct's exchange, chunk by chunk: a message per chunk and peer each way, mesh_depth chunks in flight per link.
 double cost_all_reduce_mesh(const CallShape& call, const CostParams& params) {
-  const double n = n_of(call), s = s_of(call), k = pieces(s, chunk_of(params, s));
-  return Traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1) * k, k}.time(params.flat(), params.gamma);
+  const double n = n_of(call), s = s_of(call), chunk = chunk_of(params, s), k = pieces(s, chunk);
+  Traffic traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1) * k, k};
+  traffic.window = std::min(k, static_cast<double>(mesh_depth(params.chunk_bytes))) * chunk;
+  traffic.window_slot = chunk;
+  return traffic.time(params.flat(), params.gamma);
 }
 
 // Inside a host (r ranks): every rank's input to the leader, reduced there (1 step; r-1 inputs); between the H
