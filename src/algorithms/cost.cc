@@ -174,6 +174,13 @@ double cost_gather_binomial(const CallShape& call, const CostParams& params) {
 // trees; cost_test checks this against them). The busiest link carries S, plus the pipeline's fill (the first chunk through
 // 2 depth hops, the rest behind it); each half is reduced once, S per rank at most. The chunk is the schedule's
 // own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
+//
+// The phases run in lock-step, though: a rank starts phase i + 1 once its phase i is done, and there, as an inner
+// node of one tree, it waits for chunk i from its children, who send it in their own phase i, once their
+// children's came. So a phase lasts while one chunk's wave crosses the trees' depth, each level a latency and
+// the chunk's bytes: the k phases that send chunks up, depth levels; the phases that bring chunk i - lag down
+// (lag = 2 depth + 2, all_reduce_tree.cc), depth - 1 levels, at once with the up-going ones where both run; the
+// last result one hop more. Where latency dominates, the wave sets the time, not the pipelined terms.
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   const int world = std::max(1, call.world_size);
   const double n = world, s = s_of(call);
@@ -183,9 +190,12 @@ double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   const double chunk = std::min(chunk_of(params, s / 2), std::max(32.0 * 1024, s / 2 / 16));
   const double fill = (2 * depth - 1) * chunk;
   const double k = pieces(s / 2, chunk);  // per tree; each message sent is also received: 2 per half sent
-  return Traffic{2 * depth, s + fill, busiest * s / 2 + fill, s, 2 * busiest * k, k, 2 * total / n * k,
-                 total / n * s / 2 + fill}
-      .time(params.flat(), params.gamma);
+  const double pipelined = Traffic{2 * depth, s + fill, busiest * s / 2 + fill, s, 2 * busiest * k, k,
+                                   2 * total / n * k, total / n * s / 2 + fill}
+                               .time(params.flat(), params.gamma);
+  const double lag = 2 * depth + 2, hops = k * depth + std::min(k, lag) * (depth - 1) + 1;
+  const LinkCost& link = params.flat();
+  return std::max(pipelined, hops * (link.alpha + chunk * link.beta));
 }
 
 // p = 2^floor(log2 n); ranks beyond p fold their input into a partner first and get the result back after (two

@@ -290,6 +290,24 @@ TEST(CostModel, TheRingStreamsThroughItsSlots) {
             2 * alpha + ((4 << 20) / (8 * slot) - 1) * (2 * alpha + slot * beta) + 8 * slot * beta);
 }
 
+// The double tree's phases run in lock-step: each lasts while a chunk's wave crosses the trees' depth. At 2
+// ranks over tb5-tcp dilated 100x, 1 MiB (16 chunks of 32 KiB per half): 17 hops of a latency and a chunk.
+// Where latency dominates that is the tree's time; and on uncrowded 10 GbE at 8 ranks, 4 MiB, it leaves the
+// tree to the ring.
+TEST(CostModel, TheTreesPhasesRunInLockStep) {
+  const CostParams dilated = links(30000, 0.025);
+  const double alpha = dilated.intra.alpha, beta = dilated.intra.beta;
+  EXPECT_NEAR(algo::cost_all_reduce_tree(call(OpKind::kAllReduce, 1 << 20, 2), dilated),
+              17 * (alpha + (32 << 10) * beta), 1e-9);
+  // 8 ranks (depth 3, lag 8), 4 MiB: 16 chunks of 128 KiB per half, 16 x 3 + 8 x 2 + 1 hops.
+  EXPECT_NEAR(algo::cost_all_reduce_tree(call(OpKind::kAllReduce, 4 << 20, 8), dilated),
+              65 * (alpha + (128 << 10) * beta), 1e-9);
+  // Small messages: one chunk per half, 3 + 2 + 1 hops, no more than the pipelined terms' 2 depth steps.
+  EXPECT_LT(algo::cost_all_reduce_tree(call(OpKind::kAllReduce, 1024, 8), dilated), 6.1 * alpha);
+  const CostParams ten_gbe = links(26, 1.25);
+  EXPECT_EQ(model_tuner(8, ten_gbe).choose(call(OpKind::kAllReduce, 4 << 20, 8)).name, "ring");
+}
+
 TEST(CostModel, HierarchicalWinsWhenTheHostsAreFarApart) {
   CostParams params = links(0.3, 8);
   params.inter = {300e-6, 1e-9 / 1.25, 1e-9 / 3};
