@@ -9,8 +9,12 @@
 //       r3 <----> r2          latency dominates.
 //
 // Unlike `direct` (the same exchange in one message per peer, n S of scratch), the chunks pipeline the
-// reduction with the transfer and scratch stays at 2 chunks per peer. Every rank folds the same n inputs in
-// rank order (reduce_ranks), so results are bitwise identical everywhere.
+// reduction with the transfer. Each peer's chunks land in a ring of mesh_depth() slots whose receives are posted
+// ahead, about kMeshWindowBytes per peer (cost.h): where a link moves a message only into a posted receive (the
+// link emulation; an RDMA rendezvous), it carries at most that window per round trip, so the window covers the
+// bandwidth-delay product of the longest link tbcoll targets. Scratch is that window per peer (about n S for a
+// message below it). Every rank folds the same n inputs in rank order (reduce_ranks), so results are bitwise
+// identical everywhere.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -22,11 +26,6 @@
 #include "reduce/reduce.h"
 
 namespace tbcoll::algo {
-namespace {
-
-constexpr size_t kDepth = 2;  // chunks in flight per peer
-
-}  // namespace
 
 void all_reduce_mesh(Exec& exec, const Args& args) {
   const int n = exec.size();
@@ -38,9 +37,14 @@ void all_reduce_mesh(Exec& exec, const Args& args) {
   const size_t chunk_elems = std::max<size_t>(1, exec.chunk_bytes() / es);
   const std::vector<Piece> pieces = chunks({0, args.count}, chunk_elems);
   const size_t slot_bytes = std::min(chunk_elems, args.count) * es;
-  // Slot (p, d): chunk c of rank p lands in (p, c % kDepth); an in-place call copies its own chunk to (r, 0).
-  auto* slots = static_cast<uint8_t*>(exec.scratch().get(static_cast<size_t>(n) * kDepth * slot_bytes));
-  auto slot = [&](int p, size_t c) { return slots + (static_cast<size_t>(p) * kDepth + c % kDepth) * slot_bytes; };
+  const size_t depth = std::max<size_t>(1, std::min(mesh_depth(chunk_elems * es), pieces.size()));
+  // Peer p's chunk c lands in slot c % depth of p's row (rows in rank order without this rank's); an in-place
+  // call copies its own chunk to the slot after the rows.
+  auto* slots = static_cast<uint8_t*>(exec.scratch().get((static_cast<size_t>(n - 1) * depth + 1) * slot_bytes));
+  auto slot = [&](int p, size_t c) {
+    const size_t row = static_cast<size_t>(p < r ? p : p - 1);
+    return slots + (p == r ? static_cast<size_t>(n - 1) * depth : row * depth + c % depth) * slot_bytes;
+  };
 
   std::vector<size_t> recv_ids(pieces.size() * static_cast<size_t>(n));
   auto post = [&](size_t c) {
@@ -50,7 +54,7 @@ void all_reduce_mesh(Exec& exec, const Args& args) {
           exec.irecv(p, slot(p, c), pieces[c].count * es);
     }
   };
-  for (size_t c = 0; c < std::min(kDepth, pieces.size()); ++c) post(c);
+  for (size_t c = 0; c < std::min(depth, pieces.size()); ++c) post(c);
   std::vector<size_t> send_ids(in_place ? pieces.size() * static_cast<size_t>(n) : 0);
   for (size_t c = 0; c < pieces.size(); ++c) {
     for (int k = 1; k < n; ++k) {
@@ -71,7 +75,7 @@ void all_reduce_mesh(Exec& exec, const Args& args) {
     }
     reduce::reduce_ranks(dst + piece.offset * es, n, piece.count, args.dtype, args.op, kernel,
                          [&](int p) { return p == r ? own : slot(p, c); });
-    if (c + kDepth < pieces.size()) post(c + kDepth);
+    if (c + depth < pieces.size()) post(c + depth);
   }
   exec.wait_all();
 }

@@ -37,7 +37,7 @@ namespace tbcoll::algo {
 namespace {
 
 constexpr size_t kAhead = 4;  // own chunks sent before the first forwarded one
-constexpr size_t kSlots = 8;  // reduce-scatter receives in flight (into scratch slots)
+constexpr size_t kSlots = kRingSlots;  // reduce-scatter receives in flight (into scratch slots; cost.h)
 
 // One message of the order below, as this rank receives it: its step and chunk, the elements it carries, and where
 // its receive went.

@@ -53,13 +53,20 @@ double pieces(double bytes, double chunk) { return std::max(1.0, std::ceil(bytes
 
 // A ring all-reduce of S among n ranks on link (reduce-scatter then all-gather, 2(n-1) steps). Fewer elements
 // than ranks leave blocks empty, and an empty block sends nothing: each non-empty one makes 2(n-1) hops, 4 messages
-// at each rank it passes (received and sent, both halves).
+// at each rank it passes (received and sent, both halves). A segment of more chunks than the ring has slots
+// streams through kRingSlots of them (the all-gather's receives are posted behind); with fewer, each step's
+// chunks are all posted and the steps' chain is what waits.
 double ring_all_reduce(double n, double s, const LinkCost& link, double gamma, double chunk, double elements) {
   if (n <= 1) return 0;
-  const double share = (n - 1) / n * s, blocks = std::clamp(elements, 1.0, n);
-  const double busiest = std::min(4 * (n - 1), 4 * blocks) * pieces(s / n, chunk);
-  const double average = 4 * (n - 1) * blocks / n * pieces(s / n, chunk);
-  return Traffic{2 * (n - 1), 2 * share, 2 * share, share, busiest, pieces(s / n, chunk), average}.time(link, gamma);
+  const double share = (n - 1) / n * s, blocks = std::clamp(elements, 1.0, n), k = pieces(s / n, chunk);
+  const double busiest = std::min(4 * (n - 1), 4 * blocks) * k;
+  const double average = 4 * (n - 1) * blocks / n * k;
+  Traffic traffic{2 * (n - 1), 2 * share, 2 * share, share, busiest, k, average};
+  if (k > static_cast<double>(kRingSlots)) {
+    traffic.window_slot = s / n / k;
+    traffic.window = static_cast<double>(kRingSlots) * traffic.window_slot;
+  }
+  return traffic.time(link, gamma);
 }
 
 // A schedule that does not pipeline, holding `staged` bytes of buffers at once, on the flat links (cost.h).
@@ -167,6 +174,13 @@ double cost_gather_binomial(const CallShape& call, const CostParams& params) {
 // trees; cost_test checks this against them). The busiest link carries S, plus the pipeline's fill (the first chunk through
 // 2 depth hops, the rest behind it); each half is reduced once, S per rank at most. The chunk is the schedule's
 // own: at least 32 KiB, at most the chunk knob, about 1/16 of a half (all_reduce_tree.cc).
+//
+// The phases run in lock-step, though: a rank starts phase i + 1 once its phase i is done, and there, as an inner
+// node of one tree, it waits for chunk i from its children, who send it in their own phase i, once their
+// children's came. So a phase lasts while one chunk's wave crosses the trees' depth, each level a latency and
+// the chunk's bytes: the k phases that send chunks up, depth levels; the phases that bring chunk i - lag down
+// (lag = 2 depth + 2, all_reduce_tree.cc), depth - 1 levels, at once with the up-going ones where both run; the
+// last result one hop more. Where latency dominates, the wave sets the time, not the pipelined terms.
 double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   const int world = std::max(1, call.world_size);
   const double n = world, s = s_of(call);
@@ -176,9 +190,12 @@ double cost_all_reduce_tree(const CallShape& call, const CostParams& params) {
   const double chunk = std::min(chunk_of(params, s / 2), std::max(32.0 * 1024, s / 2 / 16));
   const double fill = (2 * depth - 1) * chunk;
   const double k = pieces(s / 2, chunk);  // per tree; each message sent is also received: 2 per half sent
-  return Traffic{2 * depth, s + fill, busiest * s / 2 + fill, s, 2 * busiest * k, k, 2 * total / n * k,
-                 total / n * s / 2 + fill}
-      .time(params.flat(), params.gamma);
+  const double pipelined = Traffic{2 * depth, s + fill, busiest * s / 2 + fill, s, 2 * busiest * k, k,
+                                   2 * total / n * k, total / n * s / 2 + fill}
+                               .time(params.flat(), params.gamma);
+  const double lag = 2 * depth + 2, hops = k * depth + std::min(k, lag) * (depth - 1) + 1;
+  const LinkCost& link = params.flat();
+  return std::max(pipelined, hops * (link.alpha + chunk * link.beta));
 }
 
 // p = 2^floor(log2 n); ranks beyond p fold their input into a partner first and get the result back after (two
@@ -208,10 +225,13 @@ double cost_all_reduce_halving_doubling(const CallShape& call, const CostParams&
                      3 * s, params);
 }
 
-// direct's exchange, chunk by chunk: a message per chunk and peer each way.
+// direct's exchange, chunk by chunk: a message per chunk and peer each way, mesh_depth chunks in flight per link.
 double cost_all_reduce_mesh(const CallShape& call, const CostParams& params) {
-  const double n = n_of(call), s = s_of(call), k = pieces(s, chunk_of(params, s));
-  return Traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1) * k, k}.time(params.flat(), params.gamma);
+  const double n = n_of(call), s = s_of(call), chunk = chunk_of(params, s), k = pieces(s, chunk);
+  Traffic traffic{1, s, (n - 1) * s, (n - 1) * s, 2 * (n - 1) * k, k};
+  traffic.window = std::min(k, static_cast<double>(mesh_depth(params.chunk_bytes))) * chunk;
+  traffic.window_slot = chunk;
+  return traffic.time(params.flat(), params.gamma);
 }
 
 // Inside a host (r ranks): every rank's input to the leader, reduced there (1 step; r-1 inputs); between the H

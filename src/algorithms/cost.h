@@ -19,6 +19,17 @@
 //   time = steps * alpha + link_bytes * beta + rank_bytes * rank_beta + reduce_bytes * gamma + messages * overhead
 // where a schedule pipelined over k chunks overlaps the wire with the rank's CPU (its transport and reduction):
 // max(link, rank + reduce), plus the rest / k.
+//   window        bytes a pipelined schedule keeps in flight on a link at most (the receives it posts ahead into
+//                 slots, freed one slot at a time). Where a link moves a message only into a posted receive (the
+//                 link emulation, an RDMA rendezvous), a slot is free again a round trip after it was posted:
+//                 the receive's readiness reaches the sender, the slot's bytes come back. So the link carries
+//                 at most one window per 2 alpha + slot * beta, and L link bytes take no less than
+//                 (L / window - 1) * (2 alpha + slot * beta) + window * beta: the bandwidth term once the window
+//                 covers the round trip's bandwidth-delay product, more below it. The link emulation charges
+//                 no trip for the readiness (it holds a message from when its receive is posted, so a slot is
+//                 free again alpha + slot * beta after it was posted), and tcp and ibverbs take bytes ahead of
+//                 the receives (socket and bounce buffers): on those the term is an upper bound. The schedules
+//                 size their windows so that it does not bind on the presets' links.
 //   staged        bytes of buffers a schedule that does not pipeline (recursive doubling, halving-doubling, direct)
 //                 holds at once: it receives whole messages, then reduces them, then sends the result. Past the
 //                 last-level cache (CostParams::cache_bytes) every one of those passes goes to memory, where a
@@ -94,6 +105,18 @@ struct Traffic {
   double average_rank_bytes = -1;
   /// Bytes of buffers a schedule that does not pipeline holds at once (send, receive, scratch); 0 for pipelined.
   double staged = 0;
+  /// Bytes a pipelined schedule keeps in flight on its busiest link, in slots of window_slot bytes (see above);
+  /// 0: as many as it sends (no limit).
+  double window = 0;
+  double window_slot = 0;
+
+  /// Time for the link bytes through one link: beta per byte, or the window's round trips where it is short.
+  double link_seconds(const LinkCost& link) const {
+    const double bandwidth = link_bytes * link.beta;
+    if (window <= 0 || link_bytes <= window) return bandwidth;
+    const double round_trip = 2 * link.alpha + window_slot * link.beta;
+    return std::max(bandwidth, (link_bytes / window - 1) * round_trip + window * link.beta);
+  }
 
   double time(const LinkCost& link, double gamma, double cache_bytes = 0) const {
     // Ranks that share CPUs share their work: the busiest rank's, or c times the average rank's.
@@ -102,7 +125,7 @@ struct Traffic {
     };
     // Buffers past the cache: each pass of the whole message goes to memory (see staged above).
     const double passes = cache_bytes > 0 && staged > cache_bytes ? 2 : 1;
-    const double link_time = link_bytes * link.beta;
+    const double link_time = link_seconds(link);
     const double rank_time = passes * crowded(rank_bytes, average_rank_bytes) * link.rank_beta;
     const double reduce_time = passes * reduce_bytes * gamma;
     const double slowest = std::max(link_time, rank_time + reduce_time);
@@ -112,6 +135,19 @@ struct Traffic {
   }
 
 };
+
+/// Bytes mesh keeps in flight per peer (all_reduce_mesh.cc posts its receives this far ahead): more than the
+/// round-trip bandwidth-delay product of the longest link tbcoll targets, TCP over Thunderbolt (2 x 300 us x
+/// 2.5 GB/s = 1.5 MB; Thunderbolt RDMA and 10 GbE: under 100 KB), so that mesh's window does not bind there.
+constexpr size_t kMeshWindowBytes = size_t{2} << 20;
+/// Chunks of chunk_bytes mesh keeps posted per peer: kMeshWindowBytes of them, at least 2 (one reduced while the
+/// next arrives).
+inline size_t mesh_depth(size_t chunk_bytes) {
+  const size_t chunk = std::max<size_t>(1, chunk_bytes);
+  return std::max<size_t>(2, (kMeshWindowBytes + chunk - 1) / chunk);
+}
+/// Reduce-scatter receives the ring keeps posted, into scratch slots of one chunk (all_reduce_ring.cc).
+constexpr size_t kRingSlots = 8;
 
 /// ceil(log2 n) for n >= 1.
 int ceil_log2(int n);

@@ -127,6 +127,109 @@ TEST(AllReduceAlgorithms, MeshOnShm) {
   }
 }
 
+// Loopback that records, per rank and peer, the most receives posted and not yet complete at once.
+std::atomic<int> receives_open[8][8], receives_most[8][8];
+
+class OpenReceive final : public transport::Request {
+ public:
+  OpenReceive(std::unique_ptr<transport::Request> inner, std::atomic<int>* open)
+      : inner_(std::move(inner)), open_(open) {}
+  ~OpenReceive() override { close(); }
+  bool test() override {
+    const bool done = inner_->test();
+    if (done) close();
+    return done;
+  }
+  void block(std::chrono::microseconds max_wait) override { inner_->block(max_wait); }
+
+ private:
+  void close() {
+    if (open_ != nullptr) open_->fetch_sub(1);
+    open_ = nullptr;
+  }
+  std::unique_ptr<transport::Request> inner_;
+  std::atomic<int>* open_;
+};
+
+class WindowEndpoint final : public transport::Endpoint {
+ public:
+  WindowEndpoint(std::unique_ptr<transport::Endpoint> inner, int rank) : inner_(std::move(inner)), rank_(rank) {}
+  std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override {
+    return inner_->isend(buf, bytes, tag);
+  }
+  std::unique_ptr<transport::Request> irecv(void* buf, size_t bytes, transport::Tag tag) override {
+    std::atomic<int>& open = receives_open[rank_][inner_->peer()];
+    std::atomic<int>& most = receives_most[rank_][inner_->peer()];
+    const int now = open.fetch_add(1) + 1;
+    for (int seen = most.load(); now > seen && !most.compare_exchange_weak(seen, now);) {
+    }
+    return std::make_unique<OpenReceive>(inner_->irecv(buf, bytes, tag), &open);
+  }
+  int peer() const override { return inner_->peer(); }
+
+ private:
+  std::unique_ptr<transport::Endpoint> inner_;
+  int rank_;
+};
+
+class WindowContext final : public transport::Context {
+ public:
+  WindowContext(std::unique_ptr<transport::Context> inner, int rank) : inner_(std::move(inner)), rank_(rank) {}
+  std::string address() const override { return inner_->address(); }
+  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
+                                                            Deadline deadline) override {
+    auto endpoints = inner_->connect(peers, deadline);
+    for (auto& endpoint : endpoints) endpoint = std::make_unique<WindowEndpoint>(std::move(endpoint), rank_);
+    return endpoints;
+  }
+  void abort() override { inner_->abort(); }
+
+ private:
+  std::unique_ptr<transport::Context> inner_;
+  int rank_;
+};
+
+class WindowDevice final : public WrappedDevice {
+ public:
+  explicit WindowDevice(std::shared_ptr<transport::Device> inner) : WrappedDevice("window", std::move(inner)) {}
+  std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
+    return std::make_unique<WindowContext>(inner_->create_context(args), args.rank);
+  }
+};
+
+// Mesh posts its receives mesh_depth() chunks ahead per peer (kMeshWindowBytes), so a link that moves a message
+// only into a posted receive can keep a bandwidth-delay product in flight; it used to keep 2. The results stay
+// right as the slots wrap round, in place too.
+TEST(AllReduceAlgorithms, MeshKeepsItsWindowOfReceivesPosted) {
+  register_wrapped<WindowDevice>();
+  for (const size_t chunk : {size_t{64} << 10, size_t{1} << 20}) {
+    SCOPED_TRACE(chunk);
+    for (auto& row : receives_most) {
+      for (auto& most : row) most = 0;
+    }
+    RankOptions options{"window", "allreduce:mesh"};
+    options.knobs["TBCOLL_CHUNK_BYTES"] = std::to_string(chunk);
+    const size_t count = (size_t{8} << 20) / 4 + 3;  // 8 MiB of f32 and a bit: 129 and 9 chunks
+    run_ranks(3, options, [&](Communicator& comm) {  // all_reduce alone: other collectives post their own
+      const std::vector<uint8_t> want = reference_all_reduce(DataType::kFloat32, ReduceOp::kSum, 3, count);
+      std::vector<uint8_t> data = make_input(DataType::kFloat32, comm.rank(), count), out(data.size());
+      comm.all_reduce(data.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(count_wrong(DataType::kFloat32, out, want), 0u) << "out of place";
+      comm.all_reduce(data.data(), data.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      EXPECT_EQ(count_wrong(DataType::kFloat32, data, want), 0u) << "in place";
+    });
+    const int depth = static_cast<int>(algo::mesh_depth(chunk));
+    EXPECT_EQ(depth, chunk < (1 << 20) ? 32 : 2);
+    for (int r = 0; r < 3; ++r) {
+      for (int p = 0; p < 3; ++p) {
+        if (p != r) {
+          EXPECT_EQ(receives_most[r][p].load(), depth) << "rank " << r << " from " << p;
+        }
+      }
+    }
+  }
+}
+
 // Inputs that make the order matter: values of every magnitude and sign in each element, so sums in different
 // orders round differently. Every algorithm must still give every rank the same bits.
 std::vector<uint8_t> order_sensitive_input(DataType dtype, int rank, size_t count) {

@@ -171,7 +171,8 @@ TEST(CostModel, PerMessageOverheadCountsMessages) {
   EXPECT_EQ(model_tuner(8, dear).choose(small).name, "recursive_doubling");
   EXPECT_NEAR(algo::cost_all_reduce_direct(small, dear) - algo::cost_all_reduce_direct(small, cheap), 14 * 10e-6, 1e-12);
   const CallShape large = call(OpKind::kAllReduce, 4 << 20, 8);  // 16 chunks of 256 KiB
-  EXPECT_NEAR(algo::cost_all_reduce_mesh(large, dear) - algo::cost_all_reduce_direct(large, dear),
+  EXPECT_NEAR(algo::cost_all_reduce_mesh(large, dear) - algo::cost_all_reduce_mesh(large, cheap) -
+                  (algo::cost_all_reduce_direct(large, dear) - algo::cost_all_reduce_direct(large, cheap)),
               (16 - 1) * 14 * 10e-6, 1e-9);
 }
 
@@ -232,6 +233,79 @@ TEST(CostModel, TheModelPicksAmongEveryAlgorithm) {
   EXPECT_EQ(Tuner(ranges, 8, {}, {}, {}, tcp).choose(mid).name, "ring");
   EXPECT_EQ(Tuner(ranges, 8, {}, {}, {}, tcp).choose(call(OpKind::kAllReduce, 64, 8)).name, "direct");
   EXPECT_EQ(model_tuner(8, tcp).choose(call(OpKind::kAllGather, 64 << 10, 8)).name, "recursive_doubling");
+}
+
+// A pipelined schedule's window: L link bytes through w bytes in flight, in slots of c, take no less than
+// (L / w - 1) round trips of 2 alpha + c beta, plus the window's own bytes; a window that covers the round trip's
+// bandwidth-delay product costs nothing beyond the bandwidth.
+TEST(CostModel, AShortWindowCostsRoundTrips) {
+  const algo::LinkCost link = links(300, 2.5).intra;  // a round trip moves 2 x 300 us x 2.5 GB/s = 1.5 MB
+  algo::Traffic traffic;
+  traffic.link_bytes = 16 << 20;
+  EXPECT_DOUBLE_EQ(traffic.link_seconds(link), (16 << 20) * link.beta) << "no window";
+  traffic.window = 2 << 20;
+  traffic.window_slot = 256 << 10;
+  EXPECT_DOUBLE_EQ(traffic.link_seconds(link), (16 << 20) * link.beta) << "2 MiB covers 1.5 MB";
+  traffic.window = 512 << 10;
+  EXPECT_DOUBLE_EQ(traffic.link_seconds(link),
+                   (32 - 1) * (2 * link.alpha + (256 << 10) * link.beta) + (512 << 10) * link.beta);
+  traffic.link_bytes = 512 << 10;
+  EXPECT_DOUBLE_EQ(traffic.link_seconds(link), (512 << 10) * link.beta) << "all of it in one window";
+  const algo::LinkCost unlimited = links(300, 0).intra;
+  traffic.link_bytes = 4 << 20;
+  EXPECT_DOUBLE_EQ(traffic.link_seconds(unlimited), (8 - 1) * 2 * unlimited.alpha)
+      << "without a bandwidth limit a window still waits its round trips";
+}
+
+// Mesh posts kMeshWindowBytes of receives per peer: on the presets' links its window covers the round trip and
+// it is priced as before (as direct, plus its chunks' overlap); where a link's round trip holds more (3 ms at
+// 2.5 GB/s: 15 MB), it pays the round trips, and the model leaves it.
+TEST(CostModel, MeshPaysForItsWindowWhereTheLinkHoldsMore) {
+  EXPECT_EQ(algo::mesh_depth(256 << 10), 8u);
+  EXPECT_EQ(algo::mesh_depth(1 << 20), 2u);
+  EXPECT_EQ(algo::mesh_depth(4 << 20), 2u) << "at least 2";
+  EXPECT_EQ(algo::mesh_depth(3 << 10), 683u) << "2 MiB in 3 KiB chunks, rounded up";
+  const CostParams tb5_tcp = links(300, 2.5);
+  const CallShape mid = call(OpKind::kAllReduce, 4 << 20, 2);
+  EXPECT_LE(algo::cost_all_reduce_mesh(mid, tb5_tcp), algo::cost_all_reduce_direct(mid, tb5_tcp));
+  const CostParams far = links(3000, 2.5);
+  const CallShape large = call(OpKind::kAllReduce, 16 << 20, 2);
+  const double alpha = far.intra.alpha, beta = far.intra.beta, chunk = 256 << 10, window = 8 * chunk;
+  EXPECT_GE(algo::cost_all_reduce_mesh(large, far),
+            alpha + ((16 << 20) / window - 1) * (2 * alpha + chunk * beta) + window * beta);
+  EXPECT_NE(model_tuner(2, far).choose(large).name, "mesh") << "a whole-buffer exchange waits no round trips";
+  EXPECT_EQ(model_tuner(2, tb5_tcp).choose(mid).name, "mesh");
+}
+
+// The ring keeps kRingSlots reduce-scatter receives posted: a segment of more chunks than that streams through
+// them (2 ranks, 4 MiB in 32 KiB chunks: 64 per segment through 8), one of fewer waits only for its steps.
+TEST(CostModel, TheRingStreamsThroughItsSlots) {
+  CostParams dilated = links(30000, 0.025);  // tb5-tcp dilated 100x
+  const CallShape mid = call(OpKind::kAllReduce, 4 << 20, 2);
+  const double at_default = algo::cost_all_reduce_ring(mid, dilated);
+  EXPECT_NEAR(at_default, 2 * dilated.intra.alpha + (4 << 20) * dilated.intra.beta, 1e-3) << "8 chunks, 8 slots";
+  dilated.chunk_bytes = 32 << 10;
+  const double alpha = dilated.intra.alpha, beta = dilated.intra.beta, slot = 32 << 10;
+  EXPECT_GE(algo::cost_all_reduce_ring(mid, dilated),
+            2 * alpha + ((4 << 20) / (8 * slot) - 1) * (2 * alpha + slot * beta) + 8 * slot * beta);
+}
+
+// The double tree's phases run in lock-step: each lasts while a chunk's wave crosses the trees' depth. At 2
+// ranks over tb5-tcp dilated 100x, 1 MiB (16 chunks of 32 KiB per half): 17 hops of a latency and a chunk.
+// Where latency dominates that is the tree's time; and on uncrowded 10 GbE at 8 ranks, 4 MiB, it leaves the
+// tree to the ring.
+TEST(CostModel, TheTreesPhasesRunInLockStep) {
+  const CostParams dilated = links(30000, 0.025);
+  const double alpha = dilated.intra.alpha, beta = dilated.intra.beta;
+  EXPECT_NEAR(algo::cost_all_reduce_tree(call(OpKind::kAllReduce, 1 << 20, 2), dilated),
+              17 * (alpha + (32 << 10) * beta), 1e-9);
+  // 8 ranks (depth 3, lag 8), 4 MiB: 16 chunks of 128 KiB per half, 16 x 3 + 8 x 2 + 1 hops.
+  EXPECT_NEAR(algo::cost_all_reduce_tree(call(OpKind::kAllReduce, 4 << 20, 8), dilated),
+              65 * (alpha + (128 << 10) * beta), 1e-9);
+  // Small messages: one chunk per half, 3 + 2 + 1 hops, no more than the pipelined terms' 2 depth steps.
+  EXPECT_LT(algo::cost_all_reduce_tree(call(OpKind::kAllReduce, 1024, 8), dilated), 6.1 * alpha);
+  const CostParams ten_gbe = links(26, 1.25);
+  EXPECT_EQ(model_tuner(8, ten_gbe).choose(call(OpKind::kAllReduce, 4 << 20, 8)).name, "ring");
 }
 
 TEST(CostModel, HierarchicalWinsWhenTheHostsAreFarApart) {
