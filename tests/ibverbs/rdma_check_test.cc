@@ -1,4 +1,4 @@
-// tbcoll-rdma-check's checks (tools/rdma_check), the raw verbs floors (transports/ibverbs/raw_link.h, what
+// tbcoll-rdma-check's checks (tools/rdma_check), the raw verbs floors (tools/rdma_diag/raw_link.h, what
 // tbcoll-perf --pingpong prints for ibverbs) and the error hints (transports/ibverbs/hints.h), on the fake verbs
 // provider: ranks are threads meeting through an in-memory store, the device is Apple-strict unless a test says
 // otherwise, and faults are injected where the checks must fail. ("fakeverbs" is registered by
@@ -14,8 +14,8 @@
 #include "fake_verbs/fake_verbs.h"
 #include "tools/rdma_check/check.h"
 #include "transports/ibverbs/hints.h"
-#include "transports/ibverbs/preflight.h"
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/preflight.h"
+#include "tools/rdma_diag/raw_link.h"
 
 namespace tbcoll::ibverbs {
 namespace {

@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "transports/ibverbs/floors.h"
-#include "transports/ibverbs/preflight.h"
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/floors.h"
+#include "tools/rdma_diag/preflight.h"
+#include "tools/rdma_diag/raw_link.h"
 
 namespace tbcoll::rdma_check {
 namespace {

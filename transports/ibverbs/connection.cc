@@ -33,8 +33,6 @@ std::string errno_text(int error) { return fmt::format("errno {} ({})", error, s
 
 }  // namespace
 
-const char* mode_name(Mode mode) { return mode == Mode::kRc ? "rc" : "uc"; }
-
 Mode pair_mode(Mode local, bool local_auto, Mode peer, bool peer_auto, const std::string& who) {
   if (local == peer) return local;
   if (local_auto || peer_auto) return Mode::kUc;

@@ -30,13 +30,11 @@
 #include <vector>
 
 #include "tbcoll/transport.h"
+#include "transports/ibverbs/mode.h"
 #include "transports/ibverbs/verbs.h"
 #include "transports/ibverbs/wire.h"
 
 namespace tbcoll::ibverbs {
-
-enum class Mode : uint8_t { kUc = 1, kRc = 2 };
-const char* mode_name(Mode mode);
 
 /// The queue pair type two ports use: what both have if they agree; UC when they differ and either chose
 /// automatically (TBCOLL_IB_MODE=auto: every device that has RC has UC too). Two forced modes that differ: throws

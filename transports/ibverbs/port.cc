@@ -22,119 +22,6 @@ namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
 
-bool ipv4_mapped(const ibv_gid& gid) {
-  for (int i = 0; i < 10; ++i) {
-    if (gid.raw[i] != 0) return false;
-  }
-  return gid.raw[10] == 0xff && gid.raw[11] == 0xff;
-}
-
-std::string ipv4_of(const ibv_gid& gid) {
-  return fmt::format("{}.{}.{}.{}", gid.raw[12], gid.raw[13], gid.raw[14], gid.raw[15]);
-}
-
-const char* port_state_name(ibv_port_state state) {
-  switch (state) {
-    case IBV_PORT_ACTIVE:
-      return "ACTIVE";
-    case IBV_PORT_DOWN:
-      return "DOWN";
-    case IBV_PORT_INIT:
-      return "INIT";
-    case IBV_PORT_ARMED:
-      return "ARMED";
-    default:
-      return "not active";
-  }
-}
-
-// The device list, freed on every path.
-struct DeviceList {
-  const VerbsApi& verbs;
-  ibv_device** list = nullptr;
-  int count = 0;
-  explicit DeviceList(const VerbsApi& v) : verbs(v) { list = verbs.get_device_list(&count); }
-  ~DeviceList() {
-    if (list != nullptr) verbs.free_device_list(list);
-  }
-};
-
-bool allowed(const std::vector<std::string>& names, const std::string& name) {
-  if (names.empty()) return true;
-  for (const auto& wanted : names) {
-    if (wanted == name) return true;
-  }
-  return false;
-}
-
-// What an opened device offers on port 1; "" in *why_not when usable, else what is wrong.
-Found inspect(const VerbsApi& verbs, ibv_context* context, const std::string& name, std::string* why_not) {
-  Found found;
-  found.name = name;
-  ibv_port_attr attr{};
-  if (verbs.query_port(context, found.port, &attr) != 0 || attr.state != IBV_PORT_ACTIVE) {
-    *why_not = fmt::format("{}: port 1 {} (is the other end's RDMA enabled and the cable in?)", name,
-                           port_state_name(attr.state));
-    return found;
-  }
-  found.lid = attr.lid;
-  found.mtu = attr.active_mtu;
-  for (int index = 0; index < std::max(1, attr.gid_tbl_len) && found.gid_index < 0; ++index) {
-    ibv_gid gid{};
-    if (verbs.query_gid(context, found.port, index, &gid) == 0 && ipv4_mapped(gid)) {
-      found.gid_index = index;
-      found.gid = gid;
-    }
-  }
-  *why_not = found.gid_index >= 0 ? "" : fmt::format("{}: no IPv4-mapped GID: {}", name, hints::no_ipv4_gid_fix(name));
-  return found;
-}
-
-}  // namespace
-
-std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed_names) {
-  errno = 0;
-  DeviceList devices(verbs);
-  if (devices.list == nullptr || devices.count == 0) {
-    const int error = errno;
-    throw IoError(fmt::format("[ibverbs] no RDMA device: {}", hints::fix(hints::Verb::kGetDeviceList, error, {})));
-  }
-  std::vector<std::string> seen;
-  std::vector<Found> usable;
-  for (int d = 0; d < devices.count; ++d) {
-    const std::string name = verbs.get_device_name(devices.list[d]);
-    if (!allowed(allowed_names, name)) continue;
-    ibv_context* context = verbs.open_device(devices.list[d]);
-    if (context == nullptr) {
-      seen.push_back(fmt::format("{}: cannot open ({})", name, std::strerror(errno)));
-      continue;
-    }
-    std::string why_not;
-    const Found found = inspect(verbs, context, name, &why_not);
-    verbs.close_device(context);
-    if (!why_not.empty()) {
-      seen.push_back(why_not);
-      continue;
-    }
-    usable.push_back(found);
-  }
-  if (!usable.empty()) return usable;
-  if (seen.empty()) {
-    throw IoError(fmt::format("[ibverbs] none of the RDMA devices is one of TBCOLL_IB_DEVICES={}",
-                              fmt::join(allowed_names, ",")));
-  }
-  throw IoError(fmt::format("[ibverbs] no usable RDMA device: {}", fmt::join(seen, "; ")));
-}
-
-std::vector<std::string> device_names(const VerbsApi& verbs) {
-  DeviceList devices(verbs);
-  std::vector<std::string> names;
-  for (int d = 0; devices.list != nullptr && d < devices.count; ++d) names.push_back(verbs.get_device_name(devices.list[d]));
-  return names;
-}
-
-namespace {
-
 // Whether the device creates an RC queue pair (Apple's refuses with errno 102; rxe and RoCE NICs have it).
 bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
   ibv_cq* cq = verbs.create_cq(local.context, 4, nullptr, nullptr, 0);
@@ -160,16 +47,11 @@ bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
 Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string& device, const PortOptions& options)
     : verbs_(verbs), options_(options) {
   const std::string& name = device;
-  {
-    DeviceList devices(verbs_);
-    for (int d = 0; d < devices.count && local_.context == nullptr; ++d) {
-      if (name == verbs_.get_device_name(devices.list[d])) local_.context = verbs_.open_device(devices.list[d]);
-    }
-  }
+  local_.context = open_device_named(verbs_, name);
   if (local_.context == nullptr) throw IoError(fmt::format("[ibverbs] {}: cannot open the device", name));
   // The port as this context sees it (each context of a fake fabric is a port of its own).
   std::string why_not;
-  const Found found = inspect(verbs_, local_.context, name, &why_not);
+  const Found found = inspect_port(verbs_, local_.context, name, &why_not);
   if (!why_not.empty()) {
     verbs_.close_device(local_.context);
     throw IoError("[ibverbs] " + why_not);

@@ -19,6 +19,7 @@
 
 #include "tbcoll/store.hpp"
 #include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/probe.h"
 
 namespace tbcoll::ibverbs {
 
@@ -39,26 +40,6 @@ struct PortAddress {
   Mode mode = Mode::kUc;
   bool auto_mode = false;
 };
-
-/// A usable device and port, as found by probe().
-struct Found {
-  std::string name;
-  uint8_t port = 1;
-  int gid_index = -1;
-  ibv_gid gid{};
-  uint16_t lid = 0;
-  ibv_mtu mtu = IBV_MTU_1024;
-};
-
-/// The usable devices (among allowed, if any; in the order listed by the provider): an active port and an
-/// IPv4-mapped GID. At least one, or throws IoError with what was found instead and how to fix it (no devices, ports
-/// down, no IPv4 address behind the GID).
-std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed);
-inline Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed) {
-  return probe_all(verbs, allowed).front();
-}
-/// Every device name the provider lists, usable or not (none when it lists none).
-std::vector<std::string> device_names(const VerbsApi& verbs);
 
 class Port {
  public:

@@ -1,4 +1,4 @@
-#include "transports/ibverbs/preflight.h"
+#include "tools/rdma_diag/preflight.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -15,8 +15,9 @@
 #include <fmt/ranges.h>
 
 #include "transports/ibverbs/hints.h"
-#include "transports/ibverbs/port.h"
-#include "transports/ibverbs/raw_link.h"
+#include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/probe.h"
+#include "tools/rdma_diag/raw_link.h"
 
 namespace tbcoll::ibverbs {
 namespace {

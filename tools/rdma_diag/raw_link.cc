@@ -1,4 +1,4 @@
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/raw_link.h"
 
 #include <errno.h>
 
@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 
 #include "transports/ibverbs/hints.h"
-#include "transports/ibverbs/port.h"
+#include "transports/ibverbs/probe.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -655,22 +655,34 @@ double RawLink::one_way_us(size_t bytes, int round_trips) {
   return std::strtod((options_.rank == 0 ? figure : theirs).c_str(), nullptr);
 }
 
+// One bandwidth phase's state: what was sent, acknowledged, received and reposted.
+struct RawLink::BandwidthRun {
+  size_t bytes = 0;
+  uint64_t total = 0, depth = 0;
+  bool sender = false, receiver = false;
+  uint64_t sent = 0, send_done = 0, peer_posted = 0, received = 0, posted = 0, reported = 0;
+  bool peer_final = false;
+  Clock::time_point start{}, finished{};
+};
+
 double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
   check_usable("bandwidth");
   if (bytes < 1 || bytes > max_message_ || messages < 1) {
     throw InvalidArgument(
         fmt::format("bandwidth: {} B x {} messages (1..{} B, at least 1)", bytes, messages, max_message_));
   }
-  const uint64_t total = static_cast<uint64_t>(messages);
+  BandwidthRun run;
+  run.bytes = bytes;
+  run.total = static_cast<uint64_t>(messages);
   // Receives of the phase: each spans frames(bytes) of the 4095-frame queue, and all fit the receive region.
-  const uint64_t depth =
-      std::min<uint64_t>({16, static_cast<uint64_t>(kMaxWr) / frames(bytes), region_bytes_ / bytes, total});
-  const bool sender = both_ways || options_.rank == 0;
-  const bool receiver = both_ways || options_.rank == 1;
+  run.depth = std::min<uint64_t>({16, static_cast<uint64_t>(kMaxWr) / frames(bytes), region_bytes_ / bytes, run.total});
+  run.sender = both_ways || options_.rank == 0;
+  run.receiver = both_ways || options_.rank == 1;
+  run.peer_posted = run.posted = run.reported = run.depth;
   ++phase_;
   std::string failure;
   try {
-    for (uint64_t i = 0; receiver && i < depth; ++i) {
+    for (uint64_t i = 0; run.receiver && i < run.depth; ++i) {
       post_recv(data_qp_, recv_region_ + i * bytes, bytes, kKindData | i);
     }
   } catch (const Error& error) {
@@ -679,68 +691,10 @@ double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
   agree("bandwidth set-up", failure);
   double gbps = 0;
   try {
-    uint64_t sent = 0, send_done = 0, peer_posted = depth, received = 0, posted = depth, reported = depth;
-    bool peer_final = false;
-    const auto start = Clock::now();
-    Clock::time_point finished{};
-    auto deadline = after(options_.message_timeout_s);
-    for (;;) {
-      bool moved = false;
-      while (sender && sent < total && sent < peer_posted && sent - send_done < depth) {
-        post_send(data_qp_, send_region_, bytes, kKindData | (sent % depth));
-        ++sent;
-        moved = true;
-      }
-      poll(
-          [&](const ibv_wc& wc) {
-            moved = true;
-            if ((wc.wr_id & ~kSlotMask) == kKindCredit) {
-              CreditMessage message;
-              const uint64_t slot = wc.wr_id & kSlotMask;
-              std::memcpy(&message, credit_region_ + slot * kCreditSlot, sizeof(message));
-              post_recv(credit_qp_, credit_region_ + slot * kCreditSlot, kCreditSlot, wc.wr_id);
-              if (message.magic == kCreditMagic && message.phase == phase_) {
-                peer_posted = std::max(peer_posted, message.posted);
-                if (message.final != 0) peer_final = true;
-              }
-              return;
-            }
-            if (wc.byte_len != bytes) {
-              throw IoError(
-                  fmt::format("rank {}: a {} message arrived with {} B", options_.rank, size_text(bytes), wc.byte_len));
-            }
-            ++received;
-            if (posted < total) {
-              const uint64_t slot = wc.wr_id & kSlotMask;
-              post_recv(data_qp_, recv_region_ + slot * bytes, bytes, wc.wr_id);
-              ++posted;
-            }
-            if (posted - reported >= std::max<uint64_t>(1, depth / 2) || received == total) {
-              send_credit(posted, received == total);
-              reported = posted;
-            }
-          },
-          [&](const ibv_wc& wc) {
-            moved = true;
-            if ((wc.wr_id & ~kSlotMask) == kKindData) ++send_done;
-          });
-      if (sender && peer_final && finished == Clock::time_point{}) finished = Clock::now();
-      const bool sending_done = !sender || (sent == total && send_done == total && peer_final);
-      const bool receiving_done = !receiver || received == total;
-      if (sending_done && receiving_done && credit_sends_in_flight_ == 0) break;
-      if (moved) {
-        deadline = after(options_.message_timeout_s);
-      } else if (Clock::now() > deadline) {
-        throw IoError(fmt::format(
-            "rank {}: the bandwidth run stalled for {} s (sent {} of {}, {} acknowledged, received {} of {}): a "
-            "message or credit was lost (UC drops without an error)",
-            options_.rank, options_.message_timeout_s, sent, total, peer_final ? total : peer_posted - depth, received,
-            total));
-      }
-    }
-    if (sender) {
-      gbps = static_cast<double>(bytes) * static_cast<double>(total) /
-             std::chrono::duration<double>(finished - start).count() / 1e9;
+    stream(run);
+    if (run.sender) {
+      gbps = static_cast<double>(bytes) * static_cast<double>(run.total) /
+             std::chrono::duration<double>(run.finished - run.start).count() / 1e9;
     }
   } catch (const Error& error) {
     failure = error.what();
@@ -750,6 +704,70 @@ double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
   const double mine = std::strtod(figure.c_str(), nullptr), peer_gbps = std::strtod(theirs.c_str(), nullptr);
   if (!both_ways) return options_.rank == 0 ? mine : peer_gbps;
   return std::min(mine, peer_gbps);
+}
+
+void RawLink::on_bandwidth_receive(BandwidthRun& run, const ibv_wc& wc) {
+  if ((wc.wr_id & ~kSlotMask) == kKindCredit) {
+    CreditMessage message;
+    const uint64_t slot = wc.wr_id & kSlotMask;
+    std::memcpy(&message, credit_region_ + slot * kCreditSlot, sizeof(message));
+    post_recv(credit_qp_, credit_region_ + slot * kCreditSlot, kCreditSlot, wc.wr_id);
+    if (message.magic == kCreditMagic && message.phase == phase_) {
+      run.peer_posted = std::max(run.peer_posted, message.posted);
+      if (message.final != 0) run.peer_final = true;
+    }
+    return;
+  }
+  if (wc.byte_len != run.bytes) {
+    throw IoError(
+        fmt::format("rank {}: a {} message arrived with {} B", options_.rank, size_text(run.bytes), wc.byte_len));
+  }
+  ++run.received;
+  if (run.posted < run.total) {
+    const uint64_t slot = wc.wr_id & kSlotMask;
+    post_recv(data_qp_, recv_region_ + slot * run.bytes, run.bytes, wc.wr_id);
+    ++run.posted;
+  }
+  if (run.posted - run.reported >= std::max<uint64_t>(1, run.depth / 2) || run.received == run.total) {
+    send_credit(run.posted, run.received == run.total);
+    run.reported = run.posted;
+  }
+}
+
+void RawLink::stream(BandwidthRun& run) {
+  run.start = Clock::now();
+  auto deadline = after(options_.message_timeout_s);
+  for (;;) {
+    bool moved = false;
+    while (run.sender && run.sent < run.total && run.sent < run.peer_posted && run.sent - run.send_done < run.depth) {
+      post_send(data_qp_, send_region_, run.bytes, kKindData | (run.sent % run.depth));
+      ++run.sent;
+      moved = true;
+    }
+    poll(
+        [&](const ibv_wc& wc) {
+          moved = true;
+          on_bandwidth_receive(run, wc);
+        },
+        [&](const ibv_wc& wc) {
+          moved = true;
+          if ((wc.wr_id & ~kSlotMask) == kKindData) ++run.send_done;
+        });
+    if (run.sender && run.peer_final && run.finished == Clock::time_point{}) run.finished = Clock::now();
+    const bool sending_done =
+        !run.sender || (run.sent == run.total && run.send_done == run.total && run.peer_final);
+    const bool receiving_done = !run.receiver || run.received == run.total;
+    if (sending_done && receiving_done && credit_sends_in_flight_ == 0) return;
+    if (moved) {
+      deadline = after(options_.message_timeout_s);
+    } else if (Clock::now() > deadline) {
+      throw IoError(fmt::format(
+          "rank {}: the bandwidth run stalled for {} s (sent {} of {}, {} acknowledged, received {} of {}): a "
+          "message or credit was lost (UC drops without an error)",
+          options_.rank, options_.message_timeout_s, run.sent, run.total,
+          run.peer_final ? run.total : run.peer_posted - run.depth, run.received, run.total));
+    }
+  }
 }
 
 Floors measure_floors(const VerbsApi* verbs, const std::string& why_no_verbs, const FloorOptions& options,

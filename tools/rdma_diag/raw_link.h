@@ -19,8 +19,9 @@
 #include <string>
 #include <vector>
 
-#include "transports/ibverbs/connection.h"
-#include "transports/ibverbs/floors.h"
+#include "transports/ibverbs/mode.h"
+#include "transports/ibverbs/probe.h"
+#include "tools/rdma_diag/floors.h"
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs {
@@ -88,6 +89,10 @@ class RawLink {
   template <typename OnRecv, typename OnSend>
   void poll(OnRecv on_recv, OnSend on_send);
   void send_credit(uint64_t posted, bool final);
+  struct BandwidthRun;
+  /// A bandwidth phase's messages until every one was sent, acknowledged and received (run.start, run.finished).
+  void stream(BandwidthRun& run);
+  void on_bandwidth_receive(BandwidthRun& run, const ibv_wc& wc);
   void release();
 
   const VerbsApi* verbs_ = nullptr;

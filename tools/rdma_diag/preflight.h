@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/mode.h"
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs {
