@@ -122,7 +122,7 @@ std::vector<std::string> shm_list() { return generic::registry_list(); }
 bool prepare_parent_death_guard() { return generic::prepare_parent_death_guard(); }
 void arm_parent_death_guard() { generic::arm_parent_death_guard(); }
 
-const char* verbs_library() { return "librdma.dylib"; }
+std::vector<std::string> verbs_libraries() { return {"/usr/lib/librdma.dylib", "librdma.dylib"}; }
 
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.3.dylib", "/opt/homebrew/opt/openssl@3/lib/libcrypto.3.dylib",

@@ -61,9 +61,9 @@ TEST(IbverbsFake, SplitsShareTheQueuePairs) {
     check_all_gather(*whole, DataType::kFloat64, 77);
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 10, 2);
   });
-  // (TBCOLL_IB_MODE=auto, the default, also tries one RC queue pair per port: Apple-strict refuses it.)
-  EXPECT_EQ(fake::calls()["create_qp"], 4u * 3u + 4u)
-      << "one queue pair per pair of ranks and side, however many splits";
+  // (TBCOLL_IB_MODE=auto, the default, tries no RC queue pair on Apple's rdma_enN: they are UC only.)
+  EXPECT_EQ(fake::calls()["create_qp"], 4u * 3u)
+      << "one queue pair per pair of ranks and side, however many splits, and no RC probe";
 }
 
 TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
@@ -81,7 +81,8 @@ TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
                                               "close_device",    "query_port",       "query_gid",       "alloc_pd",
                                               "dealloc_pd",      "reg_mr",           "dereg_mr",        "create_cq",
                                               "destroy_cq",      "create_qp",        "modify_qp",       "destroy_qp",
-                                              "post_send",       "post_recv",        "poll_cq"};
+                                              "post_send",       "post_recv",        "poll_cq",         "query_device",
+                                              "ipv4_prefix"};
   for (const auto& [name, count] : fake::calls()) EXPECT_TRUE(apple_subset.count(name)) << name << " x" << count;
   const fake::Counters counters = fake::counters();
   // (A credit-only frame may still meet a peer that is leaving at the end: harmless, so counted before.)
@@ -161,6 +162,43 @@ TEST(IbverbsFake, QueuePairLimitIsNamed) {
   EXPECT_TRUE(messages[0].find("device QP limit reached (about 10 on macOS") != std::string::npos ||
               messages[1].find("device QP limit reached (about 10 on macOS") != std::string::npos)
       << messages[0] << " | " << messages[1];
+}
+
+// Apple's ibv_post_recv returns its error (-12) instead of setting errno: the message names ENOMEM and its fix.
+TEST(IbverbsFake, ARefusedReceiveIsNamedFromTheReturnedCode) {
+  fake::Options few;
+  few.max_outstanding_recvs = 4;  // fewer than the transport posts per peer
+  Fabric fabric(few);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  auto store = make_in_memory_store();
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      Config mine;
+      mine.rank = rank;
+      mine.world_size = 2;
+      mine.transport = "fakeverbs";
+      mine.store = store;
+      mine.timeout_s = 3;
+      messages[rank] = error_of([&] { Communicator::init(mine); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  // The rank that posts first says why; its peer then sees it leave.
+  const std::string why = "ibv_post_recv on rdma_en0 failed: errno 12 (Cannot allocate memory): more receives "
+                          "outstanding than the device accepts";
+  EXPECT_TRUE(messages[0].find(why) != std::string::npos || messages[1].find(why) != std::string::npos)
+      << messages[0] << " | " << messages[1];
+}
+
+// Apple's active Thunderbolt port is not always port 1: the transport uses the one query_port says is ACTIVE.
+TEST(IbverbsFake, TheActivePortIsFoundByQuery) {
+  fake::Options second_port;
+  second_port.active_port = 2;
+  Fabric fabric(second_port);
+  run_ranks(2, over_fake(), [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 3000, 0);
+  });
 }
 
 // UC drops what it cannot deliver: the receiver sees the gap in the sequence and says so, instead of delivering

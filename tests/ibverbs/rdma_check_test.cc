@@ -132,7 +132,7 @@ TEST(RdmaCheck, PortDownIsNamed) {
   down.ports_active = false;
   Fabric fabric(down);
   const std::string report = one_rank(quick()).report;
-  EXPECT_TRUE(has(report, "FAIL preflight rdma_en0: port 1 is DOWN")) << report;
+  EXPECT_TRUE(has(report, "FAIL preflight rdma_en0: no port is ACTIVE (port 1 DOWN)")) << report;
   EXPECT_TRUE(has(report, "rdma_ctl enable")) << report;
 }
 
@@ -229,7 +229,8 @@ TEST(RdmaCheck, TwoRanksPassOnAppleStrictUsingOnlyApplesSubset) {
                                               "close_device",    "query_port",       "query_gid",       "alloc_pd",
                                               "dealloc_pd",      "reg_mr",           "dereg_mr",        "create_cq",
                                               "destroy_cq",      "create_qp",        "modify_qp",       "destroy_qp",
-                                              "post_send",       "post_recv",        "poll_cq"};
+                                              "post_send",       "post_recv",        "poll_cq",         "query_device",
+                                              "ipv4_prefix"};
   for (const auto& [name, count] : fake::calls()) EXPECT_TRUE(apple_subset.count(name)) << name << " x" << count;
   const fake::Counters counters = fake::counters();
   EXPECT_EQ(counters.length_errors, 0u) << "every send met a receive of the same frame count";
@@ -458,15 +459,15 @@ TEST(RdmaHints, FromTheFakeProvidersFaults) {
   init.qp_type = IBV_QPT_UC;
   ibv_qp* qp = v.create_qp(pd, &init);
   ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(qp_to_init(v, qp), 0);
+  ASSERT_EQ(qp_to_init(v, qp, 1), 0);
   QpPeer self;
   self.qp_num = qp->qp_num;
   v.query_gid(context, 1, 1, &self.gid);
-  const int error = qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, /*gid_index=*/0, self);
+  const int error = qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, /*gid_index=*/0, self);
   EXPECT_EQ(error, EINVAL);
   EXPECT_TRUE(has(hints::describe(hints::Verb::kModifyQpRtr, error, {"rdma_en0"}),
                   "no IPv4-mapped GID on rdma_en0: give en0 an IPv4 address"));
-  EXPECT_EQ(qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, self), 0) << "the IPv4-mapped index works";
+  EXPECT_EQ(qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, 1, self), 0) << "the IPv4-mapped index works";
   v.destroy_qp(qp);
   v.destroy_cq(cq);
   v.dealloc_pd(pd);

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "transports/ibverbs/hints.h"
+#include "transports/ibverbs/memory.h"
 #include "transports/ibverbs/probe.h"
 
 namespace tbcoll::ibverbs {
@@ -131,12 +132,12 @@ int mtu_bytes(ibv_mtu mtu) {
   return 0;
 }
 
-bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, int* index, ibv_gid* gid) {
+bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, uint8_t port, int* index, ibv_gid* gid) {
   ibv_port_attr attr{};
-  if (verbs.query_port(context, 1, &attr) != 0) return false;
+  if (verbs.query_port(context, port, &attr) != 0) return false;
   for (int i = 0; i < std::max(1, attr.gid_tbl_len); ++i) {
     ibv_gid entry{};
-    if (verbs.query_gid(context, 1, i, &entry) != 0) continue;
+    if (verbs.query_gid(context, port, i, &entry) != 0) continue;
     bool mapped = entry.raw[10] == 0xff && entry.raw[11] == 0xff;
     for (int b = 0; b < 10; ++b) mapped = mapped && entry.raw[b] == 0;
     if (mapped) {
@@ -148,17 +149,18 @@ bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, int* index, ibv_
   return false;
 }
 
-int qp_to_init(const VerbsApi& verbs, ibv_qp* qp) {
+int qp_to_init(const VerbsApi& verbs, ibv_qp* qp, uint8_t port) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
-  attr.port_num = 1;
-  attr.qp_access_flags = 0;
+  attr.port_num = port;
+  attr.qp_access_flags = kAccessFlags;
   const int rc = verbs.modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  return rc == 0 ? 0 : (errno != 0 ? errno : rc);
+  return rc == 0 ? 0 : error_of(rc);
 }
 
-int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid_index, const QpPeer& peer) {
+int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, uint8_t port, int gid_index,
+              const QpPeer& peer) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = mtu;
@@ -169,7 +171,7 @@ int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid
   attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
   attr.ah_attr.grh.hop_limit = 1;
   attr.ah_attr.dlid = peer.lid;
-  attr.ah_attr.port_num = 1;
+  attr.ah_attr.port_num = port;
   int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
   if (mode == Mode::kRc) {
     attr.max_dest_rd_atomic = 1;
@@ -178,7 +180,7 @@ int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid
   }
   errno = 0;
   const int rc = verbs.modify_qp(qp, &attr, mask);
-  return rc == 0 ? 0 : (errno != 0 ? errno : rc);
+  return rc == 0 ? 0 : error_of(rc);
 }
 
 int qp_to_rts(const VerbsApi& verbs, ibv_qp* qp, Mode mode, uint32_t psn) {
@@ -195,7 +197,7 @@ int qp_to_rts(const VerbsApi& verbs, ibv_qp* qp, Mode mode, uint32_t psn) {
   }
   errno = 0;
   const int rc = verbs.modify_qp(qp, &attr, mask);
-  return rc == 0 ? 0 : (errno != 0 ? errno : rc);
+  return rc == 0 ? 0 : error_of(rc);
 }
 
 RawLink::RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const RawLinkOptions& options,
@@ -250,7 +252,7 @@ RawLink::RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const R
     const hints::Where where{device_, options_.mode == Mode::kRc};
     for (auto [qp, peer] : {std::pair{data_qp_, data_peer}, std::pair{credit_qp_, credit_peer}}) {
       if (!failure.empty()) break;
-      int error = qp_to_rtr(*verbs_, qp, options_.mode, path_mtu_, gid_index_, peer);
+      int error = qp_to_rtr(*verbs_, qp, options_.mode, path_mtu_, port_, gid_index_, peer);
       if (error != 0) {
         failure = fmt::format("rank {}: {}", options_.rank, hints::describe(hints::Verb::kModifyQpRtr, error, where));
         break;
@@ -306,6 +308,7 @@ void RawLink::setup() {
   gid_index_ = found.gid_index;
   gid_ = found.gid;
   lid_ = found.lid;
+  port_ = found.port;
   local_mtu_ = found.mtu;
   const std::string who = fmt::format("rank {}", options_.rank);
   const hints::Where where{device_, options_.mode == Mode::kRc};
@@ -329,11 +332,12 @@ void RawLink::setup() {
     if (list != nullptr) v.free_device_list(list);
   }
   if (context_ == nullptr) throw IoError(fmt::format("{}: {} went away while opening it", who, device_));
-  if (!find_ipv4_gid(v, context_, &gid_index_, &gid_)) {  // this context's own view of the port
+  if (!find_ipv4_gid(v, context_, port_, &gid_index_, &gid_)) {  // this context's own view of the port
     throw IoError(fmt::format("{}: {}: no IPv4-mapped GID: {}", who, device_, hints::no_ipv4_gid_fix(device_)));
   }
   ibv_port_attr port{};
-  if (v.query_port(context_, 1, &port) != 0) fail(hints::Verb::kQueryPort, errno);
+  const int queried = v.query_port(context_, port_, &port);
+  if (queried != 0) fail(hints::Verb::kQueryPort, error_of(queried));
   max_message_ = std::min<size_t>({options_.max_message_bytes, kAppleMaxMessageBytes,
                                    port.max_msg_sz == 0 ? kAppleMaxMessageBytes : size_t{port.max_msg_sz}});
   max_message_ = std::max<size_t>(max_message_, kFrame);
@@ -356,7 +360,7 @@ void RawLink::setup() {
     errno = 0;
     ibv_qp* qp = v.create_qp(pd_, &init);
     if (qp == nullptr) fail(hints::Verb::kCreateQp, errno);
-    const int error = qp_to_init(v, qp);
+    const int error = qp_to_init(v, qp, port_);
     if (error != 0) {
       v.destroy_qp(qp);
       fail(hints::Verb::kModifyQpInit, error);
@@ -369,12 +373,12 @@ void RawLink::setup() {
   const size_t credit_bytes = static_cast<size_t>(kCreditRecvs + kCreditSends) * kCreditSlot;
   region_bytes_ = std::max<size_t>(max_message_, 16 * kFrame);
   const size_t bytes = 2 * region_bytes_ + (credit_bytes + kFrame - 1) / kFrame * kFrame;
-  memory_.assign(bytes + kFrame, 0);
-  send_region_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.data()) + kFrame - 1) & ~(kFrame - 1));
+  memory_ = RegisteredMemory(bytes);
+  send_region_ = memory_.data();
   recv_region_ = send_region_ + region_bytes_;
   credit_region_ = recv_region_ + region_bytes_;
   errno = 0;
-  mr_ = v.reg_mr(pd_, send_region_, bytes, IBV_ACCESS_LOCAL_WRITE);
+  mr_ = v.reg_mr(pd_, send_region_, memory_.size(), kAccessFlags);
   if (mr_ == nullptr) fail(hints::Verb::kRegMr, errno);
 }
 
@@ -417,7 +421,7 @@ void RawLink::post_recv(ibv_qp* qp, uint8_t* at, size_t bytes, uint64_t wr_id) {
   if (rc != 0) {
     throw IoError(fmt::format(
         "rank {}: {}", options_.rank,
-        hints::describe(hints::Verb::kPostRecv, errno != 0 ? errno : rc, {device_, options_.mode == Mode::kRc})));
+        hints::describe(hints::Verb::kPostRecv, error_of(rc), {device_, options_.mode == Mode::kRc})));
   }
 }
 
@@ -435,7 +439,7 @@ void RawLink::post_send(ibv_qp* qp, const uint8_t* at, size_t bytes, uint64_t wr
   if (rc != 0) {
     throw IoError(fmt::format(
         "rank {}: {}", options_.rank,
-        hints::describe(hints::Verb::kPostSend, errno != 0 ? errno : rc, {device_, options_.mode == Mode::kRc})));
+        hints::describe(hints::Verb::kPostSend, error_of(rc), {device_, options_.mode == Mode::kRc})));
   }
 }
 

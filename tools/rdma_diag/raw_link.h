@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "transports/ibverbs/memory.h"
 #include "transports/ibverbs/mode.h"
 #include "transports/ibverbs/probe.h"
 #include "tools/rdma_diag/floors.h"
@@ -106,12 +107,13 @@ class RawLink {
   ibv_qp* data_qp_ = nullptr;
   ibv_qp* credit_qp_ = nullptr;
   ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> memory_;
+  RegisteredMemory memory_;
   uint8_t* send_region_ = nullptr;    // region_bytes_
   uint8_t* recv_region_ = nullptr;    // region_bytes_
   uint8_t* credit_region_ = nullptr;  // credit receive and send slots
   size_t max_message_ = 0;
   size_t region_bytes_ = 0;  // of the send and the receive region: max_message_, at least 16 frames
+  uint8_t port_ = 1;  // the device's active port
   int gid_index_ = 0;
   ibv_gid gid_{};
   uint16_t lid_ = 0;
@@ -135,16 +137,17 @@ struct QpPeer {
   uint16_t lid = 0;
   ibv_gid gid{};
 };
-/// RESET -> INIT on port 1, pkey 0. Returns 0 or the errno.
-int qp_to_init(const VerbsApi& verbs, ibv_qp* qp);
+/// RESET -> INIT on `port`, pkey 0, kAccessFlags. Returns 0 or the errno.
+int qp_to_init(const VerbsApi& verbs, ibv_qp* qp, uint8_t port);
 /// INIT -> RTR towards peer (is_global 1, hop limit 1, sgid_index = gid_index). Returns 0 or the errno.
-int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid_index, const QpPeer& peer);
+int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, uint8_t port, int gid_index,
+              const QpPeer& peer);
 /// RTR -> RTS. Returns 0 or the errno.
 int qp_to_rts(const VerbsApi& verbs, ibv_qp* qp, Mode mode, uint32_t psn);
 
-/// The first IPv4-mapped GID of port 1 as this context sees it (on the tests' fake fabric every context is a port of
+/// The first IPv4-mapped GID of `port` as this context sees it (on the tests' fake fabric every context is a port of
 /// its own); false if there is none.
-bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, int* index, ibv_gid* gid);
+bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, uint8_t port, int* index, ibv_gid* gid);
 
 /// Bytes of an ibv_mtu (IBV_MTU_1024 -> 1024).
 int mtu_bytes(ibv_mtu mtu);

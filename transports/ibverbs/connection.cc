@@ -72,16 +72,18 @@ Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, 
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
   attr.port_num = local_.port;
-  attr.qp_access_flags = 0;
-  if (v.modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-    const int error = errno;
+  attr.qp_access_flags = kAccessFlags;
+  const int init_result = v.modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (init_result != 0) {
     cleanup();
-    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kModifyQpInit, error, {local_.device})));
+    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kModifyQpInit, error_of(init_result),
+                                                              {local_.device})));
   }
-  const size_t bytes = static_cast<size_t>(kRecvDepth + kSendDepth) * wire::kFrameBytes;
-  memory_.resize(bytes + 4096);
-  frames_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.data()) + 4095) & ~uintptr_t{4095});
-  mr_ = v.reg_mr(local_.pd, frames_, bytes, IBV_ACCESS_LOCAL_WRITE);
+  memory_ = RegisteredMemory(static_cast<size_t>(kRecvDepth + kSendDepth) * wire::kFrameBytes);
+  frames_ = memory_.data();
+  const size_t bytes = memory_.size();
+  errno = 0;
+  mr_ = v.reg_mr(local_.pd, frames_, bytes, kAccessFlags);
   if (mr_ == nullptr) {
     const int error = errno;
     cleanup();
@@ -148,10 +150,10 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
     attr.min_rnr_timer = 12;
     mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   }
-  if (v.modify_qp(qp_, &attr, mask) != 0) {
-    const int error = errno;
+  const int rtr_result = v.modify_qp(qp_, &attr, mask);
+  if (rtr_result != 0) {
     throw IoError(fmt::format("{}: {}", who,
-                              hints::describe(hints::Verb::kModifyQpRtr, error,
+                              hints::describe(hints::Verb::kModifyQpRtr, error_of(rtr_result),
                                               {local_.device, local_.mode == Mode::kRc})));
   }
   attr = ibv_qp_attr{};
@@ -165,9 +167,11 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
     attr.max_rd_atomic = 1;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
-  if (v.modify_qp(qp_, &attr, mask) != 0) {
+  const int rts_result = v.modify_qp(qp_, &attr, mask);
+  if (rts_result != 0) {
     throw IoError(fmt::format("{}: {}", who,
-                              hints::describe(hints::Verb::kModifyQpRts, errno, {local_.device, local_.mode == Mode::kRc})));
+                              hints::describe(hints::Verb::kModifyQpRts, error_of(rts_result),
+                                              {local_.device, local_.mode == Mode::kRc})));
   }
   // Receives only once in RTS (Apple's rule), and all of them before the peer hears it may send.
   for (int slot = 0; slot < kRecvDepth; ++slot) post_recv(slot);
@@ -193,9 +197,10 @@ void Connection::post_recv(int slot) {
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  if (local_.verbs->post_recv(qp_, &wr, &bad) != 0) {
-    fail_locked(
-        fmt::format("[ibverbs] to {}: {}", peer_key_, hints::describe(hints::Verb::kPostRecv, errno, {local_.device})));
+  const int result = local_.verbs->post_recv(qp_, &wr, &bad);
+  if (result != 0) {
+    fail_locked(fmt::format("[ibverbs] to {}: {}", peer_key_,
+                            hints::describe(hints::Verb::kPostRecv, error_of(result), {local_.device})));
   }
 }
 
@@ -418,10 +423,10 @@ void Connection::flush_locked() {
   ibv_send_wr* bad = nullptr;
   const int posted = batched_;
   batched_ = 0;
-  if (local_.verbs->post_send(qp_, &batch_[0], &bad) != 0) {
-    const int error = errno;
+  const int result = local_.verbs->post_send(qp_, &batch_[0], &bad);
+  if (result != 0) {
     fail_locked(fmt::format("[ibverbs] to {}: {} ({} frames)", peer_key_,
-                            hints::describe(hints::Verb::kPostSend, error, {local_.device}), posted));
+                            hints::describe(hints::Verb::kPostSend, error_of(result), {local_.device}), posted));
   }
 }
 

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "tbcoll/transport.h"
+#include "transports/ibverbs/memory.h"
 #include "transports/ibverbs/mode.h"
 #include "transports/ibverbs/verbs.h"
 #include "transports/ibverbs/wire.h"
@@ -131,7 +132,7 @@ class Connection {
   int side_channel_;
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
-  std::vector<uint8_t> memory_;  // kRecvDepth receive frames, then kSendDepth send frames (page aligned inside)
+  RegisteredMemory memory_;  // kRecvDepth receive frames, then kSendDepth send frames
   uint8_t* frames_ = nullptr;
   ibv_mr* mr_ = nullptr;
   uint32_t psn_ = 0;

@@ -71,7 +71,12 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
   local_.auto_mode = options_.auto_mode;
   // Lists of work requests in one ibv_post_send: untried on Apple's provider, so one at a time there by default.
   local_.post_batch = options_.post_batch > 0 ? options_.post_batch : verbs_.provider == "librdma.dylib" ? 1 : 16;
-  local_.mode = options_.auto_mode ? (has_rc(verbs_, local_) ? Mode::kRc : Mode::kUc) : options_.mode;
+  // auto: Apple's Thunderbolt stack is UC only, so its ports are not probed for RC (the probe would spend one of
+  // their 10 queue pairs just to be refused).
+  local_.mode = !options_.auto_mode                ? options_.mode
+                : apple_device(verbs_, found.name) ? Mode::kUc
+                : has_rc(verbs_, local_)           ? Mode::kRc
+                                                   : Mode::kUc;
   std::random_device random;
   key_ = fmt::format("{}.{}.{:08x}", presence, found.name, random());
   try {

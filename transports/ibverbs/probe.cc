@@ -68,13 +68,29 @@ ibv_context* open_device_named(const VerbsApi& verbs, const std::string& name) {
   return nullptr;
 }
 
+uint8_t active_port(const VerbsApi& verbs, ibv_context* context, ibv_port_attr* attr, std::string* states) {
+  ibv_device_attr device{};
+  const int ports = verbs.query_device(context, &device) == 0 ? std::max<int>(1, device.phys_port_cnt) : 1;
+  for (int port = 1; port <= std::min(ports, 255); ++port) {
+    *attr = ibv_port_attr{};
+    const bool queried = verbs.query_port(context, static_cast<uint8_t>(port), attr) == 0;
+    if (queried && attr->state == IBV_PORT_ACTIVE) return static_cast<uint8_t>(port);
+    *states += fmt::format("{}port {} {}", states->empty() ? "" : ", ", port,
+                           queried ? port_state_name(attr->state) : "cannot be queried");
+  }
+  return 0;
+}
+
 Found inspect_port(const VerbsApi& verbs, ibv_context* context, const std::string& name, std::string* why_not) {
   Found found;
   found.name = name;
   ibv_port_attr attr{};
-  if (verbs.query_port(context, found.port, &attr) != 0 || attr.state != IBV_PORT_ACTIVE) {
-    *why_not = fmt::format("{}: port 1 {} (is the other end's RDMA enabled and the cable in?)", name,
-                           port_state_name(attr.state));
+  std::string states;
+  found.port = active_port(verbs, context, &attr, &states);
+  if (found.port == 0) {
+    *why_not = fmt::format("{}: no port is ACTIVE ({}): is the other end's RDMA enabled and the cable in?", name,
+                           states);
+    found.port = 1;
     return found;
   }
   found.lid = attr.lid;

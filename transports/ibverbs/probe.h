@@ -12,7 +12,7 @@ namespace tbcoll::ibverbs {
 /// A usable device and port, as found by probe_all().
 struct Found {
   std::string name;
-  uint8_t port = 1;
+  uint8_t port = 1;  ///< the active one
   int gid_index = -1;
   ibv_gid gid{};
   uint16_t lid = 0;
@@ -32,7 +32,11 @@ std::vector<std::string> device_names(const VerbsApi& verbs);
 /// Opens the device named `name`; null (errno from the provider) when it is not listed or does not open.
 ibv_context* open_device_named(const VerbsApi& verbs, const std::string& name);
 
-/// What an opened device offers; "" in *why_not when usable, else what is wrong and how to fix it.
+/// The first ACTIVE port of an opened device (1..phys_port_cnt; Apple's is not always port 1), its attributes in
+/// *attr; 0 when none is, *states then saying what each port is ("port 1 DOWN").
+uint8_t active_port(const VerbsApi& verbs, ibv_context* context, ibv_port_attr* attr, std::string* states);
+
+/// What an opened device offers on its active port; "" in *why_not when usable, else what is wrong and how to fix it.
 Found inspect_port(const VerbsApi& verbs, ibv_context* context, const std::string& name, std::string* why_not);
 
 /// Whether a GID is IPv4-mapped (::ffff:a.b.c.d), and the address inside one ("a.b.c.d").
