@@ -21,6 +21,7 @@ namespace tbcoll::ibverbs {
 namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
+constexpr const char* kAuthProtocol = "tbcoll ibverbs";
 
 // Whether the device creates an RC queue pair (Apple's refuses with errno 102; rxe and RoCE NICs have it).
 bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
@@ -161,19 +162,51 @@ std::shared_ptr<Connection> Port::dial_locked(const PortAddress& peer, Deadline 
       net::connect_tcp(net::parse_host_port(peer.side_channel, "ibverbs side channel"), deadline, who, cancelled);
   std::shared_ptr<Connection> connection;
   try {
-    if (!options_.secret.empty()) auth::initiate(fd, options_.secret, "tbcoll ibverbs", options_.token, deadline, who, cancelled);
     connection = std::make_shared<Connection>(local_, mode, peer.key, fd);
   } catch (...) {
     close(fd);
     throw;
   }
+  // Hello first, then the proof of the secret over the two ports' keys (whose ranks and processes they name):
+  // a proof relayed to another port than the one this dialed does not hold there.
   send_hello(fd, *connection, deadline, cancelled);
+  if (!options_.secret.empty()) {
+    auth::initiate(fd, options_.secret, kAuthProtocol, wire::side_channel_context(options_.token, key_, peer.key),
+                   deadline, who, cancelled);
+  }
   wire::Hello theirs;
   if (!read_hello(fd, &theirs, deadline, cancelled) || peer.key != theirs.key) {
     throw IoError(fmt::format("{}: the port there is not the one published (another job, or a stale address)", who));
   }
   connection->establish(theirs, deadline, cancelled);
   return connection;
+}
+
+// Reads a caller's hello and, with a job secret, checks its proof over both ports' keys; false (logged) if it is
+// not one of ours.
+bool Port::admit(int fd, wire::Hello* theirs, Deadline limit, const std::atomic<bool>* cancelled) {
+  try {
+    if (!read_hello(fd, theirs, limit, cancelled)) return false;
+    const bool proves = (theirs->flags & wire::kHelloWithSecret) != 0;
+    if (proves != !options_.secret.empty()) {
+      log::warn("[ibverbs] port {}: rejected a side channel from {}: {}", key_, theirs->key,
+                proves ? "it has a job secret and this rank none" : "it has no job secret (TBCOLL_SECRET)");
+      return false;
+    }
+    std::string why;
+    if (proves && !auth::respond(fd, options_.secret, kAuthProtocol,
+                                 wire::side_channel_context(options_.token, theirs->key, key_), limit,
+                                 fmt::format("[ibverbs] port {}: side channel", key_), cancelled, &why)) {
+      log::warn("[ibverbs] port {}: rejected a side channel from {}: {}", key_, theirs->key, why);
+      return false;
+    }
+    return true;
+  } catch (const TimeoutError&) {
+    log::warn("[ibverbs] port {}: dropped a side channel that sent no complete handshake", key_);
+  } catch (const RemoteError&) {
+  } catch (const IoError&) {
+  }
+  return false;
 }
 
 void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std::chrono::milliseconds wait) {
@@ -186,24 +219,8 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
   if (poll(&watch, 1, static_cast<int>(wait.count())) <= 0 || (watch.revents & POLLIN) == 0) return;
   const int fd = net::accept_tcp(listen_fd_);
   if (fd < 0) return;
-  const Deadline limit = std::min(deadline, Clock::now() + kHandshakeTimeout);
   wire::Hello theirs;
-  bool ours = false;
-  try {
-    std::string why;
-    if (!options_.secret.empty() &&
-        !auth::respond(fd, options_.secret, "tbcoll ibverbs", options_.token, limit,
-                       fmt::format("[ibverbs] port {}: side channel", key_), cancelled, &why)) {
-      log::warn("[ibverbs] port {}: rejected a side channel: {}", key_, why);
-    } else {
-      ours = read_hello(fd, &theirs, limit, cancelled);
-    }
-  } catch (const RemoteError&) {
-  } catch (const TimeoutError&) {
-    log::warn("[ibverbs] port {}: dropped a side channel that sent no complete handshake", key_);
-  } catch (const IoError&) {
-  }
-  if (!ours) {
+  if (!admit(fd, &theirs, std::min(deadline, Clock::now() + kHandshakeTimeout), cancelled)) {
     close(fd);
     return;
   }
@@ -226,6 +243,7 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
 void Port::send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled) {
   wire::Hello hello = connection.hello(key_);
   hello.token_bytes = static_cast<uint32_t>(options_.token.size());
+  hello.flags = options_.secret.empty() ? 0u : static_cast<uint32_t>(wire::kHelloWithSecret);
   const std::string who = fmt::format("[ibverbs] port {}: handshake with {}", key_, connection.peer_key());
   net::write_all(fd, &hello, sizeof(hello), deadline, who, cancelled);
   if (!options_.token.empty())

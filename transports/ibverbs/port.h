@@ -29,7 +29,8 @@ struct PortOptions {
   int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
   std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;        ///< job token, checked in every handshake
-  std::string secret;       ///< job secret ("" for none): proved both ways first thing (common/auth.h)
+  std::string secret;       ///< job secret ("" for none): proved both ways after the dialer's hello, over both ports'
+                            ///< keys (common/auth.h, wire::side_channel_context)
 };
 
 /// What a port publishes (Port::address()), parsed.
@@ -75,6 +76,7 @@ class Port {
   void send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled);
   /// Reads a hello and the token after it; "" if it is not one of ours (token, magic, meant for another port).
   bool read_hello(int fd, wire::Hello* hello, Deadline deadline, const std::atomic<bool>* cancelled);
+  bool admit(int fd, wire::Hello* theirs, Deadline limit, const std::atomic<bool>* cancelled);
 
   const VerbsApi& verbs_;
   PortOptions options_;

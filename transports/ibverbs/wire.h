@@ -11,20 +11,29 @@
 // last report), a sum of its payload and a checksum of the header: damage the link's CRC missed, or a provider
 // bug, is reported instead of delivered.
 //
-// The side channel (a TCP socket per connection) carries the handshake (Hello both ways: queue pair number, GID,
-// MTU, receive depth), then only Notices: a communicator aborted, or the process going away.
+// The side channel (a TCP socket per connection) carries the handshake, then only Notices (a communicator aborted,
+// the process going away, frame counts for UC loss detection):
+//
+//   dialer   -> acceptor : Hello | token            (queue pair number, GID, MTU, receive depth, both port keys)
+//   with a job secret, auth::initiate/respond over side_channel_context(token, dialer's key, acceptor's key)
+//   acceptor -> dialer   : Hello | token
+//
+// The proof binds the two ports' keys, which name each end's process, world rank, device and a per-port nonce (as
+// tcp's binds ranks and communicator): a relay that sends a dialer's exchange to another port than the one it
+// dialed gets proofs that do not hold there.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace tbcoll::ibverbs::wire {
 
 constexpr size_t kFrameBytes = 4096;
 constexpr uint16_t kMagic = 0x7462;  // "tb"
-constexpr uint16_t kVersion = 2;
+constexpr uint16_t kVersion = 3;
 
 enum class FrameKind : uint8_t { kData = 1, kCredit = 2 };
 enum FrameFlags : uint8_t { kFirst = 1, kLast = 2 };
@@ -143,7 +152,16 @@ struct Hello {
   uint8_t mode = 0;         ///< 1 UC, 2 RC: the queue pair's type (both ends compute it alike, see pair_mode)
   uint32_t recv_depth = 0;  ///< receives posted for the peer: its initial credits
   uint32_t token_bytes = 0;
+  uint32_t flags = 0;  ///< kHelloWithSecret: the sender proves a job secret next (dialer) or demands it
 };
+
+enum HelloFlags : uint32_t { kHelloWithSecret = 1 };
+
+/// What the side channel's proofs of the job secret are bound to: the job token and both ports' keys.
+inline std::string side_channel_context(const std::string& token, const std::string& dialer_key,
+                                        const std::string& acceptor_key) {
+  return token + "|" + dialer_key + "|" + acceptor_key;
+}
 
 constexpr uint32_t kMaxTokenBytes = 1024;
 
