@@ -131,18 +131,24 @@ TEST(RdmaCheck, PortDownIsNamed) {
   fake::Options down;
   down.ports_active = false;
   Fabric fabric(down);
-  const std::string report = one_rank(quick()).report;
+  const Outcome outcome = one_rank(quick());
+  const std::string& report = outcome.report;
   EXPECT_TRUE(has(report, "FAIL preflight rdma_en0: no port is ACTIVE (port 1 DOWN)")) << report;
   EXPECT_TRUE(has(report, "rdma_ctl enable")) << report;
+  EXPECT_EQ(outcome.unavailable, 0) << "a device whose port is down is a failure, not an absence of RDMA";
+  EXPECT_GT(outcome.failed, 0);
 }
 
 TEST(RdmaCheck, KernelWithoutRdmaIsNotAvailable) {
   fake::Options no_kernel;
   no_kernel.no_kernel_support = true;
   Fabric fabric(no_kernel);
-  const std::string report = one_rank(quick()).report;
+  const Outcome outcome = one_rank(quick());
+  const std::string& report = outcome.report;
   EXPECT_TRUE(has(report, "FAIL preflight: not available: ibv_get_device_list")) << report;
   EXPECT_TRUE(has(report, "this kernel has no RDMA support (ENOSYS)")) << report;
+  EXPECT_EQ(outcome.unavailable, 1) << "tbcoll-rdma-check --skip-without-rdma exits 77 for this";
+  EXPECT_EQ(outcome.failed, outcome.unavailable);
 }
 
 TEST(RdmaCheck, NoVerbsLibraryIsNotAvailable) {
@@ -341,6 +347,10 @@ TEST(RdmaCheck, OneRankWithoutRdmaSkipsTheLinkChecks) {
                   "SKIP link, send sweep, latency, bandwidth, all_reduce: RDMA is not available "
                   "on rank 1"))
       << outcomes[0].report;
+  for (const Outcome& outcome : outcomes) {  // both ranks judge alike: both exit 77 under --skip-without-rdma
+    EXPECT_EQ(outcome.unavailable, 1);
+    EXPECT_EQ(outcome.failed, 1);
+  }
 }
 
 // ---- the floors (tbcoll-perf --pingpong over ibverbs) -----------------------------------------------------------

@@ -45,6 +45,7 @@ void count(const std::string& text, Outcome* outcome) {
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("PASS ", 0) == 0) ++outcome->passed;
     if (line.rfind("FAIL ", 0) == 0) ++outcome->failed;
+    if (line.rfind("FAIL preflight: not available", 0) == 0) ++outcome->unavailable;
     if (line.rfind("SKIP ", 0) == 0) ++outcome->skipped;
   }
 }

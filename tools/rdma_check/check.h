@@ -50,6 +50,9 @@ struct Site {
 
 struct Outcome {
   int passed = 0, failed = 0, skipped = 0;
+  /// Of the failures, ranks where RDMA is not available at all (no verbs library, or no device): nothing could be
+  /// checked there.
+  int unavailable = 0;
   std::string report;  ///< the whole report (rank 0, or a single rank); a pointer to rank 0's on rank 1
 };
 
