@@ -172,6 +172,8 @@ void arm_parent_death_guard() { prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
 std::vector<std::string> verbs_libraries() { return {"libibverbs.so.1"}; }
 
+bool macos_version(int*, int*) { return false; }
+
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.so.3", "libcrypto.so"};
 }

@@ -193,5 +193,7 @@ std::vector<std::string> crypto_libraries();
 /// The verbs libraries to dlopen, the first that loads wins: "libibverbs.so.1" (rdma-core); on macOS 26.2+ the
 /// system's "/usr/lib/librdma.dylib" first, then "librdma.dylib" by name.
 std::vector<std::string> verbs_libraries();
+/// The macOS version this process runs on (26.3: *major 26, *minor 3); false on other systems.
+bool macos_version(int* major, int* minor);
 
 }  // namespace tbcoll::platform

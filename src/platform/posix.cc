@@ -74,6 +74,8 @@ void arm_parent_death_guard() { generic::arm_parent_death_guard(); }
 
 std::vector<std::string> verbs_libraries() { return {"libibverbs.so.1"}; }
 
+bool macos_version(int*, int*) { return false; }
+
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.so.3", "libcrypto.so"};
 }

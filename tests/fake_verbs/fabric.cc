@@ -56,8 +56,9 @@ Port* port_of(Fabric& fabric, int host, int device) {
   port->host = host;
   port->device = device;
   const int serial = fabric.next_port++;
-  if (!fabric.cabled()) {  // one switched subnet: 10.9.0.0/16
-    const uint8_t ipv4[4] = {10, 9, static_cast<uint8_t>(serial >> 8), static_cast<uint8_t>(serial)};
+  if (!fabric.cabled()) {  // switched: a network per device, rdma_en0's 10.9.0.0/16, rdma_en1's 10.10.0.0/16, ...
+    const uint8_t ipv4[4] = {10, static_cast<uint8_t>(9 + device), static_cast<uint8_t>(serial >> 8),
+                             static_cast<uint8_t>(serial)};
     port->gids = gid_table(fabric.options, serial, ipv4);
     return port.get();
   }

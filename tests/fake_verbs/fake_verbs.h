@@ -11,8 +11,9 @@
 // tables are null, so calling rdma-core's inline ibv_post_send() on them crashes: go through the table. Nothing
 // links libibverbs.
 //
-// Two topologies. Switched (Options::cables empty): every port reaches every other, all on one subnet
-// (10.9.0.0/16), like RoCE NICs on a switch or every rank on one rxe device. Cabled (Options::cables given): each
+// Two topologies. Switched (Options::cables empty): every port reaches every other, each device's ports on a
+// subnet of their own (rdma_en0's 10.9.0.0/16, rdma_en1's 10.10.0.0/16...), like RoCE NICs on rail networks or
+// every rank on one rxe device. Cabled (Options::cables given): each
 // cable joins one port of one host to one port of another, point to point, on a subnet of its own (cable c:
 // 10.77.c.1 and 10.77.c.2, /30, as mlx.distributed_config numbers Thunderbolt cables); a port on no cable is DOWN,
 // and a port reaches only the port across its cable, as a Thunderbolt port reaches one Mac.
@@ -21,7 +22,8 @@
 // - Devices rdma_en0.. (roce0.. permissive); query_device says Options::active_port ports, of which only active_port is ACTIVE (Apple's
 //   active port is not always 1), active_mtu IBV_MTU_1024, max_mtu 4096, link layer Ethernet, max_msg_sz
 //   16,773,120 (Apple's) strict. GID table: index 0 a link-local fe80::/64 GID, Options::ipv4_gid_index the
-//   IPv4-mapped one (switched: ::ffff:10.9.0.k, k = 1 for the first port made since reset(), 2 for the next...),
+//   IPv4-mapped one (switched: ::ffff:10.(9 + device).0.k, k = 1 for the first port made since reset(), 2 for the
+//   next...),
 //   other indexes an fd00:: GID (not IPv4). query_gid beyond the table, or a port beyond the device's: EINVAL.
 //   ipv4_prefix answers for these addresses (16 switched, 30 cabled).
 // - reg_mr: strict, only with local write, remote read and remote write (Apple refuses a local-write-only

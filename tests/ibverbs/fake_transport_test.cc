@@ -62,8 +62,8 @@ TEST(IbverbsFake, SplitsShareTheQueuePairs) {
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 10, 2);
   });
   // (TBCOLL_IB_MODE=auto, the default, tries no RC queue pair on Apple's rdma_enN: they are UC only.)
-  EXPECT_EQ(fake::calls()["create_qp"], 4u * 3u)
-      << "one queue pair per pair of ranks and side, however many splits, and no RC probe";
+  EXPECT_EQ(fake::calls()["create_qp"], 2u * 4u * 3u)
+      << "two queue pairs (the lanes) per pair of ranks and side, however many splits, and no RC probe";
 }
 
 TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
@@ -221,10 +221,13 @@ TEST(IbverbsFake, LostFrameIsReportedNeverDeliveredAsData) {
   EXPECT_NE(messages[1].find("were lost"), std::string::npos) << messages[1];
 }
 
+// With the payload sum on (TBCOLL_IB_PAYLOAD_SUM=1; off by default, the link's CRC guards the payload).
 TEST(IbverbsFake, DamagedFrameIsReportedNeverDeliveredAsData) {
   Fabric fabric(fake::Options{});
   std::vector<std::string> messages(2);
-  run_ranks(2, over_fake(10), [&](Communicator& comm) {
+  test::RankOptions options = over_fake(10);
+  options.knobs = {{"TBCOLL_IB_PAYLOAD_SUM", "1"}};
+  run_ranks(2, options, [&](Communicator& comm) {
     std::vector<float> data(5000, 3.0f), out(5000, 0.0f);
     messages[comm.rank()] = error_of([&] {
       comm.barrier();

@@ -1,6 +1,7 @@
 // The ibverbs transport's pure pieces: frame header and its checksum, frame counts, port addresses.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <vector>
 
 #include "tbcoll/error.hpp"
@@ -78,6 +79,46 @@ TEST(IbverbsWire, FramesPerMessage) {
   EXPECT_EQ(wire::frames_for(wire::kPayloadBytes), 1u);
   EXPECT_EQ(wire::frames_for(wire::kPayloadBytes + 1), 2u);
   EXPECT_EQ(wire::frames_for(10 * wire::kPayloadBytes), 10u);
+}
+
+TEST(IbverbsWire, LanesSplitIntoWholeSlotsAndATail) {
+  const size_t slot = 512 * 1024 - 64;
+  EXPECT_EQ(wire::split_lanes(8, slot).slots, 0u);
+  EXPECT_EQ(wire::split_lanes(slot / 2, slot).slots, 0u) << "less than half a slot: frames";
+  EXPECT_EQ(wire::split_lanes(256 * 1024, slot).slots, 1u) << "half a slot: one padded slot";
+  const wire::LaneSplit three = wire::split_lanes(3 * slot + 100, slot);
+  EXPECT_EQ(three.slots, 3u);
+  EXPECT_EQ(three.bulk_bytes, 3 * slot) << "the 100 B tail in a frame";
+  const wire::LaneSplit padded = wire::split_lanes(2 * slot + 300000, slot);
+  EXPECT_EQ(padded.slots, 3u);
+  EXPECT_EQ(padded.bulk_bytes, 2 * slot + 300000);
+  EXPECT_EQ(wire::split_lanes(1 << 20, 0).slots, 0u) << "no bulk lane";
+  EXPECT_EQ(wire::slot_bytes_for(true, 26, 2), 128u * 1024) << "Apple before 26.3";
+  EXPECT_EQ(wire::slot_bytes_for(true, 26, 3), 512u * 1024);
+  EXPECT_EQ(wire::slot_bytes_for(false, 0, 0), 512u * 1024);
+  EXPECT_EQ(wire::slots_for(512 * 1024), 2);
+  EXPECT_EQ(wire::slots_for(128 * 1024), 8);
+  EXPECT_LE(wire::slots_for(16384) * 16384 / 4096, 4095) << "Apple's queue depth in frames";
+}
+
+// The payload's sum is the sender's choice (TBCOLL_IB_PAYLOAD_SUM): a frame that says it was summed is checked.
+TEST(IbverbsWire, APayloadIsCheckedWhenItsSenderSummedIt) {
+  std::vector<uint8_t> frame(sizeof(wire::Header) + 100, 0x5a);
+  wire::Header header;
+  header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
+  header.payload = 100;
+  header.flags = wire::kSummed;
+  header.payload_sum = wire::payload_sum(frame.data() + sizeof(header), 100);
+  wire::seal(header);
+  std::memcpy(frame.data(), &header, sizeof(header));
+  wire::Header decoded;
+  EXPECT_TRUE(wire::decode_frame(frame.data(), frame.size(), &decoded));
+  frame[sizeof(header) + 50] ^= 1;
+  EXPECT_FALSE(wire::decode_frame(frame.data(), frame.size(), &decoded));
+  header.flags = 0;  // not summed: the link's CRC guards the payload
+  wire::seal(header);
+  std::memcpy(frame.data(), &header, sizeof(header));
+  EXPECT_TRUE(wire::decode_frame(frame.data(), frame.size(), &decoded));
 }
 
 TEST(IbverbsWire, PortAddressesParseAndMalformedOnesAreRefused) {

@@ -446,18 +446,22 @@ std::string format_limits(const LimitReport& report) {
   out += format_probe(report.queue_pairs);
   out += format_probe(report.registrations);
   out += format_probe(report.receives);
-  // What tbcoll itself needs: a queue pair and a registration per peer, Connection::kRecvDepth receives each.
+  // What tbcoll itself needs: two queue pairs and a registration per peer, Connection::kSmallDepth receives on
+  // one of them (the bulk lane posts fewer).
+  constexpr int kReceives = Connection::kSmallDepth;
   std::vector<std::string> short_of;
-  if (!report.queue_pairs.error.empty() || report.queue_pairs.accepted < 1) short_of.push_back("no queue pair");
+  if (!report.queue_pairs.error.empty() || report.queue_pairs.accepted < kQueuePairsPerPeer) {
+    short_of.push_back(fmt::format("fewer than the {} queue pairs a peer takes", kQueuePairsPerPeer));
+  }
   if (!report.registrations.error.empty() || report.registrations.accepted < 1) short_of.push_back("no registration");
-  if (!report.receives.error.empty() || report.receives.accepted < Connection::kRecvDepth) {
-    short_of.push_back(
-        fmt::format("fewer than the {} outstanding receives the transport posts per peer", Connection::kRecvDepth));
+  if (!report.receives.error.empty() || report.receives.accepted < kReceives) {
+    short_of.push_back(fmt::format("fewer than the {} outstanding receives the transport posts per peer", kReceives));
   }
   if (short_of.empty()) {
     out += fmt::format("PASS limits {}: room for tbcoll (up to {} peers on this device; {} receives per peer)\n",
-                       report.device, std::min(report.queue_pairs.accepted, report.registrations.accepted),
-                       Connection::kRecvDepth);
+                       report.device,
+                       std::min(report.queue_pairs.accepted / kQueuePairsPerPeer, report.registrations.accepted),
+                       kReceives);
   } else {
     out += fmt::format("FAIL limits {}: {}\n", report.device, fmt::format("{}", fmt::join(short_of, "; ")));
   }

@@ -15,6 +15,7 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "platform/platform.h"
 #include "transports/ibverbs/hints.h"
 
 namespace tbcoll::ibverbs {
@@ -70,12 +71,18 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
     throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {found.name})));
   }
   local_.auto_mode = options_.auto_mode;
-  // Lists of work requests in one ibv_post_send: untried on Apple's provider, so one at a time there by default.
-  local_.post_batch = options_.post_batch > 0 ? options_.post_batch : verbs_.provider == "librdma.dylib" ? 1 : 16;
+  const bool apple = apple_device(verbs_, found.name);
+  // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
+  const bool librdma = verbs_.provider.find("librdma") != std::string::npos;
+  local_.post_batch = options_.post_batch > 0 ? options_.post_batch : librdma ? 1 : 16;
+  int major = 0, minor = 0;
+  platform::macos_version(&major, &minor);
+  local_.slot_bytes = options_.slot_bytes > 0 ? options_.slot_bytes : wire::slot_bytes_for(librdma, major, minor);
+  local_.payload_sum = options_.payload_sum;
   // auto: Apple's Thunderbolt stack is UC only, so its ports are not probed for RC (the probe would spend one of
   // their 10 queue pairs just to be refused).
   local_.mode = !options_.auto_mode                ? options_.mode
-                : apple_device(verbs_, found.name) ? Mode::kUc
+                : apple                            ? Mode::kUc
                 : has_rc(verbs_, local_)           ? Mode::kRc
                                                    : Mode::kUc;
   std::random_device random;
@@ -162,7 +169,7 @@ std::shared_ptr<Connection> Port::dial_locked(const PortAddress& peer, Deadline 
       net::connect_tcp(net::parse_host_port(peer.side_channel, "ibverbs side channel"), deadline, who, cancelled);
   std::shared_ptr<Connection> connection;
   try {
-    connection = std::make_shared<Connection>(local_, mode, peer.key, fd);
+    connection = std::make_shared<Connection>(local_, mode, peer.key, fd, bulk_lanes_);
   } catch (...) {
     close(fd);
     throw;
@@ -230,7 +237,7 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
   try {
     const Mode mode =
         pair_mode(local_.mode, local_.auto_mode, static_cast<Mode>(theirs.mode & 0x0f), (theirs.mode & 0x10) != 0, who);
-    connection = std::make_shared<Connection>(local_, mode, peer_key, fd);
+    connection = std::make_shared<Connection>(local_, mode, peer_key, fd, bulk_lanes_);
   } catch (...) {
     close(fd);
     throw;

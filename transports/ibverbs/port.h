@@ -27,6 +27,8 @@ struct PortOptions {
   Mode mode = Mode::kUc;
   bool auto_mode = false;   ///< TBCOLL_IB_MODE=auto: RC if the device creates an RC queue pair, else UC
   int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
+  size_t slot_bytes = 0;    ///< TBCOLL_IB_SLOT_BYTES (0: wire::slot_bytes_for the provider and macOS version)
+  bool payload_sum = false; ///< TBCOLL_IB_PAYLOAD_SUM
   std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;        ///< job token, checked in every handshake
   std::string secret;       ///< job secret ("" for none): proved both ways after the dialer's hello, over both ports'
@@ -60,6 +62,10 @@ class Port {
   /// Splits an address; InvalidArgument if malformed.
   static PortAddress parse(const std::string& address);
 
+  /// Whether connections made from now on get a bulk lane (a second queue pair): false where the device has no
+  /// room for two queue pairs per peer (Context::connect decides, from the peers over it). Any thread.
+  void set_bulk_lanes(bool bulk) { bulk_lanes_ = bulk; }
+
   /// The live connection to the port keyed peer_key, or null.
   std::shared_ptr<Connection> find(const std::string& peer_key);
   /// The connection to `peer` (whose key is larger than this port's), dialed unless there is one. Blocks until it
@@ -84,6 +90,7 @@ class Port {
   std::string key_;
   int listen_fd_ = -1;
   std::string listen_address_;
+  std::atomic<bool> bulk_lanes_{true};
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Connection>> connections_;  // by peer key
 };
