@@ -68,8 +68,10 @@ Port* port_of(Fabric& fabric, int host, int device) {
     if (cables[c].host_b == host && cables[c].device_b == device) port->cable = static_cast<int>(c), port->cable_end = 1;
   }
   port->active = port->cable >= 0;
-  port->prefix = 30;
-  const uint8_t ipv4[4] = {10, 77, static_cast<uint8_t>(port->cable), static_cast<uint8_t>(1 + port->cable_end)};
+  const bool link_local = fabric.options.link_local;
+  port->prefix = link_local ? 16 : 30;
+  const uint8_t ipv4[4] = {static_cast<uint8_t>(link_local ? 169 : 10), static_cast<uint8_t>(link_local ? 254 : 77),
+                           static_cast<uint8_t>(port->cable), static_cast<uint8_t>(1 + port->cable_end)};
   port->gids = gid_table(fabric.options, serial, port->active ? ipv4 : nullptr);
   return port.get();
 }

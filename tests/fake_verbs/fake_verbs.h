@@ -104,6 +104,9 @@ struct Options {
   int active_port = 1;
   /// Point-to-point cables between the hosts' ports (the cabled topology); empty: one switched subnet.
   std::vector<Cable> cables;
+  /// Cabled: every cable end on link-local 169.254.c.1 or .2 /16 (what a Mac gives a Thunderbolt port left to
+  /// itself), all on one subnet, instead of a /30 per cable.
+  bool link_local = false;
   /// Posted, not yet completed receives per QP (strict): ENOMEM beyond.
   int max_outstanding_recvs = 32;
   /// Where the ::ffff:10.9.0.k GID sits (Apple: usually 1, sometimes 2); -1: none (RTR fails with EINVAL, as on a

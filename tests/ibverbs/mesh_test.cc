@@ -1,0 +1,131 @@
+// Thunderbolt meshes on the fake fabric, cabled (fake::Options::cables): each Mac (a rank, a host of the fake) has
+// one rdma_enN per other Mac, each a cable of its own, and a port reaches only the Mac at the other end of its
+// cable. Without a device matrix every pair must find its cable by subnet; with the cables on one link-local
+// subnet (which cable is which cannot be told), a device matrix from an mlx.launch hostfile's "rdma" fields.
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "collectives/checks.h"
+#include "collectives/harness.h"
+#include "fake_verbs/fake_verbs.h"
+#include "tbcoll/tbcoll.hpp"
+#include "tools/run/hosts.h"
+
+namespace tbcoll::ibverbs {
+namespace {
+
+// The device of host `host` cabled to host `other`: rdma_en<k>, k its place among the other hosts.
+int device_to(int host, int other) { return other < host ? other : other - 1; }
+
+// A full mesh of n hosts: one cable per pair.
+fake::Options full_mesh(int n, bool link_local) {
+  fake::Options options;
+  options.devices = n - 1;
+  options.link_local = link_local;
+  for (int a = 0; a < n; ++a) {
+    for (int b = a + 1; b < n; ++b) options.cables.push_back({a, device_to(a, b), b, device_to(b, a)});
+  }
+  return options;
+}
+
+struct Fabric {
+  explicit Fabric(const fake::Options& options) { fake::reset(options); }
+  ~Fabric() { fake::reset(); }
+};
+
+// n ranks as threads, rank r on host r, over the fake only; what init or the body threw on each ("" if nothing).
+std::vector<std::string> run_on_hosts(int n, const std::map<std::string, std::string>& knobs,
+                                      const std::function<void(Communicator&)>& body) {
+  auto store = make_in_memory_store();
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < n; ++rank) {
+    threads.emplace_back([&, rank] {
+      fake::set_thread_host(rank);
+      Config config;
+      config.rank = rank;
+      config.world_size = n;
+      config.store = store;
+      config.transport = "fakeverbs";
+      config.timeout_s = 20;
+      config.knobs = knobs;
+      errors[static_cast<size_t>(rank)] = test::error_of([&] {
+        Communicator comm = Communicator::init(config);
+        body(comm);
+      });
+      fake::set_thread_host(-1);
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  return errors;
+}
+
+void collectives(Communicator& comm) {
+  test::check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 300001, 0);  // slots and frames
+  test::check_all_reduce(comm, DataType::kInt32, ReduceOp::kMax, 7, 1);
+  test::check_all_gather(comm, DataType::kUint8, 70001);
+  test::check_broadcast(comm, DataType::kFloat64, 4099, 3);
+}
+
+void every_cable_carried_traffic(const fake::Options& mesh) {
+  const fake::Counters counters = fake::counters();
+  ASSERT_EQ(counters.per_cable.size(), mesh.cables.size());
+  for (size_t c = 0; c < mesh.cables.size(); ++c) {
+    EXPECT_GT(counters.per_cable[c], 0u) << "the cable between hosts " << mesh.cables[c].host_a << " and "
+                                         << mesh.cables[c].host_b;
+  }
+  EXPECT_EQ(counters.length_errors, 0u);
+}
+
+TEST(IbverbsMesh, FourMacsCabledPairwiseEachReachEveryPeerOverItsOwnCable) {
+  const fake::Options mesh = full_mesh(4, false);
+  Fabric fabric(mesh);
+  const auto errors = run_on_hosts(4, {}, collectives);
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+  every_cable_carried_traffic(mesh);
+}
+
+// Link-local addresses everywhere (one subnet on every port) cannot tell the cables apart; an mlx.launch
+// hostfile's "rdma" fields can.
+TEST(IbverbsMesh, AnMlxLaunchHostfilesRdmaFieldsRouteAMeshOnOneSubnet) {
+  const fake::Options mesh = full_mesh(4, true);
+  Fabric fabric(mesh);
+  const auto unsure = run_on_hosts(4, {}, collectives);
+  EXPECT_NE(unsure[0].find("share one subnet on several Thunderbolt ports"), std::string::npos) << unsure[0];
+  EXPECT_NE(unsure[0].find("mlx.distributed_config gives each a /30"), std::string::npos) << unsure[0];
+
+  fake::reset(mesh);
+  // As mlx.distributed_config writes it: host i's "rdma" names, for each host, the device cabled to it.
+  std::string hostfile = R"({"backend": "jaccl", "hosts": [)";
+  for (int host = 0; host < 4; ++host) {
+    hostfile += std::string(host == 0 ? "" : ", ") + "{\"ssh\": \"mac" + std::to_string(host) + "\", \"rdma\": [";
+    for (int other = 0; other < 4; ++other) {
+      hostfile += (other == 0 ? "" : ", ") +
+                  (other == host ? std::string("null") : "\"rdma_en" + std::to_string(device_to(host, other)) + "\"");
+    }
+    hostfile += "]}";
+  }
+  hostfile += "]}";
+  const run::HostList hosts = run::parse_hostfile(hostfile, "mesh.json");
+  const std::string matrix = run::rank_device_matrix(hosts, run::place_ranks(hosts, 0));
+  const auto errors = run_on_hosts(4, {{"TBCOLL_IB_DEVICES", matrix}}, collectives);
+  for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
+  every_cable_carried_traffic(mesh);
+}
+
+// Two Macs with no cable between them: the error names both ranks, their hosts and their ports.
+TEST(IbverbsMesh, APeerWithNoCableIsNamedWithBothHosts) {
+  fake::Options line = full_mesh(3, false);
+  line.cables.pop_back();  // hosts 1 and 2 have no cable
+  Fabric fabric(line);
+  const auto errors = run_on_hosts(3, {}, [](Communicator&) {});
+  EXPECT_NE(errors[1].find("no RDMA port of rank 1 (host "), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("shares a subnet with one of rank 2 (host "), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("1: rdma_en0 10.77.0.2/30"), std::string::npos) << errors[1];
+}
+
+}  // namespace
+}  // namespace tbcoll::ibverbs
