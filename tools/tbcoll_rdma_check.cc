@@ -27,7 +27,8 @@ void usage(std::FILE* to) {
       "    host A: TBCOLL_ROOT=A:29500 TBCOLL_RANK=0 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
       "    host B: TBCOLL_ROOT=A:29500 TBCOLL_RANK=1 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
       "  --mode       queue pairs: uc (default; all Apple's Thunderbolt stack offers) or rc (RoCE, InfiniBand)\n"
-      "  --device     the RDMA device to use (default: the first with an active port and an IPv4-mapped GID)\n"
+      "  --device     the RDMA device: NAME for both ranks, or RANK0,RANK1 (a cable's two ends have different\n"
+      "               names: rdma_en3,rdma_en2); default: the one on a subnet both ranks' ports share\n"
       "  --skip-without-rdma   exit 77 (a skip to test harnesses) when the only failures are ranks without RDMA\n"
       "  sizes take K/M suffixes. Exit status 0 when every check passed, 1 otherwise, 2 for bad usage.\n");
 }
@@ -96,6 +97,11 @@ int main(int argc, char** argv) {
         options.mode = text == "rc" ? tbcoll::ibverbs::Mode::kRc : tbcoll::ibverbs::Mode::kUc;
       } else if (arg == "--device") {
         options.device = value();
+        const size_t comma = options.device.find(',');
+        if (options.device.empty() || comma == 0 || comma + 1 == options.device.size() ||
+            options.device.find(',', comma + 1) != std::string::npos) {
+          throw tbcoll::InvalidArgument("--device takes NAME or RANK0,RANK1, not '" + options.device + "'");
+        }
       } else if (arg == "--no-limits") {
         options.limits = false;
       } else if (arg == "--skip-without-rdma") {

@@ -38,7 +38,7 @@ struct Fabric {
 
 // n ranks as threads, rank r on host r, over the fake only; what init or the body threw on each ("" if nothing).
 std::vector<std::string> run_on_hosts(int n, const std::map<std::string, std::string>& knobs,
-                                      const std::function<void(Communicator&)>& body) {
+                                      const std::function<void(Communicator&)>& body, double timeout_s = 20) {
   auto store = make_in_memory_store();
   std::vector<std::string> errors(static_cast<size_t>(n));
   std::vector<std::thread> threads;
@@ -50,7 +50,7 @@ std::vector<std::string> run_on_hosts(int n, const std::map<std::string, std::st
       config.world_size = n;
       config.store = store;
       config.transport = "fakeverbs";
-      config.timeout_s = 20;
+      config.timeout_s = timeout_s;
       config.knobs = knobs;
       errors[static_cast<size_t>(rank)] = test::error_of([&] {
         Communicator comm = Communicator::init(config);
@@ -93,7 +93,7 @@ TEST(IbverbsMesh, FourMacsCabledPairwiseEachReachEveryPeerOverItsOwnCable) {
 TEST(IbverbsMesh, AnMlxLaunchHostfilesRdmaFieldsRouteAMeshOnOneSubnet) {
   const fake::Options mesh = full_mesh(4, true);
   Fabric fabric(mesh);
-  const auto unsure = run_on_hosts(4, {}, collectives);
+  const auto unsure = run_on_hosts(4, {}, collectives, 3);
   EXPECT_NE(unsure[0].find("share one subnet on several Thunderbolt ports"), std::string::npos) << unsure[0];
   EXPECT_NE(unsure[0].find("mlx.distributed_config gives each a /30"), std::string::npos) << unsure[0];
 
@@ -121,10 +121,10 @@ TEST(IbverbsMesh, APeerWithNoCableIsNamedWithBothHosts) {
   fake::Options line = full_mesh(3, false);
   line.cables.pop_back();  // hosts 1 and 2 have no cable
   Fabric fabric(line);
-  const auto errors = run_on_hosts(3, {}, [](Communicator&) {});
-  EXPECT_NE(errors[1].find("no RDMA port of rank 1 (host "), std::string::npos) << errors[1];
-  EXPECT_NE(errors[1].find("shares a subnet with one of rank 2 (host "), std::string::npos) << errors[1];
-  EXPECT_NE(errors[1].find("1: rdma_en0 10.77.0.2/30"), std::string::npos) << errors[1];
+  const auto errors = run_on_hosts(3, {}, [](Communicator&) {}, 3);
+  EXPECT_NE(errors[1].find("no RDMA port of rank 1 on host "), std::string::npos) << errors[1];
+  EXPECT_NE(errors[1].find("(rdma_en0 10.77.0.2/30) shares a subnet with one of rank 2 on host "), std::string::npos)
+      << errors[1];
 }
 
 }  // namespace

@@ -53,14 +53,15 @@ Outcome one_rank(const Options& options, const VerbsApi* verbs = fake::verbs(), 
   return rdma_check::run(options, site);
 }
 
-// Both ranks' outcomes; rank 0's holds the report.
-std::vector<Outcome> two_ranks(const Options& options) {
+// Both ranks' outcomes; rank 0's holds the report. on_hosts: rank r on host r of a cabled fabric.
+std::vector<Outcome> two_ranks(const Options& options, bool on_hosts = false) {
   auto store = make_in_memory_store();
   std::vector<Outcome> outcomes(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
+      if (on_hosts) fake::set_thread_host(rank);
       Site site;
       site.verbs = fake::verbs();
       site.rank = rank;
@@ -72,6 +73,7 @@ std::vector<Outcome> two_ranks(const Options& options) {
       } catch (const std::exception& error) {
         errors[rank] = error.what();
       }
+      fake::set_thread_host(-1);
     });
   }
   for (auto& thread : threads) thread.join();
@@ -241,6 +243,33 @@ TEST(RdmaCheck, TwoRanksPassOnAppleStrictUsingOnlyApplesSubset) {
   const fake::Counters counters = fake::counters();
   EXPECT_EQ(counters.length_errors, 0u) << "every send met a receive of the same frame count";
   EXPECT_GT(counters.delivered, 400u);
+}
+
+// Two Macs whose cable joins host 0's rdma_en1 to host 1's rdma_en0 (host 0's rdma_en0 goes to a third Mac): the
+// link is found by subnet, or named per rank; the same name for both ranks is refused by the fabric, named.
+TEST(RdmaCheck, TheLinkIsTheCableBothRanksShareASubnetOn) {
+  fake::Options cabled;
+  cabled.devices = 2;
+  cabled.cables = {{0, 0, 2, 0}, {0, 1, 1, 0}};
+  Fabric fabric(cabled);
+  Options options = quick();
+  options.limits = false;
+  std::vector<Outcome> outcomes = two_ranks(options, true);
+  EXPECT_TRUE(has(outcomes[0].report, "PASS link: rank 0 rdma_en1 <-> rank 1 rdma_en0")) << outcomes[0].report;
+  EXPECT_TRUE(has(outcomes[0].report, "PASS all_reduce over fakeverbs")) << outcomes[0].report;
+  EXPECT_EQ(outcomes[0].failed, 0) << outcomes[0].report;
+
+  fake::reset(cabled);
+  options.device = "rdma_en1,rdma_en0";
+  outcomes = two_ranks(options, true);
+  EXPECT_TRUE(has(outcomes[0].report, "PASS link: rank 0 rdma_en1 <-> rank 1 rdma_en0")) << outcomes[0].report;
+  EXPECT_EQ(outcomes[0].failed, 0) << outcomes[0].report;
+
+  fake::reset(cabled);
+  options.device = "rdma_en0";  // host 0's rdma_en0 is cabled to another Mac
+  outcomes = two_ranks(options, true);
+  EXPECT_TRUE(has(outcomes[0].report, "FAIL link (uc queue pairs)")) << outcomes[0].report;
+  EXPECT_TRUE(has(outcomes[0].report, "the peer's GID is unreachable")) << outcomes[0].report;
 }
 
 TEST(RdmaCheck, TwoRanksInRcModeOnARoceLikeDevice) {

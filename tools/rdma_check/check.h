@@ -18,7 +18,9 @@ namespace tbcoll::rdma_check {
 
 struct Options {
   ibverbs::Mode mode = ibverbs::Mode::kUc;
-  std::string device;                 ///< "" = the first usable one
+  /// "" = the device on the subnet both ranks' ports share; "rdma_en3" for both ranks; "rdma_en3,rdma_en2": rank
+  /// 0's and rank 1's (the two ends of a cable have different names)
+  std::string device;
   std::string transport = "ibverbs";  ///< of the all_reduce check (the tests register "fakeverbs")
   bool limits = true;
   size_t sweep_min = 4096;

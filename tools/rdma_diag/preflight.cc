@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -403,8 +404,14 @@ std::string format_preflight(const PreflightReport& report) {
       out += "\n";
     }
   }
+  // A port that is down is a failure only when no other one is usable (a Mac has Thunderbolt ports without a
+  // cable, or with a cable to a Mac outside this job).
+  const bool any_usable =
+      std::any_of(report.ports.begin(), report.ports.end(), [](const PortReport& port) { return port.usable; });
   for (const PortReport& port : report.ports) {
-    if (port.usable) {
+    if (!port.usable && any_usable) {
+      out += fmt::format("SKIP preflight {}: {} (another device is usable)\n", port.device, port.problem);
+    } else if (port.usable) {
       out += fmt::format("PASS preflight {}: usable: port {} ACTIVE, IPv4-mapped GID at index {} ({}{}), active MTU {}\n",
                          port.device, port.port, port.ipv4_gid_index, port.ipv4,
                          port.prefix >= 0 ? fmt::format("/{}", port.prefix) : "", port.active_mtu);

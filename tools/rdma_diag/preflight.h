@@ -49,7 +49,8 @@ struct PreflightReport {
 /// Lists the devices and inspects the active port of each. verbs may be null (why_no_verbs then says why).
 PreflightReport preflight(const VerbsApi* verbs, const std::string& why_no_verbs);
 
-/// The report's text: one indented block per device, then one PASS/FAIL line per device.
+/// The report's text: one indented block per device, then one PASS/FAIL line per device (SKIP for an unusable one
+/// when another is usable).
 std::string format_preflight(const PreflightReport& report);
 
 struct LimitProbe {

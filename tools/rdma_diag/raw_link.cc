@@ -14,6 +14,7 @@
 #include "transports/ibverbs/hints.h"
 #include "transports/ibverbs/memory.h"
 #include "transports/ibverbs/probe.h"
+#include "transports/ibverbs/subnets.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -204,9 +205,9 @@ RawLink::RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const R
                  PeerExchange exchange)
     : verbs_(verbs), options_(options), exchange_(std::move(exchange)) {
   std::string failure;
-  if (verbs_ == nullptr) {
-    failure = fmt::format("not available: {}", why_no_verbs);
-  } else {
+  if (verbs_ == nullptr) failure = fmt::format("not available: {}", why_no_verbs);
+  if (options_.device.empty()) choose_device(&failure);  // agreed: a failure here is both ranks'
+  if (failure.empty()) {
     try {
       setup();
     } catch (const Error& error) {
@@ -299,7 +300,7 @@ void RawLink::release() {
 
 int RawLink::mtu_bytes() const { return ibverbs::mtu_bytes(path_mtu_); }
 
-void RawLink::setup() {
+void RawLink::open_port() {
   const VerbsApi& v = *verbs_;
   std::vector<std::string> allowed;
   if (!options_.device.empty()) allowed.push_back(options_.device);
@@ -311,36 +312,31 @@ void RawLink::setup() {
   port_ = found.port;
   local_mtu_ = found.mtu;
   const std::string who = fmt::format("rank {}", options_.rank);
-  const hints::Where where{device_, options_.mode == Mode::kRc};
-  auto fail = [&](hints::Verb verb, int error) {
-    throw IoError(fmt::format("{}: {}", who, hints::describe(verb, error, where)));
-  };
-  {
-    int count = 0;
-    ibv_device** list = v.get_device_list(&count);
-    for (int d = 0; list != nullptr && d < count && context_ == nullptr; ++d) {
-      if (device_ == v.get_device_name(list[d])) {
-        errno = 0;
-        context_ = v.open_device(list[d]);
-        if (context_ == nullptr) {
-          const int error = errno;
-          v.free_device_list(list);
-          fail(hints::Verb::kOpenDevice, error);
-        }
-      }
-    }
-    if (list != nullptr) v.free_device_list(list);
+  errno = 0;
+  context_ = open_device_named(v, device_);
+  if (context_ == nullptr) {
+    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kOpenDevice, errno, {device_, false})));
   }
-  if (context_ == nullptr) throw IoError(fmt::format("{}: {} went away while opening it", who, device_));
   if (!find_ipv4_gid(v, context_, port_, &gid_index_, &gid_)) {  // this context's own view of the port
     throw IoError(fmt::format("{}: {}: no IPv4-mapped GID: {}", who, device_, hints::no_ipv4_gid_fix(device_)));
   }
   ibv_port_attr port{};
   const int queried = v.query_port(context_, port_, &port);
-  if (queried != 0) fail(hints::Verb::kQueryPort, error_of(queried));
+  if (queried != 0) {
+    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kQueryPort, error_of(queried), {device_})));
+  }
   max_message_ = std::min<size_t>({options_.max_message_bytes, kAppleMaxMessageBytes,
                                    port.max_msg_sz == 0 ? kAppleMaxMessageBytes : size_t{port.max_msg_sz}});
   max_message_ = std::max<size_t>(max_message_, kFrame);
+}
+
+void RawLink::setup() {
+  open_port();
+  const VerbsApi& v = *verbs_;
+  const hints::Where where{device_, options_.mode == Mode::kRc};
+  auto fail = [&](hints::Verb verb, int error) {
+    throw IoError(fmt::format("rank {}: {}", options_.rank, hints::describe(verb, error, where)));
+  };
   errno = 0;
   pd_ = v.alloc_pd(context_);
   if (pd_ == nullptr) fail(hints::Verb::kAllocPd, errno);
@@ -380,6 +376,61 @@ void RawLink::setup() {
   errno = 0;
   mr_ = v.reg_mr(pd_, send_region_, memory_.size(), kAccessFlags);
   if (mr_ == nullptr) fail(hints::Verb::kRegMr, errno);
+}
+
+namespace {
+
+// This rank's usable ports as one line for the peer: "device ipv4 prefix apple|other;..." (or the failure).
+std::string nets_line(const VerbsApi& verbs) {
+  std::string out;
+  for (const Found& found : probe_all(verbs, {})) {
+    const int prefix = verbs.ipv4_prefix != nullptr ? verbs.ipv4_prefix(found.gid.raw + 12) : -1;
+    out += fmt::format("{}{} {} {} {}", out.empty() ? "" : ";", found.name, ipv4_of(found.gid), prefix,
+                       apple_device(verbs, found.name) ? "apple" : "other");
+  }
+  return out;
+}
+
+std::vector<Net> parse_nets(const std::string& line) {
+  std::vector<Net> nets;
+  std::istringstream entries(line);
+  for (std::string entry; std::getline(entries, entry, ';');) {
+    std::istringstream words(entry);
+    Net net;
+    std::string apple;
+    if (words >> net.device >> net.ipv4 >> net.prefix >> apple) {
+      net.apple = apple == "apple";
+      nets.push_back(net);
+    }
+  }
+  return nets;
+}
+
+}  // namespace
+
+void RawLink::choose_device(std::string* failure) {
+  // Both ranks swap their ports and pick, alike, the cable whose subnet both ends share (subnets.h).
+  std::string mine;
+  if (failure->empty()) {
+    try {
+      mine = nets_line(*verbs_);
+    } catch (const Error& error) {
+      *failure = error.what();
+    }
+  }
+  // A plain swap, not agree(): a rank that cannot take part says so at the connection set-up, as always.
+  const std::string reply = exchange_(failure->empty() ? "OK " + mine : "ERR");
+  if (!failure->empty() || reply.rfind("OK ", 0) != 0) return;
+  const std::string theirs = reply.substr(3);
+  const std::vector<Net> rank0 = parse_nets(options_.rank == 0 ? mine : theirs);
+  const std::vector<Net> rank1 = parse_nets(options_.rank == 0 ? theirs : mine);
+  std::string why;
+  const auto cables = cables_by_subnet(rank0, "rank 0", rank1, "rank 1", 1, &why);
+  if (cables.empty()) {
+    *failure = why + " (or name each rank's device: --device RANK0,RANK1)";
+    return;
+  }
+  options_.device = options_.rank == 0 ? cables[0].first : cables[0].second;
 }
 
 std::string RawLink::agree(const std::string& what, const std::string& failure, const std::string& value) {

@@ -33,7 +33,7 @@ constexpr size_t kAppleMaxMessageBytes = 16773120;
 struct RawLinkOptions {
   int rank = 0;  ///< 0 or 1
   Mode mode = Mode::kUc;
-  std::string device;  ///< "" = the first usable one (port.h's probe)
+  std::string device;  ///< this rank's device; "" = the one on a subnet the peer's ports share (subnets.h)
   double message_timeout_s = 10;
   size_t max_message_bytes = size_t{16} << 20;  ///< buffers are sized for this (clamped to the device's limits)
 };
@@ -79,6 +79,8 @@ class RawLink {
   double bandwidth_gbps(size_t bytes, int messages, bool both_ways);
 
  private:
+  void choose_device(std::string* failure);
+  void open_port();
   void setup();
   /// Swaps outcomes with the peer: `failure` ("" = fine) and a value; throws IoError naming the ranks that failed
   /// (and marks the link broken) unless both are fine; returns the peer's value.

@@ -1,7 +1,5 @@
 #include "transports/ibverbs/routes.h"
 
-#include <arpa/inet.h>
-
 #include <algorithm>
 #include <functional>
 #include <sstream>
@@ -19,69 +17,9 @@ constexpr const char* kMagic = "tbcoll-ibverbs-3";
 
 using Net = ContextAddress::Net;
 
-// Whether ipv4 lies in the subnet of `net` (an unknown prefix: the address itself).
-bool in_subnet(const Net& net, const std::string& ipv4) {
-  in_addr a{}, b{};
-  if (inet_pton(AF_INET, net.ipv4.c_str(), &a) != 1 || inet_pton(AF_INET, ipv4.c_str(), &b) != 1) return false;
-  const int prefix = net.prefix < 0 ? 32 : std::min(net.prefix, 32);
-  const uint32_t mask = prefix == 0 ? 0 : ~uint32_t{0} << (32 - prefix);
-  return (ntohl(a.s_addr) & mask) == (ntohl(b.s_addr) & mask);
-}
-
-// A port on each side's subnet: the same cable (or the same switched network).
-bool joined(const Net& a, const Net& b) { return in_subnet(a, b.ipv4) && in_subnet(b, a.ipv4); }
-
-std::string nets_text(const ContextAddress& side) {
-  std::vector<std::string> out;
-  for (const Net& net : side.nets) {
-    out.push_back(net.prefix >= 0 ? fmt::format("{} {}/{}", net.device, net.ipv4, net.prefix)
-                                  : fmt::format("{} {}", net.device, net.ipv4));
-  }
-  return out.empty() ? std::string("no usable port") : fmt::format("{}", fmt::join(out, ", "));
-}
-
 std::string rank_text(const ContextAddress& side) {
   return side.host.empty() ? fmt::format("rank {}", side.instance)
-                           : fmt::format("rank {} (host {})", side.instance, side.host);
-}
-
-// The cables between two ranks by subnet, as (lower rank's device, higher rank's device), in the lower rank's
-// order: computed from the lower rank's side, so both ranks get the same pairs.
-std::vector<std::pair<std::string, std::string>> cables_by_subnet(const ContextAddress& lower,
-                                                                  const ContextAddress& higher, std::string* why) {
-  std::vector<std::pair<std::string, std::string>> cables;
-  std::vector<bool> taken(higher.nets.size(), false);
-  for (const Net& mine : lower.nets) {
-    int matches = 0;
-    size_t first = higher.nets.size();
-    for (size_t k = 0; k < higher.nets.size(); ++k) {
-      if (!joined(mine, higher.nets[k])) continue;
-      ++matches;
-      if (first == higher.nets.size() && !taken[k]) first = k;
-    }
-    int back = 0;
-    for (const Net& other : lower.nets) back += first < higher.nets.size() && joined(other, higher.nets[first]);
-    const bool apple = mine.apple || (first < higher.nets.size() && higher.nets[first].apple);
-    if ((matches > 1 || back > 1) && apple) {
-      *why = fmt::format(
-          "{} and {} share one subnet on several Thunderbolt ports ({}: {}; {}: {}), so which cable joins them is "
-          "unknown: give each cable a subnet of its own (mlx.distributed_config gives each a /30), or a device "
-          "matrix (TBCOLL_IB_DEVICES, MLX_IBV_DEVICES, or the hostfile's \"rdma\" fields)",
-          rank_text(lower), rank_text(higher), lower.instance, nets_text(lower), higher.instance, nets_text(higher));
-      return {};
-    }
-    if (first == higher.nets.size()) continue;
-    taken[first] = true;
-    cables.emplace_back(mine.device, higher.nets[first].device);
-  }
-  if (cables.empty()) {
-    *why = fmt::format(
-        "no RDMA port of {} shares a subnet with one of {} ({}: {}; {}: {}): no cable joins them (connect one, "
-        "and give both ends' interfaces addresses on one subnet), or name the devices in a device matrix",
-        rank_text(lower), rank_text(higher), lower.instance, nets_text(lower), higher.instance, nets_text(higher));
-  }
-  cables.resize(std::min<size_t>(cables.size(), static_cast<size_t>(std::max(1, std::min(lower.rails, higher.rails)))));
-  return cables;
+                           : fmt::format("rank {} on host {}", side.instance, side.host);
 }
 
 void decode_line(const std::string& kind, std::istringstream& words, ContextAddress* out, bool* routes_seen,
@@ -214,7 +152,10 @@ std::vector<Rail> rails_between(const ContextAddress& self, const ContextAddress
   std::vector<std::string> mine, theirs;
   if (self.kind == ContextAddress::Kind::kSubnets && peer.kind == ContextAddress::Kind::kSubnets) {
     const bool self_lower = self.instance < peer.instance;
-    for (const auto& [low, high] : cables_by_subnet(self_lower ? self : peer, self_lower ? peer : self, &why)) {
+    const ContextAddress& lower = self_lower ? self : peer;
+    const ContextAddress& higher = self_lower ? peer : self;
+    for (const auto& [low, high] : cables_by_subnet(lower.nets, rank_text(lower), higher.nets, rank_text(higher),
+                                                    std::min(lower.rails, higher.rails), &why)) {
       mine.push_back(self_lower ? low : high);
       theirs.push_back(self_lower ? high : low);
     }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "transports/ibverbs/port.h"
+#include "transports/ibverbs/subnets.h"
 
 namespace tbcoll::ibverbs {
 
@@ -35,14 +36,8 @@ struct ContextAddress {
   enum class Kind { kEveryPeer, kMatrix, kSubnets } kind = Kind::kEveryPeer;
   std::vector<std::string> devices;   ///< kEveryPeer: the devices, in rail order
   std::map<int, std::vector<std::string>> routes;  ///< kMatrix: peer world rank -> devices (none: not ibverbs)
-  /// kSubnets: each usable device's IPv4 address and prefix length (-1: unknown, taken as the address alone)
-  struct Net {
-    std::string device;
-    std::string ipv4;
-    int prefix = -1;
-    bool apple = false;  ///< one of Apple's Thunderbolt ports: a subnet shared by several is ambiguous
-  };
-  std::vector<Net> nets;
+  using Net = ibverbs::Net;
+  std::vector<Net> nets;  ///< kSubnets: each usable device's IPv4 address and prefix (subnets.h)
   int rails = 1;     ///< kSubnets: cables per peer at most (TBCOLL_IB_RAILS)
   std::string host;  ///< the rank's host name, for messages
 
