@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/net.h"
 #include "platform/platform.h"
 #include "transports/ibverbs/endpoint.h"
@@ -234,6 +235,9 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
     throw IoError(fmt::format("{}: the peer did not get ready (notice {})", who, theirs.kind));
   }
   last_frame_at_ = platform::coarse_now();
+  log::info("[ibverbs] {}: link to {}: {}", local_.device, peer_key_,
+            bulk_ ? fmt::format("4 KiB frames and {} KiB slots", slot_bytes_ >> 10)
+                  : std::string("4 KiB frames only (no room for a second queue pair)"));
 }
 
 void Connection::post_recv(int lane_index, int slot) {
