@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
 
 #include <fmt/format.h>
@@ -37,6 +38,12 @@ uint64_t wr_id(int lane, bool send, int slot) {
 }
 
 std::string errno_text(int error) { return fmt::format("errno {} ({})", error, std::strerror(error)); }
+
+// Adds to a counter that only the connection's lock holder writes and any thread reads: a load and a store, no
+// read-modify-write (an atomic add costs a locked instruction per frame).
+void bump(std::atomic<uint64_t>& counter, uint64_t by) {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
 
 // Places a work request of `slot_bytes` takes in a queue counted in 4 KiB frames (Apple's).
 uint32_t frames_of(size_t slot_bytes) { return static_cast<uint32_t>((slot_bytes + wire::kFrameBytes - 1) / wire::kFrameBytes); }
@@ -317,9 +324,11 @@ bool Connection::progress() {
 
 bool Connection::progress_locked() {
   if (!failure_.empty()) throw IoError(failure_);
+  frames_came_ = false;
   const bool moved = poll_locked();
   pump_sends_locked();
   const auto now = platform::coarse_now();  // the checks below count milliseconds
+  if (frames_came_) last_frame_at_ = now;
   if (now >= next_side_check_) {
     next_side_check_ = now + kSideCheckEvery;
     check_side_channel_locked();
@@ -384,7 +393,7 @@ bool Connection::poll_locked() {
     if (got > 0) moved = true;
     if (got < kPollBatch) break;
   }
-  if (moved) traffic_.fetch_add(1, std::memory_order_relaxed);
+  if (moved) bump(traffic_, 1);
   return moved;
 }
 
@@ -404,7 +413,7 @@ void Connection::on_received(int lane_index, int slot, uint32_t bytes) {
   }
   ++lane.recv_seq;
   ++lane.frames_in;
-  last_frame_at_ = platform::coarse_now();
+  frames_came_ = true;
   lanes_[wire::kSmall].credits += header.credits;
   lanes_[wire::kBulk].credits += header.bulk_credits;
   if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) {
@@ -435,17 +444,19 @@ void Connection::pump_lane_locked(int lane_index) {
     lane.senders.pop_front();
     const int slot = lane.free_send_slots.back();
     uint8_t* piece = lane.slot(slot);
-    wire::Header header;
+    // The header is written where it goes, field by field, and sealed there (a header built elsewhere and copied
+    // in as a block would be read back over its fields' narrower stores: a stall per frame).
+    wire::Header* header = new (piece) wire::Header();
     bool more = false;
-    if (!endpoint->fill_piece(rail, lane_index, &header, piece + sizeof(header), capacity, &more)) continue;
+    if (!endpoint->fill_piece(rail, lane_index, header, piece + sizeof(wire::Header), capacity, &more)) continue;
     lane.free_send_slots.pop_back();
     if (local_.payload_sum) {
-      header.flags |= wire::kSummed;
-      header.payload_sum = wire::payload_sum(piece + sizeof(header), header.payload);
+      header->flags |= wire::kSummed;
+      header->payload_sum = wire::payload_sum(piece + sizeof(wire::Header), header->payload);
     }
+    bump(lane_index == wire::kBulk ? slots_sent_ : frames_sent_, 1);
+    bump(payload_sent_, header->payload);
     post_piece(lane_index, slot, header);
-    (lane_index == wire::kBulk ? slots_sent_ : frames_sent_).fetch_add(1, std::memory_order_relaxed);
-    payload_sent_.fetch_add(header.payload, std::memory_order_relaxed);
     // Round robin between the communicators that have something to send.
     if (more) lane.senders.emplace_back(endpoint, rail);
   }
@@ -461,10 +472,10 @@ void Connection::return_credits_locked() {
   const bool bulk_due =
       bulk.owed > 0 && (bulk.owed >= static_cast<uint32_t>(std::max(1, bulk.depth / 2)) || bulk_left <= 1);
   if ((small_due || bulk_due) && small.credits >= 1 && !small.free_send_slots.empty()) {
-    wire::Header header;
-    header.kind = static_cast<uint8_t>(wire::FrameKind::kCredit);
     const int slot = small.free_send_slots.back();
     small.free_send_slots.pop_back();
+    wire::Header* header = new (small.slot(slot)) wire::Header();
+    header->kind = static_cast<uint8_t>(wire::FrameKind::kCredit);
     post_piece(wire::kSmall, slot, header);
   }
 }
@@ -477,29 +488,28 @@ void Connection::pump_sends_locked() {
   flush_locked(wire::kSmall);
 }
 
-void Connection::post_piece(int lane_index, int slot, wire::Header header) {
+void Connection::post_piece(int lane_index, int slot, wire::Header* header) {
   Lane& lane = lanes_[lane_index];
-  uint8_t* piece = lane.slot(slot);
-  header.seq = lane.send_seq++;
+  header->seq = lane.send_seq++;
   ++lane.posted;
   Lane& small = lanes_[wire::kSmall];
   Lane& bulk = lanes_[wire::kBulk];
-  header.credits = static_cast<uint16_t>(small.owed);
-  header.bulk_credits = static_cast<uint16_t>(bulk.owed);
+  header->credits = static_cast<uint16_t>(small.owed);
+  header->bulk_credits = static_cast<uint16_t>(bulk.owed);
   small.reported += small.owed;
   bulk.reported += bulk.owed;
   small.owed = bulk.owed = 0;
-  wire::seal(header);
-  std::memcpy(piece, &header, sizeof(header));
+  wire::seal(*header);
   // A small frame goes as long as it is (one 4 KiB frame at most); a slot goes whole, so that it and its receive
   // span the same frames.
-  const size_t length = lane_index == wire::kBulk ? lane.slot_bytes : sizeof(header) + header.payload;
+  const size_t length = lane_index == wire::kBulk ? lane.slot_bytes : sizeof(wire::Header) + header->payload;
   ibv_sge& sge = lane.batch_sge[lane.batched];
-  sge.addr = reinterpret_cast<uintptr_t>(piece);
+  sge.addr = reinterpret_cast<uintptr_t>(lane.slot(slot));
   sge.length = static_cast<uint32_t>(length);
   sge.lkey = mr_->lkey;
+  // The fields a SEND uses; the others stay zero from the batch's construction.
   ibv_send_wr& wr = lane.batch[lane.batched];
-  wr = ibv_send_wr{};
+  wr.next = nullptr;
   wr.wr_id = wr_id(lane_index, true, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;

@@ -132,9 +132,9 @@ class Connection {
   void pump_sends_locked();
   void pump_lane_locked(int lane);
   void return_credits_locked();
-  /// Seals the frame or slot `slot` of `lane` (its payload already in place) and adds it to the lane's batch of
-  /// work requests, posted when full (LocalPort::post_batch) or by flush_locked().
-  void post_piece(int lane, int slot, wire::Header header);
+  /// Seals the frame or slot `slot` of `lane` (its header, at its start, and payload already in place) and adds it
+  /// to the lane's batch of work requests, posted when full (LocalPort::post_batch) or by flush_locked().
+  void post_piece(int lane, int slot, wire::Header* header);
   void flush_locked(int lane);
   void post_recv(int lane, int slot);
   void check_side_channel_locked();
@@ -200,6 +200,7 @@ class Connection {
   Clock::time_point next_side_check_{};
   Clock::time_point gone_at_{};  // when the side channel closed; zero while the peer is there
   Clock::time_point last_frame_at_{};  // these: platform::coarse_now(), they count milliseconds
+  bool frames_came_ = false;           // a frame or slot arrived in this progress_locked() call
   std::atomic<uint64_t> traffic_{0};  // polls that found completions
   Clock::time_point next_probe_{};
 };

@@ -2,12 +2,61 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <thread>
 
 #include <fmt/format.h>
 
 namespace tbcoll::ibverbs {
+namespace {
+
+// The request of one send or receive: test() drives the endpoint, block() waits in it, and dropping it unfinished
+// tells the endpoint its stream is out of sync. It is placed in its operation's storage and its delete frees
+// nothing: the request holds the operation, so that storage outlives it, and enqueue_locked reuses an operation
+// only once no request holds it.
+class Request final : public transport::Request {
+ public:
+  Request(Endpoint* endpoint, std::shared_ptr<Operation> op) : endpoint_(endpoint), op_(std::move(op)) {}
+  ~Request() override {
+    if (!op_->complete) endpoint_->abandon(op_);
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  bool test() override {
+    if (op_->complete) return true;
+    endpoint_->progress();
+    return op_->complete;
+  }
+  void block(std::chrono::microseconds max_wait) override {
+    if (!op_->complete) endpoint_->block(max_wait);
+  }
+
+  static void* operator new(size_t bytes, Operation* op) {
+    return bytes <= sizeof(op->request) ? op->request : throw std::bad_alloc();
+  }
+  static void operator delete(void*, Operation*) {}  // a throwing constructor's: the storage is the operation's
+  static void operator delete(void*) {}              // likewise
+
+ private:
+  Endpoint* endpoint_;
+  std::shared_ptr<Operation> op_;
+};
+static_assert(sizeof(Request) <= kRequestBytes, "Operation::request holds a Request");
+
+// The lanes a send has pieces for on each rail (wire::Lane bits), without an allocation for the usual few rails.
+class LanesPerRail {
+ public:
+  explicit LanesPerRail(size_t rails) : more_(rails > kInline ? rails : 0, 0) {}
+  unsigned& operator[](size_t rail) { return more_.empty() ? inline_[rail] : more_[rail]; }
+
+ private:
+  static constexpr size_t kInline = 8;
+  unsigned inline_[kInline] = {};
+  std::vector<unsigned> more_;
+};
+
+}  // namespace
 
 Endpoint::Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id,
                    size_t stripe_bytes)
@@ -28,7 +77,7 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
                     rank_, bytes, peer_, wire::kMaxMessageBytes));
   }
   std::unique_ptr<transport::Request> request;
-  std::vector<unsigned> lanes(rails_.size(), 0);
+  LanesPerRail lanes(rails_.size());
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto [made, op] = enqueue_locked(sends_, buf, bytes, tag);
@@ -45,7 +94,7 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
       plan.end = part.end;
       plan.empty_frame = bytes == 0;
       lanes[rail] = plan.lanes();
-      op->lanes_left += __builtin_popcount(lanes[rail]);
+      op->lanes_left += static_cast<int>((lanes[rail] & 1u) + ((lanes[rail] >> 1) & 1u));
     }
   }
   // Small messages leave in this call.
@@ -113,7 +162,7 @@ std::pair<std::unique_ptr<transport::Request>, Operation*> Endpoint::enqueue_loc
   op->tag = tag;
   queue.push_back(op);
   Operation* raw = op.get();
-  return {std::make_unique<transport::QueuedRequest<Endpoint, Operation>>(this, std::move(op)), raw};
+  return {std::unique_ptr<transport::Request>(new (raw) Request(this, std::move(op))), raw};
 }
 
 void Endpoint::retire_front_locked(std::deque<std::shared_ptr<Operation>>& queue) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <deque>
 #include <map>
 #include <memory>
@@ -35,6 +36,9 @@ struct RailPlan {
   unsigned lanes() const { return (left(wire::kSmall) ? 1u : 0u) | (left(wire::kBulk) ? 2u : 0u); }
 };
 
+/// Bytes an operation keeps for its request (endpoint.cc's Request: its vtable, endpoint and operation pointers).
+constexpr size_t kRequestBytes = 4 * sizeof(void*);
+
 struct Operation : transport::QueuedOperation {
   uint64_t number = 0;    ///< the message's number on this endpoint and direction
   bool matched = false;   ///< receives: the message's first frame was checked against it
@@ -44,6 +48,9 @@ struct Operation : transport::QueuedOperation {
   RailPlan& plan(size_t rail) { return rail == 0 ? plan0 : other_plans[rail - 1]; }
   int lanes_left = 0;     ///< sends: (rail, lane) pairs with pieces still to go
   std::vector<uint8_t> storage;  ///< an unexpected message's bytes
+  /// Where its request lives while the caller holds it (the request holds the operation, which is reused only once
+  /// no request does): a message allocates nothing for its requests.
+  alignas(std::max_align_t) unsigned char request[kRequestBytes];
 };
 
 class Endpoint final : public transport::Endpoint {

@@ -92,9 +92,18 @@ inline uint32_t payload_sum(const uint8_t* payload, size_t bytes) {
   return static_cast<uint32_t>(sum % kPayloadSumPrime);
 }
 
-/// The header's first 60 bytes folded as payload_sum does (any single flipped bit shows; a few nanoseconds).
-inline uint32_t header_checksum(const Header& header) {
-  return payload_sum(reinterpret_cast<const uint8_t*>(&header), offsetof(Header, checksum)) ^ 0x5eed1e55u;
+/// The header's first 60 bytes folded as payload_sum does, unrolled for the fixed length and computed from the
+/// fields (the same value: its little-endian words 0-3 are the four lanes, words 4-6 and the zero-padded last 4
+/// bytes the tail), so any single flipped bit shows. Reading the fields, not the bytes, lets a header sealed right
+/// after its fields were stored be read back without store-forwarding stalls.
+inline uint32_t header_checksum(const Header& h) {
+  static_assert(offsetof(Header, checksum) == 60 && offsetof(Header, comm_id) == 24, "the words of the header");
+  const uint64_t word0 = h.magic | uint64_t{h.kind} << 16 | uint64_t{h.flags} << 24 | uint64_t{h.seq} << 32;
+  const uint64_t word1 = h.credits | uint64_t{h.bulk_credits} << 16 | uint64_t{h.payload} << 32;
+  const uint64_t word2 = h.total | uint64_t{h.offset} << 32;
+  const uint64_t sum = kPayloadSumWeights[0] * word0 + kPayloadSumWeights[1] * word1 + kPayloadSumWeights[2] * word2 +
+                       kPayloadSumWeights[3] * h.comm_id + h.tag + h.meta + h.message + h.payload_sum;
+  return static_cast<uint32_t>(sum % kPayloadSumPrime) ^ 0x5eed1e55u;
 }
 
 inline void seal(Header& header) { header.checksum = header_checksum(header); }
@@ -142,8 +151,8 @@ struct LaneSplit {
   size_t slots = 0;
 };
 inline LaneSplit split_lanes(size_t bytes, size_t slot_payload) {
-  if (slot_payload == 0) return {};
   const size_t half = (slot_payload + sizeof(Header)) / 2;
+  if (slot_payload == 0 || bytes < half) return {};  // (and no division on a small message's way)
   LaneSplit split;
   split.slots = bytes / slot_payload;
   split.bulk_bytes = split.slots * slot_payload;
