@@ -8,8 +8,12 @@
 
 #include <fmt/format.h>
 
+#include "common/copy.h"
+
 namespace tbcoll::ibverbs {
 namespace {
+
+constexpr size_t kStreamFromBytes = size_t{16} << 20;
 
 // The request of one send or receive: test() drives the endpoint, block() waits in it, and dropping it unfinished
 // tells the endpoint its stream is out of sync. It is placed in its operation's storage and its delete frees
@@ -334,7 +338,15 @@ void Endpoint::on_frame(int rail, const wire::Header& header, const uint8_t* pay
                               header.offset, op->bytes));
     return;
   }
-  if (header.payload > 0 && op->buf != nullptr) std::memcpy(op->buf + header.offset, payload, header.payload);
+  if (header.payload > 0 && op->buf != nullptr) {
+    // A message far beyond the caches goes to memory without first reading its lines (stream_copy: a third less
+    // DRAM traffic, as shm's two-shot writes its large outputs); a smaller one stays cached for the reduction.
+    if (op->bytes >= kStreamFromBytes) {
+      stream_copy(op->buf + header.offset, payload, header.payload);
+    } else {
+      std::memcpy(op->buf + header.offset, payload, header.payload);
+    }
+  }
   op->done += header.payload;
   op->arrived = true;
   if (op->done == op->bytes && header.message < recvs_posted_) {
