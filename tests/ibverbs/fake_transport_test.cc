@@ -1,8 +1,11 @@
 // The ibverbs transport over the fake fabric (tests/fake_verbs): Apple's limits enforced, faults injected. The
 // device is registered as "fakeverbs" before the parameterised suites are built, so the conformance suite and
 // the collective sweep run over it like over every transport.
+#include <stdlib.h>
+
 #include <chrono>
 #include <set>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -189,6 +192,25 @@ TEST(IbverbsFake, ARefusedReceiveIsNamedFromTheReturnedCode) {
                           "outstanding than the device accepts";
   EXPECT_TRUE(messages[0].find(why) != std::string::npos || messages[1].find(why) != std::string::npos)
       << messages[0] << " | " << messages[1];
+}
+
+// The cost model prices a link by the floors tbcoll-rdma-check measured (TBCOLL_IB_LATENCY_US, TBCOLL_IB_GBPS),
+// else by published figures (Thunderbolt 5's on Apple's librdma, 2 us and 10 GB/s elsewhere); a value that is no
+// positive number is refused naming the knob.
+TEST(IbverbsFake, TheCostModelTakesTheMeasuredFloorsFromTheKnobs) {
+  const auto device = make_device(fake::verbs(), "costs", /*same_process_only=*/true);
+  EXPECT_EQ(device->capabilities().latency_us, 2.0);
+  EXPECT_EQ(device->capabilities().bandwidth_gbps, 10.0);
+  setenv("TBCOLL_IB_LATENCY_US", "4.25", 1);
+  setenv("TBCOLL_IB_GBPS", "8.5", 1);
+  EXPECT_EQ(device->capabilities().latency_us, 4.25);
+  EXPECT_EQ(device->capabilities().bandwidth_gbps, 8.5);
+  setenv("TBCOLL_IB_GBPS", "0", 1);
+  const std::string refused = error_of([&] { device->capabilities(); });
+  unsetenv("TBCOLL_IB_LATENCY_US");
+  unsetenv("TBCOLL_IB_GBPS");
+  EXPECT_NE(refused.find("TBCOLL_IB_GBPS=0: a positive number, or auto"), std::string::npos) << refused;
+  EXPECT_EQ(device->capabilities().latency_us, 2.0) << "unset again: the published figure";
 }
 
 // Apple's active Thunderbolt port is not always port 1: the transport uses the one query_port says is ACTIVE.

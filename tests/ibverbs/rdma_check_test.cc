@@ -226,6 +226,8 @@ TEST(RdmaCheck, TwoRanksPassOnAppleStrictUsingOnlyApplesSubset) {
   EXPECT_TRUE(has(report, "4097 B  ok")) << report;
   EXPECT_TRUE(has(report, "PASS latency: UC SEND one way, 8 B:")) << report;
   EXPECT_TRUE(has(report, "PASS bandwidth: one UC queue pair, 64 messages x 64 KiB:")) << report;
+  EXPECT_TRUE(has(report, "    cost model: set TBCOLL_IB_LATENCY_US=")) << report;
+  EXPECT_TRUE(has(report, " alike on every rank of jobs over this link")) << report;
   EXPECT_TRUE(has(report, "PASS all_reduce over fakeverbs (uc)")) << report;
   EXPECT_TRUE(has(report, "x the raw one-way latency (goal on Thunderbolt 5 Macs: at most 2 x)")) << report;
   EXPECT_TRUE(has(report, "% of one queue pair's one-way bandwidth (goal: at least 80 %)")) << report;

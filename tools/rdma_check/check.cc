@@ -158,6 +158,13 @@ std::string link_checks(const Options& options, const Site& site, const ibverbs:
   } catch (const Error& error) {
     out += fmt::format("FAIL bandwidth: {}\n", error.what());
   }
+  if (figures->one_way_us > 0 && figures->one_qp_gbps > 0) {
+    // The transport's cost model takes the link's floors from these knobs (else published Thunderbolt 5 figures).
+    out += fmt::format(
+        "    cost model: set TBCOLL_IB_LATENCY_US={:.2f} TBCOLL_IB_GBPS={:.2f} alike on every rank of jobs over "
+        "this link\n",
+        figures->one_way_us, figures->one_qp_gbps);
+  }
   return out;
 }
 

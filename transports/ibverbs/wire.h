@@ -136,8 +136,9 @@ inline size_t slot_bytes_for(bool apple, int macos_major, int macos_minor) {
   if (!apple) return 512 * 1024;
   return macos_major > 26 || (macos_major == 26 && macos_minor >= 3) ? 512 * 1024 : 128 * 1024;
 }
-/// Slots posted per direction for a slot size: about 4 MiB in flight, 4 to 16 slots (Apple counts a queue's depth
-/// in 4 KiB frames, at most 4095: 8 slots of 512 KiB are 1024).
+/// Slots posted per direction for a slot size: about 1 MiB in flight, 2 to 16 slots (2 of 512 KiB, as JACCL keeps
+/// 2 buffers in flight per peer; 8 of 128 KiB). Apple counts a queue's depth in 4 KiB frames, at most 4095: 2
+/// slots of 512 KiB take 256.
 constexpr int slots_for(size_t slot_bytes) {
   return static_cast<int>(std::clamp<size_t>((size_t{1} << 20) / std::max<size_t>(slot_bytes, 1), 2, 16));
 }
