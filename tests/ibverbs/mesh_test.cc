@@ -1,9 +1,17 @@
 // Thunderbolt meshes on the fake fabric, cabled (fake::Options::cables): each Mac (a rank, a host of the fake) has
 // one rdma_enN per other Mac, each a cable of its own, and a port reaches only the Mac at the other end of its
 // cable. Without a device matrix every pair must find its cable by subnet; with the cables on one link-local
-// subnet (which cable is which cannot be told), a device matrix from an mlx.launch hostfile's "rdma" fields.
+// subnet (which cable is which cannot be told), a device matrix from an mlx.launch hostfile's "rdma" fields, which
+// tbcoll-run hands to every rank.
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -114,6 +122,59 @@ TEST(IbverbsMesh, AnMlxLaunchHostfilesRdmaFieldsRouteAMeshOnOneSubnet) {
   const auto errors = run_on_hosts(4, {{"TBCOLL_IB_DEVICES", matrix}}, collectives);
   for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
   every_cable_carried_traffic(mesh);
+}
+
+// What a command printed (stdout and stderr) and its exit status.
+std::pair<int, std::string> run_command(const std::string& command) {
+  std::string output;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  char buffer[4096];
+  for (size_t got; (got = fread(buffer, 1, sizeof(buffer), pipe)) > 0;) output.append(buffer, got);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128, output};
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  FILE* file = fopen(path.c_str(), "w");
+  ASSERT_NE(file, nullptr) << path;
+  fputs(text.c_str(), file);
+  fclose(file);
+}
+
+// tbcoll-run hands every rank the hostfile's "rdma" matrix as TBCOLL_IB_DEVICES, through the agent that starts the
+// ranks on their hosts (here one that runs the command on this host, whatever the host), as the matrix of the
+// ranks placed there; a TBCOLL_IB_DEVICES given with -x wins.
+TEST(IbverbsMesh, TbcollRunHandsAHostfilesRdmaFieldsToEveryRank) {
+  char made[] = "/tmp/tbcoll-hostfile.XXXXXX";
+  ASSERT_NE(mkdtemp(made), nullptr);
+  const std::string dir = made;
+  write_file(dir + "/agent", "#!/bin/sh\nshift\nexec \"$@\"\n");
+  ASSERT_EQ(chmod((dir + "/agent").c_str(), 0755), 0);
+  const std::string hostfile = R"({"backend": "jaccl", "hosts": [
+      {"ssh": "mac0", "ips": ["127.0.0.1"], "rdma": [null, "rdma_en1", "rdma_en2"]},
+      {"ssh": "mac1", "ips": ["127.0.0.1"], "rdma": ["rdma_en3", null, ["rdma_en4", "rdma_en5"]], "slots": 2},
+      {"ssh": "mac2", "ips": ["127.0.0.1"], "rdma": ["rdma_en6", "rdma_en7", null]}]})";
+  write_file(dir + "/hosts.json", hostfile);
+  const run::HostList hosts = run::parse_hostfile(hostfile, "hosts.json");
+  const std::string matrix = run::rank_device_matrix(hosts, run::place_ranks(hosts, 0));
+  const std::string launch = std::string(TBCOLL_RUN_PATH) + " --hostfile " + dir + "/hosts.json --launcher " + dir +
+                             "/agent --timeout 60 ";
+  const std::string print = " -- sh -c 'echo \"rank $TBCOLL_RANK devices $TBCOLL_IB_DEVICES\"'";
+  const auto [status, output] = run_command(launch + print);
+  EXPECT_EQ(status, 0) << output;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(output.find("rank " + std::to_string(rank) + " devices " + matrix + "\n"), std::string::npos)
+        << "rank " << rank << " in:\n" << output;
+  }
+  const auto [forced_status, forced] = run_command(launch + "-x TBCOLL_IB_DEVICES=rdma_en9" + print);
+  EXPECT_EQ(forced_status, 0) << forced;
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(forced.find("rank " + std::to_string(rank) + " devices rdma_en9\n"), std::string::npos) << forced;
+  }
+  std::remove((dir + "/agent").c_str());
+  std::remove((dir + "/hosts.json").c_str());
+  rmdir(dir.c_str());
 }
 
 // Two Macs with no cable between them: the error names both ranks, their hosts and their ports.
