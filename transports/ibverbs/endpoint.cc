@@ -16,14 +16,14 @@ namespace {
 constexpr size_t kStreamFromBytes = size_t{16} << 20;
 
 // The request of one send or receive: test() drives the endpoint, block() waits in it, and dropping it unfinished
-// tells the endpoint its stream is out of sync. It is placed in its operation's storage and its delete frees
-// nothing: the request holds the operation, so that storage outlives it, and enqueue_locked reuses an operation
-// only once no request holds it.
+// tells the endpoint its stream is out of sync. It is placed in its operation's RequestSlot, and the operation
+// holds itself (Operation::requested) until the request's delete, which runs once the request's destructor is
+// done: only then may the operation, and the slot with it, go.
 class Request final : public transport::Request {
  public:
-  Request(Endpoint* endpoint, std::shared_ptr<Operation> op) : endpoint_(endpoint), op_(std::move(op)) {}
+  Request(Endpoint* endpoint, Operation* op) : endpoint_(endpoint), op_(op) {}
   ~Request() override {
-    if (!op_->complete) endpoint_->abandon(op_);
+    if (!op_->complete) endpoint_->abandon(op_->requested);
   }
   Request(const Request&) = delete;
   Request& operator=(const Request&) = delete;
@@ -37,16 +37,26 @@ class Request final : public transport::Request {
   }
 
   static void* operator new(size_t bytes, Operation* op) {
-    return bytes <= sizeof(op->request) ? op->request : throw std::bad_alloc();
+    if (bytes > sizeof(op->request.bytes)) throw std::bad_alloc();
+    op->request.owner = op;
+    return op->request.bytes;
   }
-  static void operator delete(void*, Operation*) {}  // a throwing constructor's: the storage is the operation's
-  static void operator delete(void*) {}              // likewise
+  static void operator delete(void* memory, Operation*) { release(memory); }  // a throwing constructor's
+  static void operator delete(void* memory) { release(memory); }
 
  private:
+  // The operation's hold on itself, let go of last: nothing of the slot is touched after it.
+  static void release(void* memory) {
+    auto* slot = reinterpret_cast<RequestSlot*>(static_cast<unsigned char*>(memory) - offsetof(RequestSlot, bytes));
+    Operation* op = slot->owner;
+    const std::shared_ptr<Operation> last = std::move(op->requested);
+    op->request_live.store(false, std::memory_order_release);
+  }
+
   Endpoint* endpoint_;
-  std::shared_ptr<Operation> op_;
+  Operation* op_;
 };
-static_assert(sizeof(Request) <= kRequestBytes, "Operation::request holds a Request");
+static_assert(sizeof(Request) <= sizeof(RequestSlot::bytes), "RequestSlot holds a Request");
 
 // The lanes a send has pieces for on each rail (wire::Lane bits), without an allocation for the usual few rails.
 class LanesPerRail {
@@ -148,7 +158,7 @@ std::pair<std::unique_ptr<transport::Request>, Operation*> Endpoint::enqueue_loc
   std::shared_ptr<Operation> op;
   // A retired operation no request holds any more is reused: a message then costs no allocation of it.
   for (size_t i = spare_.size(); i-- > 0 && !op;) {
-    if (spare_[i].use_count() != 1) continue;
+    if (spare_[i]->request_live.load(std::memory_order_acquire) || spare_[i].use_count() != 1) continue;
     op = std::move(spare_[i]);
     spare_[i] = std::move(spare_.back());
     spare_.pop_back();
@@ -166,7 +176,9 @@ std::pair<std::unique_ptr<transport::Request>, Operation*> Endpoint::enqueue_loc
   op->tag = tag;
   queue.push_back(op);
   Operation* raw = op.get();
-  return {std::unique_ptr<transport::Request>(new (raw) Request(this, std::move(op))), raw};
+  raw->requested = std::move(op);
+  raw->request_live.store(true, std::memory_order_relaxed);
+  return {std::unique_ptr<transport::Request>(new (raw) Request(this, raw)), raw};
 }
 
 void Endpoint::retire_front_locked(std::deque<std::shared_ptr<Operation>>& queue) {

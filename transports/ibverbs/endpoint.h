@@ -36,8 +36,14 @@ struct RailPlan {
   unsigned lanes() const { return (left(wire::kSmall) ? 1u : 0u) | (left(wire::kBulk) ? 2u : 0u); }
 };
 
-/// Bytes an operation keeps for its request (endpoint.cc's Request: its vtable, endpoint and operation pointers).
-constexpr size_t kRequestBytes = 4 * sizeof(void*);
+struct Operation;
+
+/// Where an operation keeps its request (endpoint.cc's Request: its vtable, endpoint and operation pointers), and
+/// the way back to the operation from it.
+struct RequestSlot {
+  Operation* owner = nullptr;
+  alignas(std::max_align_t) unsigned char bytes[3 * sizeof(void*)];
+};
 
 struct Operation : transport::QueuedOperation {
   uint64_t number = 0;    ///< the message's number on this endpoint and direction
@@ -48,9 +54,13 @@ struct Operation : transport::QueuedOperation {
   RailPlan& plan(size_t rail) { return rail == 0 ? plan0 : other_plans[rail - 1]; }
   int lanes_left = 0;     ///< sends: (rail, lane) pairs with pieces still to go
   std::vector<uint8_t> storage;  ///< an unexpected message's bytes
-  /// Where its request lives while the caller holds it (the request holds the operation, which is reused only once
-  /// no request does): a message allocates nothing for its requests.
-  alignas(std::max_align_t) unsigned char request[kRequestBytes];
+  /// Where its request lives while the caller holds it, so a message allocates nothing for its requests. While
+  /// the request lives, `requested` holds the operation and `request_live` is set; the request's delete, once the
+  /// request is gone, lets go of the one and clears the other (release), and the endpoint reuses an operation only
+  /// once it reads it clear (acquire) and holds the only reference.
+  RequestSlot request;
+  std::shared_ptr<Operation> requested;
+  std::atomic<bool> request_live{false};
 };
 
 class Endpoint final : public transport::Endpoint {
