@@ -3,8 +3,8 @@
 //      fields sealed again) to the very bytes it came from, with the payload inside the frame.
 //   2. The input as header fields and payload: encode (seal) then decode gives the same header back, and any single
 //      flipped bit of the header, or of the payload of a summed frame (kSummed), is refused.
-//   4. split_lanes covers a part exactly, in whole slots and a tail shorter than half a slot.
-//   3. frames_for covers a message exactly.
+//   3. split_lanes covers a part exactly, in whole slots and a tail shorter than half a slot.
+//   4. frames_for covers a message exactly.
 #include <vector>
 
 #include "fuzz_support.h"
