@@ -5,7 +5,7 @@
 
 #include "common/env.h"
 #include "common/time.h"
-#include "transports/ibverbs/floors.h"
+#include "tools/rdma_diag/floors.h"
 
 namespace tbcoll::bench {
 

@@ -1,4 +1,4 @@
-// tbcoll-perf --pingpong over ibverbs: the raw verbs floors between ranks 0 and 1 (transports/ibverbs/floors.h,
+// tbcoll-perf --pingpong over ibverbs: the raw verbs floors between ranks 0 and 1 (tools/rdma_diag/floors.h,
 // the code tbcoll-rdma-check measures with), printed next to the collectives' figures with the goals for
 // Thunderbolt 5 Macs. Runs once the communicator is gone (Apple's driver has deadlocked on a second context of one
 // device in a process), so the ranks meet through the rendezvous store instead.

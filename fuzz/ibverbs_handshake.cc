@@ -1,7 +1,7 @@
 // Fuzz target: the ibverbs side channel's handshake and notices (transports/ibverbs/wire.h) and the port address
 // a rank publishes for it ("key|host:port|device|mode[+auto]", Port::parse).
 //   - Any bytes as a Hello: hello_acceptable leaves both keys NUL-terminated within their arrays, and accepts only
-//     this magic and version with a token of at most kMaxTokenBytes.
+//     this magic and version with a token of at most kMaxTokenBytes and a usable slot size.
 //   - A Hello built from the input round-trips through its bytes.
 //   - Any text as a port address: parsed into key, side channel and device that join back into the address, or
 //     refused with InvalidArgument (no other exception); a side channel that parses goes through parse_host_port.
@@ -21,7 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FUZZ_CHECK(std::memchr(hello.key, '\0', sizeof(hello.key)) != nullptr);
   FUZZ_CHECK(std::memchr(hello.peer_key, '\0', sizeof(hello.peer_key)) != nullptr);
   FUZZ_CHECK(acceptable == (sent.magic == wire::kHelloMagic && sent.version == wire::kVersion &&
-                            sent.token_bytes <= wire::kMaxTokenBytes));
+                            sent.token_bytes <= wire::kMaxTokenBytes && sent.slot_bytes >= wire::kMinSlotBytes &&
+                            sent.slot_bytes <= wire::kMaxSlotBytes && sent.slot_bytes % wire::kFrameBytes == 0));
   // Only the last byte of each key is touched.
   FUZZ_CHECK(std::memcmp(hello.key, sent.key, sizeof(hello.key) - 1) == 0);
   FUZZ_CHECK(std::memcmp(hello.gid, sent.gid, sizeof(hello.gid)) == 0 && hello.qp_num == sent.qp_num);

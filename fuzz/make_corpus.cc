@@ -36,7 +36,8 @@ std::string frame(uint8_t kind, uint8_t flags, uint32_t seq, const std::string& 
   header.flags = flags;
   header.seq = seq;
   header.credits = 3;
-  header.payload = static_cast<uint16_t>(payload.size());
+  header.payload = static_cast<uint32_t>(payload.size());
+  header.flags |= wire::kSummed;
   header.total = total;
   header.comm_id = 0x1234;
   header.tag = 7;
@@ -58,7 +59,10 @@ void ibverbs() {
   hello.qp_num = 17;
   hello.mtu = 3;
   hello.mode = 1;
-  hello.recv_depth = 64;
+  hello.recv_depth = 32;
+  hello.bulk_qp_num = 18;
+  hello.bulk_depth = 8;
+  hello.slot_bytes = 512 * 1024;
   hello.token_bytes = 9;
   const wire::Notice abort_notice{static_cast<uint32_t>(wire::NoticeKind::kAbort), 0, 0x1234};
   // Port addresses as Port::address() writes them: "key|host:port|device|mode", mode uc, rc, uc+auto or rc+auto.

@@ -12,7 +12,7 @@
 #include "tbcoll/transport.hpp"
 #include "transports/delay/emulation.h"
 #ifdef TBCOLL_INFO_IBVERBS
-#include "transports/ibverbs/preflight.h"
+#include "tools/rdma_diag/preflight.h"
 #endif
 
 namespace {

@@ -27,7 +27,9 @@ void usage(std::FILE* to) {
       "    host A: TBCOLL_ROOT=A:29500 TBCOLL_RANK=0 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
       "    host B: TBCOLL_ROOT=A:29500 TBCOLL_RANK=1 TBCOLL_WORLD_SIZE=2 tbcoll-rdma-check\n"
       "  --mode       queue pairs: uc (default; all Apple's Thunderbolt stack offers) or rc (RoCE, InfiniBand)\n"
-      "  --device     the RDMA device to use (default: the first with an active port and an IPv4-mapped GID)\n"
+      "  --device     the RDMA device: NAME for both ranks, or RANK0,RANK1 (a cable's two ends have different\n"
+      "               names: rdma_en3,rdma_en2); default: the one on a subnet both ranks' ports share\n"
+      "  --skip-without-rdma   exit 77 (a skip to test harnesses) when the only failures are ranks without RDMA\n"
       "  sizes take K/M suffixes. Exit status 0 when every check passed, 1 otherwise, 2 for bad usage.\n");
 }
 
@@ -64,8 +66,22 @@ double parse_seconds(const std::string& flag, const std::string& text) {
 
 }  // namespace
 
+// Two ranks leave in order: rank 0 serves the store, so it goes last, and rank 1 only once rank 0's report is out
+// (a launcher that stops the job when a rank exits with a failure must not cut it short).
+void leave(const tbcoll::rdma_check::Site& site) {
+  const auto deadline = tbcoll::Clock::now() + std::chrono::seconds(30);
+  if (site.rank == 0) {
+    site.store->set("tbcoll-rdma-check/printed", {1}, deadline);
+    site.store->get("tbcoll-rdma-check/done", deadline);
+  } else {
+    site.store->get("tbcoll-rdma-check/printed", deadline);
+    site.store->set("tbcoll-rdma-check/done", {1}, deadline);
+  }
+}
+
 int main(int argc, char** argv) {
   tbcoll::rdma_check::Options options;
+  bool skip_without_rdma = false;
   try {
     const std::string mode = tbcoll::env::get("TBCOLL_IB_MODE");
     if (mode == "rc") options.mode = tbcoll::ibverbs::Mode::kRc;
@@ -81,8 +97,15 @@ int main(int argc, char** argv) {
         options.mode = text == "rc" ? tbcoll::ibverbs::Mode::kRc : tbcoll::ibverbs::Mode::kUc;
       } else if (arg == "--device") {
         options.device = value();
+        const size_t comma = options.device.find(',');
+        if (options.device.empty() || comma == 0 || comma + 1 == options.device.size() ||
+            options.device.find(',', comma + 1) != std::string::npos) {
+          throw tbcoll::InvalidArgument("--device takes NAME or RANK0,RANK1, not '" + options.device + "'");
+        }
       } else if (arg == "--no-limits") {
         options.limits = false;
+      } else if (arg == "--skip-without-rdma") {
+        skip_without_rdma = true;
       } else if (arg == "--round-trips") {
         options.round_trips = parse_count(arg, value());
       } else if (arg == "--bandwidth-bytes") {
@@ -126,13 +149,9 @@ int main(int argc, char** argv) {
     const tbcoll::rdma_check::Outcome outcome = tbcoll::rdma_check::run(options, site);
     std::fputs(outcome.report.c_str(), stdout);
     std::fflush(stdout);
-    if (site.world_size == 2) {
-      // Rank 0 serves the store: it leaves last, once rank 1 said it is done with it.
-      const auto deadline = tbcoll::Clock::now() + std::chrono::seconds(30);
-      if (site.rank == 1) site.store->set("tbcoll-rdma-check/done", {1}, deadline);
-      if (site.rank == 0) site.store->get("tbcoll-rdma-check/done", deadline);
-    }
-    return outcome.failed == 0 ? 0 : 1;
+    if (site.world_size == 2) leave(site);
+    if (outcome.failed == 0) return 0;
+    return skip_without_rdma && outcome.unavailable == outcome.failed ? 77 : 1;
   } catch (const tbcoll::Error& error) {
     std::fprintf(stderr, "tbcoll-rdma-check: %s\n", error.what());
     return 1;

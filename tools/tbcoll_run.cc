@@ -119,6 +119,7 @@ class Launcher {
     if (remote_) {
       const std::vector<int> placed = tbcoll::run::place_ranks(*opts_.hosts, opts_.world_size);
       for (int r = 0; r < opts_.world_size; ++r) ranks_[r].host = placed[static_cast<size_t>(r)];
+      device_matrix_ = tbcoll::run::rank_device_matrix(*opts_.hosts, placed);  // checked in parse_options
     }
   }
 
@@ -234,6 +235,8 @@ class Launcher {
     using tbcoll::run::escape;
     const tbcoll::run::HostList& list = *opts_.hosts;
     std::string out;
+    // The hostfile's "rdma" matrix first: a TBCOLL_IB_DEVICES given any other way comes later and wins.
+    if (!device_matrix_.empty()) out += "env " + escape("TBCOLL_IB_DEVICES=" + device_matrix_) + "\n";
     for (const std::string& assignment : list.env) out += "env " + escape(assignment) + "\n";
     for (const std::string& assignment : opts_.extra_env) out += "env " + escape(assignment) + "\n";
     for (char** entry = environ; *entry != nullptr; ++entry) {
@@ -768,6 +771,7 @@ class Launcher {
   std::unordered_map<pid_t, int> rank_of_pid_;
   int running_ = 0;
   std::optional<int> exit_code_;  // set by the first event that ends the job early
+  std::string device_matrix_;     // remote: the hostfile's "rdma" matrix for the ranks (TBCOLL_IB_DEVICES), or ""
   bool aborting_ = false;
   bool killed_ = false;  // SIGKILL sent to every group
   Clock::time_point kill_at_;

@@ -26,6 +26,7 @@ case "$kind" in
     flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
     targets=(tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
     tests='^(Transports/|Async|Split|MeasuredTuningRuns|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
+    tests+='Ibverbs(Mesh|Lanes|Rails|SideChannel)[.]|RdmaCheck[.]TwoRanks|'
     tests+='Collectives[.]Shm|soak_short|'
     tests+='TransportsAndSizes/Sweep[.][A-Za-z]*/(loopback|shm|tcp|fakeverbs)_[1-4]|'
     tests+='LinkEmulation[.]MessagesSentBeforeTheSenderLeaves|Collectives[.]EmulatedLinkDelaysOf)'

@@ -49,11 +49,15 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_SOCKET_IFNAME", "", "interfaces for the tcp and ibverbs side-channel listeners and tbcoll-run's rendezvous, as NCCL_SOCKET_IFNAME: prefixes (en5,eth), =exact, ^ excludes (^docker,lo); default: the one that reaches the root"},
       {"TBCOLL_TCP_BUFFER_BYTES", "4194304", "SO_SNDBUF/SO_RCVBUF of data sockets, 64 KiB to 1 GiB (0 = kernel default)"},
       {"TBCOLL_IB_MODE", "auto", "ibverbs queue pairs: uc (Apple's Thunderbolt subset: unreliable connected, SEND only), rc (reliable connected, RoCE/InfiniBand), auto (rc where the device creates an RC queue pair, else uc; both ends of a pair agree, uc if they differ)"},
-      {"TBCOLL_IB_DEVICES", "", "ibverbs devices to use, comma-separated (rdma_en3,rdma_en4 or rxe0; default: the first with an active port and an IPv4-mapped GID), or a device matrix: a path to MLX's JSON file (N x N, row = this rank, each cell null, \"rdma_enX\" or a list, one name per cable) or the JSON itself; unset: MLX_IBV_DEVICES"},
-      {"TBCOLL_IB_RAILS", "1", "ibverbs without a device matrix: how many of the usable devices every peer is reached over (each a rail; several only where every device reaches every peer, as RoCE NICs on one network)"},
+      {"TBCOLL_IB_DEVICES", "", "ibverbs devices to use, comma-separated (rdma_en3,rdma_en4 or rxe0; default: for each peer the device whose IPv4 subnet holds one of the peer's, as each Thunderbolt cable has a subnet of its own), or a device matrix: a path to MLX's JSON file (N x N, row = this rank, each cell null or [] for no cable, \"rdma_enX\" or a list, one name per cable) or the JSON itself; unset: MLX_IBV_DEVICES (tbcoll-run sets it from a hostfile's \"rdma\" fields)"},
+      {"TBCOLL_IB_RAILS", "1", "ibverbs without a device matrix: how many cables (devices on a subnet shared with the peer) a peer is reached over at most, each a rail"},
       {"TBCOLL_IB_STRIPE_BYTES", "65536", "ibverbs messages from this size are cut across a peer's rails (several cables); smaller ones go on one"},
-      {"TBCOLL_IB_POST_BATCH", "0", "ibverbs frames posted per ibv_post_send (one doorbell) at most, 1-32; 0: 1 on Apple's librdma (lists untried there), 16 elsewhere"},
-      {"TBCOLL_IB_MAX_QPS", "auto", "ibverbs queue pairs per device in a process (one per peer and rail): auto = 10 on Apple's rdma_enN devices, no limit elsewhere; past it, peers use tcp (TBCOLL_IB_MODE=auto) or init fails naming it"},
+      {"TBCOLL_IB_POST_BATCH", "0", "ibverbs work requests posted per ibv_post_send (one doorbell) at most, 1-32; 0: 1 on Apple's librdma (lists untried there), 16 elsewhere"},
+      {"TBCOLL_IB_MAX_QPS", "auto", "ibverbs queue pairs per device in a process (two per peer and rail: small frames and bulk slots): auto = 10 on Apple's rdma_enN devices, no limit elsewhere; past it, peers use tcp (TBCOLL_IB_MODE=auto) or init fails naming it"},
+      {"TBCOLL_IB_SLOT_BYTES", "0", "ibverbs bulk slot size, a multiple of 4096 from 16 KiB to 1 MiB (a connection uses the smaller of its ends'); 0: 512 KiB, or 128 KiB on Apple's librdma before macOS 26.3"},
+      {"TBCOLL_IB_PAYLOAD_SUM", "0", "1: ibverbs senders sum every frame's payload and receivers check it (a debugging aid; UC loss is caught by sequence numbers either way)"},
+      {"TBCOLL_IB_LATENCY_US", "auto", "ibverbs one-way latency the cost model assumes, us (tbcoll-rdma-check and tbcoll-perf --pingpong measure it); auto: Thunderbolt 5's published 4.6 on rdma_enN, 2 elsewhere"},
+      {"TBCOLL_IB_GBPS", "auto", "ibverbs bandwidth of one queue pair the cost model assumes, GB/s (measured like TBCOLL_IB_LATENCY_US); auto: Thunderbolt 5's published 9.4 on rdma_enN, 10 elsewhere"},
   };
   return table;
 }

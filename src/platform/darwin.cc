@@ -13,6 +13,7 @@
 #include <crt_externs.h>
 #include <uuid/uuid.h>
 
+#include <cstdio>
 #include <string>
 
 #include "platform/generic.h"
@@ -123,7 +124,15 @@ std::vector<std::string> shm_list() { return generic::registry_list(); }
 bool prepare_parent_death_guard() { return generic::prepare_parent_death_guard(); }
 void arm_parent_death_guard() { generic::arm_parent_death_guard(); }
 
-const char* verbs_library() { return "librdma.dylib"; }
+std::vector<std::string> verbs_libraries() { return {"/usr/lib/librdma.dylib", "librdma.dylib"}; }
+
+bool macos_version(int* major, int* minor) {
+  char text[32] = {};
+  size_t size = sizeof(text) - 1;
+  if (sysctlbyname("kern.osproductversion", text, &size, nullptr, 0) != 0) return false;
+  *major = *minor = 0;
+  return std::sscanf(text, "%d.%d", major, minor) >= 1;
+}
 
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.3.dylib", "/opt/homebrew/opt/openssl@3/lib/libcrypto.3.dylib",

@@ -55,6 +55,18 @@ bool process_exists(int pid) { return kill(pid, 0) == 0 || errno != ESRCH; }
 
 // ---- network interfaces ------------------------------------------------------------------------------------------
 
+// The length of an interface address's netmask in bits, -1 without one.
+static int prefix_of(const ifaddrs* at) {
+  if (at->ifa_netmask == nullptr || at->ifa_netmask->sa_family != at->ifa_addr->sa_family) return -1;
+  const auto* bytes = at->ifa_addr->sa_family == AF_INET
+                          ? reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in*>(at->ifa_netmask)->sin_addr)
+                          : reinterpret_cast<const uint8_t*>(&reinterpret_cast<const sockaddr_in6*>(at->ifa_netmask)->sin6_addr);
+  const int count = at->ifa_addr->sa_family == AF_INET ? 4 : 16;
+  int bits = 0;
+  for (int i = 0; i < count; ++i) bits += __builtin_popcount(bytes[i]);
+  return bits;
+}
+
 std::vector<NetworkInterface> network_interfaces() {
   std::vector<NetworkInterface> out;
   ifaddrs* list = nullptr;
@@ -70,7 +82,7 @@ std::vector<NetworkInterface> network_interfaces() {
     char host[NI_MAXHOST] = {};
     const socklen_t length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
     if (getnameinfo(at->ifa_addr, length, host, sizeof(host), nullptr, 0, NI_NUMERICHOST) != 0) continue;
-    out.push_back({at->ifa_name, host, family == AF_INET6, (at->ifa_flags & IFF_LOOPBACK) != 0});
+    out.push_back({at->ifa_name, host, family == AF_INET6, (at->ifa_flags & IFF_LOOPBACK) != 0, prefix_of(at)});
   }
   freeifaddrs(list);
   return out;

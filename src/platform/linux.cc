@@ -172,7 +172,9 @@ bool prepare_parent_death_guard() { return true; }
 
 void arm_parent_death_guard() { prctl(PR_SET_PDEATHSIG, SIGKILL); }
 
-const char* verbs_library() { return "libibverbs.so.1"; }
+std::vector<std::string> verbs_libraries() { return {"libibverbs.so.1"}; }
+
+bool macos_version(int*, int*) { return false; }
 
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.so.3", "libcrypto.so"};

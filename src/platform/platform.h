@@ -124,6 +124,7 @@ struct NetworkInterface {
   std::string address;  ///< numeric, "10.0.0.2" or "fd00::2" (link-local IPv6 addresses are left out)
   bool ipv6 = false;
   bool loopback = false;
+  int prefix = -1;  ///< the netmask's length in bits (24 for 255.255.255.0); -1 when the system gives none
 };
 /// Every IPv4 and IPv6 (not link-local) address of the interfaces that are up, in the system's order; empty on
 /// failure.
@@ -195,7 +196,10 @@ std::vector<std::string> crypto_libraries();
 
 // ---- RDMA ----------------------------------------------------------------------------------------------------------
 
-/// The verbs library to dlopen: "libibverbs.so.1" (rdma-core), "librdma.dylib" (macOS 26.2+).
-const char* verbs_library();
+/// The verbs libraries to dlopen, the first that loads wins: "libibverbs.so.1" (rdma-core); on macOS 26.2+ the
+/// system's "/usr/lib/librdma.dylib" first, then "librdma.dylib" by name.
+std::vector<std::string> verbs_libraries();
+/// The macOS version this process runs on (26.3: *major 26, *minor 3); false on other systems.
+bool macos_version(int* major, int* minor);
 
 }  // namespace tbcoll::platform

@@ -74,7 +74,9 @@ std::vector<std::string> shm_list() { return generic::registry_list(); }
 bool prepare_parent_death_guard() { return generic::prepare_parent_death_guard(); }
 void arm_parent_death_guard() { generic::arm_parent_death_guard(); }
 
-const char* verbs_library() { return "libibverbs.so.1"; }
+std::vector<std::string> verbs_libraries() { return {"libibverbs.so.1"}; }
+
+bool macos_version(int*, int*) { return false; }
 
 std::vector<std::string> crypto_libraries() {
   return {"libcrypto.so.3", "libcrypto.so"};

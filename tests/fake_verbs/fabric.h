@@ -24,6 +24,7 @@
 namespace tbcoll::ibverbs::fake::detail {
 
 constexpr uint64_t kFrameBytes = 4096;
+constexpr uint64_t kPageBytes = 16384;  ///< Apple silicon's page: registrations start on one (strict)
 constexpr uint32_t kAppleMaxMessage = 16773120;
 constexpr uint32_t kPermissiveMaxMessage = 1u << 31;
 constexpr int kMaxCqEntries = 65536;
@@ -88,15 +89,31 @@ struct Qp {
   uint8_t timeout = 14;      ///< RC: local ACK timeout exponent and retries (modify_qp to RTS); see faults.h
   uint8_t retry_cnt = 7;
 };
+// A physical port: one device of one host. Its contexts (every open_device of that device on that host) share its
+// GIDs and its queue pair and registration budgets, as Apple's limits are per device.
+struct Port {
+  int host = 0;
+  int device = 0;
+  std::vector<ibv_gid> gids;
+  int cable = -1;       ///< cabled mode: the index in Options::cables; -1 uncabled (the port is DOWN)
+  int cable_end = 0;    ///< 0: the cable's a end, 1: its b end
+  int prefix = 16;      ///< the IPv4 address's prefix length (ipv4_prefix)
+  bool active = true;   ///< ACTIVE on Options::active_port
+  int qps = 0;
+  int mrs = 0;
+};
+
 struct Context {
   ibv_context verbs{};
-  std::vector<ibv_gid> gids;
+  Port* port = nullptr;
+  uint64_t serial = 0;     ///< opening order since reset()
   bool vanished = false;
   bool paused = false;     ///< faults.h pause(): its data-path calls wait
   bool isolated = false;   ///< faults.h cut(context): every frame to or from it is lost
   std::thread::id opener;  ///< the thread that opened it (faults.h context_of_this_thread)
-  int qps = 0;
+  int qps = 0;             ///< its own (live_qps)
   int mrs = 0;
+  const std::vector<ibv_gid>& gids() const { return port->gids; }
 };
 
 // An RC send on a cut link: the sender's HCA retries until `due`, then completes it with IBV_WC_RETRY_EXC_ERR;
@@ -117,6 +134,9 @@ using Table = std::unordered_map<V*, std::unique_ptr<T>>;
 struct Fabric {
   Options options;
   std::vector<std::unique_ptr<ibv_device>> devices;
+  std::map<std::pair<int, int>, std::unique_ptr<Port>> ports;  ///< by (host, device)
+  int next_own_host = -1;  ///< hosts of contexts opened by threads that named none: -1, -2, ...
+  uint64_t next_serial = 1;
   Table<Context, ibv_context> contexts;
   Table<Pd, ibv_pd> pds;
   Table<Mr, ibv_mr> mrs;
@@ -139,6 +159,7 @@ struct Fabric {
   std::deque<Retrying> retrying;
 
   bool strict() const { return options.apple_strict; }
+  bool cabled() const { return !options.cables.empty(); }
   uint32_t max_message() const { return strict() ? kAppleMaxMessage : kPermissiveMaxMessage; }
   template <typename T, typename V>
   static T* find(Table<T, V>& table, V* key) {
@@ -149,12 +170,17 @@ struct Fabric {
 
 /// A fabric with these options and its devices.
 std::unique_ptr<Fabric> make_fabric(const Options& options);
-/// A port's GID table: link-local at 0, the IPv4-mapped GID at options.ipv4_gid_index, fd00:: elsewhere.
-std::vector<ibv_gid> gid_table(const Options& options, int port);
+/// The port of device `device` on host `host`, made on first use: its GID table (link-local at 0, the
+/// IPv4-mapped GID at options.ipv4_gid_index, fd00:: elsewhere), its cable and whether it is active.
+Port* port_of(Fabric& fabric, int host, int device);
 bool is_zero(const ibv_gid& gid);
 bool is_ipv4_mapped(const ibv_gid& gid);
-/// The open context whose port has this GID, or null.
+bool has_gid(const Port& port, const ibv_gid& gid);
+/// An open context whose port has this GID, or null.
 Context* owner_of_gid(Fabric& fabric, const ibv_gid& gid);
+/// Whether frames from port `from` reach port `to`: always without cables (one switched subnet); with them only
+/// across a cable, either way.
+bool reaches(const Fabric& fabric, const Port& from, const Port& to);
 /// Every SGE inside an MR of the PD with that lkey (and with LOCAL_WRITE when the HCA writes into it).
 bool keys_ok(Fabric& fabric, Pd* pd, const ibv_sge* sges, int count, bool written);
 /// Completions that do not fit set the CQ's overrun; a vanished context's CQs take none.
@@ -168,6 +194,9 @@ void drain_queue(Fabric& fabric, Qp* dest);
 void error_completion(Qp* qp, uint64_t wr_id, ibv_wc_status status, ibv_wc_opcode opcode, uint64_t send_seq);
 /// One validated send WR (state, opcode, SGE count and length checked), from its keys to its completions.
 void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length);
+/// What a failed post returns: Apple's provider (strict) returns the negated code and leaves errno alone (0 here),
+/// rdma-core the code.
+int post_error(const Fabric& fabric, int code);
 
 // ---- faults.cc: the thread-level faults of faults.h --------------------------------------------------------
 

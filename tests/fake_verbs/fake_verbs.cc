@@ -2,10 +2,16 @@
 // handed-out rdma-core struct to the fake's record of it. The wire itself is in fabric.cc. See fake_verbs.h.
 #include "fake_verbs/fake_verbs.h"
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
 
 #include "fake_verbs/fabric.h"
 
@@ -23,7 +29,49 @@ Fabric& locked_fabric() {
   return *g_fabric;
 }
 
-// Locks the fabric for one VerbsApi call and counts it.
+// Time spent in the table's calls, in ticks of ticks(): the time-stamp counter where there is one (cheaper to read
+// than the clock, which matters for calls of a few hundred nanoseconds), else steady_clock nanoseconds.
+std::atomic<uint64_t> g_provider_ticks{0};
+
+uint64_t ticks() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+#endif
+}
+
+// Nanoseconds per tick, measured once against steady_clock.
+double ns_per_tick() {
+  static const double ratio = [] {
+    const auto start = std::chrono::steady_clock::now();
+    const uint64_t first = ticks();
+    while (std::chrono::steady_clock::now() - start < std::chrono::milliseconds(20)) {
+    }
+    const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count();
+    const uint64_t last = ticks();
+    return last > first ? ns / static_cast<double>(last - first) : 1.0;
+  }();
+  return ratio;
+}
+
+// Adds the time of its scope to g_provider_ticks.
+class Timed {
+ public:
+  Timed() : start_(ticks()) {}
+  ~Timed() { g_provider_ticks.fetch_add(ticks() - start_, std::memory_order_relaxed); }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  uint64_t start_;
+};
+
+thread_local int g_thread_host = -1;
+
+// Locks the fabric for one VerbsApi call, counts it and times it (locking included).
 class Call {
  public:
   explicit Call(const char* name) : lock_(g_mutex) { ++locked_fabric().calls[name]; }
@@ -37,6 +85,7 @@ class Call {
   }
 
  private:
+  Timed timed_;  // first: it outlives the lock
   std::unique_lock<std::mutex> lock_;
 };
 
@@ -44,6 +93,13 @@ template <typename T>
 T* fail(int err) {
   errno = err;
   return nullptr;
+}
+
+int device_index(const Fabric& fabric, const ibv_device* device) {
+  for (size_t i = 0; i < fabric.devices.size(); ++i) {
+    if (fabric.devices[i].get() == device) return static_cast<int>(i);
+  }
+  return -1;
 }
 
 // ---- the table --------------------------------------------------------------------------------------------
@@ -76,15 +132,15 @@ const char* get_device_name(ibv_device* device) {
 ibv_context* open_device(ibv_device* device) {
   Call call("open_device");
   Fabric& fabric = call.fabric();
-  if (std::none_of(fabric.devices.begin(), fabric.devices.end(), [&](auto& own) { return own.get() == device; })) {
-    return fail<ibv_context>(ENODEV);
-  }
+  const int index = device_index(fabric, device);
+  if (index < 0) return fail<ibv_context>(ENODEV);
   auto context = std::make_unique<Context>();
   context->verbs.device = device;
   context->verbs.cmd_fd = -1;
   context->verbs.async_fd = -1;
   context->verbs.num_comp_vectors = 1;
-  context->gids = gid_table(fabric.options, fabric.next_port++);
+  context->port = port_of(fabric, g_thread_host >= 0 ? g_thread_host : fabric.next_own_host--, index);
+  context->serial = fabric.next_serial++;
   context->opener = std::this_thread::get_id();
   ibv_context* verbs = &context->verbs;
   fabric.contexts.emplace(verbs, std::move(context));
@@ -101,6 +157,7 @@ int close_device(ibv_context* verbs) {
     if (it->second->context == context) {
       fabric.counters.queued_rc -= it->second->queued.size();
       fabric.qp_by_number.erase(it->second->verbs.qp_num);
+      --context->port->qps;
       it = fabric.qps.erase(it);
     } else {
       ++it;
@@ -109,6 +166,7 @@ int close_device(ibv_context* verbs) {
   for (auto it = fabric.mrs.begin(); it != fabric.mrs.end();) {
     if (it->second->pd->context == context) {
       fabric.mr_by_key.erase(it->second->verbs.lkey);
+      --context->port->mrs;
       it = fabric.mrs.erase(it);
     } else {
       ++it;
@@ -124,30 +182,61 @@ int close_device(ibv_context* verbs) {
   return 0;
 }
 
+bool port_exists(const Fabric& fabric, uint8_t port) {
+  return port >= 1 && port <= std::max(1, fabric.options.active_port);
+}
+
+bool port_active(const Fabric& fabric, const Context& context) {
+  return fabric.options.ports_active && context.port->active;
+}
+
+int query_device(ibv_context* verbs, ibv_device_attr* attr) {
+  Call call("query_device");
+  Fabric& fabric = call.fabric();
+  if (!Fabric::find(fabric.contexts, verbs) || !attr) return EINVAL;
+  std::memset(attr, 0, sizeof(*attr));
+  std::snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake");
+  attr->max_mr_size = fabric.max_message();
+  attr->max_qp = fabric.options.max_qps;
+  attr->max_qp_wr = fabric.strict() ? 4095 : 16384;
+  attr->max_sge = fabric.strict() ? 1 : 4;
+  attr->max_cq = 1024;
+  attr->max_cqe = kMaxCqEntries;
+  attr->max_mr = fabric.options.max_mrs;
+  attr->max_pd = 1024;
+  attr->phys_port_cnt = static_cast<uint8_t>(std::max(1, fabric.options.active_port));
+  return 0;
+}
+
 int query_port(ibv_context* verbs, uint8_t port, ibv_port_attr* attr) {
   Call call("query_port");
   Fabric& fabric = call.fabric();
   Context* context = Fabric::find(fabric.contexts, verbs);
-  if (!context || port != 1 || !attr) return EINVAL;
+  if (!context || !port_exists(fabric, port) || !attr) return EINVAL;
   std::memset(attr, 0, sizeof(*attr));
-  attr->state = fabric.options.ports_active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
+  const bool active = port == fabric.options.active_port && port_active(fabric, *context);
+  attr->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
   attr->max_mtu = IBV_MTU_4096;
   attr->active_mtu = IBV_MTU_1024;
-  attr->gid_tbl_len = static_cast<int>(context->gids.size());
+  attr->gid_tbl_len = static_cast<int>(context->gids().size());
   attr->max_msg_sz = fabric.max_message();
   attr->pkey_tbl_len = 1;
   attr->active_width = 1;
   attr->active_speed = 32;
-  attr->phys_state = fabric.options.ports_active ? 5 : 3;  // LinkUp : Disabled
+  attr->phys_state = active ? 5 : 3;  // LinkUp : Disabled
   attr->link_layer = IBV_LINK_LAYER_ETHERNET;
   return 0;
 }
 
 int query_gid(ibv_context* verbs, uint8_t port, int index, ibv_gid* gid) {
   Call call("query_gid");
-  Context* context = Fabric::find(call.fabric().contexts, verbs);
-  if (!context || port != 1 || !gid || index < 0 || index >= static_cast<int>(context->gids.size())) return EINVAL;
-  *gid = context->gids[index];
+  Fabric& fabric = call.fabric();
+  Context* context = Fabric::find(fabric.contexts, verbs);
+  if (!context || !port_exists(fabric, port) || !gid || index < 0 ||
+      index >= static_cast<int>(context->gids().size())) {
+    return EINVAL;
+  }
+  *gid = context->gids()[static_cast<size_t>(index)];
   return 0;
 }
 
@@ -156,7 +245,7 @@ ibv_pd* alloc_pd(ibv_context* verbs) {
   Fabric& fabric = call.fabric();
   Context* context = Fabric::find(fabric.contexts, verbs);
   if (!context) return fail<ibv_pd>(EINVAL);
-  if (!fabric.options.ports_active) return fail<ibv_pd>(EIO);
+  if (!port_active(fabric, *context)) return fail<ibv_pd>(EIO);
   auto pd = std::make_unique<Pd>();
   pd->context = context;
   pd->verbs.context = verbs;
@@ -189,7 +278,12 @@ ibv_mr* reg_mr(ibv_pd* verbs, void* addr, size_t length, int access) {
   if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
     return fail<ibv_mr>(EINVAL);
   }
-  if (pd->context->mrs >= fabric.options.max_mrs) return fail<ibv_mr>(ENOMEM);
+  constexpr int kApplesAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+  if (fabric.strict() && ((access & kApplesAccess) != kApplesAccess ||
+                          reinterpret_cast<uintptr_t>(addr) % kPageBytes != 0)) {
+    return fail<ibv_mr>(EINVAL);
+  }
+  if (pd->context->port->mrs >= fabric.options.max_mrs) return fail<ibv_mr>(ENOMEM);
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;
   mr->access = access;
@@ -200,6 +294,7 @@ ibv_mr* reg_mr(ibv_pd* verbs, void* addr, size_t length, int access) {
   mr->verbs.handle = fabric.next_handle++;
   mr->verbs.lkey = mr->verbs.rkey = fabric.next_key++;
   ++pd->context->mrs;
+  ++pd->context->port->mrs;
   ibv_mr* handle = &mr->verbs;
   fabric.mr_by_key[handle->lkey] = mr.get();
   fabric.mrs.emplace(handle, std::move(mr));
@@ -212,6 +307,7 @@ int dereg_mr(ibv_mr* verbs) {
   Mr* mr = Fabric::find(fabric.mrs, verbs);
   if (!mr) return EINVAL;
   --mr->pd->context->mrs;
+  --mr->pd->context->port->mrs;
   fabric.mr_by_key.erase(verbs->lkey);
   fabric.mrs.erase(verbs);
   return 0;
@@ -271,7 +367,7 @@ ibv_qp* create_qp(ibv_pd* verbs, ibv_qp_init_attr* attr) {
       cap.max_recv_sge > max_sge || cap.max_inline_data > max_inline) {
     return fail<ibv_qp>(EINVAL);
   }
-  if (pd->context->qps >= fabric.options.max_qps) return fail<ibv_qp>(EBUSY);
+  if (pd->context->port->qps >= fabric.options.max_qps) return fail<ibv_qp>(EBUSY);
   auto qp = std::make_unique<Qp>();
   qp->context = pd->context;
   qp->pd = pd;
@@ -292,6 +388,7 @@ ibv_qp* create_qp(ibv_pd* verbs, ibv_qp_init_attr* attr) {
   qp->verbs.qp_type = attr->qp_type;
   attr->cap = qp->cap;
   ++pd->context->qps;
+  ++pd->context->port->qps;
   ibv_qp* handle = &qp->verbs;
   fabric.qp_by_number[handle->qp_num] = qp.get();
   fabric.qps.emplace(handle, std::move(qp));
@@ -334,17 +431,22 @@ int modify_qp(ibv_qp* verbs, ibv_qp_attr* attr, int mask) {
   if (!qp || !attr || !(mask & IBV_QP_STATE)) return EINVAL;
   const ibv_qp_state to = attr->qp_state;
   if (!mask_ok(verbs->state, to, verbs->qp_type == IBV_QPT_RC, mask)) return EINVAL;
-  if ((mask & IBV_QP_PORT) && attr->port_num != 1) return EINVAL;
+  if ((mask & IBV_QP_PORT) && attr->port_num != fabric.options.active_port) return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && attr->pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_PATH_MTU) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096)) return EINVAL;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = attr->ah_attr;
     const int sgid = ah.grh.sgid_index;
-    if (!ah.is_global || ah.port_num != 1 || sgid >= static_cast<int>(qp->context->gids.size())) return EINVAL;
-    const bool source_ok = fabric.strict() ? sgid == fabric.options.ipv4_gid_index : !is_zero(qp->context->gids[sgid]);
+    const std::vector<ibv_gid>& gids = qp->context->gids();
+    if (!ah.is_global || ah.port_num != fabric.options.active_port || sgid >= static_cast<int>(gids.size())) {
+      return EINVAL;
+    }
+    const bool source_ok = fabric.strict() ? sgid == fabric.options.ipv4_gid_index : !is_zero(gids[sgid]);
     // Apple addresses a peer by its IPv4-mapped GID alone.
-    const bool destination_ok = owner_of_gid(fabric, ah.grh.dgid) && (!fabric.strict() || is_ipv4_mapped(ah.grh.dgid));
+    const Context* owner = owner_of_gid(fabric, ah.grh.dgid);
+    const bool destination_ok = owner != nullptr && (!fabric.strict() || is_ipv4_mapped(ah.grh.dgid));
     if (!source_ok || !destination_ok) return EINVAL;
+    if (!reaches(fabric, *qp->context->port, *owner->port)) return ETIMEDOUT;  // no cable there
     qp->dgid = ah.grh.dgid;
   }
   if (mask & IBV_QP_DEST_QPN) qp->dest_qpn = attr->dest_qp_num;
@@ -370,6 +472,7 @@ int destroy_qp(ibv_qp* verbs) {
   Qp* qp = Fabric::find(fabric.qps, verbs);
   if (!qp) return EINVAL;
   --qp->context->qps;
+  --qp->context->port->qps;
   fabric.counters.queued_rc -= qp->queued.size();
   fabric.qp_by_number.erase(verbs->qp_num);
   fabric.qps.erase(verbs);
@@ -383,7 +486,7 @@ int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
   Qp* qp = Fabric::find(fabric.qps, verbs);
   for (; wr != nullptr; wr = wr->next) {
     if (bad) *bad = wr;
-    if (!qp) return EINVAL;
+    if (!qp) return post_error(fabric, EINVAL);
     if (qp->context->vanished) {
       ++fabric.counters.dropped_injected;
       continue;
@@ -392,21 +495,21 @@ int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
       push(qp->send_cq, completion(qp, wr->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, 0));
       continue;
     }
-    if (verbs->state != IBV_QPS_RTS) return EINVAL;
+    if (verbs->state != IBV_QPS_RTS) return post_error(fabric, EINVAL);
     const bool opcode_ok =
         wr->opcode == IBV_WR_SEND ||
         (!fabric.strict() && (wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE ||
                               wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM));
     if (!opcode_ok || wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_send_sge ||
         (wr->num_sge > 0 && !wr->sg_list)) {
-      return EINVAL;
+      return post_error(fabric, EINVAL);
     }
     uint64_t length = 0;
     for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
-    if (length > fabric.max_message()) return EINVAL;
-    if ((wr->send_flags & IBV_SEND_INLINE) && length > qp->cap.max_inline_data) return EINVAL;
+    if (length > fabric.max_message()) return post_error(fabric, EINVAL);
+    if ((wr->send_flags & IBV_SEND_INLINE) && length > qp->cap.max_inline_data) return post_error(fabric, EINVAL);
     const uint64_t places = fabric.strict() ? frames(length) : 1;
-    if (qp->send_places + places > qp->cap.max_send_wr) return ENOMEM;
+    if (qp->send_places + places > qp->cap.max_send_wr) return post_error(fabric, ENOMEM);
     qp->sending_seq = qp->next_send_seq++;
     qp->send_queue.emplace_back(qp->sending_seq, places);
     qp->send_places += places;
@@ -423,7 +526,7 @@ int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   Qp* qp = Fabric::find(fabric.qps, verbs);
   for (; wr != nullptr; wr = wr->next) {
     if (bad) *bad = wr;
-    if (!qp) return EINVAL;
+    if (!qp) return post_error(fabric, EINVAL);
     if (qp->context->vanished) continue;
     const ibv_qp_state state = verbs->state;
     if (state == IBV_QPS_ERR) {
@@ -434,7 +537,7 @@ int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
         fabric.strict() ? state == IBV_QPS_RTS : state == IBV_QPS_INIT || state == IBV_QPS_RTR || state == IBV_QPS_RTS;
     if (!state_ok || wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->cap.max_recv_sge ||
         (wr->num_sge > 0 && !wr->sg_list)) {
-      return EINVAL;
+      return post_error(fabric, EINVAL);
     }
     RecvWr recv;
     recv.wr_id = wr->wr_id;
@@ -445,7 +548,7 @@ int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     const uint64_t places = fabric.strict() ? qp->recv_frames + frames(recv.length) : qp->recvs.size() + 1;
     if (places > qp->cap.max_recv_wr ||
         (fabric.strict() && qp->recvs.size() + 1 > static_cast<size_t>(fabric.options.max_outstanding_recvs))) {
-      return ENOMEM;
+      return post_error(fabric, ENOMEM);
     }
     qp->recv_frames += frames(recv.length);
     qp->recvs.push_back(std::move(recv));
@@ -481,6 +584,16 @@ int poll_cq(ibv_cq* verbs, int entries, ibv_wc* wc) {
   return n;
 }
 
+int ipv4_prefix(const uint8_t ipv4[4]) {
+  Call call("ipv4_prefix");
+  for (const auto& [key, port] : call.fabric().ports) {
+    for (const ibv_gid& gid : port->gids) {
+      if (is_ipv4_mapped(gid) && std::memcmp(gid.raw + 12, ipv4, 4) == 0) return port->prefix;
+    }
+  }
+  return -1;
+}
+
 const VerbsApi kApi = [] {
   VerbsApi api;
   api.provider = "fake";
@@ -491,6 +604,7 @@ const VerbsApi kApi = [] {
   api.close_device = close_device;
   api.query_port = query_port;
   api.query_gid = query_gid;
+  api.query_device = query_device;
   api.alloc_pd = alloc_pd;
   api.dealloc_pd = dealloc_pd;
   api.reg_mr = reg_mr;
@@ -503,6 +617,7 @@ const VerbsApi kApi = [] {
   api.post_send = post_send;
   api.post_recv = post_recv;
   api.poll_cq = poll_cq;
+  api.ipv4_prefix = ipv4_prefix;
   return api;
 }();
 
@@ -512,6 +627,7 @@ void reset(const Options& options) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_fabric = make_fabric(options);
+    g_provider_ticks = 0;
   }
   g_resumed.notify_all();  // (a call a pause held sees no context of its own any more)
 }
@@ -584,5 +700,17 @@ int live_mrs(ibv_context* verbs) {
   Context* context = Fabric::find(locked_fabric().contexts, verbs);
   return context ? context->mrs : -1;
 }
+
+int port_qps(ibv_context* verbs) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Context* context = Fabric::find(locked_fabric().contexts, verbs);
+  return context ? context->port->qps : -1;
+}
+
+void set_thread_host(int host) { g_thread_host = host < 0 ? -1 : host; }
+
+double provider_ns() { return static_cast<double>(g_provider_ticks.load()) * ns_per_tick(); }
+
+void clear_provider_time() { g_provider_ticks = 0; }
 
 }  // namespace tbcoll::ibverbs::fake

@@ -2,32 +2,49 @@
 // ibverbs transport, its conformance suite and the collective tests run without RDMA hardware, with Apple's
 // Thunderbolt limits enforced (Options::apple_strict) and faults injected on demand.
 //
-// The fabric is process-wide: ranks are threads, each opening its own device context, and every context is a port
-// of its own (as if each rank were a Mac). Everything the table does happens under one fabric mutex, so any thread
-// may call any function; delivery is synchronous inside post_send. The structs handed out (ibv_device, ibv_context,
-// ibv_pd, ibv_mr, ibv_cq, ibv_qp) are rdma-core's, allocated by the fake; their ops tables are null, so calling
-// rdma-core's inline ibv_post_send() on them crashes: go through the table. Nothing links libibverbs.
+// The fabric is process-wide: ranks are threads, each opening its own device contexts. A context is opened on a
+// host: the one the opening thread named with set_thread_host(), else a host of its own (as if each rank were a
+// Mac). The contexts of one device on one host are one port: they share its GIDs and its queue pair and
+// registration budgets (Apple's limits are per device). Everything the table does happens under one fabric mutex,
+// so any thread may call any function; delivery is synchronous inside post_send. The structs handed out
+// (ibv_device, ibv_context, ibv_pd, ibv_mr, ibv_cq, ibv_qp) are rdma-core's, allocated by the fake; their ops
+// tables are null, so calling rdma-core's inline ibv_post_send() on them crashes: go through the table. Nothing
+// links libibverbs.
+//
+// Two topologies. Switched (Options::cables empty): every port reaches every other, each device's ports on a
+// subnet of their own (rdma_en0's 10.9.0.0/16, rdma_en1's 10.10.0.0/16...), like RoCE NICs on rail networks or
+// every rank on one rxe device. Cabled (Options::cables given): each
+// cable joins one port of one host to one port of another, point to point, on a subnet of its own (cable c:
+// 10.77.c.1 and 10.77.c.2, /30, as mlx.distributed_config numbers Thunderbolt cables); a port on no cable is DOWN,
+// and a port reaches only the port across its cable, as a Thunderbolt port reaches one Mac.
 //
 // What the fabric enforces (Apple-strict unless noted; "permissive" = apple_strict false, a RoCE-like device):
-// - Devices rdma_en0..; each open_device is a port: port 1 only, ACTIVE, active_mtu IBV_MTU_1024, max_mtu 4096,
-//   link layer Ethernet, max_msg_sz 16,773,120 (Apple's) strict. GID table: index 0 a link-local fe80::/64 GID,
-//   Options::ipv4_gid_index the IPv4-mapped ::ffff:10.9.0.k (k = 1 for the first context opened since reset(),
-//   2 for the next...), other indexes an fd00:: GID (not IPv4). query_gid beyond the table: EINVAL.
-// - reg_mr: at most max_mrs per context (ENOMEM); REMOTE_WRITE/ATOMIC need LOCAL_WRITE (EINVAL). Every SGE must
-//   lie inside an MR of the QP's PD with that lkey (a receive also needs LOCAL_WRITE): else the WR completes with
-//   IBV_WC_LOC_PROT_ERR (a send at once, a receive when a message reaches it) and the QP goes to ERR.
+// - Devices rdma_en0.. (roce0.. permissive); query_device says Options::active_port ports, of which only active_port is ACTIVE (Apple's
+//   active port is not always 1), active_mtu IBV_MTU_1024, max_mtu 4096, link layer Ethernet, max_msg_sz
+//   16,773,120 (Apple's) strict. GID table: index 0 a link-local fe80::/64 GID, Options::ipv4_gid_index the
+//   IPv4-mapped one (switched: ::ffff:10.(9 + device).0.k, k = 1 for the first port made since reset(), 2 for the
+//   next...),
+//   other indexes an fd00:: GID (not IPv4). query_gid beyond the table, or a port beyond the device's: EINVAL.
+//   ipv4_prefix answers for these addresses (16 switched, 30 cabled).
+// - reg_mr: strict, only with local write, remote read and remote write (Apple refuses a local-write-only
+//   registration, even for SEND/RECV) and at an address on a 16 KiB boundary (Apple silicon's page): EINVAL
+//   otherwise; permissive, REMOTE_WRITE/ATOMIC need LOCAL_WRITE (EINVAL). At most max_mrs per port (ENOMEM). Every
+//   SGE must lie inside an MR of the QP's PD with that lkey (a receive also needs LOCAL_WRITE): else the WR
+//   completes with IBV_WC_LOC_PROT_ERR (a send at once, a receive when a message reaches it) and the QP goes to ERR.
 // - create_qp: UC only strict (RC: EOPNOTSUPP; UD and SRQ: EOPNOTSUPP in both modes); at most max_qps live QPs per
-//   context (EBUSY); max_send_sge/max_recv_sge 1 strict (4 permissive), max_send_wr/max_recv_wr <= 4095 strict
-//   (16384 permissive), no inline data strict (256 bytes permissive): EINVAL beyond.
+//   port, whichever context made them (EBUSY); max_send_sge/max_recv_sge 1 strict (4 permissive),
+//   max_send_wr/max_recv_wr <= 4095 strict (16384 permissive), no inline data strict (256 bytes permissive):
+//   EINVAL beyond.
 // - modify_qp: the transitions and attribute masks of the kernel's ib_modify_qp_is_ok() (what rxe applies):
-//   RESET->INIT needs STATE|PKEY_INDEX|PORT|ACCESS_FLAGS (port 1, pkey 0); INIT->RTR needs STATE|AV|PATH_MTU|
-//   DEST_QPN|RQ_PSN (RC also MAX_DEST_RD_ATOMIC|MIN_RNR_TIMER), optional ACCESS_FLAGS|PKEY_INDEX|ALT_PATH;
+//   RESET->INIT needs STATE|PKEY_INDEX|PORT|ACCESS_FLAGS (the active port, pkey 0); INIT->RTR needs STATE|AV|
+//   PATH_MTU|DEST_QPN|RQ_PSN (RC also MAX_DEST_RD_ATOMIC|MIN_RNR_TIMER), optional ACCESS_FLAGS|PKEY_INDEX|ALT_PATH;
 //   RTR->RTS needs STATE|SQ_PSN (RC also TIMEOUT|RETRY_CNT|RNR_RETRY|MAX_QP_RD_ATOMIC), optional CUR_STATE|
 //   ACCESS_FLAGS|ALT_PATH|PATH_MIG_STATE (RC also MIN_RNR_TIMER); any state -> RESET, and any but RESET -> ERR, with
 //   STATE alone. A missing or unexpected mask bit: EINVAL (rxe refuses UC attributes such as TIMEOUT). RTR: path_mtu
-//   256..4096, ah_attr.is_global 1, port_num 1, grh.sgid_index the IPv4-mapped GID (strict; any non-zero GID
-//   permissive), grh.dgid some port's GID in the fabric (strict: its IPv4-mapped one): else EINVAL. So no IPv4 GID
-//   (ipv4_gid_index -1) means RTR fails EINVAL.
+//   256..4096, ah_attr.is_global 1, port_num the active port, grh.sgid_index the IPv4-mapped GID (strict; any
+//   non-zero GID permissive), grh.dgid some port's GID in the fabric (strict: its IPv4-mapped one): else EINVAL; so
+//   no IPv4 GID (ipv4_gid_index -1) means RTR fails EINVAL. Cabled, a dgid that is not across this port's cable:
+//   ETIMEDOUT (Apple's errno 60 for an unreachable GID).
 // - post_recv: QP in RTS strict (INIT, RTR or RTS permissive), else EINVAL; num_sge <= max_recv_sge; posted, not
 //   completed receives at most max_outstanding_recvs (strict) and at most max_recv_wr, counted in 4 KiB frames
 //   strict (Apple: an 8 KiB receive takes 2 places): ENOMEM beyond.
@@ -37,12 +54,15 @@
 //   frames strict, 1 permissive) until a completion of it or of a later WR of the QP is polled (as mlx5 does:
 //   unsignaled WRs are freed only by a later signaled one), else ENOMEM. The WRs of a list are taken in order; the
 //   first bad one is returned in *bad and the earlier ones stay posted.
-// - Delivery: the destination is the QP with number dest_qp_num on the port owning dgid, in RTR or RTS. With a
-//   receive posted: strict, the message and the receive buffer must span the same number of 4 KiB frames
-//   (ceil(len / 4096), at least 1), permissive the message must fit; else the receive completes with
-//   IBV_WC_LOC_LEN_ERR (and that QP goes to ERR); otherwise the data is copied and the receive completes
-//   (IBV_WC_RECV, byte_len, qp_num, src_qp). With no receive posted: UC drops the message silently; RC keeps it
-//   until a receive is posted (real RC retries), and the RC send completion comes only with the delivery.
+// - Errors of post_send and post_recv are returned as Apple returns them, strict: the negated errno (-12 for
+//   ENOMEM), errno itself set to 0; permissive as rdma-core: the errno value. modify_qp and the destroy calls
+//   return the errno value; the calls returning a pointer return null with errno set.
+// - Delivery: the destination is the QP with number dest_qp_num on the port owning dgid (and reached from the
+//   sender's port), in RTR or RTS. With a receive posted: strict, the message and the receive buffer must span the
+//   same number of 4 KiB frames (ceil(len / 4096), at least 1), permissive the message must fit; else the receive
+//   completes with IBV_WC_LOC_LEN_ERR (and that QP goes to ERR); otherwise the data is copied and the receive
+//   completes (IBV_WC_RECV, byte_len, qp_num, src_qp). With no receive posted: UC drops the message silently; RC
+//   keeps it until a receive is posted (real RC retries), and the RC send completion comes only with the delivery.
 //   A UC send completion (IBV_WC_SEND) is written when the WR is signaled or the QP has sq_sig_all, delivered or not.
 // - Error completions (any status but success) are always written, and put the QP in ERR: its posted receives are
 //   flushed (IBV_WC_WR_FLUSH_ERR), and later posts complete at once with IBV_WC_WR_FLUSH_ERR.
@@ -58,20 +78,35 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs::fake {
 
+/// A Thunderbolt cable: device device_a of host host_a to device device_b of host host_b (hosts as named by
+/// set_thread_host, devices as in rdma_en<device>).
+struct Cable {
+  int host_a = 0, device_a = 0, host_b = 0, device_b = 0;
+};
+
 struct Options {
   /// Enforce Apple's Thunderbolt limits; false: a permissive RoCE-like device that also allows RC and RDMA WRITE.
   bool apple_strict = true;
-  /// Devices listed: rdma_en0, rdma_en1, ...
+  /// Devices listed: rdma_en0, rdma_en1, ... strict (Apple's names, for which the transport never tries RC);
+  /// roce0, roce1, ... permissive.
   int devices = 1;
-  /// Live QPs per opened device context: the next create_qp fails with EBUSY.
+  /// Live QPs per port (a device of a host, whatever contexts it has open): the next create_qp fails with EBUSY.
   int max_qps = 10;
-  /// Live MRs per opened device context: the next reg_mr fails with ENOMEM.
+  /// Live MRs per port: the next reg_mr fails with ENOMEM.
   int max_mrs = 100;
+  /// The ports each device has (query_device), and the one that is ACTIVE: this one, the last.
+  int active_port = 1;
+  /// Point-to-point cables between the hosts' ports (the cabled topology); empty: one switched subnet.
+  std::vector<Cable> cables;
+  /// Cabled: every cable end on link-local 169.254.c.1 or .2 /16 (what a Mac gives a Thunderbolt port left to
+  /// itself), all on one subnet, instead of a /30 per cable.
+  bool link_local = false;
   /// Posted, not yet completed receives per QP (strict): ENOMEM beyond.
   int max_outstanding_recvs = 32;
   /// Where the ::ffff:10.9.0.k GID sits (Apple: usually 1, sometimes 2); -1: none (RTR fails with EINVAL, as on a
@@ -92,6 +127,10 @@ void reset(const Options& options = Options{});
 
 /// The function table, bound to the process-wide fabric; provider "fake". The pointer stays valid across reset().
 const VerbsApi* verbs();
+
+/// The host the calling thread's contexts open on from now on (a rank's Mac); -1 (the default): a host of its own
+/// for each context.
+void set_thread_host(int host);
 
 // ---- fault injection: each applies to the next sends posted anywhere in the fabric (or on
 // Options::faulty_device), in posting order (faults of whole ranks and links, for ranks as threads: faults.h) ----
@@ -123,11 +162,18 @@ struct Counters {
   uint64_t corrupted = 0;           ///< corrupt_next_sends
   uint64_t length_errors = 0;       ///< frame-count or length mismatch with the posted receive
   uint64_t queued_rc = 0;           ///< RC messages waiting for a receive right now
+  std::vector<uint64_t> per_cable;  ///< cabled: messages delivered over each of Options::cables, both ways
 };
 Counters counters();
 
-/// Live QPs and MRs of an open context (-1 for an unknown context).
+/// Live QPs and MRs of an open context (-1 for an unknown context), and of its port (every context's).
 int live_qps(ibv_context* context);
 int live_mrs(ibv_context* context);
+int port_qps(ibv_context* context);
+
+/// Time spent inside the table's calls since reset() or clear_provider_time(), in nanoseconds (the benchmark
+/// leaves it out of the transport's own CPU time: real hardware does this work, not the CPU).
+double provider_ns();
+void clear_provider_time();
 
 }  // namespace tbcoll::ibverbs::fake

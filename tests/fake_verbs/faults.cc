@@ -111,14 +111,12 @@ Context* find_context(Fabric& fabric, ibv_context* verbs) {
 
 ibv_context* context_of_this_thread() {
   ibv_context* found = nullptr;
-  uint32_t newest = 0;
+  uint64_t newest = 0;
   with_fabric([&](Fabric& fabric) {
     for (auto& [verbs, context] : fabric.contexts) {
-      // The newest: ports are numbered in opening order (their GID's last bytes).
-      const uint32_t port = (uint32_t{context->gids.back().raw[14]} << 8) | context->gids.back().raw[15];
-      if (context->opener == std::this_thread::get_id() && (found == nullptr || port > newest)) {
+      if (context->opener == std::this_thread::get_id() && (found == nullptr || context->serial > newest)) {
         found = verbs;
-        newest = port;
+        newest = context->serial;
       }
     }
   });
@@ -175,7 +173,7 @@ int break_queue_pairs(ibv_context* a, ibv_context* b) {
     if (from == nullptr || (b != nullptr && to == nullptr)) return;
     for (auto& [verbs, qp] : fabric.qps) {
       if (qp->context != from || qp->verbs.state == IBV_QPS_RESET || qp->verbs.state == IBV_QPS_ERR) continue;
-      if (to != nullptr && owner_of_gid(fabric, qp->dgid) != to) continue;
+      if (to != nullptr && !has_gid(*to->port, qp->dgid)) continue;
       enter_error(qp.get());
       ++moved;
     }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "fake_verbs/fake_verbs.h"
+#include "transports/ibverbs/memory.h"
 
 namespace tbcoll::ibverbs::fake::test_support {
 
@@ -21,7 +22,7 @@ struct Port {
   ibv_pd* pd = nullptr;
   ibv_cq* send_cq = nullptr;
   ibv_cq* recv_cq = nullptr;
-  std::vector<uint8_t> buffer = std::vector<uint8_t>(kBufferBytes);
+  RegisteredMemory buffer{kBufferBytes};  // on a 16 KiB boundary, as strict registrations must be
   ibv_mr* mr = nullptr;
 
   explicit Port(int device = 0, int cq_entries = 256) {
@@ -33,7 +34,7 @@ struct Port {
     pd = api->alloc_pd(context);
     send_cq = api->create_cq(context, cq_entries, nullptr, nullptr, 0);
     recv_cq = api->create_cq(context, cq_entries, nullptr, nullptr, 0);
-    mr = api->reg_mr(pd, buffer.data(), buffer.size(), IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    mr = api->reg_mr(pd, buffer.data(), buffer.size(), kAccessFlags);
     EXPECT_TRUE(context && pd && send_cq && recv_cq && mr);
   }
   ibv_gid gid(int index = 1) const {
@@ -53,7 +54,7 @@ struct Port {
     attr.cap.max_recv_sge = 1;
     return api->create_qp(pd, &attr);
   }
-  uint8_t* at(size_t offset) { return buffer.data() + offset; }
+  uint8_t* at(size_t offset) const { return buffer.data() + offset; }
   ibv_sge sge(size_t offset, uint32_t length) const {
     return ibv_sge{reinterpret_cast<uintptr_t>(buffer.data() + offset), length, mr->lkey};
   }
@@ -93,7 +94,7 @@ inline int to_init(const VerbsApi* api, ibv_qp* qp) {
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
   attr.port_num = 1;
-  attr.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+  attr.qp_access_flags = kAccessFlags;
   return api->modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 }
 inline ibv_qp_attr rtr_attr(const ibv_gid& dgid, uint32_t dest_qpn, int sgid_index = 1) {

@@ -1,8 +1,11 @@
 // The ibverbs transport over the fake fabric (tests/fake_verbs): Apple's limits enforced, faults injected. The
 // device is registered as "fakeverbs" before the parameterised suites are built, so the conformance suite and
 // the collective sweep run over it like over every transport.
+#include <stdlib.h>
+
 #include <chrono>
 #include <set>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -61,9 +64,9 @@ TEST(IbverbsFake, SplitsShareTheQueuePairs) {
     check_all_gather(*whole, DataType::kFloat64, 77);
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 10, 2);
   });
-  // (TBCOLL_IB_MODE=auto, the default, also tries one RC queue pair per port: Apple-strict refuses it.)
-  EXPECT_EQ(fake::calls()["create_qp"], 4u * 3u + 4u)
-      << "one queue pair per pair of ranks and side, however many splits";
+  // (TBCOLL_IB_MODE=auto, the default, tries no RC queue pair on Apple's rdma_enN: they are UC only.)
+  EXPECT_EQ(fake::calls()["create_qp"], 2u * 4u * 3u)
+      << "two queue pairs (the lanes) per pair of ranks and side, however many splits, and no RC probe";
 }
 
 TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
@@ -81,7 +84,8 @@ TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
                                               "close_device",    "query_port",       "query_gid",       "alloc_pd",
                                               "dealloc_pd",      "reg_mr",           "dereg_mr",        "create_cq",
                                               "destroy_cq",      "create_qp",        "modify_qp",       "destroy_qp",
-                                              "post_send",       "post_recv",        "poll_cq"};
+                                              "post_send",       "post_recv",        "poll_cq",         "query_device",
+                                              "ipv4_prefix"};
   for (const auto& [name, count] : fake::calls()) EXPECT_TRUE(apple_subset.count(name)) << name << " x" << count;
   const fake::Counters counters = fake::counters();
   // (A credit-only frame may still meet a peer that is leaving at the end: harmless, so counted before.)
@@ -163,6 +167,62 @@ TEST(IbverbsFake, QueuePairLimitIsNamed) {
       << messages[0] << " | " << messages[1];
 }
 
+// Apple's ibv_post_recv returns its error (-12) instead of setting errno: the message names ENOMEM and its fix.
+TEST(IbverbsFake, ARefusedReceiveIsNamedFromTheReturnedCode) {
+  fake::Options few;
+  few.max_outstanding_recvs = 4;  // fewer than the transport posts per peer
+  Fabric fabric(few);
+  std::vector<std::string> messages(2);
+  std::vector<std::thread> threads;
+  auto store = make_in_memory_store();
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      Config mine;
+      mine.rank = rank;
+      mine.world_size = 2;
+      mine.transport = "fakeverbs";
+      mine.store = store;
+      mine.timeout_s = 3;
+      messages[rank] = error_of([&] { Communicator::init(mine); });
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  // The rank that posts first says why; its peer then sees it leave.
+  const std::string why = "ibv_post_recv on rdma_en0 failed: errno 12 (Cannot allocate memory): more receives "
+                          "outstanding than the device accepts";
+  EXPECT_TRUE(messages[0].find(why) != std::string::npos || messages[1].find(why) != std::string::npos)
+      << messages[0] << " | " << messages[1];
+}
+
+// The cost model prices a link by the floors tbcoll-rdma-check measured (TBCOLL_IB_LATENCY_US, TBCOLL_IB_GBPS),
+// else by published figures (Thunderbolt 5's on Apple's librdma, 2 us and 10 GB/s elsewhere); a value that is no
+// positive number is refused naming the knob.
+TEST(IbverbsFake, TheCostModelTakesTheMeasuredFloorsFromTheKnobs) {
+  const auto device = make_device(fake::verbs(), "costs", /*same_process_only=*/true);
+  EXPECT_EQ(device->capabilities().latency_us, 2.0);
+  EXPECT_EQ(device->capabilities().bandwidth_gbps, 10.0);
+  setenv("TBCOLL_IB_LATENCY_US", "4.25", 1);
+  setenv("TBCOLL_IB_GBPS", "8.5", 1);
+  EXPECT_EQ(device->capabilities().latency_us, 4.25);
+  EXPECT_EQ(device->capabilities().bandwidth_gbps, 8.5);
+  setenv("TBCOLL_IB_GBPS", "0", 1);
+  const std::string refused = error_of([&] { device->capabilities(); });
+  unsetenv("TBCOLL_IB_LATENCY_US");
+  unsetenv("TBCOLL_IB_GBPS");
+  EXPECT_NE(refused.find("TBCOLL_IB_GBPS=0: a positive number, or auto"), std::string::npos) << refused;
+  EXPECT_EQ(device->capabilities().latency_us, 2.0) << "unset again: the published figure";
+}
+
+// Apple's active Thunderbolt port is not always port 1: the transport uses the one query_port says is ACTIVE.
+TEST(IbverbsFake, TheActivePortIsFoundByQuery) {
+  fake::Options second_port;
+  second_port.active_port = 2;
+  Fabric fabric(second_port);
+  run_ranks(2, over_fake(), [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 3000, 0);
+  });
+}
+
 // UC drops what it cannot deliver: the receiver sees the gap in the sequence and says so, instead of delivering
 // a message with a hole. (The sender got everything it expected: it may well succeed.)
 TEST(IbverbsFake, LostFrameIsReportedNeverDeliveredAsData) {
@@ -183,10 +243,13 @@ TEST(IbverbsFake, LostFrameIsReportedNeverDeliveredAsData) {
   EXPECT_NE(messages[1].find("were lost"), std::string::npos) << messages[1];
 }
 
+// With the payload sum on (TBCOLL_IB_PAYLOAD_SUM=1; off by default, the link's CRC guards the payload).
 TEST(IbverbsFake, DamagedFrameIsReportedNeverDeliveredAsData) {
   Fabric fabric(fake::Options{});
   std::vector<std::string> messages(2);
-  run_ranks(2, over_fake(10), [&](Communicator& comm) {
+  test::RankOptions options = over_fake(10);
+  options.knobs = {{"TBCOLL_IB_PAYLOAD_SUM", "1"}};
+  run_ranks(2, options, [&](Communicator& comm) {
     std::vector<float> data(5000, 3.0f), out(5000, 0.0f);
     messages[comm.rank()] = error_of([&] {
       comm.barrier();

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "fake_verbs/test_support.h"
+#include "transports/ibverbs/memory.h"
 
 namespace tbcoll::ibverbs::fake {
 namespace {
@@ -161,20 +162,20 @@ TEST_F(FakeVerbs, TheEleventhQpOfAContextFailsWithEbusyUntilOneIsDestroyed) {
 
 TEST_F(FakeVerbs, RegistrationsBeyondTheLimitFailWithEnomem) {
   Port port;  // holds one MR
-  std::vector<uint8_t> memory(4096);
+  RegisteredMemory memory(4096);
   std::vector<ibv_mr*> mrs;
   for (int i = 1; i < 100; ++i) {
-    mrs.push_back(port.api->reg_mr(port.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE));
+    mrs.push_back(port.api->reg_mr(port.pd, memory.data(), memory.size(), kAccessFlags));
     ASSERT_NE(mrs.back(), nullptr) << i;
   }
   EXPECT_EQ(live_mrs(port.context), 100);
   errno = 0;
-  EXPECT_EQ(port.api->reg_mr(port.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(port.api->reg_mr(port.pd, memory.data(), memory.size(), kAccessFlags), nullptr);
   EXPECT_EQ(errno, ENOMEM);
   ASSERT_EQ(port.api->dereg_mr(mrs.back()), 0);
   EXPECT_EQ(live_mrs(port.context), 99);
-  EXPECT_NE(port.api->reg_mr(port.pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE), nullptr);
-  Options options;
+  EXPECT_NE(port.api->reg_mr(port.pd, memory.data(), memory.size(), kAccessFlags), nullptr);
+  Options options = permissive();
   options.max_mrs = 1000;
   reset(options);
   Port roomy;
@@ -284,6 +285,149 @@ TEST_F(FakeVerbs, CountsCallsPerFunction) {
   pair.b.poll(pair.b.recv_cq);
   const std::map<std::string, uint64_t> expected = {{"post_recv", 1}, {"post_send", 1}, {"poll_cq", 2}};
   EXPECT_EQ(calls(), expected);
+}
+
+
+// Apple's provider refuses a local-write-only registration even for SEND and RECV, and the peers register
+// page-aligned memory: the strict fabric takes local write + remote read + remote write on a 16 KiB boundary.
+TEST_F(FakeVerbs, StrictRegistrationsNeedApplesAccessOnA16KiBBoundary) {
+  Port port;
+  RegisteredMemory memory(65536);
+  for (int access : {int{IBV_ACCESS_LOCAL_WRITE}, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE,
+                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ}) {
+    errno = 0;
+    EXPECT_EQ(port.api->reg_mr(port.pd, memory.data(), 4096, access), nullptr) << "access " << access;
+    EXPECT_EQ(errno, EINVAL);
+  }
+  errno = 0;
+  EXPECT_EQ(port.api->reg_mr(port.pd, memory.data() + 4096, 4096, kAccessFlags), nullptr) << "4 KiB aligned only";
+  EXPECT_EQ(errno, EINVAL);
+  ibv_mr* right = port.api->reg_mr(port.pd, memory.data() + 16384, 4096, kAccessFlags);
+  ASSERT_NE(right, nullptr);
+  EXPECT_EQ(port.api->dereg_mr(right), 0);
+
+  reset(permissive());
+  Port roce;
+  ibv_mr* local_only = roce.api->reg_mr(roce.pd, memory.data() + 4096, 4096, IBV_ACCESS_LOCAL_WRITE);
+  EXPECT_NE(local_only, nullptr) << "RoCE NICs take these";
+}
+
+// Apple's limits are per device: every context of one device on one host draws on the same 10 queue pairs.
+TEST_F(FakeVerbs, QueuePairsAreCountedPerDeviceNotPerContext) {
+  Options two;
+  two.devices = 2;
+  reset(two);
+  set_thread_host(0);
+  Port first(0), second(0), other_device(1);
+  set_thread_host(-1);
+  std::vector<ibv_qp*> made;
+  for (int i = 0; i < 6; ++i) made.push_back(first.qp());
+  for (int i = 0; i < 4; ++i) made.push_back(second.qp());
+  for (ibv_qp* qp : made) ASSERT_NE(qp, nullptr);
+  EXPECT_EQ(live_qps(second.context), 4);
+  EXPECT_EQ(port_qps(second.context), 10) << "one device, two contexts";
+  errno = 0;
+  EXPECT_EQ(second.qp(), nullptr) << "the device's 11th";
+  EXPECT_EQ(errno, EBUSY);
+  EXPECT_EQ(std::memcmp(first.gid().raw, second.gid().raw, 16), 0) << "one port, one GID";
+  EXPECT_NE(other_device.qp(), nullptr) << "another device has its own 10";
+  ASSERT_EQ(first.api->destroy_qp(made.front()), 0);
+  EXPECT_NE(second.qp(), nullptr);
+}
+
+// Apple's ibv_post_recv returned -12 where rdma-core returns 12: the strict fabric returns the negated code and
+// leaves errno at 0, so only code that reads the return value names the error.
+TEST_F(FakeVerbs, StrictPostsReturnTheNegatedCodeAndNoErrno) {
+  Pair pair(IBV_QPT_UC, 2);
+  ASSERT_EQ(pair.b.post_recv(pair.qb, 0, 4096), 0);
+  ASSERT_EQ(pair.b.post_recv(pair.qb, 0, 4096), 0);
+  errno = EAGAIN;
+  EXPECT_EQ(pair.b.post_recv(pair.qb, 0, 4096), -ENOMEM);
+  EXPECT_EQ(errno, 0);
+  reset(permissive());
+  Pair roce(IBV_QPT_UC, 2);
+  ASSERT_EQ(roce.b.post_recv(roce.qb, 0, 4096), 0);
+  ASSERT_EQ(roce.b.post_recv(roce.qb, 0, 4096), 0);
+  EXPECT_EQ(roce.b.post_recv(roce.qb, 0, 4096), ENOMEM);
+}
+
+// The active port is whatever query_device and query_port say, not port 1.
+TEST_F(FakeVerbs, TheActivePortIsTheOneTheQueriesName) {
+  Options options;
+  options.active_port = 2;
+  reset(options);
+  Port a, b;
+  ibv_device_attr device{};
+  ASSERT_EQ(a.api->query_device(a.context, &device), 0);
+  EXPECT_EQ(device.phys_port_cnt, 2);
+  ibv_port_attr attr{};
+  ASSERT_EQ(a.api->query_port(a.context, 1, &attr), 0);
+  EXPECT_EQ(attr.state, IBV_PORT_DOWN);
+  ASSERT_EQ(a.api->query_port(a.context, 2, &attr), 0);
+  EXPECT_EQ(attr.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(a.api->query_port(a.context, 3, &attr), EINVAL);
+  ibv_qp* qp = a.qp();
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  init.qp_access_flags = kAccessFlags;
+  const int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+  EXPECT_EQ(a.api->modify_qp(qp, &init, mask), EINVAL) << "port 1 is down";
+  init.port_num = 2;
+  EXPECT_EQ(a.api->modify_qp(qp, &init, mask), 0);
+}
+
+// Cabled: a Thunderbolt port reaches only the Mac at the other end of its cable, on the cable's own subnet.
+TEST_F(FakeVerbs, CabledPortsReachOnlyTheirCablesOtherEnd) {
+  Options options;
+  options.devices = 2;
+  options.cables = {{0, 0, 1, 0}, {0, 1, 2, 0}};  // host 0's en0 to host 1's en0, host 0's en1 to host 2's en0
+  reset(options);
+  set_thread_host(0);
+  Port zero_to_one(0), zero_to_two(1);
+  set_thread_host(1);
+  Port one(0);
+  set_thread_host(2);
+  Port two(0);
+  set_thread_host(-1);
+  const uint8_t a0[4] = {10, 77, 0, 1}, b0[4] = {10, 77, 0, 2}, a1[4] = {10, 77, 1, 1};
+  EXPECT_EQ(std::memcmp(zero_to_one.gid().raw + 12, a0, 4), 0);
+  EXPECT_EQ(std::memcmp(one.gid().raw + 12, b0, 4), 0);
+  EXPECT_EQ(std::memcmp(zero_to_two.gid().raw + 12, a1, 4), 0);
+  EXPECT_EQ(one.api->ipv4_prefix(a0), 30);
+  const uint8_t elsewhere[4] = {10, 9, 0, 1};
+  EXPECT_EQ(one.api->ipv4_prefix(elsewhere), -1);
+
+  ibv_qp* qp = zero_to_one.qp();
+  ibv_qp* wrong_peer = two.qp();
+  ASSERT_EQ(to_init(zero_to_one.api, qp), 0);
+  ibv_qp_attr rtr = rtr_attr(two.gid(), wrong_peer->qp_num);
+  EXPECT_EQ(zero_to_one.api->modify_qp(qp, &rtr, rtr_mask(qp)), ETIMEDOUT) << "host 2 is not across this cable";
+  ibv_qp* right_peer = one.qp();
+  rtr = rtr_attr(one.gid(), right_peer->qp_num);
+  EXPECT_EQ(zero_to_one.api->modify_qp(qp, &rtr, rtr_mask(qp)), 0);
+  ibv_qp_attr rts = rts_attr();
+  ASSERT_EQ(zero_to_one.api->modify_qp(qp, &rts, rts_mask(qp)), 0);
+  connect(one.api, right_peer, zero_to_one.gid(), qp->qp_num);
+  ASSERT_EQ(one.post_recv(right_peer, 0, 64), 0);
+  ASSERT_EQ(zero_to_one.post_send(qp, 0, 64), 0);
+  EXPECT_EQ(counters().per_cable, (std::vector<uint64_t>{1, 0}));
+
+  // A port on no cable is down: its Mac sees no RDMA peer there.
+  Options lonely = options;
+  lonely.cables = {{0, 0, 1, 0}};
+  reset(lonely);
+  set_thread_host(0);
+  const VerbsApi* api = verbs();
+  ibv_device** list = api->get_device_list(nullptr);
+  ibv_context* uncabled = api->open_device(list[1]);
+  api->free_device_list(list);
+  set_thread_host(-1);
+  ibv_port_attr attr{};
+  ASSERT_EQ(api->query_port(uncabled, 1, &attr), 0);
+  EXPECT_EQ(attr.state, IBV_PORT_DOWN);
+  EXPECT_EQ(api->alloc_pd(uncabled), nullptr);
+  EXPECT_EQ(api->close_device(uncabled), 0);
 }
 
 }  // namespace

@@ -21,12 +21,12 @@ TEST_F(FakeVerbs, StrictReceivesArePostedOnlyInRts) {
   Port a, b;
   ibv_qp* qa = a.qp();
   ibv_qp* qb = b.qp();
-  EXPECT_EQ(a.post_recv(qa, 0, 4096), EINVAL) << "RESET";
+  EXPECT_EQ(a.post_recv(qa, 0, 4096), -EINVAL) << "RESET";
   ASSERT_EQ(to_init(a.api, qa), 0);
-  EXPECT_EQ(a.post_recv(qa, 0, 4096), EINVAL) << "INIT";
+  EXPECT_EQ(a.post_recv(qa, 0, 4096), -EINVAL) << "INIT";
   ibv_qp_attr rtr = rtr_attr(b.gid(), qb->qp_num);
   ASSERT_EQ(a.api->modify_qp(qa, &rtr, rtr_mask(qa)), 0);
-  EXPECT_EQ(a.post_recv(qa, 0, 4096), EINVAL) << "RTR";
+  EXPECT_EQ(a.post_recv(qa, 0, 4096), -EINVAL) << "RTR";
   ibv_qp_attr rts = rts_attr();
   ASSERT_EQ(a.api->modify_qp(qa, &rts, rts_mask(qa)), 0);
   EXPECT_EQ(a.post_recv(qa, 0, 4096), 0);
@@ -44,24 +44,24 @@ TEST_F(FakeVerbs, StrictReceivesArePostedOnlyInRts) {
 TEST_F(FakeVerbs, StrictSendsAreSendOnlyInRtsWithOneSge) {
   Pair pair;
   Port& a = pair.a;
-  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_RDMA_WRITE), EINVAL);
-  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_SEND_WITH_IMM), EINVAL);
-  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_RDMA_READ), EINVAL);
-  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE), EINVAL);
+  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_RDMA_WRITE), -EINVAL);
+  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_SEND_WITH_IMM), -EINVAL);
+  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_RDMA_READ), -EINVAL);
+  EXPECT_EQ(a.post_send(pair.qa, 0, 64, 0, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE), -EINVAL);
   ibv_sge two[2] = {a.sge(0, 8), a.sge(8, 8)};
   ibv_send_wr wr{};
   wr.sg_list = two;
   wr.num_sge = 2;
   wr.opcode = IBV_WR_SEND;
   ibv_send_wr* bad = nullptr;
-  EXPECT_EQ(a.api->post_send(pair.qa, &wr, &bad), EINVAL);
+  EXPECT_EQ(a.api->post_send(pair.qa, &wr, &bad), -EINVAL);
   EXPECT_EQ(bad, &wr);
   ibv_sge huge{reinterpret_cast<uintptr_t>(a.at(0)), 16773121, a.mr->lkey};
   wr.sg_list = &huge;
   wr.num_sge = 1;
-  EXPECT_EQ(a.api->post_send(pair.qa, &wr, &bad), EINVAL) << "above Apple's message size";
+  EXPECT_EQ(a.api->post_send(pair.qa, &wr, &bad), -EINVAL) << "above Apple's message size";
   ibv_qp* fresh = a.qp();
-  EXPECT_EQ(a.post_send(fresh, 0, 64), EINVAL) << "not in RTS";
+  EXPECT_EQ(a.post_send(fresh, 0, 64), -EINVAL) << "not in RTS";
   EXPECT_EQ(a.poll(a.send_cq).size(), 0u);
 }
 
@@ -79,7 +79,7 @@ TEST_F(FakeVerbs, TheFirstBadWorkRequestOfAListIsReturnedAndTheEarlierOnesArePos
   first.opcode = IBV_WR_SEND;
   first.next = &second;
   ibv_send_wr* bad = nullptr;
-  EXPECT_EQ(pair.a.api->post_send(pair.qa, &first, &bad), EINVAL);
+  EXPECT_EQ(pair.a.api->post_send(pair.qa, &first, &bad), -EINVAL);
   EXPECT_EQ(bad, &second);
   EXPECT_EQ(pair.b.poll(pair.b.recv_cq).size(), 1u);
 }
@@ -243,8 +243,8 @@ TEST_F(FakeVerbs, EverySgeMustLieInsideAnMrOfThePd) {
   reset(Options{});
   Pair second;
   ibv_pd* other_pd = second.a.api->alloc_pd(second.a.context);
-  std::vector<uint8_t> memory(4096);
-  ibv_mr* foreign = second.a.api->reg_mr(other_pd, memory.data(), memory.size(), IBV_ACCESS_LOCAL_WRITE);
+  RegisteredMemory memory(4096);
+  ibv_mr* foreign = second.a.api->reg_mr(other_pd, memory.data(), memory.size(), kAccessFlags);
   ibv_sge wrong_pd{reinterpret_cast<uintptr_t>(memory.data()), 64, foreign->lkey};
   wr.sg_list = &wrong_pd;
   ASSERT_EQ(second.a.api->post_send(second.qa, &wr, &bad), 0);
@@ -252,18 +252,21 @@ TEST_F(FakeVerbs, EverySgeMustLieInsideAnMrOfThePd) {
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
 
-  // A receive into memory without local write fails when a message reaches it.
-  ibv_mr* read_only = second.b.api->reg_mr(second.b.pd, second.b.at(0), 4096, 0);
-  ibv_sge into{reinterpret_cast<uintptr_t>(second.b.at(0)), 4096, read_only->lkey};
+  // A receive into memory without local write fails when a message reaches it (RoCE registers such memory; Apple
+  // refuses the registration itself).
+  reset(permissive());
+  Pair third;
+  ibv_mr* read_only = third.b.api->reg_mr(third.b.pd, third.b.at(0), 4096, 0);
+  ibv_sge into{reinterpret_cast<uintptr_t>(third.b.at(0)), 4096, read_only->lkey};
   ibv_recv_wr recv{};
   recv.sg_list = &into;
   recv.num_sge = 1;
   ibv_recv_wr* bad_recv = nullptr;
-  ASSERT_EQ(second.b.api->post_recv(second.qb, &recv, &bad_recv), 0);
-  ibv_qp* sender = second.a.qp();
-  connect(second.a.api, sender, second.b.gid(), second.qb->qp_num);
-  ASSERT_EQ(second.a.post_send(sender, 0, 64), 0);
-  wc = second.b.poll(second.b.recv_cq);
+  ASSERT_EQ(third.b.api->post_recv(third.qb, &recv, &bad_recv), 0);
+  ibv_qp* sender = third.a.qp();
+  connect(third.a.api, sender, third.b.gid(), third.qb->qp_num);
+  ASSERT_EQ(third.a.post_send(sender, 0, 64), 0);
+  wc = third.b.poll(third.b.recv_cq);
   ASSERT_EQ(wc.size(), 1u);
   EXPECT_EQ(wc[0].status, IBV_WC_LOC_PROT_ERR);
 }
@@ -271,7 +274,7 @@ TEST_F(FakeVerbs, EverySgeMustLieInsideAnMrOfThePd) {
 TEST_F(FakeVerbs, OutstandingReceivesAreLimitedInCountAndIn4KiBFrames) {
   Pair pair;
   for (int i = 0; i < 32; ++i) ASSERT_EQ(pair.b.post_recv(pair.qb, 0, 64, i), 0) << i;
-  EXPECT_EQ(pair.b.post_recv(pair.qb, 0, 64, 32), ENOMEM) << "the 33rd outstanding receive";
+  EXPECT_EQ(pair.b.post_recv(pair.qb, 0, 64, 32), -ENOMEM) << "the 33rd outstanding receive";
   ASSERT_EQ(pair.a.post_send(pair.qa, 0, 64), 0);
   EXPECT_EQ(pair.b.post_recv(pair.qb, 0, 64, 33), 0) << "a completed receive frees its place";
 
@@ -279,7 +282,7 @@ TEST_F(FakeVerbs, OutstandingReceivesAreLimitedInCountAndIn4KiBFrames) {
   Pair frames(IBV_QPT_UC, 8);
   ASSERT_EQ(frames.b.post_recv(frames.qb, 0, 12288), 0);
   ASSERT_EQ(frames.b.post_recv(frames.qb, 0, 12288), 0);
-  EXPECT_EQ(frames.b.post_recv(frames.qb, 0, 12288), ENOMEM) << "9 frames in an 8-deep queue";
+  EXPECT_EQ(frames.b.post_recv(frames.qb, 0, 12288), -ENOMEM) << "9 frames in an 8-deep queue";
   EXPECT_EQ(frames.b.post_recv(frames.qb, 0, 8192), 0) << "8 frames fit";
 }
 
@@ -453,15 +456,15 @@ TEST_F(FakeVerbs, SendWorkRequestsHoldTheirPlacesUntilAPolledCompletion) {
   Pair pair(IBV_QPT_UC, 4);
   for (int i = 0; i < 3; ++i) ASSERT_EQ(pair.a.post_send(pair.qa, 0, 64, i, IBV_WR_SEND, 0), 0) << i;
   ASSERT_EQ(pair.a.post_send(pair.qa, 0, 64, 3), 0);
-  EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 4), ENOMEM) << "4 WRs in a 4-deep send queue, none polled";
+  EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 4), -ENOMEM) << "4 WRs in a 4-deep send queue, none polled";
   ASSERT_EQ(pair.a.poll(pair.a.send_cq).size(), 1u);
   for (int i = 0; i < 4; ++i) EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 5 + i, IBV_WR_SEND, 0), 0) << i;
-  EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 9, IBV_WR_SEND, 0), ENOMEM) << "only unsignaled: never freed";
+  EXPECT_EQ(pair.a.post_send(pair.qa, 0, 64, 9, IBV_WR_SEND, 0), -ENOMEM) << "only unsignaled: never freed";
 
   reset(Options{});
   Pair frames(IBV_QPT_UC, 4);
   ASSERT_EQ(frames.a.post_send(frames.qa, 0, 12288, 1), 0);
-  EXPECT_EQ(frames.a.post_send(frames.qa, 0, 8192, 2), ENOMEM) << "3 + 2 frames in a 4-deep queue";
+  EXPECT_EQ(frames.a.post_send(frames.qa, 0, 8192, 2), -ENOMEM) << "3 + 2 frames in a 4-deep queue";
   ASSERT_EQ(frames.a.post_send(frames.qa, 0, 100, 3), 0);
 }
 

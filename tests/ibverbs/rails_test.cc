@@ -125,7 +125,7 @@ TEST(IbverbsMatrix, EveryPairUsesItsCables) {
     check_all_gather(comm, DataType::kUint8, 77777);
     check_broadcast(comm, DataType::kInt32, 5, 2);
   });
-  EXPECT_EQ(fake::calls()["create_qp"], 8u) << "pair 0-1 two queue pairs a side, pairs 0-2 and 1-2 one";
+  EXPECT_EQ(fake::calls()["create_qp"], 16u) << "pair 0-1 two links a side, pairs 0-2 and 1-2 one; two lanes each";
   EXPECT_EQ(fake::calls()["open_device"], 3u + 3u + 1u) << "a port per device a rank's row names";
   EXPECT_EQ(fake::counters().length_errors, 0u);
 }
@@ -178,13 +178,17 @@ struct Pair {
   Endpoint& ib(int rank) { return dynamic_cast<Endpoint&>(*endpoints[rank]); }
 };
 
-std::unique_ptr<Pair> connect_pair(std::map<std::string, std::string> knobs) {
+std::unique_ptr<Pair> connect_pair(std::map<std::string, std::string> knobs,
+                                   std::map<std::string, std::string> rank1_knobs = {}) {
   auto pair = std::make_unique<Pair>();
   pair->device = make_device(fake::verbs(), "railtest", /*same_process_only=*/true);
   for (int r = 0; r < 2; ++r) {
     transport::ContextArgs args{r, 2, "t", "127.0.0.1", 5, 10};
     args.self = {r, "host", 1, r};
     args.knobs = knobs;
+    if (r == 1) {
+      for (const auto& [name, value] : rank1_knobs) args.knobs[name] = value;
+    }
     pair->contexts[r] = pair->device->create_context(args);
   }
   const transport::PeerAddress to0{0, pair->contexts[0]->address()}, to1{1, pair->contexts[1]->address()};
@@ -285,7 +289,8 @@ TEST(IbverbsRails, ACorruptFrameOnOneRailIsReportedNamingIt) {
   fake::Options options = devices(2);
   options.faulty_device = 1;
   Fabric fabric(options);
-  auto pair = connect_pair({{"TBCOLL_IB_RAILS", "2"}, {"TBCOLL_IB_STRIPE_BYTES", "8192"}});
+  auto pair = connect_pair(
+      {{"TBCOLL_IB_RAILS", "2"}, {"TBCOLL_IB_STRIPE_BYTES", "8192"}, {"TBCOLL_IB_PAYLOAD_SUM", "1"}});
   const auto out = pattern(50000, 4);
   std::vector<uint8_t> in(out.size(), 0);
   fake::corrupt_next_sends(1);
@@ -317,17 +322,74 @@ TEST(IbverbsRails, CollectivesOverTwoRails) {
     ASSERT_TRUE(half);
     check_all_reduce(*half, DataType::kFloat64, ReduceOp::kMax, 99999, 3);
   });
-  EXPECT_EQ(fake::calls()["create_qp"], 3u * 2u * 2u + 6u) << "two queue pairs per pair and side, plus the probes";
+  EXPECT_EQ(fake::calls()["create_qp"], 2u * 3u * 2u * 2u)
+      << "two links per pair and side, two lanes each, no RC probe on rdma_enN";
+}
+
+// ---- lanes ----------------------------------------------------------------------------------------------------
+
+// One message each way through the pair, checked; returns what rail 0 of rank 0 sent (slots, frames).
+std::pair<uint64_t, uint64_t> through(Pair& pair, size_t bytes) {
+  const uint64_t slots = pair.ib(0).rail(0).slots_sent(), frames = pair.ib(0).rail(0).frames_sent();
+  const auto out = pattern(bytes, static_cast<int>(bytes % 251));
+  std::vector<uint8_t> in(bytes, 0);
+  std::vector<std::unique_ptr<transport::Request>> requests;
+  requests.push_back(pair.endpoints[1]->irecv(in.data(), in.size(), {3, 3}));
+  requests.push_back(pair.endpoints[0]->isend(out.data(), out.size(), {3, 3}));
+  finish(requests);
+  EXPECT_TRUE(in == out) << bytes << " B";
+  return {pair.ib(0).rail(0).slots_sent() - slots, pair.ib(0).rail(0).frames_sent() - frames};
+}
+
+// Whole slots while a slot's worth is left, a padded one for a remainder of half a slot or more, frames for the
+// rest and for small messages; every slot sent full into a receive of its size (the strict fabric counts frames).
+TEST(IbverbsLanes, LargeMessagesGoInFullSlotsSmallOnesAndTailsInFrames) {
+  Fabric fabric(devices(1));
+  auto pair = connect_pair({});
+  const Connection& link = pair->ib(0).rail(0);
+  ASSERT_TRUE(link.bulk());
+  EXPECT_EQ(link.slot_bytes(), 512u * 1024);
+  const size_t slot = link.slot_payload();
+  EXPECT_EQ(through(*pair, 8), std::make_pair(uint64_t{0}, uint64_t{1}));
+  EXPECT_EQ(through(*pair, slot / 2), std::make_pair(uint64_t{0}, uint64_t{(slot / 2 + 4031) / 4032}));
+  EXPECT_EQ(through(*pair, 3 * slot + 100), std::make_pair(uint64_t{3}, uint64_t{1})) << "the tail in a frame";
+  EXPECT_EQ(through(*pair, 2 * slot + slot / 2 + 100), std::make_pair(uint64_t{3}, uint64_t{0}))
+      << "half a slot or more: a padded slot";
+  EXPECT_EQ(through(*pair, (size_t{16} << 20) + 5), std::make_pair(uint64_t{(size_t{16} << 20) / slot}, uint64_t{1}));
+  EXPECT_EQ(fake::counters().length_errors, 0u);
+}
+
+TEST(IbverbsLanes, TheSlotIsTheSmallerOfBothEnds) {
+  Fabric fabric(devices(1));
+  auto pair = connect_pair({{"TBCOLL_IB_SLOT_BYTES", "65536"}}, {{"TBCOLL_IB_SLOT_BYTES", "262144"}});
+  EXPECT_EQ(pair->ib(0).rail(0).slot_bytes(), 65536u);
+  EXPECT_EQ(pair->ib(1).rail(0).slot_bytes(), 65536u);
+  EXPECT_EQ(through(*pair, 1 << 20).first, uint64_t{(1 << 20) / (65536 - 64)});
+  EXPECT_EQ(fake::counters().length_errors, 0u);
+  const auto bad = init_errors(2, "fakeverbs", {{"TBCOLL_IB_SLOT_BYTES", "5000"}}, 2);
+  EXPECT_SAYS(bad[0], "TBCOLL_IB_SLOT_BYTES=5000: 0 (automatic), or a multiple of 4096 from 16384 to 1048576");
+}
+
+// A device without room for two queue pairs per peer: its links take one, and every message goes in frames.
+TEST(IbverbsLanes, ALinkWithoutRoomForTwoQueuePairsUsesFramesAlone) {
+  Fabric fabric(devices(1));
+  fake::clear_calls();
+  auto pair = connect_pair({{"TBCOLL_IB_MAX_QPS", "1"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}});
+  EXPECT_FALSE(pair->ib(0).rail(0).bulk());
+  EXPECT_EQ(fake::calls()["create_qp"], 2u) << "one a side";
+  EXPECT_EQ(through(*pair, (1 << 20) + 3), std::make_pair(uint64_t{0}, uint64_t{((1 << 20) + 3 + 4031) / 4032}));
 }
 
 // ---- queue pair budget ---------------------------------------------------------------------------------------
 
-// Apple-strict: 10 queue pairs per device and process; 12 ranks would need 11 each.
+// Apple-strict: 10 queue pairs per device and process; 12 ranks over one device (TBCOLL_IB_DEVICES: every peer
+// over it) would need 11 each. With more peers than half the budget a link takes one queue pair, not two.
 TEST(IbverbsBudget, AutoModeSendsThePeersPastTheBudgetToTheNextTransport) {
   Fabric fabric(devices(1));
   FirstTransport first;
   fake::clear_calls();
   test::RankOptions options{"", "", 60};
+  options.knobs = {{"TBCOLL_IB_DEVICES", "rdma_en0"}};
   run_ranks(12, options, [&](Communicator& comm) {
     for (int peer = 0; peer < 12; ++peer) {
       if (peer == comm.rank()) continue;
@@ -336,23 +398,27 @@ TEST(IbverbsBudget, AutoModeSendsThePeersPastTheBudgetToTheNextTransport) {
     }
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 5000, 2);
   });
-  // Ranks 0-10 joined pairwise, plus one RC probe a port (12 here, and 12 of the "fakeverbs" transport's contexts,
-  // which every communicator that does not force a transport opens).
-  EXPECT_EQ(fake::calls()["create_qp"], 11u * 10u + 2u * 12u);
+  // Ranks 0-10 joined pairwise, one lane each (10 peers on a device of 10), and no RC probe on Apple's rdma_enN.
+  EXPECT_EQ(fake::calls()["create_qp"], 11u * 10u);
 }
 
 TEST(IbverbsBudget, AForcedModeOverTheBudgetSaysWhichDeviceAndLimit) {
   Fabric fabric(devices(1));
-  const auto messages = init_errors(12, "fakeverbs", {{"TBCOLL_IB_MODE", "uc"}}, 10);
+  const auto messages = init_errors(12, "fakeverbs", {{"TBCOLL_IB_MODE", "uc"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}}, 10);
   EXPECT_SAYS(messages[3], "rank 3: rdma_en0 would need 11 queue pairs (one per peer), over its limit of 10");
   EXPECT_SAYS(messages[3], "TBCOLL_IB_MODE=auto");
-  const auto limited = init_errors(4, "fakeverbs", {{"TBCOLL_IB_MODE", "uc"}, {"TBCOLL_IB_MAX_QPS", "2"}}, 10);
+  const auto limited = init_errors(
+      4, "fakeverbs", {{"TBCOLL_IB_MODE", "uc"}, {"TBCOLL_IB_MAX_QPS", "2"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}}, 10);
   EXPECT_SAYS(limited[0], "rdma_en0 would need 3 queue pairs (one per peer), over its limit of 2");
+  // By subnet (no TBCOLL_IB_DEVICES) the peers over a device are known once all are: init fails naming it.
+  const auto by_subnet = init_errors(4, "fakeverbs", {{"TBCOLL_IB_MAX_QPS", "2"}}, 10);
+  EXPECT_SAYS(by_subnet[0], "rdma_en0 would need 3 queue pairs (one per peer at least, 3 peers on its subnet), over "
+                            "its limit of 2");
 }
 
 TEST(IbverbsBudget, AForcedTransportInAutoModeSaysWhyAPeerIsUnreachable) {
   Fabric fabric(devices(1));
-  const auto messages = init_errors(4, "fakeverbs", {{"TBCOLL_IB_MAX_QPS", "2"}}, 10);
+  const auto messages = init_errors(4, "fakeverbs", {{"TBCOLL_IB_MAX_QPS", "2"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}}, 10);
   EXPECT_SAYS(messages[0], "no transport can reach peer 3 with TBCOLL_TRANSPORT=fakeverbs");
   EXPECT_SAYS(messages[0], "rdma_en0 of rank 0 has queue pairs for 2 peers");
 }

@@ -1,4 +1,4 @@
-// tbcoll-rdma-check's checks (tools/rdma_check), the raw verbs floors (transports/ibverbs/raw_link.h, what
+// tbcoll-rdma-check's checks (tools/rdma_check), the raw verbs floors (tools/rdma_diag/raw_link.h, what
 // tbcoll-perf --pingpong prints for ibverbs) and the error hints (transports/ibverbs/hints.h), on the fake verbs
 // provider: ranks are threads meeting through an in-memory store, the device is Apple-strict unless a test says
 // otherwise, and faults are injected where the checks must fail. ("fakeverbs" is registered by
@@ -14,8 +14,8 @@
 #include "fake_verbs/fake_verbs.h"
 #include "tools/rdma_check/check.h"
 #include "transports/ibverbs/hints.h"
-#include "transports/ibverbs/preflight.h"
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/preflight.h"
+#include "tools/rdma_diag/raw_link.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -53,14 +53,15 @@ Outcome one_rank(const Options& options, const VerbsApi* verbs = fake::verbs(), 
   return rdma_check::run(options, site);
 }
 
-// Both ranks' outcomes; rank 0's holds the report.
-std::vector<Outcome> two_ranks(const Options& options) {
+// Both ranks' outcomes; rank 0's holds the report. on_hosts: rank r on host r of a cabled fabric.
+std::vector<Outcome> two_ranks(const Options& options, bool on_hosts = false) {
   auto store = make_in_memory_store();
   std::vector<Outcome> outcomes(2);
   std::vector<std::string> errors(2);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < 2; ++rank) {
     threads.emplace_back([&, rank] {
+      if (on_hosts) fake::set_thread_host(rank);
       Site site;
       site.verbs = fake::verbs();
       site.rank = rank;
@@ -72,6 +73,7 @@ std::vector<Outcome> two_ranks(const Options& options) {
       } catch (const std::exception& error) {
         errors[rank] = error.what();
       }
+      fake::set_thread_host(-1);
     });
   }
   for (auto& thread : threads) thread.join();
@@ -131,18 +133,24 @@ TEST(RdmaCheck, PortDownIsNamed) {
   fake::Options down;
   down.ports_active = false;
   Fabric fabric(down);
-  const std::string report = one_rank(quick()).report;
-  EXPECT_TRUE(has(report, "FAIL preflight rdma_en0: port 1 is DOWN")) << report;
+  const Outcome outcome = one_rank(quick());
+  const std::string& report = outcome.report;
+  EXPECT_TRUE(has(report, "FAIL preflight rdma_en0: no port is ACTIVE (port 1 DOWN)")) << report;
   EXPECT_TRUE(has(report, "rdma_ctl enable")) << report;
+  EXPECT_EQ(outcome.unavailable, 0) << "a device whose port is down is a failure, not an absence of RDMA";
+  EXPECT_GT(outcome.failed, 0);
 }
 
 TEST(RdmaCheck, KernelWithoutRdmaIsNotAvailable) {
   fake::Options no_kernel;
   no_kernel.no_kernel_support = true;
   Fabric fabric(no_kernel);
-  const std::string report = one_rank(quick()).report;
+  const Outcome outcome = one_rank(quick());
+  const std::string& report = outcome.report;
   EXPECT_TRUE(has(report, "FAIL preflight: not available: ibv_get_device_list")) << report;
   EXPECT_TRUE(has(report, "this kernel has no RDMA support (ENOSYS)")) << report;
+  EXPECT_EQ(outcome.unavailable, 1) << "tbcoll-rdma-check --skip-without-rdma exits 77 for this";
+  EXPECT_EQ(outcome.failed, outcome.unavailable);
 }
 
 TEST(RdmaCheck, NoVerbsLibraryIsNotAvailable) {
@@ -218,6 +226,8 @@ TEST(RdmaCheck, TwoRanksPassOnAppleStrictUsingOnlyApplesSubset) {
   EXPECT_TRUE(has(report, "4097 B  ok")) << report;
   EXPECT_TRUE(has(report, "PASS latency: UC SEND one way, 8 B:")) << report;
   EXPECT_TRUE(has(report, "PASS bandwidth: one UC queue pair, 64 messages x 64 KiB:")) << report;
+  EXPECT_TRUE(has(report, "    cost model: set TBCOLL_IB_LATENCY_US=")) << report;
+  EXPECT_TRUE(has(report, " alike on every rank of jobs over this link")) << report;
   EXPECT_TRUE(has(report, "PASS all_reduce over fakeverbs (uc)")) << report;
   EXPECT_TRUE(has(report, "x the raw one-way latency (goal on Thunderbolt 5 Macs: at most 2 x)")) << report;
   EXPECT_TRUE(has(report, "% of one queue pair's one-way bandwidth (goal: at least 80 %)")) << report;
@@ -229,11 +239,39 @@ TEST(RdmaCheck, TwoRanksPassOnAppleStrictUsingOnlyApplesSubset) {
                                               "close_device",    "query_port",       "query_gid",       "alloc_pd",
                                               "dealloc_pd",      "reg_mr",           "dereg_mr",        "create_cq",
                                               "destroy_cq",      "create_qp",        "modify_qp",       "destroy_qp",
-                                              "post_send",       "post_recv",        "poll_cq"};
+                                              "post_send",       "post_recv",        "poll_cq",         "query_device",
+                                              "ipv4_prefix"};
   for (const auto& [name, count] : fake::calls()) EXPECT_TRUE(apple_subset.count(name)) << name << " x" << count;
   const fake::Counters counters = fake::counters();
   EXPECT_EQ(counters.length_errors, 0u) << "every send met a receive of the same frame count";
   EXPECT_GT(counters.delivered, 400u);
+}
+
+// Two Macs whose cable joins host 0's rdma_en1 to host 1's rdma_en0 (host 0's rdma_en0 goes to a third Mac): the
+// link is found by subnet, or named per rank; the same name for both ranks is refused by the fabric, named.
+TEST(RdmaCheck, TheLinkIsTheCableBothRanksShareASubnetOn) {
+  fake::Options cabled;
+  cabled.devices = 2;
+  cabled.cables = {{0, 0, 2, 0}, {0, 1, 1, 0}};
+  Fabric fabric(cabled);
+  Options options = quick();
+  options.limits = false;
+  std::vector<Outcome> outcomes = two_ranks(options, true);
+  EXPECT_TRUE(has(outcomes[0].report, "PASS link: rank 0 rdma_en1 <-> rank 1 rdma_en0")) << outcomes[0].report;
+  EXPECT_TRUE(has(outcomes[0].report, "PASS all_reduce over fakeverbs")) << outcomes[0].report;
+  EXPECT_EQ(outcomes[0].failed, 0) << outcomes[0].report;
+
+  fake::reset(cabled);
+  options.device = "rdma_en1,rdma_en0";
+  outcomes = two_ranks(options, true);
+  EXPECT_TRUE(has(outcomes[0].report, "PASS link: rank 0 rdma_en1 <-> rank 1 rdma_en0")) << outcomes[0].report;
+  EXPECT_EQ(outcomes[0].failed, 0) << outcomes[0].report;
+
+  fake::reset(cabled);
+  options.device = "rdma_en0";  // host 0's rdma_en0 is cabled to another Mac
+  outcomes = two_ranks(options, true);
+  EXPECT_TRUE(has(outcomes[0].report, "FAIL link (uc queue pairs)")) << outcomes[0].report;
+  EXPECT_TRUE(has(outcomes[0].report, "the peer's GID is unreachable")) << outcomes[0].report;
 }
 
 TEST(RdmaCheck, TwoRanksInRcModeOnARoceLikeDevice) {
@@ -340,6 +378,10 @@ TEST(RdmaCheck, OneRankWithoutRdmaSkipsTheLinkChecks) {
                   "SKIP link, send sweep, latency, bandwidth, all_reduce: RDMA is not available "
                   "on rank 1"))
       << outcomes[0].report;
+  for (const Outcome& outcome : outcomes) {  // both ranks judge alike: both exit 77 under --skip-without-rdma
+    EXPECT_EQ(outcome.unavailable, 1);
+    EXPECT_EQ(outcome.failed, 1);
+  }
 }
 
 // ---- the floors (tbcoll-perf --pingpong over ibverbs) -----------------------------------------------------------
@@ -458,15 +500,15 @@ TEST(RdmaHints, FromTheFakeProvidersFaults) {
   init.qp_type = IBV_QPT_UC;
   ibv_qp* qp = v.create_qp(pd, &init);
   ASSERT_NE(qp, nullptr);
-  ASSERT_EQ(qp_to_init(v, qp), 0);
+  ASSERT_EQ(qp_to_init(v, qp, 1), 0);
   QpPeer self;
   self.qp_num = qp->qp_num;
   v.query_gid(context, 1, 1, &self.gid);
-  const int error = qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, /*gid_index=*/0, self);
+  const int error = qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, /*gid_index=*/0, self);
   EXPECT_EQ(error, EINVAL);
   EXPECT_TRUE(has(hints::describe(hints::Verb::kModifyQpRtr, error, {"rdma_en0"}),
                   "no IPv4-mapped GID on rdma_en0: give en0 an IPv4 address"));
-  EXPECT_EQ(qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, self), 0) << "the IPv4-mapped index works";
+  EXPECT_EQ(qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, 1, self), 0) << "the IPv4-mapped index works";
   v.destroy_qp(qp);
   v.destroy_cq(cq);
   v.dealloc_pd(pd);

@@ -1,6 +1,8 @@
 // The ibverbs transport's pure pieces: frame header and its checksum, frame counts, port addresses.
 #include <gtest/gtest.h>
 
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "tbcoll/error.hpp"
@@ -31,6 +33,21 @@ TEST(IbverbsWire, HeaderChecksumCatchesAnyFlippedBit) {
       reinterpret_cast<uint8_t*>(&damaged)[byte] ^= static_cast<uint8_t>(1u << bit);
       EXPECT_FALSE(wire::intact(damaged)) << "byte " << byte << " bit " << bit;
     }
+  }
+}
+
+// The header's checksum is payload_sum's fold of its 60 bytes, unrolled: the same value for any header (the wire
+// format and the fuzz seeds do not change with the unrolling).
+TEST(IbverbsWire, HeaderChecksumIsThePayloadFoldOfTheHeader) {
+  if (__BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__) GTEST_SKIP() << "the byte fold reads little-endian words";
+  std::mt19937_64 random(27);
+  for (int i = 0; i < 10000; ++i) {
+    wire::Header header;
+    auto* bytes = reinterpret_cast<uint8_t*>(&header);
+    for (size_t k = 0; k < sizeof(header); ++k) bytes[k] = static_cast<uint8_t>(random());
+    if (i % 2 == 0) std::memset(bytes + 8 * (i % 7), 0xff, 8);  // words at the top of their range: sums wrap
+    const uint32_t folded = wire::payload_sum(bytes, offsetof(wire::Header, checksum)) ^ 0x5eed1e55u;
+    ASSERT_EQ(wire::header_checksum(header), folded) << "header " << i;
   }
 }
 
@@ -78,6 +95,46 @@ TEST(IbverbsWire, FramesPerMessage) {
   EXPECT_EQ(wire::frames_for(wire::kPayloadBytes), 1u);
   EXPECT_EQ(wire::frames_for(wire::kPayloadBytes + 1), 2u);
   EXPECT_EQ(wire::frames_for(10 * wire::kPayloadBytes), 10u);
+}
+
+TEST(IbverbsWire, LanesSplitIntoWholeSlotsAndATail) {
+  const size_t slot = 512 * 1024 - 64;
+  EXPECT_EQ(wire::split_lanes(8, slot).slots, 0u);
+  EXPECT_EQ(wire::split_lanes(slot / 2, slot).slots, 0u) << "less than half a slot: frames";
+  EXPECT_EQ(wire::split_lanes(256 * 1024, slot).slots, 1u) << "half a slot: one padded slot";
+  const wire::LaneSplit three = wire::split_lanes(3 * slot + 100, slot);
+  EXPECT_EQ(three.slots, 3u);
+  EXPECT_EQ(three.bulk_bytes, 3 * slot) << "the 100 B tail in a frame";
+  const wire::LaneSplit padded = wire::split_lanes(2 * slot + 300000, slot);
+  EXPECT_EQ(padded.slots, 3u);
+  EXPECT_EQ(padded.bulk_bytes, 2 * slot + 300000);
+  EXPECT_EQ(wire::split_lanes(1 << 20, 0).slots, 0u) << "no bulk lane";
+  EXPECT_EQ(wire::slot_bytes_for(true, 26, 2), 128u * 1024) << "Apple before 26.3";
+  EXPECT_EQ(wire::slot_bytes_for(true, 26, 3), 512u * 1024);
+  EXPECT_EQ(wire::slot_bytes_for(false, 0, 0), 512u * 1024);
+  EXPECT_EQ(wire::slots_for(512 * 1024), 2);
+  EXPECT_EQ(wire::slots_for(128 * 1024), 8);
+  EXPECT_LE(wire::slots_for(16384) * 16384 / 4096, 4095) << "Apple's queue depth in frames";
+}
+
+// The payload's sum is the sender's choice (TBCOLL_IB_PAYLOAD_SUM): a frame that says it was summed is checked.
+TEST(IbverbsWire, APayloadIsCheckedWhenItsSenderSummedIt) {
+  std::vector<uint8_t> frame(sizeof(wire::Header) + 100, 0x5a);
+  wire::Header header;
+  header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
+  header.payload = 100;
+  header.flags = wire::kSummed;
+  header.payload_sum = wire::payload_sum(frame.data() + sizeof(header), 100);
+  wire::seal(header);
+  std::memcpy(frame.data(), &header, sizeof(header));
+  wire::Header decoded;
+  EXPECT_TRUE(wire::decode_frame(frame.data(), frame.size(), &decoded));
+  frame[sizeof(header) + 50] ^= 1;
+  EXPECT_FALSE(wire::decode_frame(frame.data(), frame.size(), &decoded));
+  header.flags = 0;  // not summed: the link's CRC guards the payload
+  wire::seal(header);
+  std::memcpy(frame.data(), &header, sizeof(header));
+  EXPECT_TRUE(wire::decode_frame(frame.data(), frame.size(), &decoded));
 }
 
 TEST(IbverbsWire, PortAddressesParseAndMalformedOnesAreRefused) {

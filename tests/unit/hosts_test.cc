@@ -53,8 +53,8 @@ TEST(Hosts, MlxJsonHostfiles) {
   const HostList list = parse_hostfile(R"({
     "backend": "jaccl", "envs": ["MLX_METAL_FAST_SYNCH=1"],
     "hosts": [
-      {"ssh": "mac1", "ips": ["123.123.123.1"], "rdma": [null, "rdma_en2", "rdma_en3"]},
-      {"ssh": "mac2", "ips": ["123.123.123.2"], "rdma": ["rdma_en2", null, "rdma_en3"], "slots": 2}
+      {"ssh": "mac1", "ips": ["123.123.123.1"], "rdma": [null, "rdma_en2"]},
+      {"ssh": "mac2", "ips": ["123.123.123.2"], "rdma": ["rdma_en3", null], "slots": 2}
     ]})", "h.json");
   EXPECT_EQ(names(list), "mac1:1@123.123.123.1,mac2:2@123.123.123.2");
   ASSERT_EQ(list.env.size(), 1u);
@@ -65,6 +65,36 @@ TEST(Hosts, MlxJsonHostfiles) {
             std::string::npos);
   EXPECT_NE(error_of([] { parse_hostfile(R"({"hosts": []})", "h.json"); }), "no error");
   EXPECT_NE(error_of([] { parse_hostfile(R"({"envs": ["X"], "hosts": [{"ssh": "m"}]})", "h.json"); }), "no error");
+}
+
+// mlx.launch's "rdma" fields become the ranks' device matrix: a rank's cell for a rank on another host is its
+// host's cell for that host, ranks on one host have none between them (they use shm).
+TEST(Hosts, TheRdmaFieldsBecomeTheRanksDeviceMatrix) {
+  const HostList mesh = parse_hostfile(R"({"hosts": [
+      {"ssh": "a", "rdma": [null, "rdma_en2", ["rdma_en3", "rdma_en4"]]},
+      {"ssh": "b", "rdma": ["rdma_en5", [], "rdma_en3"], "slots": 2},
+      {"ssh": "c", "rdma": [["rdma_en2", "rdma_en6"], "rdma_en4", null]}]})",
+                                       "mesh.json");
+  ASSERT_TRUE(mesh.hosts[1].has_rdma);
+  EXPECT_EQ(mesh.hosts[0].rdma[2], (std::vector<std::string>{"rdma_en3", "rdma_en4"}));
+  EXPECT_TRUE(mesh.hosts[1].rdma[1].empty());
+  const std::vector<int> placed = place_ranks(mesh, 0);  // a, b, b, c
+  EXPECT_EQ(rank_device_matrix(mesh, placed),
+            R"([[null, ["rdma_en2"], ["rdma_en2"], ["rdma_en3", "rdma_en4"]], )"
+            R"([["rdma_en5"], null, null, ["rdma_en3"]], [["rdma_en5"], null, null, ["rdma_en3"]], )"
+            R"([["rdma_en2", "rdma_en6"], ["rdma_en4"], ["rdma_en4"], null]])");
+  EXPECT_EQ(rank_device_matrix(parse_hosts("a,b"), {0, 1}), "") << "no rdma fields, no matrix";
+  EXPECT_EQ(error_of([] {
+              const HostList half = parse_hostfile(R"([{"ssh": "a", "rdma": [null, "x"]}, {"ssh": "b"}])", "h.json");
+              rank_device_matrix(half, {0, 1});
+            }),
+            "the hostfile gives \"rdma\" for 1 of its 2 hosts: give it for all (a device matrix) or none");
+  EXPECT_EQ(error_of([] { parse_hostfile(R"([{"ssh": "a", "rdma": [null]}, {"ssh": "b", "rdma": ["x", null]}])", "h"); }),
+            "h: host 0: \"rdma\" has 1 cells, one per host needs 2");
+  EXPECT_EQ(error_of([] { parse_hostfile(R"([{"ssh": "a", "rdma": ["x", "y"]}, {"ssh": "b", "rdma": ["x", null]}])", "h"); }),
+            "h: host 0: \"rdma\" cell 0 (itself) is not null");
+  EXPECT_EQ(error_of([] { parse_hostfile(R"([{"ssh": "a", "rdma": [null, 7]}, {"ssh": "b", "rdma": ["x", null]}])", "h"); }),
+            "h: host 0: \"rdma\" cell 1 is not null, a device name or a list of them");
 }
 
 TEST(Hosts, RanksArePlacedHostByHost) {

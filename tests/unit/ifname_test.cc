@@ -88,6 +88,9 @@ TEST(IfnameRules, ThePlatformListsTheLoopbackInterface) {
     EXPECT_FALSE(entry.name.empty());
     EXPECT_FALSE(entry.address.empty());
     loopback = loopback || (entry.loopback && entry.address == "127.0.0.1");
+    if (entry.address == "127.0.0.1") {
+      EXPECT_EQ(entry.prefix, 8) << "127.0.0.1's netmask is 255.0.0.0";
+    }
   }
   EXPECT_TRUE(loopback) << ifname::describe(list);
 }

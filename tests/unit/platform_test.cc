@@ -115,7 +115,10 @@ TEST(Platform, WaitOnAddressReturnsOnWakeOrTimeout) {
 TEST(Platform, ClocksAndNames) {
   const auto coarse = coarse_now(), precise = std::chrono::steady_clock::now();
   EXPECT_LT(std::chrono::abs(precise - coarse), std::chrono::milliseconds(100)) << "the same clock";
-  EXPECT_FALSE(std::string(verbs_library()).empty());
+  ASSERT_FALSE(verbs_libraries().empty());
+  EXPECT_FALSE(verbs_libraries().front().empty());
+  int major = -1, minor = -1;
+  EXPECT_EQ(macos_version(&major, &minor), std::string(flavour()) == "darwin");
   EXPECT_TRUE(std::string(flavour()) == "linux" || std::string(flavour()) == "darwin" ||
               std::string(flavour()) == "posix");
   EXPECT_FALSE(kernel_id().empty());

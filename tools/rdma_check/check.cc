@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
-#include "transports/ibverbs/floors.h"
-#include "transports/ibverbs/preflight.h"
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/floors.h"
+#include "tools/rdma_diag/preflight.h"
+#include "tools/rdma_diag/raw_link.h"
 
 namespace tbcoll::rdma_check {
 namespace {
@@ -39,34 +39,42 @@ std::string host_name() {
   return name;
 }
 
+// The device `rank` uses: Options::device is "" (by subnet), "rdma_en3" (both ranks) or "rdma_en3,rdma_en2".
+std::string device_for(const Options& options, int rank) {
+  const size_t comma = options.device.find(',');
+  if (comma == std::string::npos) return options.device;
+  return rank == 0 ? options.device.substr(0, comma) : options.device.substr(comma + 1);
+}
+
 // Counts the report's verdict lines.
 void count(const std::string& text, Outcome* outcome) {
   std::istringstream lines(text);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("PASS ", 0) == 0) ++outcome->passed;
     if (line.rfind("FAIL ", 0) == 0) ++outcome->failed;
+    if (line.rfind("FAIL preflight: not available", 0) == 0) ++outcome->unavailable;
     if (line.rfind("SKIP ", 0) == 0) ++outcome->skipped;
   }
 }
 
 // This rank's own checks: its devices and their limits. *usable: it has a device to try the link with.
 std::string local_checks(const Options& options, const Site& site, bool* usable_out) {
+  const std::string device = device_for(options, site.rank);
   std::string out = fmt::format("== rank {} (host {}, {}) ==\n", site.rank, host_name(), system_line());
   const ibverbs::PreflightReport report = ibverbs::preflight(site.verbs, site.why_no_verbs);
   out += ibverbs::format_preflight(report);
   const bool usable = std::any_of(report.ports.begin(), report.ports.end(), [&](const ibverbs::PortReport& port) {
-    return port.usable && (options.device.empty() || port.device == options.device);
+    return port.usable && (device.empty() || port.device == device);
   });
   *usable_out = usable;
   if (!options.limits) {
     out += "SKIP limits: --no-limits\n";
   } else if (!usable) {
-    out += options.device.empty() || !report.available
-               ? "SKIP limits: no usable device\n"
-               : fmt::format("SKIP limits: {} is not a usable device here\n", options.device);
+    out += device.empty() || !report.available ? "SKIP limits: no usable device\n"
+                                               : fmt::format("SKIP limits: {} is not a usable device here\n", device);
   } else {
     try {
-      out += ibverbs::format_limits(ibverbs::probe_limits(*site.verbs, options.device, options.mode));
+      out += ibverbs::format_limits(ibverbs::probe_limits(*site.verbs, device, options.mode));
     } catch (const Error& error) {
       out += fmt::format("FAIL limits: {}\n", error.what());
     }
@@ -98,7 +106,7 @@ std::string link_checks(const Options& options, const Site& site, const ibverbs:
   ibverbs::RawLinkOptions link_options;
   link_options.rank = site.rank;
   link_options.mode = options.mode;
-  link_options.device = options.device;
+  link_options.device = device_for(options, site.rank);
   link_options.message_timeout_s = options.message_timeout_s;
   link_options.max_message_bytes = std::max(options.sweep_max, options.bandwidth_bytes);
   std::unique_ptr<ibverbs::RawLink> link;
@@ -150,6 +158,13 @@ std::string link_checks(const Options& options, const Site& site, const ibverbs:
   } catch (const Error& error) {
     out += fmt::format("FAIL bandwidth: {}\n", error.what());
   }
+  if (figures->one_way_us > 0 && figures->one_qp_gbps > 0) {
+    // The transport's cost model takes the link's floors from these knobs (else published Thunderbolt 5 figures).
+    out += fmt::format(
+        "    cost model: set TBCOLL_IB_LATENCY_US={:.2f} TBCOLL_IB_GBPS={:.2f} alike on every rank of jobs over "
+        "this link\n",
+        figures->one_way_us, figures->one_qp_gbps);
+  }
   return out;
 }
 
@@ -171,7 +186,8 @@ std::string collective_check(const Options& options, const Site& site, const Raw
     config.transport = options.transport;
     config.timeout_s = options.timeout_s;
     config.knobs["TBCOLL_IB_MODE"] = ibverbs::mode_name(options.mode);
-    if (!options.device.empty()) config.knobs["TBCOLL_IB_DEVICES"] = options.device;
+    const std::string device = device_for(options, site.rank);
+    if (!device.empty()) config.knobs["TBCOLL_IB_DEVICES"] = device;
     Communicator comm = Communicator::init(config);
     const int peer = 1 - site.rank;
     if (comm.transport_name(peer) != options.transport) {

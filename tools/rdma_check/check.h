@@ -18,7 +18,9 @@ namespace tbcoll::rdma_check {
 
 struct Options {
   ibverbs::Mode mode = ibverbs::Mode::kUc;
-  std::string device;                 ///< "" = the first usable one
+  /// "" = the device on the subnet both ranks' ports share; "rdma_en3" for both ranks; "rdma_en3,rdma_en2": rank
+  /// 0's and rank 1's (the two ends of a cable have different names)
+  std::string device;
   std::string transport = "ibverbs";  ///< of the all_reduce check (the tests register "fakeverbs")
   bool limits = true;
   size_t sweep_min = 4096;
@@ -50,6 +52,9 @@ struct Site {
 
 struct Outcome {
   int passed = 0, failed = 0, skipped = 0;
+  /// Of the failures, ranks where RDMA is not available at all (no verbs library, or no device): nothing could be
+  /// checked there.
+  int unavailable = 0;
   std::string report;  ///< the whole report (rank 0, or a single rank); a pointer to rank 0's on rank 1
 };
 

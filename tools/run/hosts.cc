@@ -143,6 +143,47 @@ class JsonReader {
   size_t at_ = 0;
 };
 
+// An entry's "rdma": one cell per host, each null, [], a name or a list of names.
+void read_rdma(const Json& rdma, const std::string& where, Host* host) {
+  if (rdma.kind != Json::kArray) throw HostError(where + ": \"rdma\" is not a list (one cell per host)");
+  host->has_rdma = true;
+  for (size_t k = 0; k < rdma.items.size(); ++k) {
+    const Json& cell = rdma.items[k];
+    const std::string at = where + ": \"rdma\" cell " + std::to_string(k);
+    std::vector<std::string> names;
+    if (cell.kind == Json::kString) {
+      names.push_back(cell.text);
+    } else if (cell.kind == Json::kArray) {
+      for (const Json& name : cell.items) {
+        if (name.kind != Json::kString) throw HostError(at + " holds something other than device names");
+        names.push_back(name.text);
+      }
+    } else if (cell.kind != Json::kNull) {
+      throw HostError(at + " is not null, a device name or a list of them");
+    }
+    for (const std::string& name : names) {
+      if (name.empty() || name.find_first_of("\"\\ ") != std::string::npos) {
+        throw HostError(at + ": '" + name + "' is not a device name");
+      }
+    }
+    host->rdma.push_back(std::move(names));
+  }
+}
+
+// Every host's "rdma" has a cell per host, and nothing on the diagonal.
+void check_rdma(const HostList& list, const std::string& path) {
+  for (size_t h = 0; h < list.hosts.size(); ++h) {
+    const Host& host = list.hosts[h];
+    if (!host.has_rdma) continue;
+    const std::string where = path + ": host " + std::to_string(h);
+    if (host.rdma.size() != list.hosts.size()) {
+      throw HostError(where + ": \"rdma\" has " + std::to_string(host.rdma.size()) + " cells, one per host needs " +
+                      std::to_string(list.hosts.size()));
+    }
+    if (!host.rdma[h].empty()) throw HostError(where + ": \"rdma\" cell " + std::to_string(h) + " (itself) is not null");
+  }
+}
+
 HostList from_json(const Json& document, const std::string& path) {
   HostList list;
   const Json* hosts = &document;
@@ -187,9 +228,12 @@ HostList from_json(const Json& document, const std::string& path) {
       }
       host.slots = static_cast<int>(n);
     }
+    auto rdma = entry.fields.find("rdma");
+    if (rdma != entry.fields.end()) read_rdma(rdma->second, where, &host);
     list.hosts.push_back(host);
   }
   if (list.hosts.empty()) throw HostError(path + ": no hosts");
+  check_rdma(list, path);
   return list;
 }
 
@@ -277,6 +321,38 @@ std::vector<int> place_ranks(const HostList& list, int world_size) {
     }
   }
   return host_of_rank;
+}
+
+namespace {
+
+std::string json_cell(const std::vector<std::string>& names) {
+  if (names.empty()) return "null";
+  std::string out = "[";
+  for (size_t k = 0; k < names.size(); ++k) out += (k == 0 ? "\"" : ", \"") + names[k] + "\"";
+  return out + "]";
+}
+
+}  // namespace
+
+std::string rank_device_matrix(const HostList& list, const std::vector<int>& placed) {
+  int with = 0;
+  for (const Host& host : list.hosts) with += host.has_rdma ? 1 : 0;
+  if (with == 0) return "";
+  if (with != static_cast<int>(list.hosts.size())) {
+    throw HostError("the hostfile gives \"rdma\" for " + std::to_string(with) + " of its " +
+                    std::to_string(list.hosts.size()) + " hosts: give it for all (a device matrix) or none");
+  }
+  std::string out = "[";
+  for (size_t r = 0; r < placed.size(); ++r) {
+    out += r == 0 ? "[" : ", [";
+    for (size_t s = 0; s < placed.size(); ++s) {
+      const Host& host = list.hosts[static_cast<size_t>(placed[r])];
+      const bool same_host = placed[r] == placed[s];
+      out += (s == 0 ? "" : ", ") + (same_host ? std::string("null") : json_cell(host.rdma[static_cast<size_t>(placed[s])]));
+    }
+    out += "]";
+  }
+  return out + "]";
 }
 
 }  // namespace tbcoll::run

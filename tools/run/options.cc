@@ -195,6 +195,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     try {
       const std::vector<int> placed = place_ranks(*opts.hosts, opts.world_size);
       if (placed.size() > static_cast<size_t>(kMaxRanks)) return usage_error("more than 1024 ranks");
+      rank_device_matrix(*opts.hosts, placed);  // throws HostError for a partial "rdma" matrix
       opts.world_size = static_cast<int>(placed.size());
     } catch (const HostError& error) {
       return usage_error(error.what());

@@ -7,11 +7,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <random>
-#include <thread>
 
 #include <fmt/format.h>
 
+#include "common/log.h"
 #include "common/net.h"
 #include "platform/platform.h"
 #include "transports/ibverbs/endpoint.h"
@@ -28,12 +29,26 @@ constexpr auto kGoneGrace = std::chrono::milliseconds(100);
 // load) before they count as lost.
 constexpr auto kProbeAfter = std::chrono::milliseconds(50);
 constexpr auto kLossGrace = std::chrono::milliseconds(250);
+constexpr int kPollBatch = 32;
+
+// A work request's id: its lane, whether it is a send, and its slot.
+constexpr uint64_t kSendBit = uint64_t{1} << 31;
+uint64_t wr_id(int lane, bool send, int slot) {
+  return (static_cast<uint64_t>(lane) << 32) | (send ? kSendBit : 0) | static_cast<uint64_t>(slot);
+}
 
 std::string errno_text(int error) { return fmt::format("errno {} ({})", error, std::strerror(error)); }
 
-}  // namespace
+// Adds to a counter that only the connection's lock holder writes and any thread reads: a load and a store, no
+// read-modify-write (an atomic add costs a locked instruction per frame).
+void bump(std::atomic<uint64_t>& counter, uint64_t by) {
+  counter.store(counter.load(std::memory_order_relaxed) + by, std::memory_order_relaxed);
+}
 
-const char* mode_name(Mode mode) { return mode == Mode::kRc ? "rc" : "uc"; }
+// Places a work request of `slot_bytes` takes in a queue counted in 4 KiB frames (Apple's).
+uint32_t frames_of(size_t slot_bytes) { return static_cast<uint32_t>((slot_bytes + wire::kFrameBytes - 1) / wire::kFrameBytes); }
+
+}  // namespace
 
 Mode pair_mode(Mode local, bool local_auto, Mode peer, bool peer_auto, const std::string& who) {
   if (local == peer) return local;
@@ -43,62 +58,83 @@ Mode pair_mode(Mode local, bool local_auto, Mode peer, bool peer_auto, const std
                             who, mode_name(peer), mode_name(local)));
 }
 
-Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, int side_channel)
-    : local_(local), mode_(mode), peer_key_(std::move(peer_key)), side_channel_(side_channel) {
+Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, int side_channel, bool bulk)
+    : local_(local), mode_(mode), peer_key_(std::move(peer_key)), side_channel_(side_channel), bulk_(bulk) {
   const VerbsApi& v = *local_.verbs;
-  auto cleanup = [&] {
-    if (qp_ != nullptr) v.destroy_qp(qp_);
-    if (cq_ != nullptr) v.destroy_cq(cq_);
-  };
-  cq_ = v.create_cq(local_.context, kRecvDepth + kSendDepth + 8, nullptr, nullptr, 0);
+  slot_bytes_ = local_.slot_bytes;
+  bulk_depth_ = bulk_ ? wire::slots_for(slot_bytes_) : 0;
+  const size_t small_bytes = 2 * static_cast<size_t>(kSmallDepth) * wire::kFrameBytes;
+  memory_ = RegisteredMemory(small_bytes + 2 * static_cast<size_t>(bulk_depth_) * slot_bytes_);
+  errno = 0;
+  cq_ = v.create_cq(local_.context, 2 * (kSmallDepth + bulk_depth_) + 8, nullptr, nullptr, 0);
   if (cq_ == nullptr) {
     throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kCreateCq, errno, {local_.device})));
   }
+  try {
+    create_lane(lanes_[wire::kSmall], wire::kFrameBytes, kSmallDepth, memory_.data());
+    if (bulk_) create_lane(lanes_[wire::kBulk], slot_bytes_, bulk_depth_, memory_.data() + small_bytes);
+    errno = 0;
+    mr_ = v.reg_mr(local_.pd, memory_.data(), memory_.size(), kAccessFlags);
+    if (mr_ == nullptr) {
+      throw IoError(fmt::format("[ibverbs] {} ({} B)", hints::describe(hints::Verb::kRegMr, errno, {local_.device}),
+                                memory_.size()));
+    }
+  } catch (...) {
+    release();
+    throw;
+  }
+  const uint32_t psn = std::random_device()() & 0xffffffu;
+  for (Lane& lane : lanes_) lane.psn = psn;
+}
+
+void Connection::create_lane(Lane& lane, size_t slot_bytes, int depth, uint8_t* memory) {
+  const VerbsApi& v = *local_.verbs;
+  lane.stride = lane.slot_bytes = slot_bytes;
+  lane.depth = depth;
+  lane.memory = memory;
+  for (int slot = 2 * depth - 1; slot >= depth; --slot) lane.free_send_slots.push_back(slot);
   ibv_qp_init_attr init{};
   init.send_cq = cq_;
   init.recv_cq = cq_;
   init.qp_type = mode_ == Mode::kRc ? IBV_QPT_RC : IBV_QPT_UC;
-  init.cap.max_send_wr = kSendDepth;
-  init.cap.max_recv_wr = kRecvDepth;
+  init.cap.max_send_wr = static_cast<uint32_t>(depth) * frames_of(slot_bytes);  // Apple counts frames
+  init.cap.max_recv_wr = static_cast<uint32_t>(depth) * frames_of(slot_bytes);
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
-  qp_ = v.create_qp(local_.pd, &init);
-  if (qp_ == nullptr) {
-    const int error = errno;
-    cleanup();
+  errno = 0;
+  lane.qp = v.create_qp(local_.pd, &init);
+  if (lane.qp == nullptr) {
     throw IoError(fmt::format("[ibverbs] {} ({} queue pair)",
-                              hints::describe(hints::Verb::kCreateQp, error, {local_.device, mode_ == Mode::kRc}),
+                              hints::describe(hints::Verb::kCreateQp, errno, {local_.device, mode_ == Mode::kRc}),
                               mode_name(mode_)));
   }
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
   attr.port_num = local_.port;
-  attr.qp_access_flags = 0;
-  if (v.modify_qp(qp_, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-    const int error = errno;
-    cleanup();
-    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kModifyQpInit, error, {local_.device})));
+  attr.qp_access_flags = kAccessFlags;
+  const int result = v.modify_qp(lane.qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  if (result != 0) {
+    throw IoError(
+        fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kModifyQpInit, error_of(result), {local_.device})));
   }
-  const size_t bytes = static_cast<size_t>(kRecvDepth + kSendDepth) * wire::kFrameBytes;
-  memory_.resize(bytes + 4096);
-  frames_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.data()) + 4095) & ~uintptr_t{4095});
-  mr_ = v.reg_mr(local_.pd, frames_, bytes, IBV_ACCESS_LOCAL_WRITE);
-  if (mr_ == nullptr) {
-    const int error = errno;
-    cleanup();
-    throw IoError(fmt::format("[ibverbs] {} ({} B)", hints::describe(hints::Verb::kRegMr, error, {local_.device}),
-                              bytes));
+}
+
+void Connection::release() {
+  const VerbsApi& v = *local_.verbs;
+  // The queue pairs first (they may still write into the buffers), then the registration, then the CQ.
+  for (Lane& lane : lanes_) {
+    if (lane.qp != nullptr) v.destroy_qp(lane.qp);
+    lane.qp = nullptr;
   }
-  for (int slot = kRecvDepth + kSendDepth - 1; slot >= kRecvDepth; --slot) free_send_slots_.push_back(slot);
-  psn_ = std::random_device()() & 0xffffffu;
+  if (mr_ != nullptr) v.dereg_mr(mr_);
+  mr_ = nullptr;
+  if (cq_ != nullptr) v.destroy_cq(cq_);
+  cq_ = nullptr;
 }
 
 Connection::~Connection() {
-  const VerbsApi& v = *local_.verbs;
-  if (qp_ != nullptr) v.destroy_qp(qp_);
-  if (cq_ != nullptr) v.destroy_cq(cq_);
-  if (mr_ != nullptr) v.dereg_mr(mr_);
+  release();
   if (side_channel_ >= 0) {
     // Notices still unread (the peer's loss probes) would make the close a reset: read them first.
     uint8_t unread[256];
@@ -113,30 +149,25 @@ wire::Hello Connection::hello(const std::string& key) const {
   std::strncpy(hello.key, key.c_str(), sizeof(hello.key) - 1);
   std::strncpy(hello.peer_key, peer_key_.c_str(), sizeof(hello.peer_key) - 1);
   std::memcpy(hello.gid, local_.gid.raw, sizeof(hello.gid));
-  hello.qp_num = qp_->qp_num;
-  hello.psn = psn_;
+  hello.qp_num = lanes_[wire::kSmall].qp->qp_num;
+  hello.bulk_qp_num = bulk_ ? lanes_[wire::kBulk].qp->qp_num : 0;
+  hello.psn = lanes_[wire::kSmall].psn;
   hello.lid = local_.lid;
   hello.mtu = static_cast<uint8_t>(local_.mtu);
   hello.mode = static_cast<uint8_t>(static_cast<uint8_t>(local_.mode) | (local_.auto_mode ? 0x10 : 0));
-  hello.recv_depth = kRecvDepth;
+  hello.recv_depth = kSmallDepth;
+  hello.bulk_depth = static_cast<uint32_t>(bulk_depth_);
+  hello.slot_bytes = static_cast<uint32_t>(local_.slot_bytes);
   return hello;
 }
 
-void Connection::establish(const wire::Hello& peer, Deadline deadline, const std::atomic<bool>* cancelled) {
+void Connection::connect_lane(Lane& lane, uint32_t dest_qpn, const wire::Hello& peer, const std::string& who) {
   const VerbsApi& v = *local_.verbs;
-  const std::string who = fmt::format("[ibverbs] {}: connection to {}", local_.device, peer_key_);
-  const Mode agreed = pair_mode(local_.mode, local_.auto_mode, static_cast<Mode>(peer.mode & 0x0f),
-                                (peer.mode & 0x10) != 0, who);
-  if (agreed != mode_) {  // both ends compute it from the same facts: this is a bug, not a setting
-    throw IoError(fmt::format("{}: this end made a {} queue pair, the pair's mode is {}", who, mode_name(mode_),
-                              mode_name(agreed)));
-  }
-  if (peer.recv_depth < 2)
-    throw IoError(fmt::format("{}: the peer posts {} receives (at least 2)", who, peer.recv_depth));
+  const hints::Where where{local_.device, mode_ == Mode::kRc};
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = std::min(local_.mtu, static_cast<ibv_mtu>(peer.mtu));
-  attr.dest_qp_num = peer.qp_num;
+  attr.dest_qp_num = dest_qpn;
   attr.rq_psn = peer.psn;
   attr.ah_attr.is_global = 1;
   std::memcpy(attr.ah_attr.grh.dgid.raw, peer.gid, sizeof(peer.gid));
@@ -150,15 +181,13 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
     attr.min_rnr_timer = 12;
     mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   }
-  if (v.modify_qp(qp_, &attr, mask) != 0) {
-    const int error = errno;
-    throw IoError(fmt::format("{}: {}", who,
-                              hints::describe(hints::Verb::kModifyQpRtr, error,
-                                              {local_.device, local_.mode == Mode::kRc})));
+  int result = v.modify_qp(lane.qp, &attr, mask);
+  if (result != 0) {
+    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kModifyQpRtr, error_of(result), where)));
   }
   attr = ibv_qp_attr{};
   attr.qp_state = IBV_QPS_RTS;
-  attr.sq_psn = psn_;
+  attr.sq_psn = lane.psn;
   mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
   if (mode_ == Mode::kRc) {
     attr.timeout = 14;
@@ -167,43 +196,75 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
     attr.max_rd_atomic = 1;
     mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
   }
-  if (v.modify_qp(qp_, &attr, mask) != 0) {
-    throw IoError(fmt::format("{}: {}", who,
-                              hints::describe(hints::Verb::kModifyQpRts, errno, {local_.device, local_.mode == Mode::kRc})));
+  result = v.modify_qp(lane.qp, &attr, mask);
+  if (result != 0) {
+    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kModifyQpRts, error_of(result), where)));
   }
+}
+
+void Connection::establish(const wire::Hello& peer, Deadline deadline, const std::atomic<bool>* cancelled) {
+  const std::string who = fmt::format("[ibverbs] {}: connection to {}", local_.device, peer_key_);
+  const Mode agreed = pair_mode(local_.mode, local_.auto_mode, static_cast<Mode>(peer.mode & 0x0f),
+                                (peer.mode & 0x10) != 0, who);
+  if (agreed != mode_) {  // both ends compute it from the same facts: this is a bug, not a setting
+    throw IoError(fmt::format("{}: this end made a {} queue pair, the pair's mode is {}", who, mode_name(mode_),
+                              mode_name(agreed)));
+  }
+  const bool peer_bulk = peer.bulk_qp_num != 0;
+  if (peer.recv_depth < 2 || (peer_bulk && peer.bulk_depth < 1)) {
+    throw IoError(fmt::format("{}: the peer posts {} frames and {} slots (at least 2 and 1)", who, peer.recv_depth,
+                              peer.bulk_depth));
+  }
+  if (bulk_ && !peer_bulk) {  // the peer's device had no room for a second queue pair: frames only
+    local_.verbs->destroy_qp(lanes_[wire::kBulk].qp);
+    lanes_[wire::kBulk] = Lane{};
+    bulk_ = false;
+  }
+  // Both ends take the smaller slot: a slot and its receive then span the same frames.
+  slot_bytes_ = std::min<size_t>(slot_bytes_, peer.slot_bytes);
+  lanes_[wire::kBulk].slot_bytes = slot_bytes_;
+  connect_lane(lanes_[wire::kSmall], peer.qp_num, peer, who);
+  if (bulk_) connect_lane(lanes_[wire::kBulk], peer.bulk_qp_num, peer, who);
   // Receives only once in RTS (Apple's rule), and all of them before the peer hears it may send.
-  for (int slot = 0; slot < kRecvDepth; ++slot) post_recv(slot);
-  credits_ = static_cast<int>(peer.recv_depth);
-  peer_depth_ = static_cast<int>(peer.recv_depth);
-  wire::Notice ready{static_cast<uint32_t>(wire::NoticeKind::kReady), 0, 0};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (int lane = 0; lane < (bulk_ ? wire::kLanes : 1); ++lane) {
+      for (int slot = 0; slot < lanes_[lane].depth; ++slot) post_recv(lane, slot);
+    }
+  }
+  lanes_[wire::kSmall].credits = lanes_[wire::kSmall].peer_depth = static_cast<int>(peer.recv_depth);
+  if (bulk_) lanes_[wire::kBulk].credits = lanes_[wire::kBulk].peer_depth = static_cast<int>(peer.bulk_depth);
+  wire::Notice ready{static_cast<uint32_t>(wire::NoticeKind::kReady), 0, 0, 0};
   net::write_all(side_channel_, &ready, sizeof(ready), deadline, who, cancelled);
   wire::Notice theirs{};
   net::read_exact(side_channel_, &theirs, sizeof(theirs), deadline, who, cancelled);
   if (theirs.kind != static_cast<uint32_t>(wire::NoticeKind::kReady)) {
     throw IoError(fmt::format("{}: the peer did not get ready (notice {})", who, theirs.kind));
   }
-  last_frame_at_ = Clock::now();
+  last_frame_at_ = platform::coarse_now();
+  log::info("[ibverbs] {}: link to {}: {}", local_.device, peer_key_,
+            bulk_ ? fmt::format("4 KiB frames and {} KiB slots", slot_bytes_ >> 10)
+                  : std::string("4 KiB frames only (no room for a second queue pair)"));
 }
 
-void Connection::post_recv(int slot) {
-  ibv_sge sge{};
-  sge.addr = reinterpret_cast<uintptr_t>(frames_ + static_cast<size_t>(slot) * wire::kFrameBytes);
-  sge.length = wire::kFrameBytes;
-  sge.lkey = mr_->lkey;
+void Connection::post_recv(int lane_index, int slot) {
+  Lane& lane = lanes_[lane_index];
+  ibv_sge sge{reinterpret_cast<uintptr_t>(lane.slot(slot)), static_cast<uint32_t>(lane.slot_bytes), mr_->lkey};
   ibv_recv_wr wr{};
-  wr.wr_id = static_cast<uint64_t>(slot);
+  wr.wr_id = wr_id(lane_index, false, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   ibv_recv_wr* bad = nullptr;
-  if (local_.verbs->post_recv(qp_, &wr, &bad) != 0) {
-    fail_locked(
-        fmt::format("[ibverbs] to {}: {}", peer_key_, hints::describe(hints::Verb::kPostRecv, errno, {local_.device})));
+  const int result = local_.verbs->post_recv(lane.qp, &wr, &bad);
+  if (result != 0) {
+    fail_locked(fmt::format("[ibverbs] to {}: {}", peer_key_,
+                            hints::describe(hints::Verb::kPostRecv, error_of(result), {local_.device})));
   }
 }
 
 void Connection::attach(uint64_t comm_id, Endpoint* endpoint, int rail) {
   std::lock_guard<std::mutex> lock(mutex_);
-  endpoints_[comm_id] = Attached{endpoint, rail};
+  endpoints_.push_back(Attached{comm_id, endpoint, rail});
   auto early = early_.find(comm_id);
   if (early != early_.end()) {
     for (const std::vector<uint8_t>& frame : early->second) {
@@ -220,20 +281,26 @@ void Connection::attach(uint64_t comm_id, Endpoint* endpoint, int rail) {
 
 void Connection::detach(uint64_t comm_id) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto it = endpoints_.find(comm_id);
-  if (it == endpoints_.end()) return;
-  Endpoint* leaving = it->second.endpoint;
-  senders_.erase(std::remove_if(senders_.begin(), senders_.end(),
-                                [leaving](const std::pair<Endpoint*, int>& sender) { return sender.first == leaving; }),
-                 senders_.end());
-  endpoints_.erase(it);
+  Attached* attached = endpoint_of(comm_id);
+  if (attached == nullptr) return;
+  Endpoint* leaving = attached->endpoint;
+  for (Lane& lane : lanes_) {
+    lane.senders.erase(std::remove_if(lane.senders.begin(), lane.senders.end(),
+                                      [leaving](const std::pair<Endpoint*, int>& s) { return s.first == leaving; }),
+                       lane.senders.end());
+  }
+  endpoints_.erase(endpoints_.begin() + (attached - endpoints_.data()));
   aborted_.erase(comm_id);
 }
 
-void Connection::want_to_send(Endpoint* endpoint, int rail) {
+void Connection::want_to_send(Endpoint* endpoint, int rail, unsigned lanes) {
   std::lock_guard<std::mutex> lock(mutex_);
   const std::pair<Endpoint*, int> sender{endpoint, rail};
-  if (std::find(senders_.begin(), senders_.end(), sender) == senders_.end()) senders_.push_back(sender);
+  for (int lane = 0; lane < wire::kLanes; ++lane) {
+    if ((lanes & (1u << lane)) == 0) continue;
+    auto& senders = lanes_[lane].senders;
+    if (std::find(senders.begin(), senders.end(), sender) == senders.end()) senders.push_back(sender);
+  }
   if (!failure_.empty()) return;
   try {
     pump_sends_locked();  // small messages leave in this call
@@ -243,23 +310,25 @@ void Connection::want_to_send(Endpoint* endpoint, int rail) {
 }
 
 void Connection::notify_abort(uint64_t comm_id) {
-  wire::Notice notice{static_cast<uint32_t>(wire::NoticeKind::kAbort), 0, comm_id};
+  wire::Notice notice{static_cast<uint32_t>(wire::NoticeKind::kAbort), 0, comm_id, 0};
   std::lock_guard<std::mutex> lock(mutex_);
   if (side_channel_ < 0) return;
-  // Best effort and never blocking: a notice is 16 bytes, far below any socket buffer.
+  // Best effort and never blocking: a notice is 24 bytes, far below any socket buffer.
   (void)!send(side_channel_, &notice, sizeof(notice), MSG_DONTWAIT | platform::send_flags());
 }
 
-void Connection::progress() {
+bool Connection::progress() {
   std::lock_guard<std::mutex> lock(mutex_);
-  progress_locked();
+  return progress_locked();
 }
 
-void Connection::progress_locked() {
+bool Connection::progress_locked() {
   if (!failure_.empty()) throw IoError(failure_);
-  poll_locked();
+  frames_came_ = false;
+  const bool moved = poll_locked();
   pump_sends_locked();
-  const auto now = Clock::now();
+  const auto now = platform::coarse_now();  // the checks below count milliseconds
+  if (frames_came_) last_frame_at_ = now;
   if (now >= next_side_check_) {
     next_side_check_ = now + kSideCheckEvery;
     check_side_channel_locked();
@@ -272,76 +341,81 @@ void Connection::progress_locked() {
                     "or was killed)",
                     local_.device, peer_key_));
   }
+  return moved;
 }
 
 void Connection::check_loss_locked(Clock::time_point now) {
-  if (peer_posted_ != 0 && frames_in_ >= peer_posted_) peer_posted_ = 0;  // all came
-  if (peer_posted_ != 0 && now - peer_posted_at_ >= kLossGrace) {
-    fail_locked(
-        fmt::format("[ibverbs] {}: frames from {} were lost (it posted {}, {} arrived): the link dropped "
-                    "data, which UC queue pairs do not resend",
-                    local_.device, peer_key_, peer_posted_, frames_in_));
+  for (Lane& lane : lanes_) {
+    if (lane.peer_posted != 0 && lane.frames_in >= lane.peer_posted) lane.peer_posted = 0;  // all came
+    if (lane.peer_posted != 0 && now - lane.peer_posted_at >= kLossGrace) {
+      fail_locked(
+          fmt::format("[ibverbs] {}: frames from {} were lost (it posted {}, {} arrived{}): the link dropped "
+                      "data, which UC queue pairs do not resend",
+                      local_.device, peer_key_, lane.peer_posted, lane.frames_in,
+                      &lane == &lanes_[wire::kBulk] ? ", bulk slots" : ""));
+    }
   }
   if (now - last_frame_at_ >= kProbeAfter && now >= next_probe_) {
     next_probe_ = now + kProbeAfter;
-    send_count_locked(/*ask=*/true);
+    send_counts_locked(/*ask=*/true);
   }
 }
 
-void Connection::send_count_locked(bool ask) {
+void Connection::send_counts_locked(bool ask) {
   if (side_channel_ < 0) return;
-  wire::Notice notice{static_cast<uint32_t>(wire::NoticeKind::kSent), ask ? 1u : 0u, posted_};
-  // Never blocking: 16 bytes, at most one per kProbeAfter and one answer per probe of the peer.
+  wire::Notice notice{static_cast<uint32_t>(wire::NoticeKind::kSent), ask ? 1u : 0u, lanes_[wire::kSmall].posted,
+                      lanes_[wire::kBulk].posted};
+  // Never blocking: 24 bytes, at most one per kProbeAfter and one answer per probe of the peer.
   (void)!send(side_channel_, &notice, sizeof(notice), MSG_DONTWAIT | platform::send_flags());
 }
 
-void Connection::block(std::chrono::microseconds max_wait) {
-  // Completions have no file descriptor here (Apple's stack offers no completion channel): a short sleep, after
-  // which the caller polls again. Short, so a reply that comes just after the spin phase costs ~100 us, not a
-  // scheduler tick; the side channel is read by progress() every few milliseconds.
-  std::this_thread::sleep_for(std::min(max_wait, std::chrono::microseconds(100)));
-}
-
-void Connection::poll_locked() {
-  ibv_wc completions[16];
+bool Connection::poll_locked() {
+  ibv_wc completions[kPollBatch];
+  bool moved = false;
   for (;;) {
-    const int got = local_.verbs->poll_cq(cq_, 16, completions);
+    const int got = local_.verbs->poll_cq(cq_, kPollBatch, completions);
     if (got < 0) fail_locked(fmt::format("[ibverbs] {}: ibv_poll_cq failed ({})", local_.device, got));
     for (int i = 0; i < got; ++i) {
       const ibv_wc& wc = completions[i];
-      const int slot = static_cast<int>(wc.wr_id);
-      const bool receive = slot < kRecvDepth;
+      const int lane = static_cast<int>(wc.wr_id >> 32);
+      const bool send = (wc.wr_id & kSendBit) != 0;
+      const int slot = static_cast<int>(wc.wr_id & (kSendBit - 1));
       if (wc.status != IBV_WC_SUCCESS) {
-        fail_locked(fmt::format("[ibverbs] {}: {} with {} failed: {}", local_.device, receive ? "a receive" : "a send",
+        fail_locked(fmt::format("[ibverbs] {}: {} with {} failed: {}", local_.device, send ? "a send" : "a receive",
                                 peer_key_, wc_status_name(wc.status)));
       }
-      if (receive) {
-        on_frame(slot, wc.byte_len);
+      if (send) {
+        lanes_[lane].free_send_slots.push_back(slot);
       } else {
-        free_send_slots_.push_back(slot);
+        on_received(lane, slot, wc.byte_len);
       }
     }
-    if (got < 16) return;
+    if (got > 0) moved = true;
+    if (got < kPollBatch) break;
   }
+  if (moved) bump(traffic_, 1);
+  return moved;
 }
 
-void Connection::on_frame(int slot, uint32_t bytes) {
-  const uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
+void Connection::on_received(int lane_index, int slot, uint32_t bytes) {
+  Lane& lane = lanes_[lane_index];
+  const uint8_t* frame = lane.slot(slot);
   wire::Header header;
   if (!wire::decode_frame(frame, bytes, &header)) {
     fail_locked(fmt::format("[ibverbs] {}: a damaged frame from {} ({} B): the link delivered corrupt data",
                             local_.device, peer_key_, bytes));
   }
-  if (header.seq != recv_seq_) {
+  if (header.seq != lane.recv_seq) {
     fail_locked(
-        fmt::format("[ibverbs] {}: frames from {} were lost (expected frame {}, got {}): the link dropped "
+        fmt::format("[ibverbs] {}: frames from {} were lost (expected {} {}, got {}): the link dropped "
                     "data, which UC queue pairs do not resend",
-                    local_.device, peer_key_, recv_seq_, header.seq));
+                    local_.device, peer_key_, lane_index == wire::kBulk ? "slot" : "frame", lane.recv_seq, header.seq));
   }
-  ++recv_seq_;
-  ++frames_in_;
-  last_frame_at_ = Clock::now();
-  credits_ += static_cast<int>(header.credits);
+  ++lane.recv_seq;
+  ++lane.frames_in;
+  frames_came_ = true;
+  lanes_[wire::kSmall].credits += header.credits;
+  lanes_[wire::kBulk].credits += header.bulk_credits;
   if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) {
     Attached* attached = endpoint_of(header.comm_id);
     if (attached != nullptr) {
@@ -350,80 +424,114 @@ void Connection::on_frame(int slot, uint32_t bytes) {
       early_[header.comm_id].emplace_back(frame, frame + sizeof(header) + header.payload);
     }
   }
-  post_recv(slot);
-  ++owed_;
+  post_recv(lane_index, slot);
+  ++lane.owed;
 }
 
 Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
-  auto it = endpoints_.find(comm_id);
-  return it == endpoints_.end() ? nullptr : &it->second;
+  for (Attached& attached : endpoints_) {
+    if (attached.comm_id == comm_id) return &attached;
+  }
+  return nullptr;
+}
+
+void Connection::pump_lane_locked(int lane_index) {
+  Lane& lane = lanes_[lane_index];
+  const int reserve = lane_index == wire::kSmall ? 2 : 1;  // the small lane keeps one for a credit-only frame
+  const size_t capacity = lane.slot_bytes - sizeof(wire::Header);
+  while (!lane.senders.empty() && lane.credits >= reserve && !lane.free_send_slots.empty()) {
+    const auto [endpoint, rail] = lane.senders.front();
+    lane.senders.pop_front();
+    const int slot = lane.free_send_slots.back();
+    uint8_t* piece = lane.slot(slot);
+    // The header is written where it goes, field by field, and sealed there (a header built elsewhere and copied
+    // in as a block would be read back over its fields' narrower stores: a stall per frame).
+    wire::Header* header = new (piece) wire::Header();
+    bool more = false;
+    if (!endpoint->fill_piece(rail, lane_index, header, piece + sizeof(wire::Header), capacity, &more)) continue;
+    lane.free_send_slots.pop_back();
+    if (local_.payload_sum) {
+      header->flags |= wire::kSummed;
+      header->payload_sum = wire::payload_sum(piece + sizeof(wire::Header), header->payload);
+    }
+    bump(lane_index == wire::kBulk ? slots_sent_ : frames_sent_, 1);
+    bump(payload_sent_, header->payload);
+    post_piece(lane_index, slot, header);
+    // Round robin between the communicators that have something to send.
+    if (more) lane.senders.emplace_back(endpoint, rail);
+  }
+}
+
+void Connection::return_credits_locked() {
+  // Credits back to the peer when nothing else carried them, and it may be running short or enough piled up.
+  Lane& small = lanes_[wire::kSmall];
+  Lane& bulk = lanes_[wire::kBulk];
+  const uint64_t small_left = static_cast<uint64_t>(small.depth) + small.reported - small.frames_in;
+  const uint64_t bulk_left = static_cast<uint64_t>(bulk.depth) + bulk.reported - bulk.frames_in;
+  const bool small_due = small.owed > 0 && (small.owed >= static_cast<uint32_t>(small.depth / 2) || small_left <= 2);
+  const bool bulk_due =
+      bulk.owed > 0 && (bulk.owed >= static_cast<uint32_t>(std::max(1, bulk.depth / 2)) || bulk_left <= 1);
+  if ((small_due || bulk_due) && small.credits >= 1 && !small.free_send_slots.empty()) {
+    const int slot = small.free_send_slots.back();
+    small.free_send_slots.pop_back();
+    wire::Header* header = new (small.slot(slot)) wire::Header();
+    header->kind = static_cast<uint8_t>(wire::FrameKind::kCredit);
+    post_piece(wire::kSmall, slot, header);
+  }
 }
 
 void Connection::pump_sends_locked() {
-  while (!senders_.empty() && credits_ >= 2 && !free_send_slots_.empty()) {
-    const auto [endpoint, rail] = senders_.front();
-    senders_.pop_front();
-    const int slot = free_send_slots_.back();
-    uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
-    wire::Header header;
-    bool more = false;
-    if (!endpoint->fill_frame(rail, &header, frame + sizeof(header), &more)) continue;
-    free_send_slots_.pop_back();
-    post_frame(slot, header);
-    frames_sent_.fetch_add(1, std::memory_order_relaxed);
-    payload_sent_.fetch_add(header.payload, std::memory_order_relaxed);
-    // Round robin between the communicators that have something to send.
-    if (more) senders_.emplace_back(endpoint, rail);
-  }
-  // Credits back to the peer when it has nothing to carry them, or may be running short.
-  const uint64_t peer_credits = static_cast<uint64_t>(kRecvDepth) + reported_ - frames_in_;
-  if (owed_ > 0 && credits_ >= 1 && !free_send_slots_.empty() &&
-      (owed_ >= static_cast<uint32_t>(kRecvDepth / 2) || peer_credits <= 2)) {
-    wire::Header header;
-    header.kind = static_cast<uint8_t>(wire::FrameKind::kCredit);
-    const int slot = free_send_slots_.back();
-    free_send_slots_.pop_back();
-    post_frame(slot, header);
-  }
-  flush_locked();
+  pump_lane_locked(wire::kBulk);
+  pump_lane_locked(wire::kSmall);
+  return_credits_locked();
+  flush_locked(wire::kBulk);
+  flush_locked(wire::kSmall);
 }
 
-void Connection::post_frame(int slot, wire::Header header) {
-  uint8_t* frame = frames_ + static_cast<size_t>(slot) * wire::kFrameBytes;
-  header.seq = send_seq_++;
-  ++posted_;
-  header.credits = static_cast<uint16_t>(owed_);
-  reported_ += owed_;
-  owed_ = 0;
-  header.payload_sum = wire::payload_sum(frame + sizeof(header), header.payload);
-  wire::seal(header);
-  std::memcpy(frame, &header, sizeof(header));
-  ibv_sge& sge = batch_sge_[batched_];
-  sge.addr = reinterpret_cast<uintptr_t>(frame);
-  sge.length = static_cast<uint32_t>(sizeof(header) + header.payload);
+void Connection::post_piece(int lane_index, int slot, wire::Header* header) {
+  Lane& lane = lanes_[lane_index];
+  header->seq = lane.send_seq++;
+  ++lane.posted;
+  Lane& small = lanes_[wire::kSmall];
+  Lane& bulk = lanes_[wire::kBulk];
+  header->credits = static_cast<uint16_t>(small.owed);
+  header->bulk_credits = static_cast<uint16_t>(bulk.owed);
+  small.reported += small.owed;
+  bulk.reported += bulk.owed;
+  small.owed = bulk.owed = 0;
+  wire::seal(*header);
+  // A small frame goes as long as it is (one 4 KiB frame at most); a slot goes whole, so that it and its receive
+  // span the same frames.
+  const size_t length = lane_index == wire::kBulk ? lane.slot_bytes : sizeof(wire::Header) + header->payload;
+  ibv_sge& sge = lane.batch_sge[lane.batched];
+  sge.addr = reinterpret_cast<uintptr_t>(lane.slot(slot));
+  sge.length = static_cast<uint32_t>(length);
   sge.lkey = mr_->lkey;
-  ibv_send_wr& wr = batch_[batched_];
-  wr = ibv_send_wr{};
-  wr.wr_id = static_cast<uint64_t>(slot);
+  // The fields a SEND uses; the others stay zero from the batch's construction.
+  ibv_send_wr& wr = lane.batch[lane.batched];
+  wr.next = nullptr;
+  wr.wr_id = wr_id(lane_index, true, slot);
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.opcode = IBV_WR_SEND;
   wr.send_flags = IBV_SEND_SIGNALED;
-  if (batched_ > 0) batch_[batched_ - 1].next = &wr;
-  ++batched_;
-  --credits_;
-  if (batched_ >= std::min(local_.post_batch, kMaxPostBatch)) flush_locked();
+  if (lane.batched > 0) lane.batch[lane.batched - 1].next = &wr;
+  ++lane.batched;
+  --lane.credits;
+  if (lane.batched >= std::min({local_.post_batch, kMaxPostBatch, lane.depth})) flush_locked(lane_index);
 }
 
-void Connection::flush_locked() {
-  if (batched_ == 0) return;
+void Connection::flush_locked(int lane_index) {
+  Lane& lane = lanes_[lane_index];
+  if (lane.batched == 0) return;
   ibv_send_wr* bad = nullptr;
-  const int posted = batched_;
-  batched_ = 0;
-  if (local_.verbs->post_send(qp_, &batch_[0], &bad) != 0) {
-    const int error = errno;
-    fail_locked(fmt::format("[ibverbs] to {}: {} ({} frames)", peer_key_,
-                            hints::describe(hints::Verb::kPostSend, error, {local_.device}), posted));
+  const int posted = lane.batched;
+  lane.batched = 0;
+  const int result = local_.verbs->post_send(lane.qp, &lane.batch[0], &bad);
+  if (result != 0) {
+    fail_locked(fmt::format("[ibverbs] to {}: {} ({} {})", peer_key_,
+                            hints::describe(hints::Verb::kPostSend, error_of(result), {local_.device}), posted,
+                            lane_index == wire::kBulk ? "slots" : "frames"));
   }
 }
 
@@ -434,7 +542,7 @@ void Connection::check_side_channel_locked() {
     // The peer left: give its last frames time to arrive (progress_locked fails after that). A reset is a close
     // with notices of ours still unread there (a probe it had no reason to answer), or a crash.
     if (got == 0 || (got < 0 && (errno == ECONNRESET || errno == EPIPE))) {
-      if (gone_at_ == Clock::time_point{}) gone_at_ = Clock::now();
+      if (gone_at_ == Clock::time_point{}) gone_at_ = platform::coarse_now();
       return;
     }
     if (got < 0) {
@@ -448,28 +556,35 @@ void Connection::check_side_channel_locked() {
       std::memcpy(&notice, side_buffer_, sizeof(notice));
       std::memmove(side_buffer_, side_buffer_ + sizeof(notice), side_bytes_ - sizeof(notice));
       side_bytes_ -= sizeof(notice);
-      if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kSent)) {
-        // Frames the peer posted: every one is on the wire (its batch was flushed before it answered).
-        if (notice.comm_id > frames_in_ && peer_posted_ == 0) {
-          peer_posted_ = notice.comm_id;
-          peer_posted_at_ = Clock::now();
-        }
-        if (notice.reserved == 1) send_count_locked(/*ask=*/false);
-      }
-      if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kAbort)) {
-        const std::string why =
-            fmt::format("[ibverbs] {}: the peer {} aborted the communicator", local_.device, peer_key_);
-        aborted_[notice.comm_id] = why;
-        if (Attached* attached = endpoint_of(notice.comm_id)) attached->endpoint->fail(why);
+      on_notice(notice);
+    }
+  }
+}
+
+void Connection::on_notice(const wire::Notice& notice) {
+  if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kSent)) {
+    // Frames the peer posted: every one is on the wire (its batches were flushed before it answered).
+    const uint64_t counts[wire::kLanes] = {notice.comm_id, notice.bulk};
+    for (int lane = 0; lane < wire::kLanes; ++lane) {
+      Lane& mine = lanes_[lane];
+      if (counts[lane] > mine.frames_in && mine.peer_posted == 0) {
+        mine.peer_posted = counts[lane];
+        mine.peer_posted_at = platform::coarse_now();
       }
     }
+    if (notice.reserved == 1) send_counts_locked(/*ask=*/false);
+  }
+  if (notice.kind == static_cast<uint32_t>(wire::NoticeKind::kAbort)) {
+    const std::string why = fmt::format("[ibverbs] {}: the peer {} aborted the communicator", local_.device, peer_key_);
+    aborted_[notice.comm_id] = why;
+    if (Attached* attached = endpoint_of(notice.comm_id)) attached->endpoint->fail(why);
   }
 }
 
 void Connection::fail_locked(const std::string& why) {
   if (failure_.empty()) {
     failure_ = why;
-    for (auto& [comm_id, attached] : endpoints_) attached.endpoint->fail(why);
+    for (Attached& attached : endpoints_) attached.endpoint->fail(why);
   }
   throw IoError(failure_);
 }

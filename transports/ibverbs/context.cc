@@ -4,6 +4,7 @@
 #include "transports/ibverbs/context.h"
 
 #include <algorithm>
+#include <map>
 #include <thread>
 
 #include <fmt/format.h>
@@ -29,14 +30,23 @@ class Context final : public transport::Context {
   std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
                                                             Deadline deadline) override {
     std::vector<Peer> dialed, awaited;
+    std::map<std::string, int> peers_on;  // device -> peers over it
     for (const auto& peer : peers) {
       std::string why_not;
       Peer entry{peer.rank, rails_between(self_, decode_context_address(peer.address), &why_not), {}};
       if (entry.rails.empty()) {
         throw IoError(fmt::format("[ibverbs] rank {}: cannot reach peer {}: {}", args_.rank, peer.rank, why_not));
       }
+      for (const Rail& rail : entry.rails) ++peers_on[rail.device];
       // A rank's port keys all compare alike with another rank's (port.h): it dials on every rail or on none.
       (port(entry.rails[0].device).key() < entry.rails[0].peer.key ? dialed : awaited).push_back(std::move(entry));
+    }
+    check_subnet_budgets(peers_on);
+    for (const auto& port : ports_) {  // two queue pairs per peer where the device has room for them, else one
+      auto limit = self_.budget.find(port->device());
+      const int peers = peers_on.count(port->device()) != 0 ? peers_on.at(port->device()) : 0;
+      port->set_bulk_lanes(limit == self_.budget.end() || limit->second == 0 ||
+                           peers * kQueuePairsPerPeer <= limit->second);
     }
     // Dial the ranks with larger keys first, then wait for the smaller ones' calls, accepting on every port: waits
     // only ever point from a smaller key to a larger, so they cannot form a cycle.
@@ -89,6 +99,20 @@ class Context final : public transport::Context {
     std::vector<Rail> rails;
     std::vector<std::shared_ptr<Connection>> connections;
   };
+
+  // By subnet, a device's budget is known to hold only once every peer's rails are: over it, init fails naming it.
+  void check_subnet_budgets(const std::map<std::string, int>& peers_on) const {
+    if (self_.kind != ContextAddress::Kind::kSubnets) return;
+    for (const auto& [device, peers] : peers_on) {
+      auto limit = self_.budget.find(device);
+      if (limit == self_.budget.end() || limit->second == 0 || peers <= limit->second) continue;
+      throw InvalidArgument(fmt::format(
+          "[ibverbs] rank {}: {} would need {} queue pairs (one per peer at least, {} peers on its subnet), over its "
+          "limit of {} (TBCOLL_IB_MAX_QPS; Apple's Thunderbolt allows about 10 per device): give the peers other "
+          "cables, or a device matrix",
+          args_.rank, device, peers, peers, limit->second));
+    }
+  }
 
   Port& port(const std::string& device) {
     for (const auto& port : ports_) {

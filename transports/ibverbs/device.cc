@@ -2,6 +2,8 @@
 // IPv4-mapped GID; one port per rank and device (port.h), shared by the rank's communicators.
 #include "transports/ibverbs/device.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -60,6 +62,14 @@ DeviceMatrix matrix_of(const std::string& spec) {
 
 // Queue pairs a device allows per process: TBCOLL_IB_MAX_QPS, or for auto 10 on Apple's Thunderbolt devices
 // (rdma_enN; the 11th fails with EBUSY) and no limit of ours elsewhere (the device says EBUSY/ENOMEM itself).
+InvalidArgument over_budget(int rank, const std::string& device, int peers, int limit) {
+  return InvalidArgument(fmt::format(
+      "[ibverbs] rank {}: {} would need {} queue pairs (one per peer), over its limit of {} (TBCOLL_IB_MAX_QPS; "
+      "Apple's Thunderbolt allows about 10 per device): with TBCOLL_IB_MODE=auto the peers past the limit use tcp, "
+      "or give the pairs other cables in a device matrix",
+      rank, device, peers, limit));
+}
+
 int qp_budget(const env::Settings& settings, const std::string& device) {
   const std::string text = settings.get("TBCOLL_IB_MAX_QPS");
   if (text == "auto") return device.rfind("rdma_en", 0) == 0 ? 10 : 0;
@@ -70,6 +80,53 @@ int qp_budget(const env::Settings& settings, const std::string& device) {
   return static_cast<int>(value);
 }
 
+// A cost-model figure: the knob's value if set (a positive number), else `otherwise`.
+double knob_or(const env::Settings& settings, const char* name, double otherwise) {
+  const std::string text = settings.get(name);
+  if (text.empty() || text == "auto") return otherwise;
+  const double value = settings.get_double(name);
+  if (!(value > 0) || value > 1e6) {
+    throw InvalidArgument(fmt::format("[env] {}={}: a positive number, or auto", name, text));
+  }
+  return value;
+}
+
+PortOptions port_options(const env::Settings& settings, const transport::ContextArgs& args) {
+  PortOptions options;
+  parse_mode(settings.get("TBCOLL_IB_MODE"), &options);
+  options.listen_host = net::listen_host(settings, args.bind_host, fmt::format("[ibverbs] rank {}", args.rank));
+  options.token = args.token;
+  options.secret = args.secret;
+  const long long post_batch = settings.get_int("TBCOLL_IB_POST_BATCH");
+  if (post_batch < 0 || post_batch > Connection::kMaxPostBatch) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_IB_POST_BATCH={}: 0 (automatic) to {}", post_batch,
+                                      Connection::kMaxPostBatch));
+  }
+  options.post_batch = static_cast<int>(post_batch);
+  const long long slot_bytes = settings.get_int("TBCOLL_IB_SLOT_BYTES");
+  if (slot_bytes != 0 && (slot_bytes < static_cast<long long>(wire::kMinSlotBytes) ||
+                          slot_bytes > static_cast<long long>(wire::kMaxSlotBytes) ||
+                          slot_bytes % static_cast<long long>(wire::kFrameBytes) != 0)) {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_IB_SLOT_BYTES={}: 0 (automatic), or a multiple of 4096 from "
+                                      "16384 to 1048576",
+                                      slot_bytes));
+  }
+  options.slot_bytes = static_cast<size_t>(slot_bytes);
+  options.payload_sum = settings.get_int("TBCOLL_IB_PAYLOAD_SUM") != 0;
+  return options;
+}
+
+int rails_knob(const env::Settings& settings) {
+  const long long rails = settings.get_int("TBCOLL_IB_RAILS");
+  if (rails < 1 || rails > 16) throw InvalidArgument(fmt::format("[env] TBCOLL_IB_RAILS={}: 1 to 16 per peer", rails));
+  return static_cast<int>(rails);
+}
+
+std::string host_name() {
+  char name[256] = {};
+  return gethostname(name, sizeof(name) - 1) == 0 ? std::string(name) : std::string();
+}
+
 class Device final : public transport::Device {
  public:
   Device(const VerbsApi* verbs, std::string name, bool same_process_only)
@@ -78,11 +135,15 @@ class Device final : public transport::Device {
   std::string name() const override { return name_; }
   transport::Capabilities capabilities() const override {
     transport::Capabilities caps;
-    caps.latency_us = 5;      // Thunderbolt 5 UC SEND, one way (public figures: 4.2-4.6 us)
-    caps.bandwidth_gbps = 9;  // one UC queue pair, 64 KiB messages (~75 Gb/s)
-    caps.message_overhead_us = 0.5;  // a post and a poll
+    // The floors: TBCOLL_IB_LATENCY_US and TBCOLL_IB_GBPS (what tbcoll-rdma-check measures), else published
+    // figures: Thunderbolt 5 UC SEND, ib_send_lat 4.6 us at 4 KiB and ib_send_bw ~75 Gbit/s on one queue pair.
+    const env::Settings settings;
+    const bool apple = verbs_ != nullptr && verbs_->provider.find("librdma") != std::string::npos;
+    caps.latency_us = knob_or(settings, "TBCOLL_IB_LATENCY_US", apple ? 4.6 : 2.0);
+    caps.bandwidth_gbps = knob_or(settings, "TBCOLL_IB_GBPS", apple ? 9.4 : 10.0);
+    caps.message_overhead_us = 0.3;  // the transport's CPU per message and end (benchmarks/ibverbs_bench.cc)
     caps.max_message_bytes = wire::kMaxMessageBytes;
-    caps.needs_registered_memory = true;  // payloads go through the connection's registered frames
+    caps.needs_registered_memory = true;  // payloads go through the connection's registered frames and slots
     caps.same_process_only = same_process_only_;
     return caps;
   }
@@ -102,79 +163,90 @@ class Device final : public transport::Device {
 
   std::unique_ptr<transport::Context> create_context(const transport::ContextArgs& args) override {
     const env::Settings settings(args.knobs);
-    PortOptions options;
-    parse_mode(settings.get("TBCOLL_IB_MODE"), &options);
-    options.listen_host = net::listen_host(settings, args.bind_host, fmt::format("[ibverbs] rank {}", args.rank));
-    options.token = args.token;
-    options.secret = args.secret;
-    const long long post_batch = settings.get_int("TBCOLL_IB_POST_BATCH");
-    if (post_batch < 0 || post_batch > Connection::kMaxPostBatch) {
-      throw InvalidArgument(fmt::format("[env] TBCOLL_IB_POST_BATCH={}: 0 (automatic) to {}", post_batch,
-                                        Connection::kMaxPostBatch));
-    }
-    options.post_batch = static_cast<int>(post_batch);
+    const PortOptions options = port_options(settings, args);
     const long long stripe_bytes = settings.get_int("TBCOLL_IB_STRIPE_BYTES");
     if (stripe_bytes < 0) {
       throw InvalidArgument(fmt::format("[env] TBCOLL_IB_STRIPE_BYTES={}: a size in bytes", stripe_bytes));
     }
     const std::string presence = fmt::format("{:x}.{}", args.self.process_id, args.self.instance);
-    const int instance = args.self.instance;
-
     ContextAddress self;
-    self.instance = instance;
-    std::vector<std::string> used;  // devices, in the order of first use
+    self.instance = args.self.instance;
+    self.host = host_name();
     const std::string spec = device_spec(settings);
+    std::vector<std::string> used;  // devices, in the order of first use
     if (names_a_matrix(spec)) {
-      const DeviceMatrix matrix = matrix_of(spec);
-      // N is the job's size: checked by the communicator that opens the rank's ports (the world's, before splits).
-      check_device_matrix(matrix, has_ports(presence) ? matrix.size() : args.world_size, instance,
-                          device_names(*verbs_));
-      self.every_peer = false;
-      const auto& row = matrix.cells[static_cast<size_t>(instance)];
-      for (int peer = 0; peer < matrix.size(); ++peer) {
-        if (row[static_cast<size_t>(peer)].empty()) continue;
-        self.routes[peer] = row[static_cast<size_t>(peer)];
-        for (const std::string& name : row[static_cast<size_t>(peer)]) {
-          if (std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
-        }
-      }
-      if (used.empty()) {
-        throw IoError(fmt::format("[ibverbs] device matrix {}: row {} has no cable (this rank reaches no peer over "
-                                  "ibverbs)",
-                                  matrix.source, instance));
-      }
-    } else {
-      const long long rails = settings.get_int("TBCOLL_IB_RAILS");
-      if (rails < 1 || rails > 16) {
-        throw InvalidArgument(fmt::format("[env] TBCOLL_IB_RAILS={}: 1 to 16 devices per peer", rails));
-      }
+      used = route_by_matrix(spec, presence, args, &self);
+    } else if (!spec.empty()) {
       for (const Found& found : probe_all(*verbs_, split_names(spec))) {
-        if (static_cast<long long>(used.size()) < rails) used.push_back(found.name);
+        if (static_cast<int>(used.size()) < rails_knob(settings)) used.push_back(found.name);
       }
+      self.kind = ContextAddress::Kind::kEveryPeer;
       self.devices = used;
+    } else {
+      used = route_by_subnet(settings, &self);
     }
-    for (const std::string& device : used) {
-      self.budget[device] = qp_budget(settings, device);
-      if (options.auto_mode) continue;  // auto: the peers past the budget use the next transport (routes.h)
-      const int limit = self.budget[device];
-      int demand = self.every_peer ? args.world_size - 1 : 0;
-      for (const auto& [peer, names] : self.routes) {
-        demand += std::count(names.begin(), names.end(), device) > 0 ? 1 : 0;
-      }
-      if (limit > 0 && demand > limit) {
-        throw InvalidArgument(fmt::format(
-            "[ibverbs] rank {}: {} would need {} queue pairs (one per peer), over its limit of {} (TBCOLL_IB_MAX_QPS; "
-            "Apple's Thunderbolt allows about 10 per device): with TBCOLL_IB_MODE=auto the peers past the limit use "
-            "tcp, or give the pairs other cables in a device matrix",
-            args.rank, device, demand, limit));
-      }
-    }
+    for (const std::string& device : used) self.budget[device] = qp_budget(settings, device);
+    if (!options.auto_mode && self.kind != ContextAddress::Kind::kSubnets) check_budgets(self, args);
     std::vector<std::shared_ptr<Port>> ports;
     for (const std::string& device : used) ports.push_back(port_for(presence, device, options));
     return make_context(std::move(ports), std::move(self), static_cast<size_t>(stripe_bytes), args);
   }
 
  private:
+  // The rank's row of a device matrix: its routes and the devices they use.
+  std::vector<std::string> route_by_matrix(const std::string& spec, const std::string& presence,
+                                           const transport::ContextArgs& args, ContextAddress* self) {
+    const DeviceMatrix matrix = matrix_of(spec);
+    // N is the job's size: checked by the communicator that opens the rank's ports (the world's, before splits).
+    check_device_matrix(matrix, has_ports(presence) ? matrix.size() : args.world_size, self->instance,
+                        device_names(*verbs_));
+    self->kind = ContextAddress::Kind::kMatrix;
+    std::vector<std::string> used;
+    const auto& row = matrix.cells[static_cast<size_t>(self->instance)];
+    for (int peer = 0; peer < matrix.size(); ++peer) {
+      if (row[static_cast<size_t>(peer)].empty()) continue;
+      self->routes[peer] = row[static_cast<size_t>(peer)];
+      for (const std::string& name : row[static_cast<size_t>(peer)]) {
+        if (std::find(used.begin(), used.end(), name) == used.end()) used.push_back(name);
+      }
+    }
+    if (used.empty()) {
+      throw IoError(fmt::format("[ibverbs] device matrix {}: row {} has no cable (this rank reaches no peer over "
+                                "ibverbs)",
+                                matrix.source, self->instance));
+    }
+    return used;
+  }
+
+  // Every usable device, published with its IPv4 subnet: peers pick the cable their own subnets share.
+  std::vector<std::string> route_by_subnet(const env::Settings& settings, ContextAddress* self) {
+    self->kind = ContextAddress::Kind::kSubnets;
+    self->rails = rails_knob(settings);
+    std::vector<std::string> used;
+    for (const Found& found : probe_all(*verbs_, {})) {
+      ContextAddress::Net net;
+      net.device = found.name;
+      net.ipv4 = ipv4_of(found.gid);
+      net.prefix = verbs_->ipv4_prefix != nullptr ? verbs_->ipv4_prefix(found.gid.raw + 12) : -1;
+      net.apple = apple_device(*verbs_, found.name);
+      self->nets.push_back(net);
+      used.push_back(found.name);
+    }
+    return used;
+  }
+
+  // A forced mode: a device whose budget the peers over it would pass is an error naming it (auto: those peers
+  // use the next transport, routes.h).
+  static void check_budgets(const ContextAddress& self, const transport::ContextArgs& args) {
+    for (const auto& [device, limit] : self.budget) {
+      int peers = self.kind == ContextAddress::Kind::kEveryPeer ? args.world_size - 1 : 0;
+      for (const auto& [peer, names] : self.routes) {
+        peers += std::count(names.begin(), names.end(), device) > 0 ? 1 : 0;
+      }
+      if (limit > 0 && peers > limit) throw over_budget(args.rank, device, peers, limit);
+    }
+  }
+
   bool has_ports(const std::string& presence) {
     std::lock_guard<std::mutex> lock(mutex_);
     for (const auto& [key, port] : ports_) {

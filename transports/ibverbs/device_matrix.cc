@@ -169,8 +169,7 @@ DeviceMatrix parse_device_matrix(const std::string& text, const std::string& sou
       std::vector<std::string> names;
       if (cell.kind == Value::kString) {
         names.push_back(cell.text);
-      } else if (cell.kind == Value::kArray) {
-        if (cell.items.empty()) throw wrong(cell, where + ": an empty list (write null for no cable)");
+      } else if (cell.kind == Value::kArray) {  // [] is no cable, as null (exo writes its matrices so)
         for (const Value& name : cell.items) {
           if (name.kind != Value::kString) throw wrong(name, where + ": a list of cables holds device names only");
           names.push_back(name.text);

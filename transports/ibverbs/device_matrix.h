@@ -5,7 +5,8 @@
 //    ["rdma_en3",  null,                  ["rdma_en4", "rdma_en5"]],   a name: one cable; a list: one name per
 //    [null,        ["rdma_en4", "rdma_en5"], null   ]]     cable (the k-th names of both ends are the same cable)
 //
-// The diagonal is null; a null cell means the pair does not use ibverbs (the next transport, tcp, joins it). The
+// The diagonal is null or []; a null or [] cell means the pair does not use ibverbs (the next transport, tcp, joins
+// it); exo writes [] for both. The
 // parser is a small one that takes only what these files contain (arrays, strings, null), no dependency.
 #pragma once
 
@@ -24,7 +25,7 @@ struct DeviceMatrix {
 
 /// Parses a matrix from `text`; `source` names it in messages. Throws InvalidArgument naming the source and the
 /// line and column of malformed JSON, or the row and column of a cell that is wrong: not N x N, a diagonal cell
-/// that is not null, a cell that is not null / a name / a list of names, an empty list or name, a name twice in
+/// that is not null or [], a cell that is not null / a name / a list of names, an empty name, a name twice in
 /// one cell, or a pair whose two cells disagree (one null, or different cable counts).
 DeviceMatrix parse_device_matrix(const std::string& text, const std::string& source);
 

@@ -2,16 +2,80 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <string_view>
+#include <thread>
 
 #include <fmt/format.h>
 
+#include "common/copy.h"
+
 namespace tbcoll::ibverbs {
+namespace {
+
+constexpr size_t kStreamFromBytes = size_t{16} << 20;
+
+// The request of one send or receive: test() drives the endpoint, block() waits in it, and dropping it unfinished
+// tells the endpoint its stream is out of sync. It is placed in its operation's RequestSlot, and the operation
+// holds itself (Operation::requested) until the request's delete, which runs once the request's destructor is
+// done: only then may the operation, and the slot with it, go.
+class Request final : public transport::Request {
+ public:
+  Request(Endpoint* endpoint, Operation* op) : endpoint_(endpoint), op_(op) {}
+  ~Request() override {
+    if (!op_->complete) endpoint_->abandon(op_->requested);
+  }
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  bool test() override {
+    if (op_->complete) return true;
+    endpoint_->progress();
+    return op_->complete;
+  }
+  void block(std::chrono::microseconds max_wait) override {
+    if (!op_->complete) endpoint_->block(max_wait);
+  }
+
+  static void* operator new(size_t bytes, Operation* op) {
+    if (bytes > sizeof(op->request.bytes)) throw std::bad_alloc();
+    op->request.owner = op;
+    return op->request.bytes;
+  }
+  static void operator delete(void* memory, Operation*) { release(memory); }  // a throwing constructor's
+  static void operator delete(void* memory) { release(memory); }
+
+ private:
+  // The operation's hold on itself, let go of last: nothing of the slot is touched after it.
+  static void release(void* memory) {
+    auto* slot = reinterpret_cast<RequestSlot*>(static_cast<unsigned char*>(memory) - offsetof(RequestSlot, bytes));
+    Operation* op = slot->owner;
+    const std::shared_ptr<Operation> last = std::move(op->requested);
+    op->request_live.store(false, std::memory_order_release);
+  }
+
+  Endpoint* endpoint_;
+  Operation* op_;
+};
+static_assert(sizeof(Request) <= sizeof(RequestSlot::bytes), "RequestSlot holds a Request");
+
+// The lanes a send has pieces for on each rail (wire::Lane bits), without an allocation for the usual few rails.
+class LanesPerRail {
+ public:
+  explicit LanesPerRail(size_t rails) : more_(rails > kInline ? rails : 0, 0) {}
+  unsigned& operator[](size_t rail) { return more_.empty() ? inline_[rail] : more_[rail]; }
+
+ private:
+  static constexpr size_t kInline = 8;
+  unsigned inline_[kInline] = {};
+  std::vector<unsigned> more_;
+};
+
+}  // namespace
 
 Endpoint::Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id,
                    size_t stripe_bytes)
     : rails_(std::move(rails)), rank_(rank), peer_(peer), comm_id_(comm_id), stripe_bytes_(stripe_bytes) {
-  rail_cursor_.assign(rails_.size(), 0);
+  rail_cursor_.assign(rails_.size() * wire::kLanes, 0);
   for (size_t rail = 0; rail < rails_.size(); ++rail) rails_[rail]->attach(comm_id_, this, static_cast<int>(rail));
 }
 
@@ -27,28 +91,36 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
                     rank_, bytes, peer_, wire::kMaxMessageBytes));
   }
   std::unique_ptr<transport::Request> request;
-  bool striped = false;
+  LanesPerRail lanes(rails_.size());
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto [made, op] = transport::enqueue<Endpoint, Operation>(this, sends_, buf, bytes, tag);
+    auto [made, op] = enqueue_locked(sends_, buf, bytes, tag);
     request = std::move(made);
     op->number = sends_posted_++;
-    op->part0 = wire::part_of(bytes, rails(), stripe_bytes_, 0);
-    op->parts_left = 1;
-    striped = rails() > 1 && wire::part_of(bytes, rails(), stripe_bytes_, 1).carries;
-    for (int rail = 1; striped && rail < rails(); ++rail) {
-      op->other_parts.push_back(wire::part_of(bytes, rails(), stripe_bytes_, rail));
-      op->parts_left += op->other_parts.back().carries ? 1 : 0;
+    op->other_plans.resize(rails_.size() - 1);
+    for (size_t rail = 0; rail < rails_.size(); ++rail) {
+      const wire::Part part = wire::part_of(bytes, rails(), stripe_bytes_, static_cast<int>(rail));
+      if (!part.carries) continue;
+      const wire::LaneSplit split = wire::split_lanes(part.end - part.begin, rails_[rail]->slot_payload());
+      RailPlan& plan = op->plan(rail);
+      plan.bulk_at = part.begin;
+      plan.bulk_end = plan.small_at = part.begin + split.bulk_bytes;
+      plan.end = part.end;
+      plan.empty_frame = bytes == 0;
+      lanes[rail] = plan.lanes();
+      op->lanes_left += static_cast<int>((lanes[rail] & 1u) + ((lanes[rail] >> 1) & 1u));
     }
   }
-  rails_[0]->want_to_send(this, 0);  // small messages leave in this call
-  for (size_t rail = 1; striped && rail < rails_.size(); ++rail) rails_[rail]->want_to_send(this, static_cast<int>(rail));
+  // Small messages leave in this call.
+  for (size_t rail = 0; rail < rails_.size(); ++rail) {
+    if (lanes[rail] != 0) rails_[rail]->want_to_send(this, static_cast<int>(rail), lanes[rail]);
+  }
   return request;
 }
 
 std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
   std::lock_guard<std::mutex> lock(mutex_);
-  auto [request, op] = transport::enqueue<Endpoint, Operation>(this, recvs_, buf, bytes, tag);
+  auto [request, op] = enqueue_locked(recvs_, buf, bytes, tag);
   op->number = recvs_posted_++;
   auto early_it = unexpected_.find(op->number);
   if (early_it != unexpected_.end()) {  // (some of) its message came first
@@ -63,7 +135,7 @@ std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, tra
       op->arrived = early->arrived;
       op->complete = op->arrived && op->done == op->bytes;
       while (!recvs_.empty() && recvs_.front()->complete) {
-        recvs_.pop_front();
+        retire_front_locked(recvs_);
         ++recv_base_;
       }
     }
@@ -81,8 +153,42 @@ void Endpoint::mismatch_locked(const transport::Tag& expected, size_t expected_b
   if (!mismatch_) mismatch_.emplace(what, peer_, expected.meta, got.meta, expected_bytes, got_bytes);
 }
 
+std::pair<std::unique_ptr<transport::Request>, Operation*> Endpoint::enqueue_locked(
+    std::deque<std::shared_ptr<Operation>>& queue, const void* buf, size_t bytes, transport::Tag tag) {
+  std::shared_ptr<Operation> op;
+  // A retired operation no request holds any more is reused: a message then costs no allocation of it.
+  for (size_t i = spare_.size(); i-- > 0 && !op;) {
+    if (spare_[i]->request_live.load(std::memory_order_acquire) || spare_[i].use_count() != 1) continue;
+    op = std::move(spare_[i]);
+    spare_[i] = std::move(spare_.back());
+    spare_.pop_back();
+    op->other_plans.clear();
+    op->storage.clear();
+    static_cast<transport::QueuedOperation&>(*op) = transport::QueuedOperation{};
+    op->number = 0;
+    op->matched = op->arrived = false;
+    op->plan0 = RailPlan{};
+    op->lanes_left = 0;
+  }
+  if (!op) op = std::make_shared<Operation>();
+  op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
+  op->bytes = bytes;
+  op->tag = tag;
+  queue.push_back(op);
+  Operation* raw = op.get();
+  raw->requested = std::move(op);
+  raw->request_live.store(true, std::memory_order_relaxed);
+  return {std::unique_ptr<transport::Request>(new (raw) Request(this, raw)), raw};
+}
+
+void Endpoint::retire_front_locked(std::deque<std::shared_ptr<Operation>>& queue) {
+  if (spare_.size() < kSpares) spare_.push_back(std::move(queue.front()));
+  queue.pop_front();
+}
+
 void Endpoint::broken_locked(const std::string& why) {
   if (broken_.empty()) broken_ = why;
+  troubled_ = true;
 }
 
 void Endpoint::check_locked() {
@@ -103,10 +209,11 @@ std::string Endpoint::naming_peer(const std::string& why) const {
   return fmt::format("{}peer {}: {}", self, peer_, rest);
 }
 
-void Endpoint::progress() {
+bool Endpoint::progress() {
+  bool moved = false;
   for (auto& rail : rails_) {
     try {
-      rail->progress();
+      moved = rail->progress() || moved;
     } catch (const IoError& error) {
       // The connection names its device and the peer's port key; the caller needs the peer's rank.
       std::lock_guard<std::mutex> lock(mutex_);
@@ -114,11 +221,36 @@ void Endpoint::progress() {
       throw IoError(broken_);
     }
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  check_locked();
+  if (troubled_ || aborted_) {  // (nothing to check on the way of every message)
+    std::lock_guard<std::mutex> lock(mutex_);
+    check_locked();
+  }
+  return moved;
 }
 
-void Endpoint::block(std::chrono::microseconds max_wait) { rails_[0]->block(max_wait); }
+void Endpoint::block(std::chrono::microseconds max_wait) {
+  const auto until = Clock::now() + max_wait;
+  for (;;) {
+    try {
+      if (progress()) return;
+    } catch (const Error&) {
+      return;  // the caller's test() says why
+    }
+    const auto now = Clock::now();
+    if (now >= until) return;
+    uint64_t traffic = 0;
+    for (const auto& rail : rails_) traffic += rail->traffic();
+    if (traffic != seen_traffic_) {  // completions came since the last look (here or in a test())
+      seen_traffic_ = traffic;
+      seen_traffic_at_ = now;
+    }
+    if (now - seen_traffic_at_ >= kSpinAfterTraffic) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(until - now, kNap));
+      return;
+    }
+    std::this_thread::yield();  // ranks sharing a CPU: let the one we wait for run
+  }
+}
 
 void Endpoint::abort() {
   aborted_ = true;
@@ -132,48 +264,45 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
   transport::forget_buffer(op, sends_, recvs_);
 }
 
-bool Endpoint::fill_frame(int rail, wire::Header* header, uint8_t* payload, bool* more) {
+bool Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more) {
   std::lock_guard<std::mutex> lock(mutex_);
   *more = false;
   if (!broken_.empty() || aborted_) return false;
   const size_t r = static_cast<size_t>(rail);
-  auto carries = [r](Operation& op) {
-    const wire::Part* part = op.part(r);
-    return part != nullptr && part->carries;
-  };
-  size_t i = rail_cursor_[r] > send_base_ ? static_cast<size_t>(rail_cursor_[r] - send_base_) : 0;
-  while (i < sends_.size() && !carries(*sends_[i])) ++i;
-  rail_cursor_[r] = send_base_ + i;
+  uint64_t& cursor = rail_cursor_[r * wire::kLanes + static_cast<size_t>(lane)];
+  auto has_piece = [&](Operation& op) { return op.plan(r).left(lane); };
+  size_t i = cursor > send_base_ ? static_cast<size_t>(cursor - send_base_) : 0;
+  while (i < sends_.size() && !has_piece(*sends_[i])) ++i;
+  cursor = send_base_ + i;
   if (i == sends_.size()) return false;
   Operation& op = *sends_[i];  // not used once it may have left sends_ below
-  wire::Part& part = *op.part(r);
-  const size_t bytes = std::min(wire::kPayloadBytes, part.end - part.begin);
+  RailPlan& plan = op.plan(r);
+  size_t& at = lane == wire::kBulk ? plan.bulk_at : plan.small_at;
+  const size_t bytes = std::min(capacity, (lane == wire::kBulk ? plan.bulk_end : plan.end) - at);
+  const size_t begin = at;
+  at += bytes;
+  if (lane == wire::kSmall) plan.empty_frame = false;
   header->kind = static_cast<uint8_t>(wire::FrameKind::kData);
-  header->flags = static_cast<uint8_t>((part.begin == 0 ? wire::kFirst : 0) |
-                                       (part.begin + bytes == op.bytes ? wire::kLast : 0));
-  header->payload = static_cast<uint16_t>(bytes);
+  header->flags = static_cast<uint8_t>((begin == 0 ? wire::kFirst : 0) | (begin + bytes == op.bytes ? wire::kLast : 0));
+  header->payload = static_cast<uint32_t>(bytes);
   header->comm_id = comm_id_;
   header->tag = op.tag.tag;
   header->meta = op.tag.meta;
   header->total = static_cast<uint32_t>(op.bytes);
   header->message = op.number;
-  header->offset = static_cast<uint32_t>(part.begin);
-  if (bytes > 0 && op.buf != nullptr) std::memcpy(payload, op.buf + part.begin, bytes);
-  part.begin += bytes;
+  header->offset = static_cast<uint32_t>(begin);
+  if (bytes > 0 && op.buf != nullptr) std::memcpy(payload, op.buf + begin, bytes);
   op.done += bytes;
-  if (part.begin == part.end) {
-    part.carries = false;
-    if (--op.parts_left == 0) {
-      op.complete = true;  // copied into registered frames: the caller's buffer is free
-      while (!sends_.empty() && sends_.front()->complete) {
-        sends_.pop_front();
-        ++send_base_;
-      }
+  if (!plan.left(lane) && --op.lanes_left == 0) {
+    op.complete = true;  // copied into registered memory: the caller's buffer is free
+    while (!sends_.empty() && sends_.front()->complete) {
+      retire_front_locked(sends_);
+      ++send_base_;
     }
   }
-  // Frames left for this rail: this send's, or a later one's.
-  const size_t from = rail_cursor_[r] > send_base_ ? static_cast<size_t>(rail_cursor_[r] - send_base_) : 0;
-  for (size_t j = from; j < sends_.size() && !*more; ++j) *more = carries(*sends_[j]);
+  // Pieces left for this rail and lane: this send's, or a later one's.
+  const size_t from = cursor > send_base_ ? static_cast<size_t>(cursor - send_base_) : 0;
+  for (size_t j = from; j < sends_.size() && !*more; ++j) *more = has_piece(*sends_[j]);
   return true;
 }
 
@@ -221,13 +350,21 @@ void Endpoint::on_frame(int rail, const wire::Header& header, const uint8_t* pay
                               header.offset, op->bytes));
     return;
   }
-  if (header.payload > 0 && op->buf != nullptr) std::memcpy(op->buf + header.offset, payload, header.payload);
+  if (header.payload > 0 && op->buf != nullptr) {
+    // A message far beyond the caches goes to memory without first reading its lines (stream_copy: a third less
+    // DRAM traffic, as shm's two-shot writes its large outputs); a smaller one stays cached for the reduction.
+    if (op->bytes >= kStreamFromBytes) {
+      stream_copy(op->buf + header.offset, payload, header.payload);
+    } else {
+      std::memcpy(op->buf + header.offset, payload, header.payload);
+    }
+  }
   op->done += header.payload;
   op->arrived = true;
   if (op->done == op->bytes && header.message < recvs_posted_) {
     op->complete = true;
     while (!recvs_.empty() && recvs_.front()->complete) {
-      recvs_.pop_front();
+      retire_front_locked(recvs_);
       ++recv_base_;
     }
   }

@@ -1,16 +1,18 @@
 // ibverbs endpoint: one communicator's messages with one peer, over the connections (connection.h) its ports
 // share with the peer's: one per rail (cable). Sends and receives queue FIFO, as on every transport, and are
 // numbered: the k-th send meets the peer's k-th receive. A message below the stripe size goes on rail 0; a larger
-// one is cut into one part per rail (wire::part_of), each rail framing its part in order; the receiver puts every
-// frame where its header says, so the rails may run at their own pace. A message that arrives before its receive
+// one is cut into one part per rail (wire::part_of), each rail sending its part as bulk slots and small frames
+// (wire::split_lanes), each lane in order; the receiver puts every piece where its header says, so rails and lanes
+// may run at their own pace. A message that arrives before its receive
 // is kept (copied out of the registered buffers, whose receives are posted again at once).
 //
-// Locking: the endpoint's own mutex guards its queues. A connection calls in (fill_frame, on_frame, fail) with its
+// Locking: the endpoint's own mutex guards its queues. A connection calls in (fill_piece, on_frame, fail) with its
 // own lock held; the endpoint never calls a connection while holding its mutex. So the order is always connection,
 // then endpoint.
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <deque>
 #include <map>
 #include <memory>
@@ -24,20 +26,41 @@
 
 namespace tbcoll::ibverbs {
 
-struct Operation : transport::QueuedOperation {
-  uint64_t number = 0;           ///< the message's number on this endpoint and direction
-  bool matched = false;          ///< receives: the message's first frame was checked against it
-  bool arrived = false;          ///< receives: a frame of it came (an empty message has one)
-  wire::Part part0;               ///< sends: what rail 0 carries; begin advances as frames go
-  std::vector<wire::Part> other_parts;  ///< sends: rails 1.. of a striped message (none for a small one)
-  int parts_left = 0;            ///< sends: rails with frames still to go
+/// What one rail carries of a send: its part of the message (wire::part_of), in bulk slots first, then in small
+/// frames (wire::split_lanes); each region's cursor advances as its pieces go.
+struct RailPlan {
+  size_t bulk_at = 0, bulk_end = 0;  ///< the bulk region still to go: [bulk_at, bulk_end)
+  size_t small_at = 0, end = 0;      ///< the small region still to go: [small_at, end)
+  bool empty_frame = false;          ///< an empty message's one frame, still to go (rail 0)
+  bool left(int lane) const { return lane == wire::kBulk ? bulk_at < bulk_end : small_at < end || empty_frame; }
+  unsigned lanes() const { return (left(wire::kSmall) ? 1u : 0u) | (left(wire::kBulk) ? 2u : 0u); }
+};
 
-  /// What rail `rail` carries of this send (null: nothing).
-  wire::Part* part(size_t rail) {
-    if (rail == 0) return &part0;
-    return rail <= other_parts.size() ? &other_parts[rail - 1] : nullptr;
-  }
+struct Operation;
+
+/// Where an operation keeps its request (endpoint.cc's Request: its vtable, endpoint and operation pointers), and
+/// the way back to the operation from it.
+struct RequestSlot {
+  Operation* owner = nullptr;
+  alignas(std::max_align_t) unsigned char bytes[3 * sizeof(void*)];
+};
+
+struct Operation : transport::QueuedOperation {
+  uint64_t number = 0;    ///< the message's number on this endpoint and direction
+  bool matched = false;   ///< receives: the message's first frame was checked against it
+  bool arrived = false;   ///< receives: a frame of it came (an empty message has one)
+  RailPlan plan0;                     ///< sends: what rail 0 carries
+  std::vector<RailPlan> other_plans;  ///< sends: rails 1.. (a rail without a part has an empty plan)
+  RailPlan& plan(size_t rail) { return rail == 0 ? plan0 : other_plans[rail - 1]; }
+  int lanes_left = 0;     ///< sends: (rail, lane) pairs with pieces still to go
   std::vector<uint8_t> storage;  ///< an unexpected message's bytes
+  /// Where its request lives while the caller holds it, so a message allocates nothing for its requests. While
+  /// the request lives, `requested` holds the operation and `request_live` is set; the request's delete, once the
+  /// request is gone, lets go of the one and clears the other (release), and the endpoint reuses an operation only
+  /// once it reads it clear (acquire) and holds the only reference.
+  RequestSlot request;
+  std::shared_ptr<Operation> requested;
+  std::atomic<bool> request_live{false};
 };
 
 class Endpoint final : public transport::Endpoint {
@@ -54,25 +77,35 @@ class Endpoint final : public transport::Endpoint {
   int rails() const { return static_cast<int>(rails_.size()); }
   const Connection& rail(int index) const { return *rails_[static_cast<size_t>(index)]; }
 
-  /// Drives the connections; throws IoError / MismatchError once this endpoint failed.
-  void progress();
+  /// Drives the connections; throws IoError / MismatchError once this endpoint failed. Returns whether anything
+  /// moved on them.
+  bool progress();
+  /// Waits up to max_wait for something to move on the rails: polls them, yielding the CPU between polls, while
+  /// traffic passed within the last kSpinAfterTraffic (well beyond a Thunderbolt round trip, so a reply or the
+  /// next slot is never slept through), and only then naps briefly. Never throws: test() reports failures.
   void block(std::chrono::microseconds max_wait);
+  static constexpr auto kSpinAfterTraffic = std::chrono::microseconds(200);
+  static constexpr auto kNap = std::chrono::microseconds(50);
   /// Fails pending and later operations here, and tells the peer's endpoint. Any thread.
   void abort();
   /// A request dropped before completion: the stream is out of sync from here on.
   void abandon(const std::shared_ptr<Operation>& op);
 
   // Called by the connection of rail `rail`, under its lock.
-  /// The next frame of the oldest send with frames left on this rail: fills header's message fields and copies its
-  /// payload to `payload` (room for wire::kPayloadBytes); *more says whether a frame for this rail is left after
-  /// it. False if there is none.
-  bool fill_frame(int rail, wire::Header* header, uint8_t* payload, bool* more);
+  /// The next piece for `lane` of the oldest send with pieces left there on this rail: fills header's message
+  /// fields and copies its payload (at most `capacity` bytes: the lane's frame or slot payload) to `payload`;
+  /// *more says whether a piece for this rail and lane is left after it. False if there is none.
+  bool fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more);
   void on_frame(int rail, const wire::Header& header, const uint8_t* payload);
   /// The connection failed, or the peer aborted this communicator: every operation fails with why.
   void fail(const std::string& why);
 
  private:
   void check_locked();
+  std::pair<std::unique_ptr<transport::Request>, Operation*> enqueue_locked(
+      std::deque<std::shared_ptr<Operation>>& queue, const void* buf, size_t bytes, transport::Tag tag);
+  /// Drops the queue's (complete) front, keeping it to reuse.
+  void retire_front_locked(std::deque<std::shared_ptr<Operation>>& queue);
   Operation* receive_for_locked(const wire::Header& header);
   void mismatch_locked(const transport::Tag& expected, size_t expected_bytes, const transport::Tag& got,
                        size_t got_bytes);
@@ -89,7 +122,7 @@ class Endpoint final : public transport::Endpoint {
   std::deque<std::shared_ptr<Operation>> sends_;  // numbers send_base_, send_base_ + 1, ...
   uint64_t send_base_ = 0;
   uint64_t sends_posted_ = 0;
-  std::vector<uint64_t> rail_cursor_;             // per rail: no send before this number has frames left there
+  std::vector<uint64_t> rail_cursor_;  // per rail and lane (2 rail + lane): no send before it has pieces left there
   std::deque<std::shared_ptr<Operation>> recvs_;  // posted, numbers recv_base_, ...; done ones leave the front
   uint64_t recv_base_ = 0;
   uint64_t recvs_posted_ = 0;
@@ -97,6 +130,11 @@ class Endpoint final : public transport::Endpoint {
   std::string broken_;
   std::optional<MismatchError> mismatch_;
   std::atomic<bool> aborted_{false};
+  static constexpr size_t kSpares = 16;
+  std::vector<std::shared_ptr<Operation>> spare_;  // retired operations, reused once no request holds them
+  std::atomic<bool> troubled_{false};              // broken_ or mismatch_ set: progress() must look
+  uint64_t seen_traffic_ = 0;             // block(): the rails' traffic() when it last changed,
+  Clock::time_point seen_traffic_at_{};  // and when that was (waits are one thread's at a time per endpoint)
 };
 
 }  // namespace tbcoll::ibverbs

@@ -124,7 +124,7 @@ std::string fix(Verb verb, int error, const Where& where) {
       if (error == ENOMEM) return "out of queue pair resources (ulimit -l?)";
       return "";
     case Verb::kModifyQpInit:
-      return error == EINVAL ? "the device refused port 1 / pkey index 0" : "";
+      return error == EINVAL ? "the device refused the port (is it the active one?) or pkey index 0" : "";
     case Verb::kModifyQpRtr:
       if (not_supported(error) && where.rc) return "this device supports UC only: set TBCOLL_IB_MODE=uc";
       if (error == EINVAL) return fmt::format("no IPv4-mapped GID on {}: {}", device, no_ipv4_gid_fix(device));

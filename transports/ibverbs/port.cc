@@ -16,125 +16,14 @@
 #include "common/log.h"
 #include "common/net.h"
 #include "common/time.h"
+#include "platform/platform.h"
 #include "transports/ibverbs/hints.h"
 
 namespace tbcoll::ibverbs {
 namespace {
 
 constexpr auto kHandshakeTimeout = std::chrono::seconds(5);
-
-bool ipv4_mapped(const ibv_gid& gid) {
-  for (int i = 0; i < 10; ++i) {
-    if (gid.raw[i] != 0) return false;
-  }
-  return gid.raw[10] == 0xff && gid.raw[11] == 0xff;
-}
-
-std::string ipv4_of(const ibv_gid& gid) {
-  return fmt::format("{}.{}.{}.{}", gid.raw[12], gid.raw[13], gid.raw[14], gid.raw[15]);
-}
-
-const char* port_state_name(ibv_port_state state) {
-  switch (state) {
-    case IBV_PORT_ACTIVE:
-      return "ACTIVE";
-    case IBV_PORT_DOWN:
-      return "DOWN";
-    case IBV_PORT_INIT:
-      return "INIT";
-    case IBV_PORT_ARMED:
-      return "ARMED";
-    default:
-      return "not active";
-  }
-}
-
-// The device list, freed on every path.
-struct DeviceList {
-  const VerbsApi& verbs;
-  ibv_device** list = nullptr;
-  int count = 0;
-  explicit DeviceList(const VerbsApi& v) : verbs(v) { list = verbs.get_device_list(&count); }
-  ~DeviceList() {
-    if (list != nullptr) verbs.free_device_list(list);
-  }
-};
-
-bool allowed(const std::vector<std::string>& names, const std::string& name) {
-  if (names.empty()) return true;
-  for (const auto& wanted : names) {
-    if (wanted == name) return true;
-  }
-  return false;
-}
-
-// What an opened device offers on port 1; "" in *why_not when usable, else what is wrong.
-Found inspect(const VerbsApi& verbs, ibv_context* context, const std::string& name, std::string* why_not) {
-  Found found;
-  found.name = name;
-  ibv_port_attr attr{};
-  if (verbs.query_port(context, found.port, &attr) != 0 || attr.state != IBV_PORT_ACTIVE) {
-    *why_not = fmt::format("{}: port 1 {} (is the other end's RDMA enabled and the cable in?)", name,
-                           port_state_name(attr.state));
-    return found;
-  }
-  found.lid = attr.lid;
-  found.mtu = attr.active_mtu;
-  for (int index = 0; index < std::max(1, attr.gid_tbl_len) && found.gid_index < 0; ++index) {
-    ibv_gid gid{};
-    if (verbs.query_gid(context, found.port, index, &gid) == 0 && ipv4_mapped(gid)) {
-      found.gid_index = index;
-      found.gid = gid;
-    }
-  }
-  *why_not = found.gid_index >= 0 ? "" : fmt::format("{}: no IPv4-mapped GID: {}", name, hints::no_ipv4_gid_fix(name));
-  return found;
-}
-
-}  // namespace
-
-std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed_names) {
-  errno = 0;
-  DeviceList devices(verbs);
-  if (devices.list == nullptr || devices.count == 0) {
-    const int error = errno;
-    throw IoError(fmt::format("[ibverbs] no RDMA device: {}", hints::fix(hints::Verb::kGetDeviceList, error, {})));
-  }
-  std::vector<std::string> seen;
-  std::vector<Found> usable;
-  for (int d = 0; d < devices.count; ++d) {
-    const std::string name = verbs.get_device_name(devices.list[d]);
-    if (!allowed(allowed_names, name)) continue;
-    ibv_context* context = verbs.open_device(devices.list[d]);
-    if (context == nullptr) {
-      seen.push_back(fmt::format("{}: cannot open ({})", name, std::strerror(errno)));
-      continue;
-    }
-    std::string why_not;
-    const Found found = inspect(verbs, context, name, &why_not);
-    verbs.close_device(context);
-    if (!why_not.empty()) {
-      seen.push_back(why_not);
-      continue;
-    }
-    usable.push_back(found);
-  }
-  if (!usable.empty()) return usable;
-  if (seen.empty()) {
-    throw IoError(fmt::format("[ibverbs] none of the RDMA devices is one of TBCOLL_IB_DEVICES={}",
-                              fmt::join(allowed_names, ",")));
-  }
-  throw IoError(fmt::format("[ibverbs] no usable RDMA device: {}", fmt::join(seen, "; ")));
-}
-
-std::vector<std::string> device_names(const VerbsApi& verbs) {
-  DeviceList devices(verbs);
-  std::vector<std::string> names;
-  for (int d = 0; devices.list != nullptr && d < devices.count; ++d) names.push_back(verbs.get_device_name(devices.list[d]));
-  return names;
-}
-
-namespace {
+constexpr const char* kAuthProtocol = "tbcoll ibverbs";
 
 // Whether the device creates an RC queue pair (Apple's refuses with errno 102; rxe and RoCE NICs have it).
 bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
@@ -161,16 +50,11 @@ bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
 Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string& device, const PortOptions& options)
     : verbs_(verbs), options_(options) {
   const std::string& name = device;
-  {
-    DeviceList devices(verbs_);
-    for (int d = 0; d < devices.count && local_.context == nullptr; ++d) {
-      if (name == verbs_.get_device_name(devices.list[d])) local_.context = verbs_.open_device(devices.list[d]);
-    }
-  }
+  local_.context = open_device_named(verbs_, name);
   if (local_.context == nullptr) throw IoError(fmt::format("[ibverbs] {}: cannot open the device", name));
   // The port as this context sees it (each context of a fake fabric is a port of its own).
   std::string why_not;
-  const Found found = inspect(verbs_, local_.context, name, &why_not);
+  const Found found = inspect_port(verbs_, local_.context, name, &why_not);
   if (!why_not.empty()) {
     verbs_.close_device(local_.context);
     throw IoError("[ibverbs] " + why_not);
@@ -188,9 +72,20 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
     throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {found.name})));
   }
   local_.auto_mode = options_.auto_mode;
-  // Lists of work requests in one ibv_post_send: untried on Apple's provider, so one at a time there by default.
-  local_.post_batch = options_.post_batch > 0 ? options_.post_batch : verbs_.provider == "librdma.dylib" ? 1 : 16;
-  local_.mode = options_.auto_mode ? (has_rc(verbs_, local_) ? Mode::kRc : Mode::kUc) : options_.mode;
+  const bool apple = apple_device(verbs_, found.name);
+  // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
+  const bool librdma = verbs_.provider.find("librdma") != std::string::npos;
+  local_.post_batch = options_.post_batch > 0 ? options_.post_batch : librdma ? 1 : 16;
+  int major = 0, minor = 0;
+  platform::macos_version(&major, &minor);
+  local_.slot_bytes = options_.slot_bytes > 0 ? options_.slot_bytes : wire::slot_bytes_for(librdma, major, minor);
+  local_.payload_sum = options_.payload_sum;
+  // auto: Apple's Thunderbolt stack is UC only, so its ports are not probed for RC (the probe would spend one of
+  // their 10 queue pairs just to be refused).
+  local_.mode = !options_.auto_mode                ? options_.mode
+                : apple                            ? Mode::kUc
+                : has_rc(verbs_, local_)           ? Mode::kRc
+                                                   : Mode::kUc;
   std::random_device random;
   key_ = fmt::format("{}.{}.{:08x}", presence, found.name, random());
   try {
@@ -275,19 +170,51 @@ std::shared_ptr<Connection> Port::dial_locked(const PortAddress& peer, Deadline 
       net::connect_tcp(net::parse_host_port(peer.side_channel, "ibverbs side channel"), deadline, who, cancelled);
   std::shared_ptr<Connection> connection;
   try {
-    if (!options_.secret.empty()) auth::initiate(fd, options_.secret, "tbcoll ibverbs", options_.token, deadline, who, cancelled);
-    connection = std::make_shared<Connection>(local_, mode, peer.key, fd);
+    connection = std::make_shared<Connection>(local_, mode, peer.key, fd, bulk_lanes_);
   } catch (...) {
     close(fd);
     throw;
   }
+  // Hello first, then the proof of the secret over the two ports' keys (whose ranks and processes they name):
+  // a proof relayed to another port than the one this dialed does not hold there.
   send_hello(fd, *connection, deadline, cancelled);
+  if (!options_.secret.empty()) {
+    auth::initiate(fd, options_.secret, kAuthProtocol, wire::side_channel_context(options_.token, key_, peer.key),
+                   deadline, who, cancelled);
+  }
   wire::Hello theirs;
   if (!read_hello(fd, &theirs, deadline, cancelled) || peer.key != theirs.key) {
     throw IoError(fmt::format("{}: the port there is not the one published (another job, or a stale address)", who));
   }
   connection->establish(theirs, deadline, cancelled);
   return connection;
+}
+
+// Reads a caller's hello and, with a job secret, checks its proof over both ports' keys; false (logged) if it is
+// not one of ours.
+bool Port::admit(int fd, wire::Hello* theirs, Deadline limit, const std::atomic<bool>* cancelled) {
+  try {
+    if (!read_hello(fd, theirs, limit, cancelled)) return false;
+    const bool proves = (theirs->flags & wire::kHelloWithSecret) != 0;
+    if (proves != !options_.secret.empty()) {
+      log::warn("[ibverbs] port {}: rejected a side channel from {}: {}", key_, theirs->key,
+                proves ? "it has a job secret and this rank none" : "it has no job secret (TBCOLL_SECRET)");
+      return false;
+    }
+    std::string why;
+    if (proves && !auth::respond(fd, options_.secret, kAuthProtocol,
+                                 wire::side_channel_context(options_.token, theirs->key, key_), limit,
+                                 fmt::format("[ibverbs] port {}: side channel", key_), cancelled, &why)) {
+      log::warn("[ibverbs] port {}: rejected a side channel from {}: {}", key_, theirs->key, why);
+      return false;
+    }
+    return true;
+  } catch (const TimeoutError&) {
+    log::warn("[ibverbs] port {}: dropped a side channel that sent no complete handshake", key_);
+  } catch (const RemoteError&) {
+  } catch (const IoError&) {
+  }
+  return false;
 }
 
 void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std::chrono::milliseconds wait) {
@@ -300,24 +227,8 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
   if (poll(&watch, 1, static_cast<int>(wait.count())) <= 0 || (watch.revents & POLLIN) == 0) return;
   const int fd = net::accept_tcp(listen_fd_);
   if (fd < 0) return;
-  const Deadline limit = std::min(deadline, Clock::now() + kHandshakeTimeout);
   wire::Hello theirs;
-  bool ours = false;
-  try {
-    std::string why;
-    if (!options_.secret.empty() &&
-        !auth::respond(fd, options_.secret, "tbcoll ibverbs", options_.token, limit,
-                       fmt::format("[ibverbs] port {}: side channel", key_), cancelled, &why)) {
-      log::warn("[ibverbs] port {}: rejected a side channel: {}", key_, why);
-    } else {
-      ours = read_hello(fd, &theirs, limit, cancelled);
-    }
-  } catch (const RemoteError&) {
-  } catch (const TimeoutError&) {
-    log::warn("[ibverbs] port {}: dropped a side channel that sent no complete handshake", key_);
-  } catch (const IoError&) {
-  }
-  if (!ours) {
+  if (!admit(fd, &theirs, std::min(deadline, Clock::now() + kHandshakeTimeout), cancelled)) {
     close(fd);
     return;
   }
@@ -327,7 +238,7 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
   try {
     const Mode mode =
         pair_mode(local_.mode, local_.auto_mode, static_cast<Mode>(theirs.mode & 0x0f), (theirs.mode & 0x10) != 0, who);
-    connection = std::make_shared<Connection>(local_, mode, peer_key, fd);
+    connection = std::make_shared<Connection>(local_, mode, peer_key, fd, bulk_lanes_);
   } catch (...) {
     close(fd);
     throw;
@@ -340,6 +251,7 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
 void Port::send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled) {
   wire::Hello hello = connection.hello(key_);
   hello.token_bytes = static_cast<uint32_t>(options_.token.size());
+  hello.flags = options_.secret.empty() ? 0u : static_cast<uint32_t>(wire::kHelloWithSecret);
   const std::string who = fmt::format("[ibverbs] port {}: handshake with {}", key_, connection.peer_key());
   net::write_all(fd, &hello, sizeof(hello), deadline, who, cancelled);
   if (!options_.token.empty())

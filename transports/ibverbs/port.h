@@ -19,6 +19,7 @@
 
 #include "tbcoll/store.hpp"
 #include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/probe.h"
 
 namespace tbcoll::ibverbs {
 
@@ -26,9 +27,12 @@ struct PortOptions {
   Mode mode = Mode::kUc;
   bool auto_mode = false;   ///< TBCOLL_IB_MODE=auto: RC if the device creates an RC queue pair, else UC
   int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
+  size_t slot_bytes = 0;    ///< TBCOLL_IB_SLOT_BYTES (0: wire::slot_bytes_for the provider and macOS version)
+  bool payload_sum = false; ///< TBCOLL_IB_PAYLOAD_SUM
   std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;        ///< job token, checked in every handshake
-  std::string secret;       ///< job secret ("" for none): proved both ways first thing (common/auth.h)
+  std::string secret;       ///< job secret ("" for none): proved both ways after the dialer's hello, over both ports'
+                            ///< keys (common/auth.h, wire::side_channel_context)
 };
 
 /// What a port publishes (Port::address()), parsed.
@@ -39,26 +43,6 @@ struct PortAddress {
   Mode mode = Mode::kUc;
   bool auto_mode = false;
 };
-
-/// A usable device and port, as found by probe().
-struct Found {
-  std::string name;
-  uint8_t port = 1;
-  int gid_index = -1;
-  ibv_gid gid{};
-  uint16_t lid = 0;
-  ibv_mtu mtu = IBV_MTU_1024;
-};
-
-/// The usable devices (among allowed, if any; in the order listed by the provider): an active port and an
-/// IPv4-mapped GID. At least one, or throws IoError with what was found instead and how to fix it (no devices, ports
-/// down, no IPv4 address behind the GID).
-std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed);
-inline Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed) {
-  return probe_all(verbs, allowed).front();
-}
-/// Every device name the provider lists, usable or not (none when it lists none).
-std::vector<std::string> device_names(const VerbsApi& verbs);
 
 class Port {
  public:
@@ -78,6 +62,10 @@ class Port {
   /// Splits an address; InvalidArgument if malformed.
   static PortAddress parse(const std::string& address);
 
+  /// Whether connections made from now on get a bulk lane (a second queue pair): false where the device has no
+  /// room for two queue pairs per peer (Context::connect decides, from the peers over it). Any thread.
+  void set_bulk_lanes(bool bulk) { bulk_lanes_ = bulk; }
+
   /// The live connection to the port keyed peer_key, or null.
   std::shared_ptr<Connection> find(const std::string& peer_key);
   /// The connection to `peer` (whose key is larger than this port's), dialed unless there is one. Blocks until it
@@ -94,6 +82,7 @@ class Port {
   void send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled);
   /// Reads a hello and the token after it; "" if it is not one of ours (token, magic, meant for another port).
   bool read_hello(int fd, wire::Hello* hello, Deadline deadline, const std::atomic<bool>* cancelled);
+  bool admit(int fd, wire::Hello* theirs, Deadline limit, const std::atomic<bool>* cancelled);
 
   const VerbsApi& verbs_;
   PortOptions options_;
@@ -101,6 +90,7 @@ class Port {
   std::string key_;
   int listen_fd_ = -1;
   std::string listen_address_;
+  std::atomic<bool> bulk_lanes_{true};
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Connection>> connections_;  // by peer key
 };

@@ -2,9 +2,9 @@
 #include "transports/ibverbs/verbs.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 
 #include <cstring>
-#include <mutex>
 
 #include <fmt/format.h>
 
@@ -13,8 +13,7 @@
 namespace tbcoll::ibverbs {
 namespace {
 
-
-// The library's own symbols for the calls that verbs.h turns into macros or inline wrappers.
+// The library's own symbol for the call that verbs.h turns into a macro or an inline wrapper.
 using QueryPortSymbol = int (*)(ibv_context*, uint8_t, ibv_port_attr*);
 using RegMrSymbol = ibv_mr* (*)(ibv_pd*, void*, size_t, int);
 
@@ -26,16 +25,24 @@ int query_port(ibv_context* context, uint8_t port, ibv_port_attr* attr) {
   return query_port_symbol(context, port, attr);
 }
 
-// The data path: inline in the headers, dispatching through the provider's ops.
-int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return qp->context->ops.post_send(qp, wr, bad); }
-int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) { return qp->context->ops.post_recv(qp, wr, bad); }
-int poll_cq(ibv_cq* cq, int entries, ibv_wc* wc) { return cq->context->ops.poll_cq(cq, entries, wc); }
+// The data path: the header's own inline functions (rdma-core's dispatch through the provider's ops; Apple's SDK
+// defines its own), never the ops table by hand.
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) { return ibv_post_send(qp, wr, bad); }
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); }
+int poll_cq(ibv_cq* cq, int entries, ibv_wc* wc) { return ibv_poll_cq(cq, entries, wc); }
+
+int ipv4_prefix(const uint8_t ipv4[4]) {
+  const std::string text = fmt::format("{}.{}.{}.{}", ipv4[0], ipv4[1], ipv4[2], ipv4[3]);
+  for (const platform::NetworkInterface& entry : platform::network_interfaces()) {
+    if (!entry.ipv6 && entry.address == text) return entry.prefix;
+  }
+  return -1;
+}
 
 template <typename Fn>
-bool bind(void* library, const char* name, Fn* fn, std::string* missing) {
+void bind(void* library, const char* name, Fn* fn, std::string* missing) {
   *fn = reinterpret_cast<Fn>(dlsym(library, name));
   if (*fn == nullptr && missing->empty()) *missing = name;
-  return *fn != nullptr;
 }
 
 struct Loaded {
@@ -44,23 +51,37 @@ struct Loaded {
   bool ok = false;
 };
 
+// The first of the platform's libraries that loads; "" in *tried's entries say why the others did not.
+void* open_library(std::string* name, std::string* tried) {
+  for (const std::string& candidate : platform::verbs_libraries()) {
+    void* library = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (library != nullptr) {
+      *name = candidate;
+      return library;
+    }
+    const char* error = dlerror();
+    *tried += fmt::format("{}{}: {}", tried->empty() ? "" : "; ", candidate, error != nullptr ? error : "not found");
+  }
+  return nullptr;
+}
+
 Loaded load() {
   Loaded out;
-  const char* const kLibrary = platform::verbs_library();  // libibverbs.so.1, librdma.dylib
-  void* library = dlopen(kLibrary, RTLD_NOW | RTLD_LOCAL);
+  std::string name, tried;
+  void* library = open_library(&name, &tried);
   if (library == nullptr) {
-    const char* error = dlerror();
-    out.why_not = fmt::format("{} not found ({})", kLibrary, error != nullptr ? error : "dlopen failed");
+    out.why_not = fmt::format("no verbs library ({})", tried);
     return out;
   }
   VerbsApi& api = out.api;
-  api.provider = kLibrary;
+  api.provider = name;
   std::string missing;
   bind(library, "ibv_get_device_list", &api.get_device_list, &missing);
   bind(library, "ibv_free_device_list", &api.free_device_list, &missing);
   bind(library, "ibv_get_device_name", &api.get_device_name, &missing);
   bind(library, "ibv_open_device", &api.open_device, &missing);
   bind(library, "ibv_close_device", &api.close_device, &missing);
+  bind(library, "ibv_query_device", &api.query_device, &missing);
   bind(library, "ibv_query_port", &query_port_symbol, &missing);
   bind(library, "ibv_query_gid", &api.query_gid, &missing);
   bind(library, "ibv_alloc_pd", &api.alloc_pd, &missing);
@@ -75,18 +96,29 @@ Loaded load() {
   bind(library, "ibv_modify_qp", &api.modify_qp, &missing);
   bind(library, "ibv_destroy_qp", &api.destroy_qp, &missing);
   if (!missing.empty()) {
-    out.why_not = fmt::format("{} lacks {}", kLibrary, missing);
+    out.why_not = fmt::format("{} lacks {}", name, missing);
     return out;  // the library stays loaded: unloading a verbs provider is not safe in every version
   }
   api.query_port = query_port;
   api.post_send = post_send;
   api.post_recv = post_recv;
   api.poll_cq = poll_cq;
+  api.ipv4_prefix = ipv4_prefix;
   out.ok = true;
   return out;
 }
 
 }  // namespace
+
+int error_of(int returned) {
+  if (returned == -1) return errno != 0 ? errno : EIO;
+  if (returned < 0) return -returned;
+  return returned != 0 ? returned : EIO;
+}
+
+bool apple_device(const VerbsApi& verbs, const std::string& device) {
+  return verbs.provider.find("librdma") != std::string::npos || device.rfind("rdma_en", 0) == 0;
+}
 
 const VerbsApi* system_verbs(std::string* why_not) {
   static const Loaded loaded = load();

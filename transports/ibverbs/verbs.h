@@ -2,13 +2,18 @@
 // (libibverbs.so.1 on Linux, librdma.dylib on macOS), so one build runs with or without RDMA, or provided by the
 // tests' fake fabric. The transport never calls an ibv_* function directly.
 //
-// The types are rdma-core's (infiniband/verbs.h, from Debian's libibverbs-dev; Apple's SDK header has the same
-// layout for this subset). A fake provider allocates these structs itself and never goes through their ops.
+// The types are the header's: rdma-core's infiniband/verbs.h on Linux (Debian's libibverbs-dev), the macOS SDK's
+// on a Mac (26.2 or later; CMake refuses any other there). The data path (post_send, post_recv, poll_cq) is the
+// header's own inline functions, not library symbols; the system table calls them. A fake provider allocates
+// these structs itself and never goes through their ops.
 //
 // In UC mode (the default, and all Apple's Thunderbolt stack offers) the transport uses only: the device list,
-// open/close, query_port, query_gid, PD, one MR per connection, CQ, UC QP create/modify/destroy, post_send with
-// IBV_WR_SEND and one SGE, post_recv with one SGE, poll_cq. uc_subset below names them; a test checks that nothing
-// else is called in UC mode.
+// open/close, query_device, query_port, query_gid, PD, one MR per connection, CQ, UC QP create/modify/destroy,
+// post_send with IBV_WR_SEND and one SGE, post_recv with one SGE, poll_cq; a test checks that nothing else is
+// called in UC mode.
+//
+// Errors: the calls that return a pointer say why in errno; the others return the code (rdma-core a positive
+// errno, Apple's post calls a negative one, e.g. -12): error_of() turns a return value into an errno.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -18,7 +23,7 @@
 namespace tbcoll::ibverbs {
 
 struct VerbsApi {
-  /// What provides these verbs: "libibverbs.so.1", "fake" (tests).
+  /// What provides these verbs: "libibverbs.so.1", "/usr/lib/librdma.dylib", "fake" (tests).
   std::string provider;
 
   // Control path (library symbols in rdma-core and Apple's SDK).
@@ -30,6 +35,7 @@ struct VerbsApi {
   /// Fills the whole ibv_port_attr (the loader zeroes it first: the library's symbol fills its older prefix).
   int (*query_port)(ibv_context* context, uint8_t port, ibv_port_attr* attr) = nullptr;
   int (*query_gid)(ibv_context* context, uint8_t port, int index, ibv_gid* gid) = nullptr;
+  int (*query_device)(ibv_context* context, ibv_device_attr* attr) = nullptr;
   ibv_pd* (*alloc_pd)(ibv_context* context) = nullptr;
   int (*dealloc_pd)(ibv_pd* pd) = nullptr;
   ibv_mr* (*reg_mr)(ibv_pd* pd, void* addr, size_t length, int access) = nullptr;
@@ -45,7 +51,25 @@ struct VerbsApi {
   int (*post_recv)(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) = nullptr;
   /// Returns the number of completions written to wc (0..entries), negative on error.
   int (*poll_cq)(ibv_cq* cq, int entries, ibv_wc* wc) = nullptr;
+
+  /// Not a verb: the prefix length (netmask bits) of the network interface here that holds this IPv4 address (a
+  /// port's IPv4-mapped GID), -1 when none does. It tells which subnet a port's cable is on. The system's reads
+  /// the host's interfaces; a fake fabric answers for its own addresses.
+  int (*ipv4_prefix)(const uint8_t ipv4[4]) = nullptr;
 };
+
+/// The errno a verb that returns an int failed with: its return value (positive or negative), or errno where it
+/// returned -1 (the C library's convention); EIO where neither says.
+int error_of(int returned);
+
+/// The access every memory registration and queue pair gets: local write, remote read and remote write. Apple's
+/// provider refuses registrations with local write only, even for SEND and RECV (llama.cpp's transport and MLX
+/// register with these three); rxe and RoCE NICs accept them.
+constexpr int kAccessFlags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+
+/// Whether a device is one of Apple's Thunderbolt ports (rdma_en3, ...) or the verbs are Apple's librdma: UC only,
+/// no RC queue pair to probe for.
+bool apple_device(const VerbsApi& verbs, const std::string& device);
 
 /// The system's verbs, loaded once per process; null when the library is absent or lacks a symbol (why_not then
 /// says which; may be null). Thread-safe.

@@ -1,69 +1,77 @@
-// What travels on an ibverbs connection: 4 KiB frames, each one SEND into one posted receive, so every send and
-// its receive cover the same number of frames (one), as Apple's Thunderbolt stack requires.
+// What travels on an ibverbs connection: two lanes, each a queue pair, and on each every SEND lands in one posted
+// receive of the same size, so a send and its receive always cover the same number of 4 KiB frames, as Apple's
+// Thunderbolt stack requires.
 //
-//   frame = Header (64 B) | payload (up to 4032 B)
+//   small lane: frames of 4 KiB   = Header (64 B) | payload (up to 4032 B)      small messages, tails, credits
+//   bulk lane:  slots of S bytes  = Header (64 B) | payload (up to S - 64 B)    large messages, always sent full
 //
-// A message (one isend) is numbered per endpoint and direction (the k-th send meets the k-th receive), and every
-// frame says which message it belongs to and where its payload goes in it, so the frames of one message may travel
-// over several connections (rails: one per cable between the two ranks) and meet in order at the receiver. On one
-// connection the frames of a message go in order; frames of several communicators sharing it interleave. Every frame carries the connection's sequence number for its direction (UC may drop a
-// frame: a gap is reported, never papered over), the credits its sender returns (receives reposted since its
-// last report), a sum of its payload and a checksum of the header: damage the link's CRC missed, or a provider
-// bug, is reported instead of delivered.
+// S (64-512 KiB: slot_bytes_for) is agreed at connection time (the smaller of both ends'). A message (one isend)
+// is numbered per endpoint and direction (the k-th send meets the k-th receive), and every frame or slot says which
+// message it belongs to and where its payload goes in it, so the pieces of one message may travel on both lanes
+// and over several connections (rails: one per cable between the two ranks) and meet at the receiver in any order.
+// A message's part on one connection goes as whole slots, then its tail in frames (split_lanes); a message smaller
+// than half a slot goes in frames only, so a small message never waits behind a slot's worth of wire.
 //
-// The side channel (a TCP socket per connection) carries the handshake (Hello both ways: queue pair number, GID,
-// MTU, receive depth), then only Notices: a communicator aborted, or the process going away.
+// Every frame and slot carries its lane's sequence number for its direction (UC may drop one: a gap is reported,
+// never papered over), the credits its sender returns on both lanes (receives reposted since its last report), and
+// a checksum of the header; a sum of the payload only when the sender was asked for one (TBCOLL_IB_PAYLOAD_SUM=1,
+// kSummed): UC loss is caught by the sequence numbers either way, and the link checks the payload's CRC.
+//
+// The side channel (a TCP socket per connection) carries the handshake, then only Notices (a communicator aborted,
+// the process going away, frame counts for UC loss detection):
+//
+//   dialer   -> acceptor : Hello | token            (queue pair numbers, GID, MTU, depths, slot size, port keys)
+//   with a job secret, auth::initiate/respond over side_channel_context(token, dialer's key, acceptor's key)
+//   acceptor -> dialer   : Hello | token
+//
+// The proof binds the two ports' keys, which name each end's process, world rank, device and a per-port nonce (as
+// tcp's binds ranks and communicator): a relay that sends a dialer's exchange to another port than the one it
+// dialed gets proofs that do not hold there.
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <string>
 
 namespace tbcoll::ibverbs::wire {
 
 constexpr size_t kFrameBytes = 4096;
 constexpr uint16_t kMagic = 0x7462;  // "tb"
-constexpr uint16_t kVersion = 2;
+constexpr uint16_t kVersion = 4;
 
 enum class FrameKind : uint8_t { kData = 1, kCredit = 2 };
-enum FrameFlags : uint8_t { kFirst = 1, kLast = 2 };
+enum FrameFlags : uint8_t { kFirst = 1, kLast = 2, kSummed = 4 };
+enum Lane : int { kSmall = 0, kBulk = 1 };
+constexpr int kLanes = 2;
 
 struct Header {
   uint16_t magic = kMagic;
   uint8_t kind = 0;
   uint8_t flags = 0;
-  uint32_t seq = 0;      ///< per connection and direction, from 0
-  uint16_t credits = 0;  ///< receives the sender reposted since its last report
-  uint16_t payload = 0;  ///< payload bytes in this frame
-  uint32_t total = 0;    ///< the message's payload bytes, in every frame
-  uint64_t comm_id = 0;  ///< the communicator (Context) the message belongs to
+  uint32_t seq = 0;           ///< per connection, lane and direction, from 0
+  uint16_t credits = 0;       ///< small-lane receives the sender reposted since its last report
+  uint16_t bulk_credits = 0;  ///< bulk-lane receives likewise
+  uint32_t payload = 0;       ///< payload bytes in this frame or slot
+  uint32_t total = 0;         ///< the message's payload bytes, in every piece
+  uint32_t offset = 0;        ///< where the payload goes in the message
+  uint64_t comm_id = 0;       ///< the communicator (Context) the message belongs to
   uint64_t tag = 0;
   uint64_t meta = 0;
-  uint64_t message = 0;      ///< the message's number on its endpoint and direction, from 0
-  uint32_t offset = 0;       ///< where the payload goes in the message
-  uint32_t reserved = 0;
-  uint32_t payload_sum = 0;  ///< payload_sum() of the payload
-  uint32_t checksum = 0;     ///< of the 60 bytes before it
+  uint64_t message = 0;       ///< the message's number on its endpoint and direction, from 0
+  uint32_t payload_sum = 0;   ///< payload_sum() of the payload when kSummed
+  uint32_t checksum = 0;      ///< of the 60 bytes before it
 };
 static_assert(sizeof(Header) == 64, "wire header layout");
 constexpr size_t kPayloadBytes = kFrameBytes - sizeof(Header);
 
-/// FNV-1a over the header's first 60 bytes.
-inline uint32_t header_checksum(const Header& header) {
-  const auto* bytes = reinterpret_cast<const uint8_t*>(&header);
-  uint32_t hash = 2166136261u;
-  for (size_t i = 0; i < offsetof(Header, checksum); ++i) hash = (hash ^ bytes[i]) * 16777619u;
-  return hash;
-}
-
-/// Folds a payload's words into 32 bits so that any single flipped bit changes the result: the payload's 8-byte
-/// words (the tail zero-padded) are summed mod 2^64 in four lanes by position (word i into lane i % 4 while 32-byte
-/// blocks last), the lanes weighted 1, 3, 5, 7 (so words swapped between lanes show too), and the sum is reduced
-/// modulo the prime kPayloadSumPrime. A flipped bit moves the 64-bit sum by an odd multiple of a power of two (plus
-/// wraps of 2^64), which that prime never divides: PayloadSumCatchesAnyFlippedBit in tests/ibverbs/wire_test.cc
-/// checks every case. (A plain fold of the two halves, as before, missed some: fuzz/ibverbs_wire.cc found one.)
-/// It runs at memory speed (vectorised adds; one division per frame).
+/// Folds bytes into 32 bits so that any single flipped bit changes the result: the 8-byte words (the tail
+/// zero-padded) are summed mod 2^64 in four lanes by position (word i into lane i % 4 while 32-byte blocks last),
+/// the lanes weighted 1, 3, 5, 7 (so words swapped between lanes show too), and the sum is reduced modulo the
+/// prime kPayloadSumPrime. A flipped bit moves the 64-bit sum by an odd multiple of a power of two (plus wraps of
+/// 2^64), which that prime never divides: PayloadSumCatchesAnyFlippedBit in tests/ibverbs/wire_test.cc checks
+/// every case. It runs at memory speed (vectorised adds; one division).
 constexpr uint64_t kPayloadSumPrime = 4294967279u;  // 2^32 - 17 (2^32 - 5 fails with weight 5)
 constexpr uint64_t kPayloadSumWeights[4] = {1, 3, 5, 7};
 inline uint32_t payload_sum(const uint8_t* payload, size_t bytes) {
@@ -84,30 +92,81 @@ inline uint32_t payload_sum(const uint8_t* payload, size_t bytes) {
   return static_cast<uint32_t>(sum % kPayloadSumPrime);
 }
 
+/// The header's first 60 bytes folded as payload_sum does, unrolled for the fixed length and computed from the
+/// fields (the same value: its little-endian words 0-3 are the four lanes, words 4-6 and the zero-padded last 4
+/// bytes the tail), so any single flipped bit shows. Reading the fields, not the bytes, lets a header sealed right
+/// after its fields were stored be read back without store-forwarding stalls.
+inline uint32_t header_checksum(const Header& h) {
+  static_assert(offsetof(Header, checksum) == 60 && offsetof(Header, comm_id) == 24, "the words of the header");
+  const uint64_t word0 = h.magic | uint64_t{h.kind} << 16 | uint64_t{h.flags} << 24 | uint64_t{h.seq} << 32;
+  const uint64_t word1 = h.credits | uint64_t{h.bulk_credits} << 16 | uint64_t{h.payload} << 32;
+  const uint64_t word2 = h.total | uint64_t{h.offset} << 32;
+  const uint64_t sum = kPayloadSumWeights[0] * word0 + kPayloadSumWeights[1] * word1 + kPayloadSumWeights[2] * word2 +
+                       kPayloadSumWeights[3] * h.comm_id + h.tag + h.meta + h.message + h.payload_sum;
+  return static_cast<uint32_t>(sum % kPayloadSumPrime) ^ 0x5eed1e55u;
+}
+
 inline void seal(Header& header) { header.checksum = header_checksum(header); }
 inline bool intact(const Header& header) {
   return header.magic == kMagic && header.checksum == header_checksum(header);
 }
 
-/// Reads the header of a received frame of `bytes` bytes into *header and says whether the frame can be trusted:
-/// long enough for a header, header intact, payload within the frame and matching its sum. What the receiver
-/// checks before it looks at anything else (pure: the fuzz target fuzz/ibverbs_wire.cc runs it on any bytes).
+/// Reads the header of a received frame or slot of `bytes` bytes into *header and says whether it can be trusted:
+/// long enough for a header, header intact, payload within it and, when the sender summed it, matching its sum.
+/// What the receiver checks before it looks at anything else (pure: fuzz/ibverbs_wire.cc runs it on any bytes).
 inline bool decode_frame(const uint8_t* frame, size_t bytes, Header* header) {
   if (bytes < sizeof(Header)) return false;
   std::memcpy(header, frame, sizeof(Header));
   return intact(*header) && header->payload <= bytes - sizeof(Header) &&
-         payload_sum(frame + sizeof(Header), header->payload) == header->payload_sum;
+         ((header->flags & kSummed) == 0 ||
+          payload_sum(frame + sizeof(Header), header->payload) == header->payload_sum);
 }
 
 /// The largest message (Capabilities::max_message_bytes: the executor splits larger transfers).
 constexpr size_t kMaxMessageBytes = 0xffffffffu;
 
-/// Frames a message of `bytes` takes (an empty message still sends one frame).
+/// Frames a message of `bytes` takes on the small lane alone (an empty message still sends one frame).
 constexpr size_t frames_for(size_t bytes) { return bytes == 0 ? 1 : (bytes + kPayloadBytes - 1) / kPayloadBytes; }
 
-/// The part of a message of `bytes` that rail `rail` of `rails` carries: [begin, end), and whether it carries a frame
+/// Bulk slots: the sizes a connection may agree on, and the default for a provider (Apple's librdma takes 512 KiB
+/// receives from macOS 26.3 on, as MLX's JACCL uses them; 128 KiB before, llama.cpp's stride; 512 KiB elsewhere).
+constexpr size_t kMinSlotBytes = 16384;
+constexpr size_t kMaxSlotBytes = size_t{1} << 20;
+inline size_t slot_bytes_for(bool apple, int macos_major, int macos_minor) {
+  if (!apple) return 512 * 1024;
+  return macos_major > 26 || (macos_major == 26 && macos_minor >= 3) ? 512 * 1024 : 128 * 1024;
+}
+/// Slots posted per direction for a slot size: about 1 MiB in flight, 2 to 16 slots (2 of 512 KiB, as JACCL keeps
+/// 2 buffers in flight per peer; 8 of 128 KiB). Apple counts a queue's depth in 4 KiB frames, at most 4095: 2
+/// slots of 512 KiB take 256.
+constexpr int slots_for(size_t slot_bytes) {
+  return static_cast<int>(std::clamp<size_t>((size_t{1} << 20) / std::max<size_t>(slot_bytes, 1), 2, 16));
+}
+
+/// How a connection carries `bytes` of a message: the first bulk_bytes in `slots` bulk slots of slot_payload
+/// bytes each (the last maybe not full: it is padded), the rest in small frames. Whole slots while a full one's
+/// worth is left; a remainder of at least half a slot takes a padded slot too; anything less, and a message
+/// smaller than half a slot, goes in frames.
+struct LaneSplit {
+  size_t bulk_bytes = 0;
+  size_t slots = 0;
+};
+inline LaneSplit split_lanes(size_t bytes, size_t slot_payload) {
+  const size_t half = (slot_payload + sizeof(Header)) / 2;
+  if (slot_payload == 0 || bytes < half) return {};  // (and no division on a small message's way)
+  LaneSplit split;
+  split.slots = bytes / slot_payload;
+  split.bulk_bytes = split.slots * slot_payload;
+  if (bytes - split.bulk_bytes >= half) {
+    ++split.slots;
+    split.bulk_bytes = bytes;
+  }
+  return split;
+}
+
+/// The part of a message of `bytes` that rail `rail` of `rails` carries: [begin, end), and whether it carries a piece
 /// at all. Below stripe_bytes (or with one rail) the whole message goes on rail 0 (an empty one as one frame);
-/// from stripe_bytes on it is cut into `rails` parts of whole frames, in order (rail 0 the first bytes).
+/// from stripe_bytes on it is cut into `rails` parts of whole frames' payloads, in order (rail 0 the first bytes).
 struct Part {
   size_t begin = 0;
   size_t end = 0;
@@ -136,34 +195,48 @@ struct Hello {
   char key[kMaxKeyBytes] = {};       ///< the sender's port key (presence and nonce), NUL-padded
   char peer_key[kMaxKeyBytes] = {};  ///< the key of the port it means to reach
   uint8_t gid[16] = {};
-  uint32_t qp_num = 0;
-  uint32_t psn = 0;
+  uint32_t qp_num = 0;       ///< the small lane's queue pair
+  uint32_t bulk_qp_num = 0;  ///< the bulk lane's
+  uint32_t psn = 0;          ///< both lanes start at it
   uint16_t lid = 0;
   uint8_t mtu = 0;          ///< ibv_mtu
-  uint8_t mode = 0;         ///< 1 UC, 2 RC: the queue pair's type (both ends compute it alike, see pair_mode)
-  uint32_t recv_depth = 0;  ///< receives posted for the peer: its initial credits
+  uint8_t mode = 0;         ///< 1 UC, 2 RC: the queue pairs' type (both ends compute it alike, see pair_mode)
+  uint32_t recv_depth = 0;  ///< small-lane receives posted for the peer: its initial credits there
+  uint32_t bulk_depth = 0;  ///< bulk-lane receives (slots) posted for the peer
+  uint32_t slot_bytes = 0;  ///< the bulk slot size this end would use; the connection takes the smaller
   uint32_t token_bytes = 0;
+  uint32_t flags = 0;  ///< kHelloWithSecret: the sender proves a job secret next (dialer) or demands it
 };
+
+enum HelloFlags : uint32_t { kHelloWithSecret = 1 };
+
+/// What the side channel's proofs of the job secret are bound to: the job token and both ports' keys.
+inline std::string side_channel_context(const std::string& token, const std::string& dialer_key,
+                                        const std::string& acceptor_key) {
+  return token + "|" + dialer_key + "|" + acceptor_key;
+}
 
 constexpr uint32_t kMaxTokenBytes = 1024;
 
 /// Makes a received Hello safe to read (its keys NUL-terminated) and says whether it is a tbcoll ibverbs handshake
-/// of this version whose token (token_bytes, which follow it) may be read.
+/// of this version whose token (token_bytes, which follow it) may be read and whose slot size can be used.
 inline bool hello_acceptable(Hello& hello) {
   hello.key[sizeof(hello.key) - 1] = '\0';
   hello.peer_key[sizeof(hello.peer_key) - 1] = '\0';
-  return hello.magic == kHelloMagic && hello.version == kVersion && hello.token_bytes <= kMaxTokenBytes;
+  return hello.magic == kHelloMagic && hello.version == kVersion && hello.token_bytes <= kMaxTokenBytes &&
+         hello.slot_bytes >= kMinSlotBytes && hello.slot_bytes <= kMaxSlotBytes && hello.slot_bytes % kFrameBytes == 0;
 }
 
-/// kSent: the frames the sender has posted on the queue pair so far (in comm_id); reserved 1 asks for the
-/// receiver's own count back (reserved 0). A receiver that was told of more frames than arrived, and still misses
-/// them a grace period later, knows a UC link lost them. (Peers that predate it ignore kinds they do not know.)
+/// kSent: the frames the sender has posted so far, small lane (count) and bulk lane (bulk); reserved 1 asks for
+/// the receiver's own counts back (reserved 0). A receiver that was told of more than arrived, and still misses
+/// them a grace period later, knows a UC link lost them.
 enum class NoticeKind : uint32_t { kReady = 1, kAbort = 2, kBye = 3, kSent = 4 };
 
 struct Notice {
   uint32_t kind = 0;
   uint32_t reserved = 0;
-  uint64_t comm_id = 0;
+  uint64_t comm_id = 0;  ///< kAbort: the communicator; kSent: the small lane's count
+  uint64_t bulk = 0;     ///< kSent: the bulk lane's count
 };
 
 }  // namespace tbcoll::ibverbs::wire

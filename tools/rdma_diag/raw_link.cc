@@ -1,4 +1,4 @@
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/raw_link.h"
 
 #include <errno.h>
 
@@ -12,7 +12,9 @@
 #include <fmt/format.h>
 
 #include "transports/ibverbs/hints.h"
-#include "transports/ibverbs/port.h"
+#include "transports/ibverbs/memory.h"
+#include "transports/ibverbs/probe.h"
+#include "transports/ibverbs/subnets.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -131,12 +133,12 @@ int mtu_bytes(ibv_mtu mtu) {
   return 0;
 }
 
-bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, int* index, ibv_gid* gid) {
+bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, uint8_t port, int* index, ibv_gid* gid) {
   ibv_port_attr attr{};
-  if (verbs.query_port(context, 1, &attr) != 0) return false;
+  if (verbs.query_port(context, port, &attr) != 0) return false;
   for (int i = 0; i < std::max(1, attr.gid_tbl_len); ++i) {
     ibv_gid entry{};
-    if (verbs.query_gid(context, 1, i, &entry) != 0) continue;
+    if (verbs.query_gid(context, port, i, &entry) != 0) continue;
     bool mapped = entry.raw[10] == 0xff && entry.raw[11] == 0xff;
     for (int b = 0; b < 10; ++b) mapped = mapped && entry.raw[b] == 0;
     if (mapped) {
@@ -148,17 +150,18 @@ bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, int* index, ibv_
   return false;
 }
 
-int qp_to_init(const VerbsApi& verbs, ibv_qp* qp) {
+int qp_to_init(const VerbsApi& verbs, ibv_qp* qp, uint8_t port) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
-  attr.port_num = 1;
-  attr.qp_access_flags = 0;
+  attr.port_num = port;
+  attr.qp_access_flags = kAccessFlags;
   const int rc = verbs.modify_qp(qp, &attr, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-  return rc == 0 ? 0 : (errno != 0 ? errno : rc);
+  return rc == 0 ? 0 : error_of(rc);
 }
 
-int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid_index, const QpPeer& peer) {
+int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, uint8_t port, int gid_index,
+              const QpPeer& peer) {
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_RTR;
   attr.path_mtu = mtu;
@@ -169,7 +172,7 @@ int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid
   attr.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
   attr.ah_attr.grh.hop_limit = 1;
   attr.ah_attr.dlid = peer.lid;
-  attr.ah_attr.port_num = 1;
+  attr.ah_attr.port_num = port;
   int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
   if (mode == Mode::kRc) {
     attr.max_dest_rd_atomic = 1;
@@ -178,7 +181,7 @@ int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid
   }
   errno = 0;
   const int rc = verbs.modify_qp(qp, &attr, mask);
-  return rc == 0 ? 0 : (errno != 0 ? errno : rc);
+  return rc == 0 ? 0 : error_of(rc);
 }
 
 int qp_to_rts(const VerbsApi& verbs, ibv_qp* qp, Mode mode, uint32_t psn) {
@@ -195,16 +198,16 @@ int qp_to_rts(const VerbsApi& verbs, ibv_qp* qp, Mode mode, uint32_t psn) {
   }
   errno = 0;
   const int rc = verbs.modify_qp(qp, &attr, mask);
-  return rc == 0 ? 0 : (errno != 0 ? errno : rc);
+  return rc == 0 ? 0 : error_of(rc);
 }
 
 RawLink::RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const RawLinkOptions& options,
                  PeerExchange exchange)
     : verbs_(verbs), options_(options), exchange_(std::move(exchange)) {
   std::string failure;
-  if (verbs_ == nullptr) {
-    failure = fmt::format("not available: {}", why_no_verbs);
-  } else {
+  if (verbs_ == nullptr) failure = fmt::format("not available: {}", why_no_verbs);
+  if (options_.device.empty()) choose_device(&failure);  // agreed: a failure here is both ranks'
+  if (failure.empty()) {
     try {
       setup();
     } catch (const Error& error) {
@@ -250,7 +253,7 @@ RawLink::RawLink(const VerbsApi* verbs, const std::string& why_no_verbs, const R
     const hints::Where where{device_, options_.mode == Mode::kRc};
     for (auto [qp, peer] : {std::pair{data_qp_, data_peer}, std::pair{credit_qp_, credit_peer}}) {
       if (!failure.empty()) break;
-      int error = qp_to_rtr(*verbs_, qp, options_.mode, path_mtu_, gid_index_, peer);
+      int error = qp_to_rtr(*verbs_, qp, options_.mode, path_mtu_, port_, gid_index_, peer);
       if (error != 0) {
         failure = fmt::format("rank {}: {}", options_.rank, hints::describe(hints::Verb::kModifyQpRtr, error, where));
         break;
@@ -297,7 +300,7 @@ void RawLink::release() {
 
 int RawLink::mtu_bytes() const { return ibverbs::mtu_bytes(path_mtu_); }
 
-void RawLink::setup() {
+void RawLink::open_port() {
   const VerbsApi& v = *verbs_;
   std::vector<std::string> allowed;
   if (!options_.device.empty()) allowed.push_back(options_.device);
@@ -306,37 +309,34 @@ void RawLink::setup() {
   gid_index_ = found.gid_index;
   gid_ = found.gid;
   lid_ = found.lid;
+  port_ = found.port;
   local_mtu_ = found.mtu;
   const std::string who = fmt::format("rank {}", options_.rank);
-  const hints::Where where{device_, options_.mode == Mode::kRc};
-  auto fail = [&](hints::Verb verb, int error) {
-    throw IoError(fmt::format("{}: {}", who, hints::describe(verb, error, where)));
-  };
-  {
-    int count = 0;
-    ibv_device** list = v.get_device_list(&count);
-    for (int d = 0; list != nullptr && d < count && context_ == nullptr; ++d) {
-      if (device_ == v.get_device_name(list[d])) {
-        errno = 0;
-        context_ = v.open_device(list[d]);
-        if (context_ == nullptr) {
-          const int error = errno;
-          v.free_device_list(list);
-          fail(hints::Verb::kOpenDevice, error);
-        }
-      }
-    }
-    if (list != nullptr) v.free_device_list(list);
+  errno = 0;
+  context_ = open_device_named(v, device_);
+  if (context_ == nullptr) {
+    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kOpenDevice, errno, {device_, false})));
   }
-  if (context_ == nullptr) throw IoError(fmt::format("{}: {} went away while opening it", who, device_));
-  if (!find_ipv4_gid(v, context_, &gid_index_, &gid_)) {  // this context's own view of the port
+  if (!find_ipv4_gid(v, context_, port_, &gid_index_, &gid_)) {  // this context's own view of the port
     throw IoError(fmt::format("{}: {}: no IPv4-mapped GID: {}", who, device_, hints::no_ipv4_gid_fix(device_)));
   }
   ibv_port_attr port{};
-  if (v.query_port(context_, 1, &port) != 0) fail(hints::Verb::kQueryPort, errno);
+  const int queried = v.query_port(context_, port_, &port);
+  if (queried != 0) {
+    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kQueryPort, error_of(queried), {device_})));
+  }
   max_message_ = std::min<size_t>({options_.max_message_bytes, kAppleMaxMessageBytes,
                                    port.max_msg_sz == 0 ? kAppleMaxMessageBytes : size_t{port.max_msg_sz}});
   max_message_ = std::max<size_t>(max_message_, kFrame);
+}
+
+void RawLink::setup() {
+  open_port();
+  const VerbsApi& v = *verbs_;
+  const hints::Where where{device_, options_.mode == Mode::kRc};
+  auto fail = [&](hints::Verb verb, int error) {
+    throw IoError(fmt::format("rank {}: {}", options_.rank, hints::describe(verb, error, where)));
+  };
   errno = 0;
   pd_ = v.alloc_pd(context_);
   if (pd_ == nullptr) fail(hints::Verb::kAllocPd, errno);
@@ -356,7 +356,7 @@ void RawLink::setup() {
     errno = 0;
     ibv_qp* qp = v.create_qp(pd_, &init);
     if (qp == nullptr) fail(hints::Verb::kCreateQp, errno);
-    const int error = qp_to_init(v, qp);
+    const int error = qp_to_init(v, qp, port_);
     if (error != 0) {
       v.destroy_qp(qp);
       fail(hints::Verb::kModifyQpInit, error);
@@ -369,13 +369,68 @@ void RawLink::setup() {
   const size_t credit_bytes = static_cast<size_t>(kCreditRecvs + kCreditSends) * kCreditSlot;
   region_bytes_ = std::max<size_t>(max_message_, 16 * kFrame);
   const size_t bytes = 2 * region_bytes_ + (credit_bytes + kFrame - 1) / kFrame * kFrame;
-  memory_.assign(bytes + kFrame, 0);
-  send_region_ = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory_.data()) + kFrame - 1) & ~(kFrame - 1));
+  memory_ = RegisteredMemory(bytes);
+  send_region_ = memory_.data();
   recv_region_ = send_region_ + region_bytes_;
   credit_region_ = recv_region_ + region_bytes_;
   errno = 0;
-  mr_ = v.reg_mr(pd_, send_region_, bytes, IBV_ACCESS_LOCAL_WRITE);
+  mr_ = v.reg_mr(pd_, send_region_, memory_.size(), kAccessFlags);
   if (mr_ == nullptr) fail(hints::Verb::kRegMr, errno);
+}
+
+namespace {
+
+// This rank's usable ports as one line for the peer: "device ipv4 prefix apple|other;..." (or the failure).
+std::string nets_line(const VerbsApi& verbs) {
+  std::string out;
+  for (const Found& found : probe_all(verbs, {})) {
+    const int prefix = verbs.ipv4_prefix != nullptr ? verbs.ipv4_prefix(found.gid.raw + 12) : -1;
+    out += fmt::format("{}{} {} {} {}", out.empty() ? "" : ";", found.name, ipv4_of(found.gid), prefix,
+                       apple_device(verbs, found.name) ? "apple" : "other");
+  }
+  return out;
+}
+
+std::vector<Net> parse_nets(const std::string& line) {
+  std::vector<Net> nets;
+  std::istringstream entries(line);
+  for (std::string entry; std::getline(entries, entry, ';');) {
+    std::istringstream words(entry);
+    Net net;
+    std::string apple;
+    if (words >> net.device >> net.ipv4 >> net.prefix >> apple) {
+      net.apple = apple == "apple";
+      nets.push_back(net);
+    }
+  }
+  return nets;
+}
+
+}  // namespace
+
+void RawLink::choose_device(std::string* failure) {
+  // Both ranks swap their ports and pick, alike, the cable whose subnet both ends share (subnets.h).
+  std::string mine;
+  if (failure->empty()) {
+    try {
+      mine = nets_line(*verbs_);
+    } catch (const Error& error) {
+      *failure = error.what();
+    }
+  }
+  // A plain swap, not agree(): a rank that cannot take part says so at the connection set-up, as always.
+  const std::string reply = exchange_(failure->empty() ? "OK " + mine : "ERR");
+  if (!failure->empty() || reply.rfind("OK ", 0) != 0) return;
+  const std::string theirs = reply.substr(3);
+  const std::vector<Net> rank0 = parse_nets(options_.rank == 0 ? mine : theirs);
+  const std::vector<Net> rank1 = parse_nets(options_.rank == 0 ? theirs : mine);
+  std::string why;
+  const auto cables = cables_by_subnet(rank0, "rank 0", rank1, "rank 1", 1, &why);
+  if (cables.empty()) {
+    *failure = why + " (or name each rank's device: --device RANK0,RANK1)";
+    return;
+  }
+  options_.device = options_.rank == 0 ? cables[0].first : cables[0].second;
 }
 
 std::string RawLink::agree(const std::string& what, const std::string& failure, const std::string& value) {
@@ -417,7 +472,7 @@ void RawLink::post_recv(ibv_qp* qp, uint8_t* at, size_t bytes, uint64_t wr_id) {
   if (rc != 0) {
     throw IoError(fmt::format(
         "rank {}: {}", options_.rank,
-        hints::describe(hints::Verb::kPostRecv, errno != 0 ? errno : rc, {device_, options_.mode == Mode::kRc})));
+        hints::describe(hints::Verb::kPostRecv, error_of(rc), {device_, options_.mode == Mode::kRc})));
   }
 }
 
@@ -435,7 +490,7 @@ void RawLink::post_send(ibv_qp* qp, const uint8_t* at, size_t bytes, uint64_t wr
   if (rc != 0) {
     throw IoError(fmt::format(
         "rank {}: {}", options_.rank,
-        hints::describe(hints::Verb::kPostSend, errno != 0 ? errno : rc, {device_, options_.mode == Mode::kRc})));
+        hints::describe(hints::Verb::kPostSend, error_of(rc), {device_, options_.mode == Mode::kRc})));
   }
 }
 
@@ -655,22 +710,34 @@ double RawLink::one_way_us(size_t bytes, int round_trips) {
   return std::strtod((options_.rank == 0 ? figure : theirs).c_str(), nullptr);
 }
 
+// One bandwidth phase's state: what was sent, acknowledged, received and reposted.
+struct RawLink::BandwidthRun {
+  size_t bytes = 0;
+  uint64_t total = 0, depth = 0;
+  bool sender = false, receiver = false;
+  uint64_t sent = 0, send_done = 0, peer_posted = 0, received = 0, posted = 0, reported = 0;
+  bool peer_final = false;
+  Clock::time_point start{}, finished{};
+};
+
 double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
   check_usable("bandwidth");
   if (bytes < 1 || bytes > max_message_ || messages < 1) {
     throw InvalidArgument(
         fmt::format("bandwidth: {} B x {} messages (1..{} B, at least 1)", bytes, messages, max_message_));
   }
-  const uint64_t total = static_cast<uint64_t>(messages);
+  BandwidthRun run;
+  run.bytes = bytes;
+  run.total = static_cast<uint64_t>(messages);
   // Receives of the phase: each spans frames(bytes) of the 4095-frame queue, and all fit the receive region.
-  const uint64_t depth =
-      std::min<uint64_t>({16, static_cast<uint64_t>(kMaxWr) / frames(bytes), region_bytes_ / bytes, total});
-  const bool sender = both_ways || options_.rank == 0;
-  const bool receiver = both_ways || options_.rank == 1;
+  run.depth = std::min<uint64_t>({16, static_cast<uint64_t>(kMaxWr) / frames(bytes), region_bytes_ / bytes, run.total});
+  run.sender = both_ways || options_.rank == 0;
+  run.receiver = both_ways || options_.rank == 1;
+  run.peer_posted = run.posted = run.reported = run.depth;
   ++phase_;
   std::string failure;
   try {
-    for (uint64_t i = 0; receiver && i < depth; ++i) {
+    for (uint64_t i = 0; run.receiver && i < run.depth; ++i) {
       post_recv(data_qp_, recv_region_ + i * bytes, bytes, kKindData | i);
     }
   } catch (const Error& error) {
@@ -679,68 +746,10 @@ double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
   agree("bandwidth set-up", failure);
   double gbps = 0;
   try {
-    uint64_t sent = 0, send_done = 0, peer_posted = depth, received = 0, posted = depth, reported = depth;
-    bool peer_final = false;
-    const auto start = Clock::now();
-    Clock::time_point finished{};
-    auto deadline = after(options_.message_timeout_s);
-    for (;;) {
-      bool moved = false;
-      while (sender && sent < total && sent < peer_posted && sent - send_done < depth) {
-        post_send(data_qp_, send_region_, bytes, kKindData | (sent % depth));
-        ++sent;
-        moved = true;
-      }
-      poll(
-          [&](const ibv_wc& wc) {
-            moved = true;
-            if ((wc.wr_id & ~kSlotMask) == kKindCredit) {
-              CreditMessage message;
-              const uint64_t slot = wc.wr_id & kSlotMask;
-              std::memcpy(&message, credit_region_ + slot * kCreditSlot, sizeof(message));
-              post_recv(credit_qp_, credit_region_ + slot * kCreditSlot, kCreditSlot, wc.wr_id);
-              if (message.magic == kCreditMagic && message.phase == phase_) {
-                peer_posted = std::max(peer_posted, message.posted);
-                if (message.final != 0) peer_final = true;
-              }
-              return;
-            }
-            if (wc.byte_len != bytes) {
-              throw IoError(
-                  fmt::format("rank {}: a {} message arrived with {} B", options_.rank, size_text(bytes), wc.byte_len));
-            }
-            ++received;
-            if (posted < total) {
-              const uint64_t slot = wc.wr_id & kSlotMask;
-              post_recv(data_qp_, recv_region_ + slot * bytes, bytes, wc.wr_id);
-              ++posted;
-            }
-            if (posted - reported >= std::max<uint64_t>(1, depth / 2) || received == total) {
-              send_credit(posted, received == total);
-              reported = posted;
-            }
-          },
-          [&](const ibv_wc& wc) {
-            moved = true;
-            if ((wc.wr_id & ~kSlotMask) == kKindData) ++send_done;
-          });
-      if (sender && peer_final && finished == Clock::time_point{}) finished = Clock::now();
-      const bool sending_done = !sender || (sent == total && send_done == total && peer_final);
-      const bool receiving_done = !receiver || received == total;
-      if (sending_done && receiving_done && credit_sends_in_flight_ == 0) break;
-      if (moved) {
-        deadline = after(options_.message_timeout_s);
-      } else if (Clock::now() > deadline) {
-        throw IoError(fmt::format(
-            "rank {}: the bandwidth run stalled for {} s (sent {} of {}, {} acknowledged, received {} of {}): a "
-            "message or credit was lost (UC drops without an error)",
-            options_.rank, options_.message_timeout_s, sent, total, peer_final ? total : peer_posted - depth, received,
-            total));
-      }
-    }
-    if (sender) {
-      gbps = static_cast<double>(bytes) * static_cast<double>(total) /
-             std::chrono::duration<double>(finished - start).count() / 1e9;
+    stream(run);
+    if (run.sender) {
+      gbps = static_cast<double>(bytes) * static_cast<double>(run.total) /
+             std::chrono::duration<double>(run.finished - run.start).count() / 1e9;
     }
   } catch (const Error& error) {
     failure = error.what();
@@ -750,6 +759,70 @@ double RawLink::bandwidth_gbps(size_t bytes, int messages, bool both_ways) {
   const double mine = std::strtod(figure.c_str(), nullptr), peer_gbps = std::strtod(theirs.c_str(), nullptr);
   if (!both_ways) return options_.rank == 0 ? mine : peer_gbps;
   return std::min(mine, peer_gbps);
+}
+
+void RawLink::on_bandwidth_receive(BandwidthRun& run, const ibv_wc& wc) {
+  if ((wc.wr_id & ~kSlotMask) == kKindCredit) {
+    CreditMessage message;
+    const uint64_t slot = wc.wr_id & kSlotMask;
+    std::memcpy(&message, credit_region_ + slot * kCreditSlot, sizeof(message));
+    post_recv(credit_qp_, credit_region_ + slot * kCreditSlot, kCreditSlot, wc.wr_id);
+    if (message.magic == kCreditMagic && message.phase == phase_) {
+      run.peer_posted = std::max(run.peer_posted, message.posted);
+      if (message.final != 0) run.peer_final = true;
+    }
+    return;
+  }
+  if (wc.byte_len != run.bytes) {
+    throw IoError(
+        fmt::format("rank {}: a {} message arrived with {} B", options_.rank, size_text(run.bytes), wc.byte_len));
+  }
+  ++run.received;
+  if (run.posted < run.total) {
+    const uint64_t slot = wc.wr_id & kSlotMask;
+    post_recv(data_qp_, recv_region_ + slot * run.bytes, run.bytes, wc.wr_id);
+    ++run.posted;
+  }
+  if (run.posted - run.reported >= std::max<uint64_t>(1, run.depth / 2) || run.received == run.total) {
+    send_credit(run.posted, run.received == run.total);
+    run.reported = run.posted;
+  }
+}
+
+void RawLink::stream(BandwidthRun& run) {
+  run.start = Clock::now();
+  auto deadline = after(options_.message_timeout_s);
+  for (;;) {
+    bool moved = false;
+    while (run.sender && run.sent < run.total && run.sent < run.peer_posted && run.sent - run.send_done < run.depth) {
+      post_send(data_qp_, send_region_, run.bytes, kKindData | (run.sent % run.depth));
+      ++run.sent;
+      moved = true;
+    }
+    poll(
+        [&](const ibv_wc& wc) {
+          moved = true;
+          on_bandwidth_receive(run, wc);
+        },
+        [&](const ibv_wc& wc) {
+          moved = true;
+          if ((wc.wr_id & ~kSlotMask) == kKindData) ++run.send_done;
+        });
+    if (run.sender && run.peer_final && run.finished == Clock::time_point{}) run.finished = Clock::now();
+    const bool sending_done =
+        !run.sender || (run.sent == run.total && run.send_done == run.total && run.peer_final);
+    const bool receiving_done = !run.receiver || run.received == run.total;
+    if (sending_done && receiving_done && credit_sends_in_flight_ == 0) return;
+    if (moved) {
+      deadline = after(options_.message_timeout_s);
+    } else if (Clock::now() > deadline) {
+      throw IoError(fmt::format(
+          "rank {}: the bandwidth run stalled for {} s (sent {} of {}, {} acknowledged, received {} of {}): a "
+          "message or credit was lost (UC drops without an error)",
+          options_.rank, options_.message_timeout_s, run.sent, run.total,
+          run.peer_final ? run.total : run.peer_posted - run.depth, run.received, run.total));
+    }
+  }
 }
 
 Floors measure_floors(const VerbsApi* verbs, const std::string& why_no_verbs, const FloorOptions& options,

@@ -4,7 +4,7 @@
 // tbcoll-rdma-check prints the same figures from the same code (raw_link.h).
 //
 // This header needs no verbs headers: tbcoll-perf includes it in every build, and a build without the ibverbs
-// transport answers "not measured" (transports/ibverbs/stub).
+// transport answers "not measured" (tools/rdma_diag/stub).
 #pragma once
 
 #include <chrono>

@@ -19,8 +19,10 @@
 #include <string>
 #include <vector>
 
-#include "transports/ibverbs/connection.h"
-#include "transports/ibverbs/floors.h"
+#include "transports/ibverbs/memory.h"
+#include "transports/ibverbs/mode.h"
+#include "transports/ibverbs/probe.h"
+#include "tools/rdma_diag/floors.h"
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs {
@@ -31,7 +33,7 @@ constexpr size_t kAppleMaxMessageBytes = 16773120;
 struct RawLinkOptions {
   int rank = 0;  ///< 0 or 1
   Mode mode = Mode::kUc;
-  std::string device;  ///< "" = the first usable one (port.h's probe)
+  std::string device;  ///< this rank's device; "" = the one on a subnet the peer's ports share (subnets.h)
   double message_timeout_s = 10;
   size_t max_message_bytes = size_t{16} << 20;  ///< buffers are sized for this (clamped to the device's limits)
 };
@@ -77,6 +79,8 @@ class RawLink {
   double bandwidth_gbps(size_t bytes, int messages, bool both_ways);
 
  private:
+  void choose_device(std::string* failure);
+  void open_port();
   void setup();
   /// Swaps outcomes with the peer: `failure` ("" = fine) and a value; throws IoError naming the ranks that failed
   /// (and marks the link broken) unless both are fine; returns the peer's value.
@@ -88,6 +92,10 @@ class RawLink {
   template <typename OnRecv, typename OnSend>
   void poll(OnRecv on_recv, OnSend on_send);
   void send_credit(uint64_t posted, bool final);
+  struct BandwidthRun;
+  /// A bandwidth phase's messages until every one was sent, acknowledged and received (run.start, run.finished).
+  void stream(BandwidthRun& run);
+  void on_bandwidth_receive(BandwidthRun& run, const ibv_wc& wc);
   void release();
 
   const VerbsApi* verbs_ = nullptr;
@@ -101,12 +109,13 @@ class RawLink {
   ibv_qp* data_qp_ = nullptr;
   ibv_qp* credit_qp_ = nullptr;
   ibv_mr* mr_ = nullptr;
-  std::vector<uint8_t> memory_;
+  RegisteredMemory memory_;
   uint8_t* send_region_ = nullptr;    // region_bytes_
   uint8_t* recv_region_ = nullptr;    // region_bytes_
   uint8_t* credit_region_ = nullptr;  // credit receive and send slots
   size_t max_message_ = 0;
   size_t region_bytes_ = 0;  // of the send and the receive region: max_message_, at least 16 frames
+  uint8_t port_ = 1;  // the device's active port
   int gid_index_ = 0;
   ibv_gid gid_{};
   uint16_t lid_ = 0;
@@ -130,16 +139,17 @@ struct QpPeer {
   uint16_t lid = 0;
   ibv_gid gid{};
 };
-/// RESET -> INIT on port 1, pkey 0. Returns 0 or the errno.
-int qp_to_init(const VerbsApi& verbs, ibv_qp* qp);
+/// RESET -> INIT on `port`, pkey 0, kAccessFlags. Returns 0 or the errno.
+int qp_to_init(const VerbsApi& verbs, ibv_qp* qp, uint8_t port);
 /// INIT -> RTR towards peer (is_global 1, hop limit 1, sgid_index = gid_index). Returns 0 or the errno.
-int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, int gid_index, const QpPeer& peer);
+int qp_to_rtr(const VerbsApi& verbs, ibv_qp* qp, Mode mode, ibv_mtu mtu, uint8_t port, int gid_index,
+              const QpPeer& peer);
 /// RTR -> RTS. Returns 0 or the errno.
 int qp_to_rts(const VerbsApi& verbs, ibv_qp* qp, Mode mode, uint32_t psn);
 
-/// The first IPv4-mapped GID of port 1 as this context sees it (on the tests' fake fabric every context is a port of
+/// The first IPv4-mapped GID of `port` as this context sees it (on the tests' fake fabric every context is a port of
 /// its own); false if there is none.
-bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, int* index, ibv_gid* gid);
+bool find_ipv4_gid(const VerbsApi& verbs, ibv_context* context, uint8_t port, int* index, ibv_gid* gid);
 
 /// Bytes of an ibv_mtu (IBV_MTU_1024 -> 1024).
 int mtu_bytes(ibv_mtu mtu);

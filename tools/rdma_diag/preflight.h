@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/mode.h"
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs {
@@ -20,6 +20,7 @@ struct GidEntry {
 
 struct PortReport {
   std::string device;
+  uint8_t port = 1;       ///< the active port (port 1 when none is)
   std::string interface;  ///< the paired network interface (hints::paired_interface), "" if unknown
   std::string state = "?";
   std::string link_layer;
@@ -31,6 +32,7 @@ struct PortReport {
   int ipv4_gid_index = -1;
   std::string ipv4;
   std::string ipv4_owner;  ///< the local interface holding that IPv4 address ("" if none: a stale GID)
+  int prefix = -1;         ///< that interface's netmask length (VerbsApi::ipv4_prefix), -1 unknown
   bool usable = false;
   std::string problem;  ///< why not usable
   std::string fix;
@@ -41,13 +43,14 @@ struct PreflightReport {
   std::string provider;    ///< "libibverbs.so.1 (/usr/lib/.../libibverbs.so.1.14.44.0)", "fake"
   std::string problem;     ///< when not available
   std::string fix;
-  std::vector<PortReport> ports;  ///< one per device (port 1)
+  std::vector<PortReport> ports;  ///< one per device (its active port)
 };
 
-/// Lists the devices and inspects port 1 of each. verbs may be null (why_no_verbs then says why).
+/// Lists the devices and inspects the active port of each. verbs may be null (why_no_verbs then says why).
 PreflightReport preflight(const VerbsApi* verbs, const std::string& why_no_verbs);
 
-/// The report's text: one indented block per device, then one PASS/FAIL line per device.
+/// The report's text: one indented block per device, then one PASS/FAIL line per device (SKIP for an unusable one
+/// when another is usable).
 std::string format_preflight(const PreflightReport& report);
 
 struct LimitProbe {

@@ -1,4 +1,4 @@
-#include "transports/ibverbs/preflight.h"
+#include "tools/rdma_diag/preflight.h"
 
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -15,14 +16,16 @@
 #include <fmt/ranges.h>
 
 #include "transports/ibverbs/hints.h"
-#include "transports/ibverbs/port.h"
-#include "transports/ibverbs/raw_link.h"
+#include "transports/ibverbs/memory.h"
+#include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/probe.h"
+#include "tools/rdma_diag/raw_link.h"
 
 namespace tbcoll::ibverbs {
 namespace {
 
 constexpr int kMaxGidsShown = 256;
-constexpr size_t kPage = 4096;
+constexpr size_t kFrame = 4096;
 
 const char* state_name(int state) {
   switch (state) {
@@ -191,12 +194,11 @@ void probe_queue_pairs(const VerbsApi& verbs, const Found& found, Mode mode, Lim
 void probe_registrations(const VerbsApi& verbs, const Found& found, LimitProbe* probe) {
   OpenDevice device(verbs, found.name);
   Pd pd(verbs, device.context, found.name);
-  std::vector<uint8_t> memory((static_cast<size_t>(probe->cap) + 1) * kPage);
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory.data()) + kPage - 1) & ~(kPage - 1));
+  RegisteredMemory memory(static_cast<size_t>(probe->cap) * kRegistrationPage);
   std::vector<ibv_mr*> made;
   for (int i = 0; i < probe->cap; ++i) {
     errno = 0;
-    ibv_mr* mr = verbs.reg_mr(pd.pd, base + static_cast<size_t>(i) * kPage, kPage, IBV_ACCESS_LOCAL_WRITE);
+    ibv_mr* mr = verbs.reg_mr(pd.pd, memory.data() + static_cast<size_t>(i) * kRegistrationPage, kFrame, kAccessFlags);
     if (mr == nullptr) {
       probe->stopped = fmt::format("the {} failed: {}", ordinal(i + 1),
                                    hints::describe(hints::Verb::kRegMr, errno, {found.name, false}));
@@ -215,10 +217,10 @@ void probe_receives(const VerbsApi& verbs, const Found& found, Mode mode, LimitP
   Pd pd(verbs, device.context, found.name);
   Cq cq(verbs, device.context, probe->cap + 16, found.name);
   const hints::Where where{found.name, mode == Mode::kRc};
-  std::vector<uint8_t> memory((static_cast<size_t>(probe->cap) + 1) * kPage);
-  uint8_t* base = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(memory.data()) + kPage - 1) & ~(kPage - 1));
+  RegisteredMemory memory(static_cast<size_t>(probe->cap) * kFrame);
+  uint8_t* base = memory.data();
   errno = 0;
-  ibv_mr* mr = verbs.reg_mr(pd.pd, base, static_cast<size_t>(probe->cap) * kPage, IBV_ACCESS_LOCAL_WRITE);
+  ibv_mr* mr = verbs.reg_mr(pd.pd, base, memory.size(), kAccessFlags);
   if (mr == nullptr) {
     probe->error = hints::describe(hints::Verb::kRegMr, errno, where);
     return;
@@ -238,24 +240,24 @@ void probe_receives(const VerbsApi& verbs, const Found& found, Mode mode, LimitP
   }
   QpPeer self;  // this context's own GID: both queue pairs are on it
   int gid_index = found.gid_index;
-  if (!find_ipv4_gid(verbs, device.context, &gid_index, &self.gid)) {
+  if (!find_ipv4_gid(verbs, device.context, found.port, &gid_index, &self.gid)) {
     probe->error = fmt::format("{}: no IPv4-mapped GID: {}", found.name, hints::no_ipv4_gid_fix(found.name));
   }
   self.lid = found.lid;
   for (int side = 0; side < 2 && probe->error.empty(); ++side) {
     QpPeer peer = self;
     peer.qp_num = qps[1 - side]->qp_num;
-    int error = qp_to_init(verbs, qps[side]);
+    int error = qp_to_init(verbs, qps[side], found.port);
     if (error != 0) {
       probe->error = hints::describe(hints::Verb::kModifyQpInit, error, where);
-    } else if ((error = qp_to_rtr(verbs, qps[side], mode, found.mtu, gid_index, peer)) != 0) {
+    } else if ((error = qp_to_rtr(verbs, qps[side], mode, found.mtu, found.port, gid_index, peer)) != 0) {
       probe->error = hints::describe(hints::Verb::kModifyQpRtr, error, where);
     } else if ((error = qp_to_rts(verbs, qps[side], mode, 0)) != 0) {
       probe->error = hints::describe(hints::Verb::kModifyQpRts, error, where);
     }
   }
   for (int i = 0; probe->error.empty() && i < probe->cap; ++i) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(base + static_cast<size_t>(i) * kPage), static_cast<uint32_t>(kPage),
+    ibv_sge sge{reinterpret_cast<uintptr_t>(base + static_cast<size_t>(i) * kFrame), static_cast<uint32_t>(kFrame),
                 mr->lkey};
     ibv_recv_wr wr{};
     wr.wr_id = static_cast<uint64_t>(i);
@@ -266,7 +268,7 @@ void probe_receives(const VerbsApi& verbs, const Found& found, Mode mode, LimitP
     const int rc = verbs.post_recv(qps[0], &wr, &bad);
     if (rc != 0) {
       probe->stopped = fmt::format("the {} failed: {}", ordinal(i + 1),
-                                   hints::describe(hints::Verb::kPostRecv, errno != 0 ? errno : rc, where));
+                                   hints::describe(hints::Verb::kPostRecv, error_of(rc), where));
       break;
     }
     probe->accepted = i + 1;
@@ -280,6 +282,73 @@ std::string format_probe(const LimitProbe& probe) {
     return fmt::format("  {}: {} accepted (the probe's cap: no limit below it)\n", probe.what, probe.accepted);
   }
   return fmt::format("  {}: {} accepted; {}\n", probe.what, probe.accepted, probe.stopped);
+}
+
+}  // namespace
+
+namespace {
+
+// The GIDs of `port` on an open device, the first IPv4-mapped one noted in report.
+void read_gids(const VerbsApi& verbs, ibv_context* context, uint8_t port, int entries, PortReport* report) {
+  for (int index = 0; index < std::min(entries, kMaxGidsShown); ++index) {
+    ibv_gid gid{};
+    if (verbs.query_gid(context, port, index, &gid) != 0 || is_zero(gid)) continue;
+    GidEntry entry;
+    entry.index = index;
+    char text[INET6_ADDRSTRLEN] = {};
+    inet_ntop(AF_INET6, gid.raw, text, sizeof(text));
+    entry.text = text;
+    entry.ipv4_mapped = is_ipv4_mapped(gid);
+    if (entry.ipv4_mapped) {
+      entry.ipv4 = ipv4_of(gid);
+      if (report->ipv4_gid_index < 0) {
+        report->ipv4_gid_index = index;
+        report->ipv4 = entry.ipv4;
+        report->ipv4_owner = interface_with(entry.ipv4);
+        report->prefix = verbs.ipv4_prefix != nullptr ? verbs.ipv4_prefix(gid.raw + 12) : -1;
+      }
+    }
+    report->gids.push_back(entry);
+  }
+}
+
+// One device: its active port (else port 1), that port's state, MTUs and GIDs, and whether it is usable.
+PortReport inspect(const VerbsApi& verbs, const std::string& name) {
+  PortReport port;
+  port.device = name;
+  port.interface = hints::paired_interface(name);
+  try {
+    OpenDevice device(verbs, name);
+    ibv_port_attr attr{};
+    std::string states;
+    port.port = active_port(verbs, device.context, &attr, &states);
+    if (port.port == 0) {
+      port.port = 1;
+      const int queried = verbs.query_port(device.context, 1, &attr);
+      if (queried != 0) throw IoError(hints::describe(hints::Verb::kQueryPort, error_of(queried), {name, false}));
+    }
+    port.state = state_name(attr.state);
+    port.link_layer = link_layer_name(attr.link_layer);
+    port.active_mtu = mtu_bytes(attr.active_mtu);
+    port.max_mtu = mtu_bytes(attr.max_mtu);
+    port.max_msg_bytes = attr.max_msg_sz;
+    port.gid_table = attr.gid_tbl_len;
+    read_gids(verbs, device.context, port.port, attr.gid_tbl_len, &port);
+    if (attr.state != IBV_PORT_ACTIVE) {
+      port.problem = fmt::format("no port is ACTIVE ({})", states);
+      port.fix =
+          "connect the cable to a host whose RDMA is enabled too (a Mac: `rdma_ctl enable` in Recovery); on "
+          "Linux bring the network interface up";
+    } else if (port.ipv4_gid_index < 0) {
+      port.problem = "no IPv4-mapped GID";
+      port.fix = hints::no_ipv4_gid_fix(name);
+    } else {
+      port.usable = true;
+    }
+  } catch (const Error& error) {
+    port.problem = error.what();
+  }
+  return port;
 }
 
 }  // namespace
@@ -308,58 +377,7 @@ PreflightReport preflight(const VerbsApi* verbs, const std::string& why_no_verbs
   std::vector<std::string> names;
   for (int d = 0; d < count; ++d) names.push_back(verbs->get_device_name(list[d]));
   verbs->free_device_list(list);
-  for (const std::string& name : names) {
-    PortReport port;
-    port.device = name;
-    port.interface = hints::paired_interface(name);
-    try {
-      OpenDevice device(*verbs, name);
-      ibv_port_attr attr{};
-      errno = 0;
-      if (verbs->query_port(device.context, 1, &attr) != 0) {
-        throw IoError(hints::describe(hints::Verb::kQueryPort, errno, {name, false}));
-      }
-      port.state = state_name(attr.state);
-      port.link_layer = link_layer_name(attr.link_layer);
-      port.active_mtu = mtu_bytes(attr.active_mtu);
-      port.max_mtu = mtu_bytes(attr.max_mtu);
-      port.max_msg_bytes = attr.max_msg_sz;
-      port.gid_table = attr.gid_tbl_len;
-      for (int index = 0; index < std::min(attr.gid_tbl_len, kMaxGidsShown); ++index) {
-        ibv_gid gid{};
-        if (verbs->query_gid(device.context, 1, index, &gid) != 0 || is_zero(gid)) continue;
-        GidEntry entry;
-        entry.index = index;
-        char text[INET6_ADDRSTRLEN] = {};
-        inet_ntop(AF_INET6, gid.raw, text, sizeof(text));
-        entry.text = text;
-        entry.ipv4_mapped = is_ipv4_mapped(gid);
-        if (entry.ipv4_mapped) {
-          entry.ipv4 = fmt::format("{}.{}.{}.{}", gid.raw[12], gid.raw[13], gid.raw[14], gid.raw[15]);
-          if (port.ipv4_gid_index < 0) {
-            port.ipv4_gid_index = index;
-            port.ipv4 = entry.ipv4;
-            port.ipv4_owner = interface_with(entry.ipv4);
-          }
-        }
-        port.gids.push_back(entry);
-      }
-      if (attr.state != IBV_PORT_ACTIVE) {
-        port.problem = fmt::format("port 1 is {}", port.state);
-        port.fix =
-            "connect the cable to a host whose RDMA is enabled too (a Mac: `rdma_ctl enable` in Recovery); on "
-            "Linux bring the network interface up";
-      } else if (port.ipv4_gid_index < 0) {
-        port.problem = "no IPv4-mapped GID";
-        port.fix = hints::no_ipv4_gid_fix(name);
-      } else {
-        port.usable = true;
-      }
-    } catch (const Error& error) {
-      port.problem = error.what();
-    }
-    report.ports.push_back(port);
-  }
+  for (const std::string& name : names) report.ports.push_back(inspect(*verbs, name));
   report.available = true;
   return report;
 }
@@ -372,9 +390,9 @@ std::string format_preflight(const PreflightReport& report) {
   out += fmt::format("devices: {}\n", report.ports.size());
   for (const PortReport& port : report.ports) {
     out += fmt::format(
-        "  {}{}: port 1 {}, link layer {}, active MTU {}, max MTU {}, max message {} B, GID table {} "
+        "  {}{}: port {} {}, link layer {}, active MTU {}, max MTU {}, max message {} B, GID table {} "
         "entries\n",
-        port.device, port.interface.empty() ? "" : " (network interface " + port.interface + ")", port.state,
+        port.device, port.interface.empty() ? "" : " (network interface " + port.interface + ")", port.port, port.state,
         port.link_layer, port.active_mtu, port.max_mtu, port.max_msg_bytes, port.gid_table);
     for (const GidEntry& gid : port.gids) {
       out += fmt::format("    GID[{}] {}", gid.index, gid.text);
@@ -386,10 +404,17 @@ std::string format_preflight(const PreflightReport& report) {
       out += "\n";
     }
   }
+  // A port that is down is a failure only when no other one is usable (a Mac has Thunderbolt ports without a
+  // cable, or with a cable to a Mac outside this job).
+  const bool any_usable =
+      std::any_of(report.ports.begin(), report.ports.end(), [](const PortReport& port) { return port.usable; });
   for (const PortReport& port : report.ports) {
-    if (port.usable) {
-      out += fmt::format("PASS preflight {}: usable: port 1 ACTIVE, IPv4-mapped GID at index {} ({}), active MTU {}\n",
-                         port.device, port.ipv4_gid_index, port.ipv4, port.active_mtu);
+    if (!port.usable && any_usable) {
+      out += fmt::format("SKIP preflight {}: {} (another device is usable)\n", port.device, port.problem);
+    } else if (port.usable) {
+      out += fmt::format("PASS preflight {}: usable: port {} ACTIVE, IPv4-mapped GID at index {} ({}{}), active MTU {}\n",
+                         port.device, port.port, port.ipv4_gid_index, port.ipv4,
+                         port.prefix >= 0 ? fmt::format("/{}", port.prefix) : "", port.active_mtu);
     } else {
       out += fmt::format("FAIL preflight {}: {}\n", port.device, port.problem);
       if (!port.fix.empty()) out += fmt::format("     fix: {}\n", port.fix);
@@ -428,18 +453,22 @@ std::string format_limits(const LimitReport& report) {
   out += format_probe(report.queue_pairs);
   out += format_probe(report.registrations);
   out += format_probe(report.receives);
-  // What tbcoll itself needs: a queue pair and a registration per peer, Connection::kRecvDepth receives each.
+  // What tbcoll itself needs: two queue pairs and a registration per peer, Connection::kSmallDepth receives on
+  // one of them (the bulk lane posts fewer).
+  constexpr int kReceives = Connection::kSmallDepth;
   std::vector<std::string> short_of;
-  if (!report.queue_pairs.error.empty() || report.queue_pairs.accepted < 1) short_of.push_back("no queue pair");
+  if (!report.queue_pairs.error.empty() || report.queue_pairs.accepted < kQueuePairsPerPeer) {
+    short_of.push_back(fmt::format("fewer than the {} queue pairs a peer takes", kQueuePairsPerPeer));
+  }
   if (!report.registrations.error.empty() || report.registrations.accepted < 1) short_of.push_back("no registration");
-  if (!report.receives.error.empty() || report.receives.accepted < Connection::kRecvDepth) {
-    short_of.push_back(
-        fmt::format("fewer than the {} outstanding receives the transport posts per peer", Connection::kRecvDepth));
+  if (!report.receives.error.empty() || report.receives.accepted < kReceives) {
+    short_of.push_back(fmt::format("fewer than the {} outstanding receives the transport posts per peer", kReceives));
   }
   if (short_of.empty()) {
     out += fmt::format("PASS limits {}: room for tbcoll (up to {} peers on this device; {} receives per peer)\n",
-                       report.device, std::min(report.queue_pairs.accepted, report.registrations.accepted),
-                       Connection::kRecvDepth);
+                       report.device,
+                       std::min(report.queue_pairs.accepted / kQueuePairsPerPeer, report.registrations.accepted),
+                       kReceives);
   } else {
     out += fmt::format("FAIL limits {}: {}\n", report.device, fmt::format("{}", fmt::join(short_of, "; ")));
   }

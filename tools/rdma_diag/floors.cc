@@ -1,7 +1,7 @@
 // The floors through the system's verbs library: floors.h's entry point, for tbcoll-perf.
-#include "transports/ibverbs/floors.h"
+#include "tools/rdma_diag/floors.h"
 
-#include "transports/ibverbs/raw_link.h"
+#include "tools/rdma_diag/raw_link.h"
 #include "transports/ibverbs/verbs.h"
 
 namespace tbcoll::ibverbs {
