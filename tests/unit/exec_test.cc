@@ -44,10 +44,11 @@ std::string wait_with_notice(ScriptedPeer& peer) {
   algo::Exec exec(0, 2, peers, max_message, transport::Tag{1, 0x10}, Clock::now() + std::chrono::seconds(10),
                   std::chrono::microseconds(0), transport::SpinYield::kNever, 1 << 20, scratch, table,
                   algo::CallInfo{"all_to_all"});
-  exec.set_watch([&] {
+  auto notice = [&] {
     peer.arrived = true;
     throw RemoteError("peer 1 failed and takes part in no further call");
-  });
+  };
+  exec.set_watch(transport::Watch(notice));
   float buffer[4];
   const size_t id = exec.irecv(1, buffer, sizeof(buffer));
   try {
