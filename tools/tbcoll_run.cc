@@ -424,50 +424,69 @@ class Launcher {
     _exit(kExitCannotExecute);
   }
 
+  // What the job's clocks call for now: the job and connect deadlines, the kill after the grace, the end of
+  // reading leftovers' output.
+  void act_on_deadlines(Clock::time_point now, std::optional<Clock::time_point>& output_deadline) {
+    if (job_deadline_ && !aborting_ && now >= *job_deadline_) {
+      std::fprintf(stderr, "tbcoll-run: job timed out after %g s, terminating all ranks\n", opts_.timeout_s);
+      begin_abort(SIGTERM, kExitTimeout);
+    }
+    if (connect_deadline_ && !aborting_ && now >= *connect_deadline_) {
+      for (const Rank& rank : ranks_) {
+        if (rank.ready || rank.pid < 0) continue;
+        std::fprintf(stderr,
+                     "tbcoll-run: host %s (rank %d) did not answer within %g s: unreachable, or its agent command "
+                     "(%s) hangs\n", host_name(rank).c_str(), rank.pid < 0 ? -1 : rank_index(rank),
+                     opts_.connect_timeout_s, opts_.launcher.c_str());
+      }
+      begin_abort(SIGTERM, kExitLauncherError);
+    }
+    if (aborting_ && !killed_ && now >= kill_at_) {
+      if (remote_ && !agents_signalled_) {
+        // The agents had their grace to end their ranks; now the agent commands themselves.
+        agents_signalled_ = true;
+        signal_groups(SIGTERM);
+        kill_at_ = now + kKillGrace;
+      } else {
+        std::fprintf(stderr, "tbcoll-run: ranks still running %lld s after being told to stop, sending SIGKILL\n",
+                     static_cast<long long>(kKillGrace.count()));
+        kill_all();
+      }
+    }
+    // An aborted job leaves nothing behind: once every rank has exited, whatever is still in their
+    // process groups (children that outlived their rank) is killed too.
+    if (running_ == 0 && aborting_ && !killed_) kill_all();
+    if (running_ == 0 && !output_deadline) output_deadline = now + kOutputGrace;
+    if (output_deadline && now >= *output_deadline) {
+      // Pipes still held open by leftovers of the ranks: stop reading them.
+      for (Rank& rank : ranks_) {
+        close_stream(rank.out);
+        close_stream(rank.err);
+      }
+    }
+  }
+
+  // poll()'s timeout: until the nearest deadline that applies, at most a minute; -1 without one.
+  int poll_timeout_ms(Clock::time_point now, const std::optional<Clock::time_point>& output_deadline) const {
+    std::optional<Clock::time_point> wake = output_deadline;
+    if (job_deadline_ && !aborting_) wake = std::min(wake.value_or(*job_deadline_), *job_deadline_);
+    if (connect_deadline_ && !aborting_) wake = std::min(wake.value_or(*connect_deadline_), *connect_deadline_);
+    if (aborting_ && !killed_) wake = std::min(wake.value_or(kill_at_), kill_at_);
+    int timeout_ms = -1;
+    if (wake) {
+      auto ms = std::chrono::ceil<std::chrono::milliseconds>(*wake - now).count();
+      timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
+    }
+    return timeout_ms;
+  }
+
   void loop() {
     std::optional<Clock::time_point> output_deadline;
     std::vector<pollfd> fds;
     std::vector<Stream*> streams;  // streams[i] belongs to fds[i + 1]
     for (;;) {
       auto now = Clock::now();
-      if (job_deadline_ && !aborting_ && now >= *job_deadline_) {
-        std::fprintf(stderr, "tbcoll-run: job timed out after %g s, terminating all ranks\n", opts_.timeout_s);
-        begin_abort(SIGTERM, kExitTimeout);
-      }
-      if (connect_deadline_ && !aborting_ && now >= *connect_deadline_) {
-        for (const Rank& rank : ranks_) {
-          if (rank.ready || rank.pid < 0) continue;
-          std::fprintf(stderr,
-                       "tbcoll-run: host %s (rank %d) did not answer within %g s: unreachable, or its agent command "
-                       "(%s) hangs\n", host_name(rank).c_str(), rank.pid < 0 ? -1 : rank_index(rank),
-                       opts_.connect_timeout_s, opts_.launcher.c_str());
-        }
-        begin_abort(SIGTERM, kExitLauncherError);
-      }
-      if (aborting_ && !killed_ && now >= kill_at_) {
-        if (remote_ && !agents_signalled_) {
-          // The agents had their grace to end their ranks; now the agent commands themselves.
-          agents_signalled_ = true;
-          signal_groups(SIGTERM);
-          kill_at_ = now + kKillGrace;
-        } else {
-          std::fprintf(stderr, "tbcoll-run: ranks still running %lld s after being told to stop, sending SIGKILL\n",
-                       static_cast<long long>(kKillGrace.count()));
-          kill_all();
-        }
-      }
-      // An aborted job leaves nothing behind: once every rank has exited, whatever is still in their
-      // process groups (children that outlived their rank) is killed too.
-      if (running_ == 0 && aborting_ && !killed_) kill_all();
-      if (running_ == 0 && !output_deadline) output_deadline = now + kOutputGrace;
-      if (output_deadline && now >= *output_deadline) {
-        // Pipes still held open by leftovers of the ranks: stop reading them.
-        for (Rank& rank : ranks_) {
-          close_stream(rank.out);
-          close_stream(rank.err);
-        }
-      }
-
+      act_on_deadlines(now, output_deadline);
       fds.assign(1, pollfd{g_signal_pipe[0], POLLIN, 0});
       streams.clear();
       for (Rank& rank : ranks_) {
@@ -492,16 +511,7 @@ class Launcher {
         break;
       }
 
-      std::optional<Clock::time_point> wake = output_deadline;
-      if (job_deadline_ && !aborting_) wake = std::min(wake.value_or(*job_deadline_), *job_deadline_);
-      if (connect_deadline_ && !aborting_) wake = std::min(wake.value_or(*connect_deadline_), *connect_deadline_);
-      if (aborting_ && !killed_) wake = std::min(wake.value_or(kill_at_), kill_at_);
-      int timeout_ms = -1;
-      if (wake) {
-        auto ms = std::chrono::ceil<std::chrono::milliseconds>(*wake - now).count();
-        timeout_ms = static_cast<int>(std::clamp<long long>(ms, 0, 60'000));
-      }
-
+      const int timeout_ms = poll_timeout_ms(now, output_deadline);
       int ready = poll(fds.data(), fds.size(), timeout_ms);
       if (ready < 0 && errno != EINTR) {
         std::perror("tbcoll-run: poll");

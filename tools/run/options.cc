@@ -95,6 +95,72 @@ void print_usage(FILE* out) {
       out);
 }
 
+// One option with its value into opts; a usage error's exit status otherwise. hosts_from: the option that gave
+// the hosts, if one did.
+namespace {
+std::optional<int> apply_option(const std::string& arg, std::string value, Options& opts, std::string& hosts_from) {
+  if (arg == "--secret") {
+    return usage_error(kSecretInArgv);
+  } else if (arg == "--secret-file") {
+    const secret_file::Read read = secret_file::read(value);
+    if (!read.error.empty()) return usage_error("--secret-file " + value + " " + read.error);
+    opts.secret = read.secret;
+  } else if (arg == "--bind-to") {
+    if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
+    opts.bind_to = value;
+  } else if (arg == "-x") {
+    if (value.empty() || value[0] == '=') return usage_error("-x expects NAME=VALUE or NAME, got '" + value + "'");
+    if (value.rfind("TBCOLL_SECRET=", 0) == 0) return usage_error(std::string("-x TBCOLL_SECRET=...: ") + kSecretInArgv);
+    if (value.find('=') == std::string::npos) {
+      const char* ours = std::getenv(value.c_str());
+      if (ours == nullptr) return usage_error("-x " + value + ": " + value + " is not set here");
+      value += std::string("=") + ours;
+    }
+    opts.extra_env.push_back(value);
+  } else if (arg == "--timeout") {
+    if (!parse_seconds(value, &opts.timeout_s)) {
+      return usage_error("bad timeout '" + value + "' (expected seconds in (0, 1e8])");
+    }
+  } else if (arg == "--connect-timeout") {
+    if (!parse_seconds(value, &opts.connect_timeout_s)) {
+      return usage_error("bad connect timeout '" + value + "' (expected seconds in (0, 1e8])");
+    }
+  } else if (arg == "--hosts" || arg == "--hostfile") {
+    if (!hosts_from.empty()) return usage_error(arg + " after " + hosts_from + ": give the hosts once");
+    hosts_from = arg;
+    try {
+      if (arg == "--hosts") {
+        opts.hosts = parse_hosts(value);
+      } else {
+        std::ifstream file(value);
+        if (!file) return usage_error("cannot read hostfile " + value + ": " + std::strerror(errno));
+        std::stringstream text;
+        text << file.rdbuf();
+        opts.hosts = parse_hostfile(text.str(), value);
+      }
+    } catch (const HostError& error) {
+      return usage_error(error.what());
+    }
+  } else if (arg == "--launcher") {
+    if (value.find_first_not_of(" \t") == std::string::npos) return usage_error("--launcher is empty");
+    opts.launcher = value;
+  } else if (arg == "--agent-path") {
+    opts.agent_path = value;
+  } else if (arg == "-n" || arg == "-np") {
+    char* end = nullptr;
+    errno = 0;
+    long n = std::strtol(value.c_str(), &end, 10);
+    if (value.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxRanks) {
+      return usage_error("bad number of ranks '" + value + "' (expected 1.." + std::to_string(kMaxRanks) + ")");
+    }
+    opts.world_size = static_cast<int>(n);
+  } else {
+    return usage_error("unknown option " + arg);
+  }
+  return std::nullopt;
+}
+}  // namespace
+
 std::optional<int> parse_args(int argc, char** argv, Options& opts) {
   int i = 1;
   std::string hosts_from;  // the option that gave the hosts
@@ -129,64 +195,7 @@ std::optional<int> parse_args(int argc, char** argv, Options& opts) {
     } else {
       return usage_error("unknown option " + arg);
     }
-    if (arg == "--secret") {
-      return usage_error(kSecretInArgv);
-    } else if (arg == "--secret-file") {
-      const secret_file::Read read = secret_file::read(value);
-      if (!read.error.empty()) return usage_error("--secret-file " + value + " " + read.error);
-      opts.secret = read.secret;
-    } else if (arg == "--bind-to") {
-      if (value != "core" && value != "none") return usage_error("--bind-to expects core or none, got '" + value + "'");
-      opts.bind_to = value;
-    } else if (arg == "-x") {
-      if (value.empty() || value[0] == '=') return usage_error("-x expects NAME=VALUE or NAME, got '" + value + "'");
-      if (value.rfind("TBCOLL_SECRET=", 0) == 0) return usage_error(std::string("-x TBCOLL_SECRET=...: ") + kSecretInArgv);
-      if (value.find('=') == std::string::npos) {
-        const char* ours = std::getenv(value.c_str());
-        if (ours == nullptr) return usage_error("-x " + value + ": " + value + " is not set here");
-        value += std::string("=") + ours;
-      }
-      opts.extra_env.push_back(value);
-    } else if (arg == "--timeout") {
-      if (!parse_seconds(value, &opts.timeout_s)) {
-        return usage_error("bad timeout '" + value + "' (expected seconds in (0, 1e8])");
-      }
-    } else if (arg == "--connect-timeout") {
-      if (!parse_seconds(value, &opts.connect_timeout_s)) {
-        return usage_error("bad connect timeout '" + value + "' (expected seconds in (0, 1e8])");
-      }
-    } else if (arg == "--hosts" || arg == "--hostfile") {
-      if (!hosts_from.empty()) return usage_error(arg + " after " + hosts_from + ": give the hosts once");
-      hosts_from = arg;
-      try {
-        if (arg == "--hosts") {
-          opts.hosts = parse_hosts(value);
-        } else {
-          std::ifstream file(value);
-          if (!file) return usage_error("cannot read hostfile " + value + ": " + std::strerror(errno));
-          std::stringstream text;
-          text << file.rdbuf();
-          opts.hosts = parse_hostfile(text.str(), value);
-        }
-      } catch (const HostError& error) {
-        return usage_error(error.what());
-      }
-    } else if (arg == "--launcher") {
-      if (value.find_first_not_of(" \t") == std::string::npos) return usage_error("--launcher is empty");
-      opts.launcher = value;
-    } else if (arg == "--agent-path") {
-      opts.agent_path = value;
-    } else if (arg == "-n" || arg == "-np") {
-      char* end = nullptr;
-      errno = 0;
-      long n = std::strtol(value.c_str(), &end, 10);
-      if (value.empty() || *end != '\0' || errno != 0 || n < 1 || n > kMaxRanks) {
-        return usage_error("bad number of ranks '" + value + "' (expected 1.." + std::to_string(kMaxRanks) + ")");
-      }
-      opts.world_size = static_cast<int>(n);
-    } else {
-      return usage_error("unknown option " + arg);
-    }
+    if (std::optional<int> refused = apply_option(arg, value, opts, hosts_from)) return refused;
   }
   if (std::optional<int> refused = check_secret_environment(opts)) return refused;
   if (opts.world_size == 0 && !opts.hosts) return usage_error("the number of ranks (-n N) is required");
