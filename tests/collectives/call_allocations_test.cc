@@ -28,8 +28,17 @@ void* operator new(std::size_t bytes) {
   if (void* p = allocate(bytes)) return p;
   throw std::bad_alloc();
 }
+void* operator new[](std::size_t bytes) { return operator new(bytes); }
+// Every form that pairs with the plain delete is replaced too: a sanitizer's own nothrow new (std::stable_sort's
+// buffer) freed by this delete would be reported as a mismatch.
+void* operator new(std::size_t bytes, const std::nothrow_t&) noexcept { return allocate(bytes); }
+void* operator new[](std::size_t bytes, const std::nothrow_t&) noexcept { return allocate(bytes); }
 void operator delete(void* p) noexcept { release(p); }
 void operator delete(void* p, std::size_t) noexcept { release(p); }
+void operator delete[](void* p) noexcept { release(p); }
+void operator delete[](void* p, std::size_t) noexcept { release(p); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { release(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { release(p); }
 
 namespace tbcoll::test {
 namespace {
