@@ -12,6 +12,7 @@
 #include "algorithms/exec.h"
 #include "async.h"
 #include "notices.h"
+#include "p2p_async.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
 #include "tbcoll/transport.h"
@@ -64,6 +65,7 @@ struct Communicator::Impl {
   std::vector<size_t> max_message;  // by peer: the largest message its transport takes
   transport::SpinYield spin_yield = transport::SpinYield::kNowAndThen;  // spin_yield_policy() for this rank
   Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
+  std::unique_ptr<P2pInFlight> p2p_in_flight;  ///< isend/irecv posted and unfinished; made by the first
   // Declared last, so destroyed first: queued calls finish while every member above still exists.
   AsyncQueue async;
 
