@@ -112,7 +112,8 @@ TEST_P(P2pAsync, UnmatchedReceiveTimesOutAndBadArgumentsAreRefused) {
   });
 }
 
-// Destroying the communicator with a call still posted fails its Work (the buffers are no longer touched).
+// Destroying the communicator with a call still posted fails its Work (the buffers are no longer touched): as
+// InvalidUsage, or as the I/O error of the peer's leaving, when this rank's endpoint saw it first.
 TEST_P(P2pAsync, DestroyingTheCommunicatorFailsPendingCalls) {
   run_ranks(2, {GetParam(), "", 20}, [&](Communicator& comm) {
     Work w;
@@ -123,7 +124,7 @@ TEST_P(P2pAsync, DestroyingTheCommunicatorFailsPendingCalls) {
       if (comm.rank() == 0) w = child->irecv(&v, 1, DataType::kInt32, 1);  // rank 1 never sends
     }
     if (comm.rank() == 0) {
-      EXPECT_THROW(w.wait(), InvalidUsage);
+      EXPECT_THROW(w.wait(), Error);
     }
   });
 }
