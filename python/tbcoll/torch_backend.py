@@ -5,7 +5,11 @@
     dist.init_process_group("tbcoll", init_method="env://")   # or under torchrun; the c10d store is the rendezvous
     dist.all_reduce(t)
 
-Calls go to the C++ library with the tensors' data pointers (no copy), on the communicator's queue: a blocking call
+The process group is C++ (tbcoll._torch_pg, a c10d::ProcessGroup built against torch's C++ library: Debian's
+libtorch-dev) wherever it was built: its Work objects are c10d's, with futures, so torch's C++ (DDP's reducer,
+_broadcast_coalesced) waits on them as on gloo's. Where it was not built, the Python process group below stands in
+(IMPLEMENTATION says which one runs). With the Python one:
+calls go to the C++ library with the tensors' data pointers (no copy), on the communicator's queue: a blocking call
 (async_op=False) runs on the calling thread as soon as torch waits for it, an async_op=True call runs on the
 communicator's progress thread while Python computes. all_gather with a list of separate tensors and reduce_scatter
 with a list gather through one contiguous buffer and copy at wait(). send/recv block until done (isend/irecv return a
@@ -337,8 +341,22 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         return _Work(work, [flat, t], output_tensors)
 
 
-def _create(store, rank, size, timeout):
+def _create_python(store, rank, size, timeout):
     return ProcessGroupTbcoll(store, rank, size, timeout)
+
+
+try:
+    from ._torch_pg import ProcessGroupTbcoll as CppProcessGroupTbcoll, create as _create_cpp
+    IMPLEMENTATION = "c++"
+except ImportError:  # the C++ process group was not built (no libtorch-dev where tbcoll was built)
+    CppProcessGroupTbcoll, _create_cpp = None, None
+    IMPLEMENTATION = "python"
+
+
+def _create(store, rank, size, timeout):
+    if _create_cpp is not None:
+        return _create_cpp(store, rank, size, timeout)
+    return _create_python(store, rank, size, timeout)
 
 
 if not hasattr(dist.Backend, "TBCOLL"):
