@@ -5,8 +5,9 @@ ranks (a spawned rank imports torch afresh: seconds each).
     /usr/bin/python3 tests/python/torch_suite.py --backend tbcoll --world-size 2 [-k PATTERN] [--list]
 
 The skip decisions are gloo's: the test base is imported with BACKEND=gloo, so every decorator that skips a test
-decides as it does for gloo; the runs themselves use --backend (the module's BACKEND is set to it afterwards, and it
-joins gloo in the base's tables of backend features). At 2 ranks every test runs but the subgroup ones (they take
+decides as it does for gloo; the runs themselves use --backend: the module's BACKEND is set to it afterwards (a name
+that compares equal to "gloo" too, so the bodies' own branches on the backend go gloo's way), and it joins gloo in
+the base's tables of backend features. At 2 ranks every test runs but the subgroup ones (they take
 ranks 1 and 2); at 3 ranks only those (--world-size 3 selects them unless -k says otherwise). Each test's outcome
 is printed as it ends ("PASS", "FAIL", "SKIP (reason)") with its time; the last line says
 "N passed, N failed, N skipped". Tests that fail here on gloo as well are left out, each with the reason (KNOWN).
@@ -49,10 +50,23 @@ import torch.multiprocessing  # noqa: E402
 from torch.testing._internal import common_distributed  # noqa: E402
 from torch.testing._internal.distributed import distributed_test as base  # noqa: E402
 
+class AsGloo(str):
+    """The backend's name, equal to "gloo" as well: the test bodies' own branches on BACKEND == "gloo" (which CPU
+    path a test takes, which batch sizes) decide for it as for gloo."""
+
+    def __eq__(self, other):
+        return str.__eq__(self, other) or other == "gloo"
+
+    def __ne__(self, other):
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
+
+
 if args.backend != "gloo":
     if args.backend == "tbcoll":
         import tbcoll.torch_backend  # noqa: F401  (registers "tbcoll")
-    base.BACKEND = args.backend
+    base.BACKEND = AsGloo(args.backend)
     for features in list(base.DistTestCases.backend_feature.values()) + list(base.DistTestCases.skip_collective.values()):
         if "gloo" in features:
             features.add(args.backend)
