@@ -69,6 +69,7 @@ WorkPtr ProcessGroupTbcoll::broadcast(std::vector<at::Tensor>& tensors, const c1
 
 WorkPtr ProcessGroupTbcoll::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
   at::Tensor& t = one(tensors, "allreduce");
+  if (t.is_sparse()) return guarded(timeout_s_, [&] { return sparse_allreduce(t, opts); });
   const Buffer b = buffer_of(t, "allreduce", "the tensor");
   const ReduceOp op = reduce_op(opts.reduceOp, "allreduce", t);
   Work work = guarded(timeout_s_, [&] { return comm_->all_reduce_async(b.data, b.data, b.count, b.dtype, op); });
@@ -347,10 +348,6 @@ WorkPtr ProcessGroupTbcoll::recvAnysource(std::vector<at::Tensor>&, int) {
 WorkPtr ProcessGroupTbcoll::barrier(const c10d::BarrierOptions&) {
   Work work = guarded(timeout_s_, [&] { return comm_->barrier_async(); });
   return make_work(OpType::BARRIER, "tbcoll:barrier", work, {}, {}, {});
-}
-
-void ProcessGroupTbcoll::monitoredBarrier(const c10d::BarrierOptions&, bool) {
-  refuse("monitored_barrier", "not supported (torch 1.13 has it in gloo alone); use barrier()");
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -65,7 +65,8 @@ class ProcessGroupTbcoll final : public c10d::ProcessGroup {
   /// Refused: tbcoll matches messages per pair of ranks (Communicator::irecv).
   c10::intrusive_ptr<c10d::Work> recvAnysource(std::vector<at::Tensor>& tensors, int tag) override;
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
-  /// Refused, naming the op (gloo's alone has it in torch 1.13).
+  /// As gloo's: rank 0 hears from every rank within opts.timeout, else names the ranks it did not hear from
+  /// (all of them with wait_all_ranks) and aborts the communicator; blocks.
   void monitoredBarrier(const c10d::BarrierOptions& opts, bool wait_all_ranks) override;
   /// Every rank starts at 0; each collective and send/recv counts one (as gloo's).
   void setSequenceNumberForGroup() override;
@@ -77,6 +78,8 @@ class ProcessGroupTbcoll final : public c10d::ProcessGroup {
                                            const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
                                            std::function<void()> after = nullptr, int source_rank = -1);
   void count_call();
+  // all_reduce (SUM) of a sparse COO tensor, in place; blocks, returns a completed Work.
+  c10::intrusive_ptr<c10d::Work> sparse_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts);
 
   std::unique_ptr<Communicator> comm_;
   double timeout_s_;
