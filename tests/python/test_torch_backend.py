@@ -53,3 +53,13 @@ def test_a_dead_rank_makes_the_other_raise_within_the_timeout():
     assert procs[0].returncode == 0 and "RAISED after" in outs[0], outs[0]
     seconds = float(outs[0].split("RAISED after ")[1].split()[0])
     assert seconds < 4 + 3, outs[0]
+
+
+def test_under_tbcoll_run_the_cpp_process_group_needs_nothing_more():
+    code, out = tbcoll_run(2, "ranks_torch_cpp.py", timeout=300)
+    assert code == 0, out
+    for rank in range(2):
+        assert f"OK {rank} env rank {rank} of 2 implementation c++" in out, out
+        for what in ("future", "batch_isend_irecv", "coalesced", "unsupported ops named", "done"):
+            assert f"OK {rank} {what}" in out, out
+    assert "OK 0 timed out" in out, out
