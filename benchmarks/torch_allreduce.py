@@ -40,7 +40,8 @@ groups["tbcoll-tcp"] = dist.new_group(backend="tbcoll")
 os.environ.pop("TBCOLL_TRANSPORT")
 for name in ("tbcoll-shm", "tbcoll-tcp"):
     peer = (rank + 1) % size
-    transport = groups[name].communicator.transport_name(peer)
+    pg = groups[name]
+    transport = (pg if hasattr(pg, "transport_name") else pg.communicator).transport_name(peer)
     assert transport == name.split("-")[1], f"{name} runs over {transport}"
 
 
@@ -58,7 +59,8 @@ def timed(group, t, iters):
 
 
 if rank == 0:
-    print(f"# torch.distributed.all_reduce, {size} ranks, float32, torch {torch.__version__}; latency us (busbw GB/s)")
+    print(f"# torch.distributed.all_reduce, {size} ranks, float32, torch {torch.__version__}, tbcoll's process group "
+          f"in {tbcoll.torch_backend.IMPLEMENTATION}; latency us (busbw GB/s)")
     print(f"{'bytes':>10} {'gloo':>18} {'tbcoll-shm':>18} {'tbcoll-tcp':>18} {'shm/gloo':>9} {'tcp/gloo':>9}")
 nbytes = parse_size(args.min)
 worst = {"tbcoll-shm": float("inf"), "tbcoll-tcp": float("inf")}
@@ -76,9 +78,11 @@ while nbytes <= parse_size(args.max):
 if rank == 0:
     print(f"# slowest speed-up over gloo at any size: shm {worst['tbcoll-shm']:.2f}x, tcp {worst['tbcoll-tcp']:.2f}x")
 
-# The binding's own cost: numpy-level comm.all_reduce against the same C++ call in a C++ loop, 8 bytes, shm.
-comm = groups["tbcoll-shm"].communicator
+# The bindings' own cost, 8 bytes over shm: the numpy-level comm.all_reduce and torch's dist.all_reduce on the
+# tbcoll group, each against the same call in a C++ loop, interleaved.
+comm = tbcoll.init(rank=rank, size=size, store=dist.distributed_c10d._get_default_store(), prefix="bench-binding")
 x = np.ones(2, np.float32)
+t = torch.ones(2)
 p = x.ctypes.data
 for rep in range(3):
     comm.barrier()
@@ -88,7 +92,14 @@ for rep in range(3):
     for _ in range(20000):
         comm.all_reduce(x)
     py = (time.perf_counter() - start) / 20000
+    dist.barrier(groups["tbcoll-shm"])
+    start = time.perf_counter()
+    for _ in range(20000):
+        dist.all_reduce(t, group=groups["tbcoll-shm"])
+    th = (time.perf_counter() - start) / 20000
     if rank == 0:
-        print(f"# 8 B all_reduce over shm: C++ loop {cpp * 1e6:.2f} us, numpy comm.all_reduce {py * 1e6:.2f} us: "
-              f"binding overhead {(py - cpp) * 1e6:.2f} us")
+        print(f"# 8 B all_reduce over shm: C++ loop {cpp * 1e6:.2f} us, numpy comm.all_reduce {py * 1e6:.2f} us "
+              f"(binding overhead {(py - cpp) * 1e6:.2f} us), torch dist.all_reduce {th * 1e6:.2f} us "
+              f"(torch's path and the process group {(th - cpp) * 1e6:.2f} us)", flush=True)
+comm.close()
 dist.destroy_process_group()
