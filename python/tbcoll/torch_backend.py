@@ -105,6 +105,12 @@ class _Work(dist.Work):
     def is_completed(self):
         return self._work is None or self._work.test()
 
+    def _finished(self):
+        try:
+            return self._after is None and self.is_completed()
+        except tbcoll.Error:
+            return True
+
     def is_success(self):
         try:
             return self.is_completed()
@@ -131,6 +137,15 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
         self._comm = tbcoll.init(rank=rank, size=size, store=store, timeout=seconds, prefix="tbcoll")
         self._size = size
+        self._pending = []  # the Works not yet complete: see _track
+
+    def _track(self, work):
+        """Keeps work alive until it completed. torch's C++ (DDP, _broadcast_coalesced) drops the Python object
+        of a Work it got from a Python process group as soon as the call returned; its wait() would then reach
+        c10d's base Work, which waits for a completion nobody signals."""
+        self._pending = [w for w in self._pending if not w._finished()]
+        self._pending.append(work)
+        return work
 
     def getBackendName(self):
         return "tbcoll"
@@ -147,21 +162,21 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         dtype = _check(t, "all_reduce's tensor")
         p = t.data_ptr()
         work = self._comm._all_reduce_raw(p, p, t.numel(), dtype, _op_of(opts), True)
-        return _Work(work, tensors, tensors)
+        return self._track(_Work(work, tensors, tensors))
 
     def broadcast(self, tensors, opts=None):
         t = _one(tensors, "broadcast")
         dtype = _check(t, "broadcast's tensor")
         p = t.data_ptr()
         work = self._comm._broadcast_raw(p, p, t.numel(), dtype, _root_of(opts), True)
-        return _Work(work, tensors, tensors)
+        return self._track(_Work(work, tensors, tensors))
 
     def reduce(self, tensors, opts=None):
         t = _one(tensors, "reduce")
         dtype = _check(t, "reduce's tensor")
         p = t.data_ptr()
         work = self._comm._reduce_raw(p, p, t.numel(), dtype, _op_of(opts), _root_of(opts), True)
-        return _Work(work, tensors, tensors)
+        return self._track(_Work(work, tensors, tensors))
 
     def _allgather_base(self, output, input, opts=None):
         dtype = _check(input, "all_gather's input")
@@ -170,7 +185,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
                 f"tbcoll backend: all_gather's output has {output.numel()} elements of {output.dtype}; it needs "
                 f"{input.numel() * self._size} of {input.dtype} ({self._size} ranks x {input.numel()})")
         work = self._comm._all_gather_raw(input.data_ptr(), output.data_ptr(), input.numel(), dtype, True)
-        return _Work(work, [output, input], [output])
+        return self._track(_Work(work, [output, input], [output]))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         outputs = _one(output_tensors, "all_gather")
@@ -189,7 +204,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         base = outputs[0].data_ptr() if outputs else 0
         if all(out.data_ptr() == base + i * step for i, out in enumerate(outputs)):  # views of one buffer
             work = self._comm._all_gather_raw(t.data_ptr(), base, n, dtype, True)
-            return _Work(work, [outputs, t], output_tensors)
+            return self._track(_Work(work, [outputs, t], output_tensors))
         flat = torch.empty(n * self._size, dtype=t.dtype)
         work = self._comm._all_gather_raw(t.data_ptr(), flat.data_ptr(), n, dtype, True)
 
@@ -197,7 +212,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
             for i, out in enumerate(outputs):
                 out.copy_(flat[i * n:(i + 1) * n].view_as(out))
 
-        return _Work(work, [flat, t], output_tensors, copy_out)
+        return self._track(_Work(work, [flat, t], output_tensors, copy_out))
 
     def _reduce_scatter_base(self, output, input, opts=None):
         dtype = _check(input, "reduce_scatter's input")
@@ -207,7 +222,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
                 f"{output.numel()} (the output's)")
         work = self._comm._reduce_scatter_raw(input.data_ptr(), output.data_ptr(), output.numel(), dtype,
                                               _op_of(opts), True)
-        return _Work(work, [output, input], [output])
+        return self._track(_Work(work, [output, input], [output]))
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
         out = _one(output_tensors, "reduce_scatter")
@@ -224,22 +239,22 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         flat = torch.cat([t.reshape(-1) for t in inputs])
         work = self._comm._reduce_scatter_raw(flat.data_ptr(), out.data_ptr(), out.numel(), dtype,
                                               _op_of(opts), True)
-        return _Work(work, [flat, out], output_tensors)
+        return self._track(_Work(work, [flat, out], output_tensors))
 
     def barrier(self, opts=None):
-        return _Work(self._comm.barrier(async_op=True), None, None)
+        return self._track(_Work(self._comm.barrier(async_op=True), None, None))
 
     # ---- point to point --------------------------------------------------------------------------------------
 
     def send(self, tensors, dst, tag=0):
         t = _one(tensors, "send")
         self._comm._send_raw(t.data_ptr(), t.numel(), _check(t, "send's tensor"), dst)
-        return _Work(None, None, tensors)
+        return self._track(_Work(None, None, tensors))
 
     def recv(self, tensors, src, tag=0):
         t = _one(tensors, "recv")
         self._comm._recv_raw(t.data_ptr(), t.numel(), _check(t, "recv's tensor"), src)
-        return _Work(None, None, tensors)
+        return self._track(_Work(None, None, tensors))
 
     def recv_anysource(self, tensors, tag=0):
         raise tbcoll.InvalidArgument("tbcoll backend: recv from any source is not supported; name the source rank")
@@ -271,7 +286,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
             work = self._comm.all_to_all(input, output, async_op=True)
         else:
             work = self._comm.all_to_allv(input, output, send_counts, recv_counts, async_op=True)
-        return _Work(work, [output, input], [output])
+        return self._track(_Work(work, [output, input], [output]))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
         if len(output_tensors) != self._size or len(input_tensors) != self._size:
@@ -292,7 +307,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
                 o.copy_(flat_out[at:at + o.numel()].view_as(o))
                 at += o.numel()
 
-        return _Work(work, [flat_in, flat_out], output_tensors, copy_out)
+        return self._track(_Work(work, [flat_in, flat_out], output_tensors, copy_out))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         t = _one(input_tensors, "gather")
@@ -300,7 +315,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         root = _root_of(opts)
         if self.rank() != root:
             work = self._comm._gather_raw(t.data_ptr(), 0, t.numel(), dtype, root, True)
-            return _Work(work, [t], [])
+            return self._track(_Work(work, [t], []))
         outputs = _one(output_tensors, "gather")
         if len(outputs) != self._size:
             raise tbcoll.InvalidArgument(
@@ -318,7 +333,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
             for i, o in enumerate(outputs):
                 o.copy_(flat[i * n:(i + 1) * n].view_as(o))
 
-        return _Work(work, [flat, t], output_tensors, copy_out)
+        return self._track(_Work(work, [flat, t], output_tensors, copy_out))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")
@@ -326,7 +341,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         root = _root_of(opts)
         if self.rank() != root:
             work = self._comm._scatter_raw(0, t.data_ptr(), t.numel(), dtype, root, True)
-            return _Work(work, [t], output_tensors)
+            return self._track(_Work(work, [t], output_tensors))
         inputs = _one(input_tensors, "scatter")
         if len(inputs) != self._size:
             raise tbcoll.InvalidArgument(
@@ -338,7 +353,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
                     f"{t.numel()} of {t.dtype}")
         flat = torch.cat([x.reshape(-1) for x in inputs])
         work = self._comm._scatter_raw(flat.data_ptr(), t.data_ptr(), t.numel(), dtype, root, True)
-        return _Work(work, [flat, t], output_tensors)
+        return self._track(_Work(work, [flat, t], output_tensors))
 
 
 def _create_python(store, rank, size, timeout):

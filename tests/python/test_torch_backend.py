@@ -63,3 +63,24 @@ def test_under_tbcoll_run_the_cpp_process_group_needs_nothing_more():
         for what in ("future", "batch_isend_irecv", "coalesced", "unsupported ops named", "done"):
             assert f"OK {rank} {what}" in out, out
     assert "OK 0 timed out" in out, out
+
+
+@pytest.mark.parametrize("implementation", ["c++", "python"])
+def test_ddp_on_either_process_group(implementation, tmp_path):
+    """The Python process group stands in where the C++ one was not built: a copy of the package without it."""
+    import shutil
+    import subprocess
+    from conftest import BUILD, HERE, PYTHON, env
+    package = os.path.join(BUILD, "python")
+    if implementation == "python":
+        shutil.copytree(os.path.join(BUILD, "python", "tbcoll"), tmp_path / "tbcoll")
+        for built in (tmp_path / "tbcoll").glob("_torch_pg*"):
+            built.unlink()
+        package = str(tmp_path)
+    port = free_port()
+    procs = [subprocess.Popen([PYTHON, os.path.join(HERE, "ranks_torch_ddp.py"), str(port), str(rank)],
+                              env={**env(), "PYTHONPATH": package}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    outs = [p.communicate(timeout=120)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0 and f"DDP OK {implementation}" in out, out
