@@ -22,17 +22,23 @@
 
 namespace tbcoll {
 
+// The callbacks run before the call counts as finished, so a wait() that returns finds them done; one added while
+// they run (on_done from another thread) runs here too.
 void Work::State::complete(std::exception_ptr failure) {
-  std::vector<std::function<void(std::exception_ptr)>> run;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (done) return;
-    done = true;
-    error = failure;
+  std::unique_lock<std::mutex> lock(mutex);
+  if (done || completing) return;
+  completing = true;
+  error = failure;
+  while (!callbacks.empty()) {
+    std::vector<std::function<void(std::exception_ptr)>> run;
     run.swap(callbacks);
+    lock.unlock();
+    for (auto& callback : run) callback(failure);
+    lock.lock();
   }
+  done = true;
+  lock.unlock();
   finished.notify_all();
-  for (auto& callback : run) callback(failure);
 }
 
 struct AsyncQueue::Impl {

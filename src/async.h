@@ -41,6 +41,7 @@ struct Work::State {
   std::mutex mutex;
   std::condition_variable finished;
   bool done = false;
+  bool completing = false;  ///< complete() runs the callbacks; done follows
   std::exception_ptr error;
   std::weak_ptr<AsyncQueue::Impl> queue;  // to run the call inline when it is next and not started
   /// Set for calls no thread runs (non-blocking send/recv): makes progress on the caller's thread, test() with
@@ -50,7 +51,7 @@ struct Work::State {
   /// Run once, by the thread that completes the state (Work::on_done).
   std::vector<std::function<void(std::exception_ptr)>> callbacks;
 
-  /// Marks the call finished with error (null: success), wakes the waiters, runs the callbacks.
+  /// Runs the callbacks, then marks the call finished with error (null: success) and wakes the waiters. Once.
   void complete(std::exception_ptr failure);
 };
 

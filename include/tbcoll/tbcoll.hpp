@@ -131,7 +131,8 @@ class Work {
   void wait() const;
   /// Runs callback(error) once the call finished (error null on success): at once on this thread if it has,
   /// else on the thread that finishes it (the progress thread, or the thread whose test() or wait() completed a
-  /// non-blocking send/recv). The callback must not block nor call into the communicator. Copies share callbacks.
+  /// non-blocking send/recv), before test() and wait() see it finished. The callback must not block nor call into
+  /// the communicator. Copies share callbacks.
   void on_done(std::function<void(std::exception_ptr error)> callback) const;
 
   struct State;
