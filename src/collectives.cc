@@ -312,7 +312,10 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
     const Deadline deadline = deadline_after(config.timeout_s);
     transport::CollectiveArgs fast{args.send, args.recv, args.count, args.dtype, args.op, args.root, tag, deadline,
                                    tuner.config().spin, spin_yield,
-                                   [this, &tag, deadline] { notices.check(tag.tag, true, deadline); }};
+                                   [this, &tag, deadline] {
+                                     notices.check(tag.tag, true, deadline);
+                                     if (p2p_in_flight) p2p_in_flight->sweep();  // pending isend/irecv move
+                                   }};
     fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }

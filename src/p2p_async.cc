@@ -1,10 +1,13 @@
 // Non-blocking send and receive. isend/irecv post their messages on the peer's endpoint and return; the Work's
-// test() and wait() drive them on the caller's thread (State::drive), so two ranks that both post a receive
-// before their send meet instead of waiting for each other. They take their tags from the same per-pair counters
-// as send and recv, so blocking and non-blocking calls of a pair match in call order.
+// test() and wait() drive them (State::drive), and so does every wait of a later call of the communicator
+// (RequestTable::also_progress, the fast path's watch), so two ranks that both post a receive before their send
+// meet instead of waiting for each other, and a peer that receives with blocking calls before it joins a later
+// collective gets its message. They take their tags from the same per-pair counters as send and recv, so
+// blocking and non-blocking calls of a pair match in call order.
 //
 // Only one thread drives the endpoints at a time: posting first drains the asynchronous queue, test() does
-// nothing while the progress thread runs queued calls, and wait() drains it before it drives.
+// nothing while the progress thread runs queued calls (which drive the pending ones), and wait() drains it
+// before it drives.
 #include "p2p_async.h"
 
 #include <sched.h>
@@ -168,7 +171,13 @@ Work post_p2p(Communicator::Impl& impl, bool is_send, void* buf, size_t count, D
   }
   const algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
   impl.check_usable(what);
-  if (!impl.p2p_in_flight) impl.p2p_in_flight = std::make_unique<P2pInFlight>(impl);
+  if (!impl.p2p_in_flight) {
+    impl.p2p_in_flight = std::make_unique<P2pInFlight>(impl);
+    // Every later call's waits move the pending ones too (a peer may wait for them before it joins that call).
+    impl.request_table.also_progress = [&impl] {
+      if (impl.p2p_in_flight) impl.p2p_in_flight->sweep();
+    };
+  }
   uint64_t& counter = is_send ? impl.p2p_sent[static_cast<size_t>(peer)] : impl.p2p_received[static_cast<size_t>(peer)];
   const transport::Tag tag{(uint64_t{1} << 63) | counter++,
                            make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};

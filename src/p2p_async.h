@@ -1,5 +1,5 @@
 // Non-blocking send and receive (Communicator::isend, irecv): the messages are posted on the peer's endpoint at
-// once and move whenever the caller's thread drives them (their Works' test() and wait()).
+// once and move whenever the communicator waits (their Works' test() and wait(), and every later call's waits).
 #pragma once
 
 #include <list>
@@ -13,8 +13,9 @@
 
 namespace tbcoll {
 
-/// The posted, unfinished isend/irecv calls of one communicator. Driven by the thread that uses the
-/// communicator (never while its progress thread runs a queued call); owned by Communicator::Impl.
+/// The posted, unfinished isend/irecv calls of one communicator. Driven by the thread that drives the
+/// communicator's endpoints: its user's, or its progress thread while that runs a queued call (then the user's
+/// test() leaves them alone); owned by Communicator::Impl.
 class P2pInFlight {
  public:
   explicit P2pInFlight(Communicator::Impl& impl) : impl_(impl) {}
@@ -24,9 +25,9 @@ class P2pInFlight {
   P2pInFlight& operator=(const P2pInFlight&) = delete;
 
   /// Posts bytes at buf to (is_send) or from peer under tag, split as the peer's transport needs; never blocks.
-  /// what: "isend" or "irecv", for messages.
   Work post(bool is_send, void* buf, size_t bytes, size_t count, DataType dtype, int peer, transport::Tag tag);
-  /// Tests every pending call once; completes the finished ones. Never blocks.
+  /// Tests every pending call once; completes the finished ones. Never blocks. Cheap with none pending (every
+  /// poll of every wait calls it).
   void sweep();
   size_t pending() const { return ops_.size(); }
 

@@ -242,9 +242,10 @@ class Communicator {
   /// irecv, then isend). buf must stay valid and unchanged until the Work completed. Pairs with the peer's recv or
   /// irecv as send does: one order of messages per pair of ranks, in call order, collectives included (a
   /// collective between a pair's isend and the matching receive must be called in the same order on both). Queued
-  /// asynchronous calls made before it finish first. Progress happens on the caller's thread: when the Work is
-  /// tested or waited for, and while later calls of this communicator wait. The Work's deadline counts from this
-  /// call; failing, it breaks the communicator as a failed send does.
+  /// asynchronous calls made before it finish first. It moves whenever this communicator waits: when the Work is
+  /// tested or waited for, and while later calls wait (blocking ones on the caller's thread, queued ones on the
+  /// progress thread). The Work's deadline counts from this call; failing, it breaks the communicator as a failed
+  /// send does.
   Work isend(const void* buf, size_t count, DataType dtype, int peer);
   /// Non-blocking receive of count elements from peer into buf (see isend). A receive from any peer (MPI's
   /// ANY_SOURCE) is not offered: messages are matched per pair of ranks, in order, with no probe of which peer

@@ -129,6 +129,52 @@ TEST_P(P2pAsync, DestroyingTheCommunicatorFailsPendingCalls) {
   });
 }
 
+// A send posted and not waited for moves while this rank waits in later calls (a blocking receive from another
+// peer, a collective, an asynchronous one): its peer receives it with blocking calls first, which would hold
+// everyone until the deadline otherwise. Large enough to need the sender's progress on every transport.
+TEST_P(P2pAsync, PostedSendsMoveWhileLaterCallsWait) {
+  run_ranks(3, {GetParam(), "", 20}, [&](Communicator& comm) {
+    const int r = comm.rank();
+    const size_t count = (4 << 20) + 5;
+    std::vector<float> big(count, 1.0f + r), got(count, 0.0f);
+    std::vector<float> small(1000, 1.0f);
+    if (r == 0) {
+      Work to1 = comm.isend(big.data(), count, DataType::kFloat32, 1);
+      int32_t token = 0;
+      comm.recv(&token, 1, DataType::kInt32, 2);  // rank 2 sends only once rank 1 has the big message
+      EXPECT_EQ(token, 7);
+      Work to2 = comm.isend(big.data(), count, DataType::kFloat32, 2);
+      comm.all_reduce(small.data(), small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum);
+      Work again = comm.isend(big.data(), count, DataType::kFloat32, 1);
+      Work queued = comm.all_reduce_async(big.data(), got.data(), count, DataType::kFloat32, ReduceOp::kSum);
+      queued.wait();
+      again.wait();
+      to1.wait();
+      to2.wait();
+    } else if (r == 1) {
+      comm.recv(got.data(), count, DataType::kFloat32, 0);
+      EXPECT_EQ(got[count - 1], 1.0f);
+      int32_t token = 7;
+      comm.send(&token, 1, DataType::kInt32, 2);
+      comm.all_reduce(small.data(), small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum);
+      comm.recv(got.data(), count, DataType::kFloat32, 0);
+      EXPECT_EQ(got[count - 1], 1.0f);
+      std::vector<float> sum(count);
+      comm.all_reduce(big.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    } else {
+      int32_t token = 0;
+      comm.recv(&token, 1, DataType::kInt32, 1);
+      comm.send(&token, 1, DataType::kInt32, 0);
+      comm.recv(got.data(), count, DataType::kFloat32, 0);
+      EXPECT_EQ(got[count - 1], 1.0f);
+      comm.all_reduce(small.data(), small.data(), small.size(), DataType::kFloat32, ReduceOp::kSum);
+      std::vector<float> sum(count);
+      comm.all_reduce(big.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    }
+    EXPECT_EQ(small[0], 3.0f);
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(Transports, P2pAsync, ::testing::ValuesIn(test_transports()));
 
 }  // namespace
