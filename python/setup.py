@@ -1,10 +1,11 @@
 """Builds tbcoll's Python package with CMake (pyproject.toml says how pip calls it).
 
-The repository's CMake project is configured for this interpreter in $TBCOLL_PIP_BUILD_DIR (default: build-pip at the
-top of the repository, reused between installs; beside build/, so with ccache and CCACHE_BASEDIR at the top, which
-this sets, the compilations are those of tools/build.sh's build and come from its cache), with tests, benchmarks and examples off and the modules finding
-libtbcoll in their own folder (TBCOLL_PYTHON_BUNDLE); its modules, libtbcoll and the package's .py files go into
-the wheel. CMAKE_ARGS adds arguments to the configure step.
+The repository's CMake project is configured for this interpreter in $TBCOLL_PIP_BUILD_DIR (default: build-pip at
+the top of the repository, reused between installs; beside build/, so with ccache and CCACHE_BASEDIR at the top,
+which this sets, the compilations are those of tools/build.sh's build and come from its cache), with tests,
+benchmarks and examples off and the modules finding libtbcoll in their own folder (TBCOLL_PYTHON_BUNDLE); its
+modules, libtbcoll and the package's .py files go into the wheel. setuptools' own build/ and egg-info go into that
+folder too, never into python/. CMAKE_ARGS adds arguments to the configure step.
 """
 import glob
 import os
@@ -26,10 +27,13 @@ def project_version():
         return re.search(r"project\(tbcoll VERSION ([0-9.]+)", f.read()).group(1)
 
 
+BUILD = os.path.abspath(os.environ.get("TBCOLL_PIP_BUILD_DIR", os.path.join(ROOT, "build-pip")))
+
+
 class CMakeBuild(build_py):
     def run(self):
         super().run()
-        build = os.environ.get("TBCOLL_PIP_BUILD_DIR", os.path.join(ROOT, "build-pip"))
+        build = BUILD
         configure = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release", f"-DTBCOLL_PYTHON={sys.executable}",
                      "-DTBCOLL_WITH_PYTHON=ON", "-DTBCOLL_PYTHON_BUNDLE=ON", "-DTBCOLL_BUILD_TESTS=OFF",
                      "-DTBCOLL_BUILD_BENCHMARKS=OFF", "-DTBCOLL_BUILD_EXAMPLES=OFF"]
@@ -57,5 +61,9 @@ class BinaryDistribution(Distribution):
         return True  # a platform wheel: it holds compiled modules
 
 
+# setuptools' own work (build/, tbcoll.egg-info) goes beside CMake's, never into the source tree.
+os.makedirs(os.path.join(BUILD, "setuptools"), exist_ok=True)
 setup(version=project_version(), packages=["tbcoll"], package_dir={"tbcoll": "tbcoll"},
-      cmdclass={"build_py": CMakeBuild}, distclass=BinaryDistribution)
+      cmdclass={"build_py": CMakeBuild}, distclass=BinaryDistribution,
+      options={"build": {"build_base": os.path.join(BUILD, "setuptools", "build")},
+               "egg_info": {"egg_base": os.path.join(BUILD, "setuptools")}})

@@ -21,6 +21,9 @@ def test_pip_install_then_import_without_pythonpath():
                                os.path.join(ROOT, "python")], env=env, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=1200)
         assert proc.returncode == 0, proc.stdout
+        # The install built outside the source tree: nothing of setuptools' left in python/ (to be committed).
+        left = [n for n in os.listdir(os.path.join(ROOT, "python")) if n == "build" or n.endswith(".egg-info")]
+        assert not left, f"pip install left {left} in python/"
         check = ("import tbcoll, tbcoll.torch_backend as tb, numpy as np; c = tbcoll.init(rank=0, size=1); "
                  "x = np.ones(3, np.float32); c.all_reduce(x); print(tbcoll.__version__, tb.IMPLEMENTATION, "
                  "tbcoll.__file__, x.sum())")
