@@ -43,9 +43,9 @@ class P2pInFlight {
     size_t next = 0;                                           // first chunk not complete
     std::shared_ptr<Work::State> state;
   };
-  // Tests op's chunks; true once all completed (its Work completed, op removed by the caller). Errors complete
-  // the Work with the error and break the communicator.
-  bool advance(Op& op);
+  // Tests op's chunks; true once all completed (its Work completed, op removed by the caller). Errors, and the
+  // deadline passing (now), complete the Work with the error and break the communicator.
+  bool advance(Op& op, Clock::time_point now);
   void drive(const std::shared_ptr<Op>& op, bool block);
   void fail(Op& op, std::exception_ptr error);
   std::string describe(const Op& op) const;

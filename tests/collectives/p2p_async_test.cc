@@ -112,6 +112,33 @@ TEST_P(P2pAsync, UnmatchedReceiveTimesOutAndBadArgumentsAreRefused) {
   });
 }
 
+// Polling test() alone also ends at the deadline: the receive nobody sends to throws TimeoutError from test().
+TEST_P(P2pAsync, PollingAnUnmatchedReceiveThrowsAtTheDeadline) {
+  std::atomic<bool> rank0_done{false};
+  run_ranks(2, {GetParam(), "", 1}, [&](Communicator& comm) {
+    if (comm.rank() == 0) {
+      int32_t v = 0;
+      Work w = comm.irecv(&v, 1, DataType::kInt32, 1);
+      const auto start = std::chrono::steady_clock::now();
+      bool timed_out = false;
+      while (std::chrono::steady_clock::now() - start < std::chrono::seconds(5)) {
+        try {
+          if (w.test()) break;
+        } catch (const TimeoutError& e) {
+          timed_out = true;
+          EXPECT_NE(std::string(e.what()).find("irecv(count=1, i32, peer=1)"), std::string::npos) << e.what();
+          break;
+        }
+      }
+      EXPECT_TRUE(timed_out) << "test() never saw the deadline pass";
+      EXPECT_TRUE(comm.broken());
+      rank0_done = true;
+    } else {
+      while (!rank0_done) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  });
+}
+
 // Destroying the communicator with a call still posted fails its Work (the buffers are no longer touched): as
 // InvalidUsage, or as the I/O error of the peer's leaving, when this rank's endpoint saw it first.
 TEST_P(P2pAsync, DestroyingTheCommunicatorFailsPendingCalls) {
