@@ -475,6 +475,19 @@ PYBIND11_MODULE(_tbcoll, m) {
              self.run("recv", [&](Communicator& c) { c.recv(v.data, v.count, v.dtype, peer); });
              return buf;
            }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none())
+      .def("isend", [](PyComm& self, py::object buf, int peer, py::object dtype) {
+             View v = view_of(buf, "buf", false, optional_dtype(dtype));
+             Work work = self.run("isend", [&](Communicator& c) { return c.isend(v.data, v.count, v.dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), keep(v, View()));
+           }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none(),
+           "Non-blocking send: returns a Work at once (two ranks may both irecv, then isend); buf stays alive and "
+           "unchanged until it completed.")
+      .def("irecv", [](PyComm& self, py::object buf, int peer, py::object dtype) {
+             View v = view_of(buf, "buf", true, optional_dtype(dtype));
+             Work work = self.run("irecv", [&](Communicator& c) { return c.irecv(v.data, v.count, v.dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), keep(v, View()));
+           }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none(),
+           "Non-blocking receive from peer into buf (see isend): wait() or test() on the Work it returns.")
       .def("group_start", [](PyComm& self) { self.run("group_start", [](Communicator& c) { c.group_start(); }); })
       .def("group_end", [](PyComm& self) { self.run("group_end", [](Communicator& c) { c.group_end(); }); })
       .def("split", [](PyComm& self, int color, int key) -> py::object {
@@ -547,6 +560,14 @@ PYBIND11_MODULE(_tbcoll, m) {
            })
       .def("_recv_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
              self.run("recv", [&](Communicator& c) { c.recv(ptr(buf), count, dtype, peer); });
+           })
+      .def("_isend_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
+             Work work = self.run("isend", [&](Communicator& c) { return c.isend(ptr(buf), count, dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), py::list());
+           })
+      .def("_irecv_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
+             Work work = self.run("irecv", [&](Communicator& c) { return c.irecv(ptr(buf), count, dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), py::list());
            });
 
   m.def("init", [](py::object rank, py::object size, py::object root, py::object timeout, py::object transport,

@@ -1,6 +1,7 @@
 """Under `tbcoll-run -n N`, nothing else: init_process_group("tbcoll") reads what tbcoll-run exports (RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then the C++ process group's futures, point to point, coalesced calls,
-errors that name the op, and a timeout that says "Timed out". Prints "OK <rank> <what>" lines."""
+WORLD_SIZE, MASTER_ADDR, MASTER_PORT), then the process group's futures, point to point, coalesced calls, errors
+that name the op, a timeout that says "Timed out", and (the C++ one) monitored_barrier. Prints "OK <rank> <what>"
+lines. Whichever process group is importable runs (tests/python/test_torch_backend.py runs both)."""
 import os
 from datetime import timedelta
 
@@ -15,7 +16,8 @@ assert (rank, size) == (int(os.environ["TBCOLL_RANK"]), int(os.environ["TBCOLL_W
 assert os.environ["LOCAL_RANK"] == str(rank) and os.environ["LOCAL_WORLD_SIZE"] == str(size)
 print(f"OK {rank} env rank {rank} of {size} implementation {tbcoll.torch_backend.IMPLEMENTATION}", flush=True)
 pg = dist.distributed_c10d._get_default_group()
-assert pg.transport_name((rank + 1) % size) == "shm", pg.transport_name((rank + 1) % size)
+comm = pg if tbcoll.torch_backend.IMPLEMENTATION == "c++" else pg.communicator
+assert comm.transport_name((rank + 1) % size) == "shm", comm.transport_name((rank + 1) % size)
 
 # A future completes by itself (the progress thread finishes the call): nobody waits on the Work.
 t = torch.full((1000,), float(rank + 1))
@@ -42,18 +44,26 @@ dist.all_gather_coalesced(outs, [torch.full((2,), float(rank)), torch.full((3,),
 assert all(outs[r][0].tolist() == [float(r)] * 2 and outs[r][1].tolist() == [10.0 + r] * 3 for r in range(size))
 print(f"OK {rank} coalesced", flush=True)
 
-# What is not supported says which op it is.
+# What is not supported says which op it is (each word, or one of a tuple's).
 for call, words in [(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), op=dist.ReduceOp.BAND),
-                     ["allreduce", "BAND"]),
+                     [("allreduce", "all_reduce"), "BAND"]),
+                    (lambda: dist.reduce_scatter(torch.zeros(2), [torch.ones(2)] * size, op=dist.ReduceOp.BOR),
+                     ["reduce_scatter", "BOR"]),
                     (lambda: dist.recv(torch.zeros(1)), ["recv from any source"]),
-                    (lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)), ["allreduce", "dtype Short"]),
+                    (lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)),
+                     [("allreduce", "all_reduce"), ("dtype Short", "dtype torch.int16")]),
                     (lambda: dist.broadcast(torch.ones(4)[::2], 0), ["broadcast", "not contiguous"])]:
     try:
         call()
         raise AssertionError(f"no error for {words}")
     except RuntimeError as e:
-        assert all(w in str(e) for w in words), str(e)
+        assert all(any(w in str(e) for w in ((w,) if isinstance(w, str) else w)) for w in words), str(e)
 print(f"OK {rank} unsupported ops named", flush=True)
+
+# torch 1.13's dist.monitored_barrier refuses every backend but gloo: tbcoll.torch_backend's is the same call.
+if tbcoll.torch_backend.IMPLEMENTATION == "c++":
+    tbcoll.torch_backend.monitored_barrier(timeout=timedelta(seconds=10))
+    print(f"OK {rank} monitored_barrier", flush=True)
 
 # A barrier only rank 0 enters times out with gloo's words, within the group's timeout.
 group = dist.new_group(timeout=timedelta(seconds=1))
