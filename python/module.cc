@@ -533,14 +533,26 @@ PYBIND11_MODULE(_tbcoll, m) {
                         : (c.broadcast(ptr(send), ptr(recv), count, dtype, root), Work());
              });
            })
-      // For benchmarks/python_overhead.py: `iters` all_reduces in a C++ loop (no Python between calls), seconds.
-      .def("_all_reduce_loop", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int iters) {
-             return self.run("all_reduce", [&](Communicator& c) {
+      // For benchmarks/torch_allreduce.py: `iters` all_reduces in a C++ loop (no Python between calls), seconds;
+      // with per_call, each call's own time (ns, timed as the Python loop times its calls).
+      .def("_all_reduce_loop", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int iters,
+                                  bool per_call) -> py::object {
+             std::vector<int64_t> each(per_call ? static_cast<size_t>(std::max(iters, 0)) : 0);
+             const double seconds = self.run("all_reduce", [&](Communicator& c) {
                const auto start = Clock::now();
-               for (int i = 0; i < iters; ++i) c.all_reduce(ptr(buf), ptr(buf), count, dtype, ReduceOp::kSum);
+               for (int i = 0; i < iters; ++i) {
+                 const auto before = per_call ? Clock::now() : start;
+                 c.all_reduce(ptr(buf), ptr(buf), count, dtype, ReduceOp::kSum);
+                 if (per_call) {
+                   each[static_cast<size_t>(i)] =
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - before).count();
+                 }
+               }
                return std::chrono::duration<double>(Clock::now() - start).count();
              });
-           })
+             if (per_call) return py::cast(each);
+             return py::float_(seconds);
+           }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("iters"), py::arg("per_call") = false)
       .def("_gather_raw", [](PyComm& self, uintptr_t send, uintptr_t recv, size_t count, DataType dtype, int root,
                              bool async_op) {
              return raw(self, async_op, "gather", [&](Communicator& c, bool a) {

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "deferred.h"
 #include "process_group.h"
 #include "tensors.h"
 #include "work.h"
@@ -32,6 +33,7 @@ void ProcessGroupTbcoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool
                            ? std::chrono::milliseconds(static_cast<int64_t>(timeout_s_ * 1000))
                            : opts.timeout;
   const auto deadline = Clock::now() + timeout;
+  deferred::flush();  // calls made before it go first
   count_call();
   uint8_t token = 0;
   if (rank_ != 0) {
@@ -81,6 +83,7 @@ void ProcessGroupTbcoll::monitoredBarrier(const c10d::BarrierOptions& opts, bool
 // count, gathered; rank r's part of each is a sparse tensor; their sum, coalesced, replaces the input.
 c10::intrusive_ptr<c10d::Work> ProcessGroupTbcoll::sparse_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts) {
   if (opts.reduceOp.op_ != c10d::ReduceOp::SUM) refuse("allreduce", "sparse tensors take SUM only");
+  deferred::flush();
   if (!t.device().is_cpu()) refuse("allreduce", "the sparse tensor is not on the CPU");
   const at::Tensor input = t.coalesce();
   at::Tensor counts = at::empty({size_}, at::kLong);

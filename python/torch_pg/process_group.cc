@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "deferred.h"
 #include "store.h"
 #include "tensors.h"
 #include "work.h"
@@ -23,6 +24,59 @@ auto guarded(double timeout_s, F&& call) -> decltype(call()) {
   }
 }
 
+size_t bytes_of(const Buffer& b) { return b.count * dtype_size(b.dtype); }
+
+// The two forms of a call (ProcessGroupTbcoll::issue): queued, or run here.
+std::function<Work(bool)> all_reduce_call(Communicator* comm, Buffer b, ReduceOp op) {
+  return [comm, b, op](bool queued) {
+    if (queued) return comm->all_reduce_async(b.data, b.data, b.count, b.dtype, op);
+    comm->all_reduce(b.data, b.data, b.count, b.dtype, op);
+    return Work();
+  };
+}
+
+std::function<Work(bool)> all_gather_call(Communicator* comm, Buffer in, void* out) {
+  return [comm, in, out](bool queued) {
+    if (queued) return comm->all_gather_async(in.data, out, in.count, in.dtype);
+    comm->all_gather(in.data, out, in.count, in.dtype);
+    return Work();
+  };
+}
+
+std::function<Work(bool)> gather_call(Communicator* comm, Buffer in, void* out, int root) {
+  return [comm, in, out, root](bool queued) {
+    if (queued) return comm->gather_async(in.data, out, in.count, in.dtype, root);
+    comm->gather(in.data, out, in.count, in.dtype, root);
+    return Work();
+  };
+}
+
+std::function<Work(bool)> scatter_call(Communicator* comm, const void* in, Buffer out, int root) {
+  return [comm, in, out, root](bool queued) {
+    if (queued) return comm->scatter_async(in, out.data, out.count, out.dtype, root);
+    comm->scatter(in, out.data, out.count, out.dtype, root);
+    return Work();
+  };
+}
+
+std::function<Work(bool)> reduce_scatter_call(Communicator* comm, const void* in, Buffer out, ReduceOp op) {
+  return [comm, in, out, op](bool queued) {
+    if (queued) return comm->reduce_scatter_async(in, out.data, out.count, out.dtype, op);
+    comm->reduce_scatter(in, out.data, out.count, out.dtype, op);
+    return Work();
+  };
+}
+
+// all_to_allv with per-peer counts (owned by the call).
+std::function<Work(bool)> all_to_allv_call(Communicator* comm, const void* in, void* out, DataType dtype,
+                                           std::vector<size_t> send_counts, std::vector<size_t> recv_counts) {
+  return [comm, in, out, dtype, send = std::move(send_counts), recv = std::move(recv_counts)](bool queued) {
+    if (queued) return comm->all_to_allv_async(in, out, send.data(), nullptr, recv.data(), nullptr, dtype);
+    comm->all_to_allv(in, out, send.data(), nullptr, recv.data(), nullptr, dtype);
+    return Work();
+  };
+}
+
 }  // namespace
 
 ProcessGroupTbcoll::ProcessGroupTbcoll(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
@@ -38,7 +92,7 @@ ProcessGroupTbcoll::ProcessGroupTbcoll(const c10::intrusive_ptr<c10d::Store>& st
   init();  // c10d::ProcessGroup's logging set-up
 }
 
-ProcessGroupTbcoll::~ProcessGroupTbcoll() = default;
+ProcessGroupTbcoll::~ProcessGroupTbcoll() { deferred::flush_owned_by(this); }
 
 void ProcessGroupTbcoll::count_call() {
   if (sequenceNum_) sequenceNum_->increment();
@@ -59,12 +113,30 @@ WorkPtr ProcessGroupTbcoll::make_work(OpType type, const char* title, Work work,
                                          std::move(outputs), std::move(after), timeout_s_, source_rank);
 }
 
+WorkPtr ProcessGroupTbcoll::issue(OpType type, const char* title, size_t bytes, std::function<Work(bool)> call,
+                                  const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> keep,
+                                  std::vector<at::Tensor> outputs, std::function<void()> after) {
+  if (bytes > deferred::kMostBytes) {
+    deferred::flush();
+    Work work = guarded(timeout_s_, [&] { return call(true); });
+    return make_work(type, title, work, inputs, std::move(keep), std::move(outputs), std::move(after));
+  }
+  count_call();
+  auto work = c10::make_intrusive<WorkTbcoll>(rank_, type, title, inputs, std::move(call), this, std::move(keep),
+                                              std::move(outputs), std::move(after), timeout_s_);
+  deferred::hold(work);  // queues the one held before
+  return work;
+}
+
 WorkPtr ProcessGroupTbcoll::broadcast(std::vector<at::Tensor>& tensors, const c10d::BroadcastOptions& opts) {
   const Buffer b = buffer_of(one(tensors, "broadcast"), "broadcast", "the tensor");
-  Work work = guarded(timeout_s_, [&] {
-    return comm_->broadcast_async(b.data, b.data, b.count, b.dtype, static_cast<int>(opts.rootRank));
-  });
-  return make_work(OpType::BROADCAST, "tbcoll:broadcast", work, tensors, tensors, tensors);
+  Communicator* comm = comm_.get();
+  const int root = static_cast<int>(opts.rootRank);
+  return issue(OpType::BROADCAST, "tbcoll:broadcast", bytes_of(b), [comm, b, root](bool queued) {
+    if (queued) return comm->broadcast_async(b.data, b.data, b.count, b.dtype, root);
+    comm->broadcast(b.data, b.data, b.count, b.dtype, root);
+    return Work();
+  }, tensors, tensors, tensors);
 }
 
 WorkPtr ProcessGroupTbcoll::allreduce(std::vector<at::Tensor>& tensors, const c10d::AllreduceOptions& opts) {
@@ -72,8 +144,8 @@ WorkPtr ProcessGroupTbcoll::allreduce(std::vector<at::Tensor>& tensors, const c1
   if (t.is_sparse()) return guarded(timeout_s_, [&] { return sparse_allreduce(t, opts); });
   const Buffer b = buffer_of(t, "allreduce", "the tensor");
   const ReduceOp op = reduce_op(opts.reduceOp, "allreduce", t);
-  Work work = guarded(timeout_s_, [&] { return comm_->all_reduce_async(b.data, b.data, b.count, b.dtype, op); });
-  return make_work(OpType::ALLREDUCE, "tbcoll:all_reduce", work, tensors, tensors, tensors);
+  return issue(OpType::ALLREDUCE, "tbcoll:all_reduce", bytes_of(b), all_reduce_call(comm_.get(), b, op), tensors,
+               tensors, tensors);
 }
 
 // One all_reduce of the tensors laid end to end (one dtype), copied back at completion.
@@ -91,20 +163,22 @@ WorkPtr ProcessGroupTbcoll::allreduce_coalesced(std::vector<at::Tensor>& tensors
   at::Tensor flat = flatten(tensors);
   const Buffer b = buffer_of(flat, "allreduce_coalesced", "the tensors");
   const ReduceOp op = reduce_op(opts.reduceOp, "allreduce_coalesced", flat);
-  Work work = guarded(timeout_s_, [&] { return comm_->all_reduce_async(b.data, b.data, b.count, b.dtype, op); });
   std::vector<at::Tensor> outputs = tensors;
-  return make_work(OpType::ALLREDUCE_COALESCED, "tbcoll:all_reduce", work, tensors, {flat}, outputs,
-                   [flat, outputs] { unflatten(flat, outputs); });
+  return issue(OpType::ALLREDUCE_COALESCED, "tbcoll:all_reduce", bytes_of(b), all_reduce_call(comm_.get(), b, op),
+               tensors, {flat}, outputs, [flat, outputs] { unflatten(flat, outputs); });
 }
 
 WorkPtr ProcessGroupTbcoll::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
   at::Tensor& t = one(tensors, "reduce");
   const Buffer b = buffer_of(t, "reduce", "the tensor");
   const ReduceOp op = reduce_op(opts.reduceOp, "reduce", t);
-  Work work = guarded(timeout_s_, [&] {
-    return comm_->reduce_async(b.data, b.data, b.count, b.dtype, op, static_cast<int>(opts.rootRank));
-  });
-  return make_work(OpType::REDUCE, "tbcoll:reduce", work, tensors, tensors, tensors);
+  Communicator* comm = comm_.get();
+  const int root = static_cast<int>(opts.rootRank);
+  return issue(OpType::REDUCE, "tbcoll:reduce", bytes_of(b), [comm, b, op, root](bool queued) {
+    if (queued) return comm->reduce_async(b.data, b.data, b.count, b.dtype, op, root);
+    comm->reduce(b.data, b.data, b.count, b.dtype, op, root);
+    return Work();
+  }, tensors, tensors, tensors);
 }
 
 WorkPtr ProcessGroupTbcoll::_allgather_base(at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions&) {
@@ -116,8 +190,8 @@ WorkPtr ProcessGroupTbcoll::_allgather_base(at::Tensor& output, at::Tensor& inpu
                                           input.numel() * size_, size_, input.numel(),
                                           c10::toString(input.scalar_type())));
   }
-  Work work = guarded(timeout_s_, [&] { return comm_->all_gather_async(in.data, out.data, in.count, in.dtype); });
-  return make_work(OpType::_ALLGATHER_BASE, "tbcoll:all_gather_into_tensor", work, {input}, {output, input}, {output});
+  return issue(OpType::_ALLGATHER_BASE, "tbcoll:all_gather_into_tensor", bytes_of(out),
+               all_gather_call(comm_.get(), in, out.data), {input}, {output, input}, {output});
 }
 
 WorkPtr ProcessGroupTbcoll::allgather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
@@ -131,18 +205,15 @@ WorkPtr ProcessGroupTbcoll::allgather(std::vector<std::vector<at::Tensor>>& outp
   }
   check_like(list, t, "allgather", "output");
   if (consecutive(list) && !t.is_complex()) {  // views of one buffer: gathered in place
-    Work work = guarded(timeout_s_, [&] {
-      return comm_->all_gather_async(in.data, list[0].data_ptr(), in.count, in.dtype);
-    });
     std::vector<at::Tensor> keep = list;
     keep.push_back(t);
-    return make_work(OpType::ALLGATHER, "tbcoll:all_gather", work, inputs, keep, list);
+    return issue(OpType::ALLGATHER, "tbcoll:all_gather", bytes_of(in) * static_cast<size_t>(size_),
+                 all_gather_call(comm_.get(), in, list[0].data_ptr()), inputs, keep, list);
   }
   at::Tensor flat = at::empty({t.numel() * size_}, t.options());
   const Buffer out = buffer_of(flat, "allgather", "the output");
-  Work work = guarded(timeout_s_, [&] { return comm_->all_gather_async(in.data, out.data, in.count, in.dtype); });
-  return make_work(OpType::ALLGATHER, "tbcoll:all_gather", work, inputs, {flat, t}, list,
-                   [flat, list] { unflatten(flat, list); });
+  return issue(OpType::ALLGATHER, "tbcoll:all_gather", bytes_of(out), all_gather_call(comm_.get(), in, out.data),
+               inputs, {flat, t}, list, [flat, list] { unflatten(flat, list); });
 }
 
 // Rank r's inputs laid end to end are block r of one all_gather; each block is copied to output_lists[r].
@@ -172,11 +243,11 @@ WorkPtr ProcessGroupTbcoll::allgather_coalesced(std::vector<std::vector<at::Tens
   at::Tensor flat_out = at::empty({flat_in.numel() * size_}, flat_in.options());
   const Buffer in = buffer_of(flat_in, "allgather_coalesced", "the inputs");
   const Buffer out = buffer_of(flat_out, "allgather_coalesced", "the outputs");
-  Work work = guarded(timeout_s_, [&] { return comm_->all_gather_async(in.data, out.data, in.count, in.dtype); });
   std::vector<at::Tensor> all;
   for (const auto& list : output_lists) all.insert(all.end(), list.begin(), list.end());
-  return make_work(OpType::ALLGATHER_COALESCED, "tbcoll:all_gather", work, inputs, {flat_in, flat_out}, all,
-                   [flat_out, all] { unflatten(flat_out, all); });
+  return issue(OpType::ALLGATHER_COALESCED, "tbcoll:all_gather", bytes_of(out),
+               all_gather_call(comm_.get(), in, out.data), inputs, {flat_in, flat_out}, all,
+               [flat_out, all] { unflatten(flat_out, all); });
 }
 
 WorkPtr ProcessGroupTbcoll::gather(std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
@@ -186,8 +257,8 @@ WorkPtr ProcessGroupTbcoll::gather(std::vector<std::vector<at::Tensor>>& outputs
   const int root = static_cast<int>(opts.rootRank);
   if (rank_ != root) {
     if (!outputs.empty()) refuse("gather", "only the root passes output tensors");
-    Work work = guarded(timeout_s_, [&] { return comm_->gather_async(in.data, nullptr, in.count, in.dtype, root); });
-    return make_work(OpType::GATHER, "tbcoll:gather", work, inputs, {t}, {});
+    return issue(OpType::GATHER, "tbcoll:gather", bytes_of(in), gather_call(comm_.get(), in, nullptr, root), inputs,
+                 {t}, {});
   }
   if (outputs.size() != 1) refuse("gather", fmt::format("the root takes one output list, got {}", outputs.size()));
   std::vector<at::Tensor>& list = outputs[0];
@@ -197,8 +268,8 @@ WorkPtr ProcessGroupTbcoll::gather(std::vector<std::vector<at::Tensor>>& outputs
   check_like(list, t, "gather", "output");
   at::Tensor flat = at::empty({t.numel() * size_}, t.options());
   const Buffer out = buffer_of(flat, "gather", "the output");
-  Work work = guarded(timeout_s_, [&] { return comm_->gather_async(in.data, out.data, in.count, in.dtype, root); });
-  return make_work(OpType::GATHER, "tbcoll:gather", work, inputs, {flat, t}, list, [flat, list] { unflatten(flat, list); });
+  return issue(OpType::GATHER, "tbcoll:gather", bytes_of(out), gather_call(comm_.get(), in, out.data, root), inputs,
+               {flat, t}, list, [flat, list] { unflatten(flat, list); });
 }
 
 WorkPtr ProcessGroupTbcoll::scatter(std::vector<at::Tensor>& outputs, std::vector<std::vector<at::Tensor>>& inputs,
@@ -208,8 +279,8 @@ WorkPtr ProcessGroupTbcoll::scatter(std::vector<at::Tensor>& outputs, std::vecto
   const int root = static_cast<int>(opts.rootRank);
   if (rank_ != root) {
     if (!inputs.empty()) refuse("scatter", "only the root passes input tensors");
-    Work work = guarded(timeout_s_, [&] { return comm_->scatter_async(nullptr, out.data, out.count, out.dtype, root); });
-    return make_work(OpType::SCATTER, "tbcoll:scatter", work, {}, {t}, outputs);
+    return issue(OpType::SCATTER, "tbcoll:scatter", bytes_of(out), scatter_call(comm_.get(), nullptr, out, root), {},
+                 {t}, outputs);
   }
   if (inputs.size() != 1) refuse("scatter", fmt::format("the root takes one input list, got {}", inputs.size()));
   if (static_cast<int>(inputs[0].size()) != size_) {
@@ -218,8 +289,8 @@ WorkPtr ProcessGroupTbcoll::scatter(std::vector<at::Tensor>& outputs, std::vecto
   check_like(inputs[0], t, "scatter", "input");
   at::Tensor flat = flatten(inputs[0]);
   const Buffer in = buffer_of(flat, "scatter", "the input");
-  Work work = guarded(timeout_s_, [&] { return comm_->scatter_async(in.data, out.data, out.count, out.dtype, root); });
-  return make_work(OpType::SCATTER, "tbcoll:scatter", work, inputs[0], {flat, t}, outputs);
+  return issue(OpType::SCATTER, "tbcoll:scatter", bytes_of(in), scatter_call(comm_.get(), in.data, out, root),
+               inputs[0], {flat, t}, outputs);
 }
 
 WorkPtr ProcessGroupTbcoll::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
@@ -231,10 +302,8 @@ WorkPtr ProcessGroupTbcoll::_reduce_scatter_base(at::Tensor& output, at::Tensor&
                                                input.numel(), size_, output.numel()));
   }
   const ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base", output);
-  Work work = guarded(timeout_s_, [&] {
-    return comm_->reduce_scatter_async(in.data, out.data, out.count, out.dtype, op);
-  });
-  return make_work(OpType::_REDUCE_SCATTER_BASE, "tbcoll:reduce_scatter_tensor", work, {input}, {output, input}, {output});
+  return issue(OpType::_REDUCE_SCATTER_BASE, "tbcoll:reduce_scatter_tensor", bytes_of(in),
+               reduce_scatter_call(comm_.get(), in.data, out, op), {input}, {output, input}, {output});
 }
 
 WorkPtr ProcessGroupTbcoll::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -250,10 +319,8 @@ WorkPtr ProcessGroupTbcoll::reduce_scatter(std::vector<at::Tensor>& outputs,
   at::Tensor flat = flatten(inputs[0]);
   const Buffer in = buffer_of(flat, "reduce_scatter", "the input");
   const ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter", t);
-  Work work = guarded(timeout_s_, [&] {
-    return comm_->reduce_scatter_async(in.data, out.data, out.count, out.dtype, op);
-  });
-  return make_work(OpType::REDUCE_SCATTER, "tbcoll:reduce_scatter", work, inputs[0], {flat, t}, outputs);
+  return issue(OpType::REDUCE_SCATTER, "tbcoll:reduce_scatter", bytes_of(in),
+               reduce_scatter_call(comm_.get(), in.data, out, op), inputs[0], {flat, t}, outputs);
 }
 
 namespace {
@@ -293,14 +360,20 @@ WorkPtr ProcessGroupTbcoll::alltoall_base(at::Tensor& output, at::Tensor& input,
   }
   const std::vector<size_t> send_counts = split_counts(input, input_split_sizes, size_, "input");
   const std::vector<size_t> recv_counts = split_counts(output, output_split_sizes, size_, "output");
-  Work work = guarded(timeout_s_, [&] {
-    if (input_split_sizes.empty() && output_split_sizes.empty()) {
-      return comm_->all_to_all_async(in.data, out.data, in.count / static_cast<size_t>(size_), in.dtype);
-    }
-    return comm_->all_to_allv_async(in.data, out.data, send_counts.data(), nullptr, recv_counts.data(), nullptr,
-                                    in.dtype);
-  });
-  return make_work(OpType::ALLTOALL_BASE, "tbcoll:all_to_all", work, {input}, {output, input}, {output});
+  std::function<Work(bool)> call;
+  Communicator* comm = comm_.get();
+  if (input_split_sizes.empty() && output_split_sizes.empty()) {
+    const size_t each = in.count / static_cast<size_t>(size_);
+    call = [comm, in, out, each](bool queued) {
+      if (queued) return comm->all_to_all_async(in.data, out.data, each, in.dtype);
+      comm->all_to_all(in.data, out.data, each, in.dtype);
+      return Work();
+    };
+  } else {
+    call = all_to_allv_call(comm, in.data, out.data, in.dtype, send_counts, recv_counts);
+  }
+  return issue(OpType::ALLTOALL_BASE, "tbcoll:all_to_all", bytes_of(in), std::move(call), {input}, {output, input},
+               {output});
 }
 
 WorkPtr ProcessGroupTbcoll::alltoall(std::vector<at::Tensor>& outputs, std::vector<at::Tensor>& inputs,
@@ -321,22 +394,21 @@ WorkPtr ProcessGroupTbcoll::alltoall(std::vector<at::Tensor>& outputs, std::vect
   at::Tensor flat_out = at::empty({flatten(outputs).numel()}, flat_in.options());
   const Buffer in = buffer_of(flat_in, "alltoall", "the inputs");
   const Buffer out = buffer_of(flat_out, "alltoall", "the outputs");
-  Work work = guarded(timeout_s_, [&] {
-    return comm_->all_to_allv_async(in.data, out.data, send_counts.data(), nullptr, recv_counts.data(), nullptr,
-                                    in.dtype);
-  });
-  return make_work(OpType::ALLTOALL, "tbcoll:all_to_all", work, inputs, {flat_in, flat_out}, outputs,
-                   [flat_out, outputs] { unflatten(flat_out, outputs); });
+  return issue(OpType::ALLTOALL, "tbcoll:all_to_all", bytes_of(in),
+               all_to_allv_call(comm_.get(), in.data, out.data, in.dtype, send_counts, recv_counts), inputs,
+               {flat_in, flat_out}, outputs, [flat_out, outputs] { unflatten(flat_out, outputs); });
 }
 
 WorkPtr ProcessGroupTbcoll::send(std::vector<at::Tensor>& tensors, int dst, int /*tag*/) {
   const Buffer b = buffer_of(one(tensors, "send"), "send", "the tensor");
+  deferred::flush();  // calls made before it go first
   Work work = guarded(timeout_s_, [&] { return comm_->isend(b.data, b.count, b.dtype, dst); });
   return make_work(OpType::SEND, "tbcoll:send", work, tensors, tensors, tensors);
 }
 
 WorkPtr ProcessGroupTbcoll::recv(std::vector<at::Tensor>& tensors, int src, int /*tag*/) {
   const Buffer b = buffer_of(one(tensors, "recv"), "recv", "the tensor");
+  deferred::flush();
   Work work = guarded(timeout_s_, [&] { return comm_->irecv(b.data, b.count, b.dtype, src); });
   return make_work(OpType::RECV, "tbcoll:recv", work, tensors, tensors, tensors, nullptr, src);
 }
@@ -346,8 +418,12 @@ WorkPtr ProcessGroupTbcoll::recvAnysource(std::vector<at::Tensor>&, int) {
 }
 
 WorkPtr ProcessGroupTbcoll::barrier(const c10d::BarrierOptions&) {
-  Work work = guarded(timeout_s_, [&] { return comm_->barrier_async(); });
-  return make_work(OpType::BARRIER, "tbcoll:barrier", work, {}, {}, {});
+  Communicator* comm = comm_.get();
+  return issue(OpType::BARRIER, "tbcoll:barrier", 0, [comm](bool queued) {
+    if (queued) return comm->barrier_async();
+    comm->barrier();
+    return Work();
+  }, {}, {}, {});
 }
 
 c10::intrusive_ptr<c10d::ProcessGroup> create(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,

@@ -1,9 +1,10 @@
 // ProcessGroupTbcoll: torch.distributed's backend "tbcoll" in C++ (c10d::ProcessGroup over a tbcoll::Communicator).
 //
-// Every call goes on the communicator's queue and returns a WorkTbcoll at once: torch's blocking form waits on
-// it, which runs the call on the waiting thread when it is next (no thread hop); async_op=True calls run on the
-// communicator's progress thread meanwhile. send/recv are tbcoll's non-blocking isend/irecv. CPU tensors only,
-// contiguous, of a dtype tbcoll has (complex ones move as their real pairs where the op allows it).
+// Every call returns a WorkTbcoll at once. A large one is queued on the communicator at once (its progress thread
+// runs it while the caller computes); a small one is held unstarted (deferred.h) and run on the thread that waits
+// for it, torch's blocking form, or queued as soon as anything else happens first. send/recv are tbcoll's
+// non-blocking isend/irecv. CPU tensors only, contiguous, of a dtype tbcoll has (complex ones move as their real
+// pairs where the op allows it). One thread at a time calls into a process group (as into a Communicator).
 #pragma once
 
 #include <memory>
@@ -77,6 +78,13 @@ class ProcessGroupTbcoll final : public c10d::ProcessGroup {
   c10::intrusive_ptr<c10d::Work> make_work(c10d::OpType type, const char* title, Work work,
                                            const std::vector<at::Tensor>& inputs, std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
                                            std::function<void()> after = nullptr, int source_rank = -1);
+  // A collective: call(true) queues it, call(false) runs it blocking (it captures what it needs by value). Moving
+  // up to deferred::kMostBytes (bytes) it is held unstarted (deferred.h), else queued at once; either way the call
+  // held before is queued first. Refusals at queuing are torch's errors.
+  c10::intrusive_ptr<c10d::Work> issue(c10d::OpType type, const char* title, size_t bytes,
+                                       std::function<Work(bool queued)> call, const std::vector<at::Tensor>& inputs,
+                                       std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
+                                       std::function<void()> after = nullptr);
   void count_call();
   // all_reduce (SUM) of a sparse COO tensor, in place; blocks, returns a completed Work.
   c10::intrusive_ptr<c10d::Work> sparse_allreduce(at::Tensor& t, const c10d::AllreduceOptions& opts);

@@ -4,6 +4,8 @@
 
 #include <ATen/core/jit_type.h>
 
+#include "deferred.h"
+
 namespace tbcoll::torch_pg {
 
 std::exception_ptr torch_error(const std::exception& error, double timeout_s) {
@@ -24,7 +26,38 @@ WorkTbcoll::WorkTbcoll(int rank, c10d::OpType type, const char* profiling_title,
       outputs_(std::move(outputs)),
       after_(std::move(after)),
       timeout_s_(timeout_s),
-      source_rank_(source_rank) {}
+      source_rank_(source_rank) {
+  hold_tensors_until_done();
+}
+
+WorkTbcoll::WorkTbcoll(int rank, c10d::OpType type, const char* profiling_title,
+                       const std::vector<at::Tensor>& inputs, std::function<tbcoll::Work(bool queued)> call,
+                       const void* owner, std::vector<at::Tensor> keep, std::vector<at::Tensor> outputs,
+                       std::function<void()> after, double timeout_s)
+    : c10d::Work(rank, type, profiling_title, inputs),
+      call_(std::move(call)),
+      owner_(owner),
+      keep_(std::move(keep)),
+      outputs_(std::move(outputs)),
+      after_(std::move(after)),
+      timeout_s_(timeout_s),
+      source_rank_(-1) {}
+
+void WorkTbcoll::hold_tensors_until_done() {
+  if (!keep_.empty()) work_.on_done([keep = keep_](std::exception_ptr) {});
+}
+
+void WorkTbcoll::start_queued() {
+  std::function<tbcoll::Work(bool)> call = std::move(call_);
+  call_ = nullptr;
+  if (!call) return;
+  try {
+    work_ = call(true);
+    hold_tensors_until_done();
+  } catch (const std::exception& e) {
+    start_error_ = torch_error(e, timeout_s_);
+  }
+}
 
 void WorkTbcoll::complete(std::exception_ptr error) {
   std::lock_guard<std::mutex> lock(complete_mutex_);
@@ -55,6 +88,11 @@ bool WorkTbcoll::isCompleted() {
     std::lock_guard<std::mutex> lock(complete_mutex_);
     if (completed_once_) return true;
   }
+  deferred::start(this);  // held: it starts now (someone is looking); else this orders after its start
+  if (start_error_) {
+    complete(start_error_);
+    return true;
+  }
   try {
     if (!work_.test()) return false;
   } catch (const std::exception& e) {
@@ -83,11 +121,24 @@ int WorkTbcoll::sourceRank() const {
 std::vector<at::Tensor> WorkTbcoll::result() { return outputs_; }
 
 bool WorkTbcoll::wait(std::chrono::milliseconds /*timeout*/) {
-  try {
-    work_.wait();
-    complete(nullptr);
-  } catch (const std::exception& e) {
-    complete(torch_error(e, timeout_s_));
+  if (deferred::take(this)) {  // not started: it runs here, blocking (deferred.h)
+    std::function<tbcoll::Work(bool)> call = std::move(call_);
+    call_ = nullptr;
+    try {
+      call(false);
+      complete(nullptr);
+    } catch (const std::exception& e) {
+      complete(torch_error(e, timeout_s_));
+    }
+  } else if (start_error_) {
+    complete(start_error_);
+  } else {
+    try {
+      work_.wait();
+      complete(nullptr);
+    } catch (const std::exception& e) {
+      complete(torch_error(e, timeout_s_));
+    }
   }
   std::exception_ptr error;
   {
@@ -99,6 +150,7 @@ bool WorkTbcoll::wait(std::chrono::milliseconds /*timeout*/) {
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> WorkTbcoll::getFuture() {
+  deferred::start(this);  // a future completes by itself: the call must be going
   {
     std::lock_guard<std::mutex> lock(complete_mutex_);
     if (future_) return future_;
@@ -111,6 +163,10 @@ c10::intrusive_ptr<c10::ivalue::Future> WorkTbcoll::getFuture() {
       }
       return future_;
     }
+  }
+  if (start_error_) {
+    complete(start_error_);
+    return future_;
   }
   // The callback holds this Work until the call finished (the thread that finishes it completes both).
   auto self = c10::intrusive_ptr<WorkTbcoll>::unsafe_reclaim_from_nonowning(this);

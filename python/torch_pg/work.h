@@ -25,6 +25,11 @@ class WorkTbcoll final : public c10d::Work {
   WorkTbcoll(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
              tbcoll::Work work, std::vector<at::Tensor> keep,
              std::vector<at::Tensor> outputs, std::function<void()> after, double timeout_s, int source_rank = -1);
+  /// A call not started yet (deferred.h): call(true) queues it and returns its Work, call(false) runs it on the
+  /// calling thread (blocking). owner: its process group. Hold it with deferred::hold.
+  WorkTbcoll(int rank, c10d::OpType type, const char* profiling_title, const std::vector<at::Tensor>& inputs,
+             std::function<tbcoll::Work(bool queued)> call, const void* owner, std::vector<at::Tensor> keep,
+             std::vector<at::Tensor> outputs, std::function<void()> after, double timeout_s);
 
   /// Never blocks (a test of the call).
   bool isCompleted() override;
@@ -39,11 +44,21 @@ class WorkTbcoll final : public c10d::Work {
   /// Completes when the call does (on the thread that finishes it), with the outputs or the error.
   c10::intrusive_ptr<c10::ivalue::Future> getFuture() override;
 
+  /// A held call: queues it (deferred.h, under the slot's lock; never calls back there). A refusal is kept for
+  /// wait() and the future.
+  void start_queued();
+  const void* owner() const { return owner_; }
+
  private:
+  // After work_ exists: keeps the tensors the call uses alive until it finished, even if this Work goes first.
+  void hold_tensors_until_done();
   // Runs after (on success), marks the Work complete (ending its profiler range) and the future; once.
   void complete(std::exception_ptr error);
 
   tbcoll::Work work_;
+  std::function<tbcoll::Work(bool queued)> call_;  // until started: the call (deferred.h)
+  const void* owner_ = nullptr;
+  std::exception_ptr start_error_;  // the queued form's refusal (torch's form), for whoever looks next
   std::vector<at::Tensor> keep_;
   std::vector<at::Tensor> outputs_;
   std::function<void()> after_;

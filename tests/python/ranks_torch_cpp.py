@@ -25,6 +25,31 @@ fut = dist.all_reduce(t, async_op=True).get_future().then(lambda f: f.value()[0]
 assert fut.wait()[0].item() == 2 * sum(range(1, size + 1)), fut.wait()
 print(f"OK {rank} future", flush=True)
 
+# An async_op=True call nobody waits for yet still runs while its caller waits for something else: rank 0 waits
+# (on the store) for rank 1 to have finished the all_reduce; and a call on another group does not wait for it.
+import time  # noqa: E402
+store = dist.distributed_c10d._get_default_store()
+other = dist.new_group()
+t = torch.full((4,), float(rank + 1))
+u = torch.full((4,), float(rank + 1))
+start = time.monotonic()
+if rank == 0:
+    held = dist.all_reduce(t, async_op=True)
+    store.wait(["all_reduce done"], timedelta(seconds=20))
+    held.wait()
+    held = dist.all_reduce(t, async_op=True)
+    dist.all_reduce(u, group=other)
+    held.wait()
+else:
+    dist.all_reduce(t)
+    store.set("all_reduce done", "1")
+    dist.all_reduce(t)
+    dist.all_reduce(u, group=other)
+expected = float(sum(range(1, size + 1)))
+assert t.tolist() == [expected * size] * 4 and u.tolist() == [expected] * 4, (t, u)
+assert time.monotonic() - start < 10, time.monotonic() - start
+print(f"OK {rank} unwaited async call runs", flush=True)
+
 # Every rank receives before it sends, around the ring: non-blocking isend/irecv.
 right, left = (rank + 1) % size, (rank + size - 1) % size
 got = torch.zeros(100000)
