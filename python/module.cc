@@ -475,6 +475,19 @@ PYBIND11_MODULE(_tbcoll, m) {
              self.run("recv", [&](Communicator& c) { c.recv(v.data, v.count, v.dtype, peer); });
              return buf;
            }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none())
+      .def("isend", [](PyComm& self, py::object buf, int peer, py::object dtype) {
+             View v = view_of(buf, "buf", false, optional_dtype(dtype));
+             Work work = self.run("isend", [&](Communicator& c) { return c.isend(v.data, v.count, v.dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), keep(v, View()));
+           }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none(),
+           "Non-blocking send: returns a Work at once (two ranks may both irecv, then isend); buf stays alive and "
+           "unchanged until it completed.")
+      .def("irecv", [](PyComm& self, py::object buf, int peer, py::object dtype) {
+             View v = view_of(buf, "buf", true, optional_dtype(dtype));
+             Work work = self.run("irecv", [&](Communicator& c) { return c.irecv(v.data, v.count, v.dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), keep(v, View()));
+           }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none(),
+           "Non-blocking receive from peer into buf (see isend): wait() or test() on the Work it returns.")
       .def("group_start", [](PyComm& self) { self.run("group_start", [](Communicator& c) { c.group_start(); }); })
       .def("group_end", [](PyComm& self) { self.run("group_end", [](Communicator& c) { c.group_end(); }); })
       .def("split", [](PyComm& self, int color, int key) -> py::object {
@@ -520,14 +533,26 @@ PYBIND11_MODULE(_tbcoll, m) {
                         : (c.broadcast(ptr(send), ptr(recv), count, dtype, root), Work());
              });
            })
-      // For benchmarks/python_overhead.py: `iters` all_reduces in a C++ loop (no Python between calls), seconds.
-      .def("_all_reduce_loop", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int iters) {
-             return self.run("all_reduce", [&](Communicator& c) {
+      // For benchmarks/torch_allreduce.py: `iters` all_reduces in a C++ loop (no Python between calls), seconds;
+      // with per_call, each call's own time (ns, timed as the Python loop times its calls).
+      .def("_all_reduce_loop", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int iters,
+                                  bool per_call) -> py::object {
+             std::vector<int64_t> each(per_call ? static_cast<size_t>(std::max(iters, 0)) : 0);
+             const double seconds = self.run("all_reduce", [&](Communicator& c) {
                const auto start = Clock::now();
-               for (int i = 0; i < iters; ++i) c.all_reduce(ptr(buf), ptr(buf), count, dtype, ReduceOp::kSum);
+               for (int i = 0; i < iters; ++i) {
+                 const auto before = per_call ? Clock::now() : start;
+                 c.all_reduce(ptr(buf), ptr(buf), count, dtype, ReduceOp::kSum);
+                 if (per_call) {
+                   each[static_cast<size_t>(i)] =
+                       std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - before).count();
+                 }
+               }
                return std::chrono::duration<double>(Clock::now() - start).count();
              });
-           })
+             if (per_call) return py::cast(each);
+             return py::float_(seconds);
+           }, py::arg("buf"), py::arg("count"), py::arg("dtype"), py::arg("iters"), py::arg("per_call") = false)
       .def("_gather_raw", [](PyComm& self, uintptr_t send, uintptr_t recv, size_t count, DataType dtype, int root,
                              bool async_op) {
              return raw(self, async_op, "gather", [&](Communicator& c, bool a) {
@@ -547,6 +572,14 @@ PYBIND11_MODULE(_tbcoll, m) {
            })
       .def("_recv_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
              self.run("recv", [&](Communicator& c) { c.recv(ptr(buf), count, dtype, peer); });
+           })
+      .def("_isend_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
+             Work work = self.run("isend", [&](Communicator& c) { return c.isend(ptr(buf), count, dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), py::list());
+           })
+      .def("_irecv_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
+             Work work = self.run("irecv", [&](Communicator& c) { return c.irecv(ptr(buf), count, dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), py::list());
            });
 
   m.def("init", [](py::object rank, py::object size, py::object root, py::object timeout, py::object transport,

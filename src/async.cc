@@ -22,13 +22,24 @@
 
 namespace tbcoll {
 
-struct TBCOLL_LOCAL Work::State {
-  std::mutex mutex;
-  std::condition_variable finished;
-  bool done = false;
-  std::exception_ptr error;
-  std::weak_ptr<AsyncQueue::Impl> queue;  // to run the call inline when it is next and not started
-};
+// The callbacks run before the call counts as finished, so a wait() that returns finds them done; one added while
+// they run (on_done from another thread) runs here too.
+void Work::State::complete(std::exception_ptr failure) {
+  std::unique_lock<std::mutex> lock(mutex);
+  if (done || completing) return;
+  completing = true;
+  error = failure;
+  while (!callbacks.empty()) {
+    std::vector<std::function<void(std::exception_ptr)>> run;
+    run.swap(callbacks);
+    lock.unlock();
+    for (auto& callback : run) callback(failure);
+    lock.lock();
+  }
+  done = true;
+  lock.unlock();
+  finished.notify_all();
+}
 
 struct AsyncQueue::Impl {
   std::mutex mutex;
@@ -69,12 +80,7 @@ struct AsyncQueue::Impl {
     } catch (...) {
       error = std::current_exception();
     }
-    {
-      std::lock_guard<std::mutex> state_lock(state->mutex);
-      state->done = true;
-      state->error = error;
-    }
-    state->finished.notify_all();
+    state->complete(error);
     lock.lock();
     running = false;
     pending->fetch_sub(1, std::memory_order_acq_rel);
@@ -84,6 +90,7 @@ struct AsyncQueue::Impl {
 
 bool Work::test() const {
   if (!state_) return true;
+  if (state_->drive) state_->drive(false);
   std::lock_guard<std::mutex> lock(state_->mutex);
   if (state_->done && state_->error) std::rethrow_exception(state_->error);
   return state_->done;
@@ -98,10 +105,28 @@ void Work::wait() const {
       return;
     }
   }
+  if (state_->drive) state_->drive(true);
   if (auto queue = state_->queue.lock()) queue->run_inline(state_);
   std::unique_lock<std::mutex> lock(state_->mutex);
   state_->finished.wait(lock, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Work::on_done(std::function<void(std::exception_ptr error)> callback) const {
+  if (!state_) {
+    callback(nullptr);
+    return;
+  }
+  std::exception_ptr error;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    if (!state_->done) {
+      state_->callbacks.push_back(std::move(callback));
+      return;
+    }
+    error = state_->error;
+  }
+  callback(error);
 }
 
 AsyncQueue::AsyncQueue() : impl_(std::make_shared<Impl>()) { impl_->pending = &pending_; }

@@ -161,7 +161,10 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
   }
   guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
     const Deadline deadline = call_timeout.deadline();
-    auto look = [this, &tag, deadline] { notices.check(tag.tag, true, deadline); };
+    auto look = [this, &tag, deadline] {
+      notices.check(tag.tag, true, deadline);
+      if (p2p_in_flight) p2p_in_flight->sweep();  // pending isend/irecv move
+    };
     transport::CollectiveArgs fast{args.send,          args.recv,  args.count,           args.dtype,
                                    args.op,            args.root,  tag,                  deadline,
                                    tuner.config().spin, links.spin_yield, transport::Watch(look)};

@@ -16,6 +16,7 @@
 #include "common/time.h"
 #include "async.h"
 #include "notices.h"
+#include "p2p_async.h"
 #include "setup/setup.h"
 #include "signature.h"
 #include "tbcoll/tbcoll.hpp"
@@ -86,6 +87,7 @@ struct TBCOLL_LOCAL Communicator::Impl {
   algo::Scratch scratch;
   algo::RequestTable request_table;
   Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
+  std::unique_ptr<P2pInFlight> p2p_in_flight;  ///< isend/irecv posted and unfinished; made by the first
   // Declared last, so destroyed first: queued calls finish while every member above still exists.
   AsyncQueue async;
 

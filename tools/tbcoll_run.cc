@@ -226,6 +226,7 @@ class Launcher {
     }
     setenv("TBCOLL_LOCAL_SIZE", size.c_str(), 1);
     setenv("TBCOLL_ROOT", root.c_str(), 1);
+    torch_master_port_ = tbcoll::run::free_port("127.0.0.1");
     return true;
   }
 
@@ -349,6 +350,7 @@ class Launcher {
     std::string rank_str = std::to_string(r);
     setenv("TBCOLL_RANK", rank_str.c_str(), 1);
     setenv("TBCOLL_LOCAL_RANK", rank_str.c_str(), 1);
+    if (!remote_) tbcoll::run::export_torch_environment(torch_master_port_);  // RANK, MASTER_ADDR, ... for torch
     if (r == 0) {
       setenv("TBCOLL_ROOT_FD", std::to_string(root_listener_).c_str(), 1);
     } else {
@@ -766,6 +768,7 @@ class Launcher {
   std::vector<Rank> ranks_;
   pid_t launcher_pid_;
   int root_listener_ = -1;  // listening socket for rank 0's store, until every rank is started
+  int torch_master_port_ = 0;  // MASTER_PORT for torch's store (env://), free on 127.0.0.1 at start
   int sweeper_fd_ = -1;     // write end of the sweeper's pipe (tools/run/sweeper.h); closed when we exit
   bool remote_;              // ranks on hosts, through agents
   bool agents_signalled_ = false;  // remote abort: the agent commands got SIGTERM after the agents' grace

@@ -12,6 +12,8 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -129,6 +131,11 @@ class TBCOLL_API Work {
   bool test() const;
   /// Blocks until the call finished (each call has the communicator's deadline); throws the call's error.
   void wait() const;
+  /// Runs callback(error) once the call finished (error null on success): at once on this thread if it has,
+  /// else on the thread that finishes it (the progress thread, or the thread whose test() or wait() completed a
+  /// non-blocking send/recv), before test() and wait() see it finished. The callback must not block nor call into
+  /// the communicator. Copies share callbacks.
+  void on_done(std::function<void(std::exception_ptr error)> callback) const;
 
   struct State;
   explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -235,6 +242,19 @@ class TBCOLL_API Communicator {
   void send(const void* buf, size_t count, DataType dtype, int peer);
   /// Receives count elements from peer (see send).
   void recv(void* buf, size_t count, DataType dtype, int peer);
+  /// Non-blocking send: posts the message and returns at once, whatever the peer does (so two ranks may both
+  /// irecv, then isend). buf must stay valid and unchanged until the Work completed. Pairs with the peer's recv or
+  /// irecv as send does: one order of messages per pair of ranks, in call order, collectives included (a
+  /// collective between a pair's isend and the matching receive must be called in the same order on both). Queued
+  /// asynchronous calls made before it finish first. It moves whenever this communicator waits: when the Work is
+  /// tested or waited for, and while later calls wait (blocking ones on the caller's thread, queued ones on the
+  /// progress thread). The Work's deadline counts from this call; failing, it breaks the communicator as a failed
+  /// send does.
+  Work isend(const void* buf, size_t count, DataType dtype, int peer);
+  /// Non-blocking receive of count elements from peer into buf (see isend). A receive from any peer (MPI's
+  /// ANY_SOURCE) is not offered: messages are matched per pair of ranks, in order, with no probe of which peer
+  /// sends first.
+  Work irecv(void* buf, size_t count, DataType dtype, int peer);
   /// Asynchronous all_reduce: returns at once; a progress thread of this communicator runs the call, in order
   /// with the other calls. Buffers must stay valid until the Work completed. A blocking call made meanwhile
   /// first waits for the queued ones (calls keep their order on every rank). The thread spins like any wait,

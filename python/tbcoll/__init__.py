@@ -33,6 +33,7 @@ from ._tbcoll import (  # noqa: F401  (the public names)
     init_with_id,
 )
 from . import _tbcoll
+from ._version import __version__  # noqa: F401
 
 SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
 
@@ -78,6 +79,6 @@ def _exit(self, *exc):
 Communicator.__enter__ = _enter
 Communicator.__exit__ = _exit
 
-__all__ = ["init", "init_with_id", "group", "Communicator", "Work", "UniqueId", "DataType", "ReduceOp", "SUM", "PROD",
+__all__ = ["__version__", "init", "init_with_id", "group", "Communicator", "Work", "UniqueId", "DataType", "ReduceOp", "SUM", "PROD",
            "MAX", "MIN", "AVG", "Error", "InvalidArgument", "InvalidUsage", "MismatchError", "TimeoutError", "IoError",
            "RemoteError", "dtype_size"]

@@ -99,6 +99,7 @@ size_t Exec::post(int peer, bool is_send, void* buf, size_t bytes, transport::Ta
 }
 
 bool Exec::sweep() {
+  if (table_.also_progress) table_.also_progress();
   bool progressed = false;
   for (size_t i = 0; i < active_peers_.size();) {
     int peer = active_peers_[i];

@@ -74,6 +74,9 @@ struct RequestTable {
   // Per peer and direction, the ids not yet complete, oldest first (transports complete them in order).
   std::vector<std::deque<size_t>> pending_sends, pending_recvs;
   std::vector<int> active_peers;
+  /// Called at every poll of a wait: progresses requests posted outside the call (non-blocking sends and
+  /// receives still pending, p2p_async.h), so they move while the call waits. Kept across calls; may be empty.
+  std::function<void()> also_progress;
 
   void reset(int world_size);
 };

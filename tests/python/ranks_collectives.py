@@ -1,6 +1,6 @@
 """Run by tbcoll-run on 2 or 3 processes (tests/python/test_module.py): every collective and dtype of the tbcoll
 module against numpy references, in place and out of place, blocking and async, numpy and torch buffers, split,
-grouped send/recv, and the errors of bad input on every rank. Prints "RANK <r> OK <checks>" at the end."""
+grouped and non-blocking send/recv, and the errors of bad input on every rank. Prints "RANK <r> OK <checks>" at the end."""
 import os
 import sys
 import time
@@ -182,6 +182,15 @@ if size > 1:
         r = np.zeros(3, np.int32)
         comm.recv(r, 0)
         check(r, np.arange(3, dtype=np.int32), "send/recv")
+    # Non-blocking: every rank posts its receive before its send (blocking calls would wait for each other),
+    # large enough to need both sides' progress; test() never blocks.
+    got = np.zeros(300001, np.float32)
+    received = comm.irecv(got, left)
+    sent = comm.isend(np.full(300001, float(rank), np.float32), right)  # the Work holds the array
+    while not received.test():  # raises TimeoutError at the communicator's deadline
+        pass
+    sent.wait()
+    check(got, np.full(300001, float(left), np.float32), "irecv before isend ring")
 
 # ---- torch tensors through DLPack, bf16 included -------------------------------------------------------------------
 try:

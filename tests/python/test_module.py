@@ -193,3 +193,10 @@ def test_two_ranks_as_threads_through_a_python_store_repeatedly():
         if cycle == 4:
             fd0 = fds()
     assert fds() <= fd0
+
+
+def test_version_is_the_projects():
+    import tbcoll
+    with open(os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")) as f:
+        version = f.read().split("project(tbcoll VERSION ")[1].split()[0]
+    assert tbcoll.__version__ == version

@@ -53,3 +53,50 @@ def test_a_dead_rank_makes_the_other_raise_within_the_timeout():
     assert procs[0].returncode == 0 and "RAISED after" in outs[0], outs[0]
     seconds = float(outs[0].split("RAISED after ")[1].split()[0])
     assert seconds < 4 + 3, outs[0]
+
+
+def python_only_package(tmp_path):
+    """A copy of the built package without the C++ process group: the Python one stands in, as where it was not
+    built."""
+    import shutil
+    from conftest import BUILD
+    shutil.copytree(os.path.join(BUILD, "python", "tbcoll"), tmp_path / "tbcoll")
+    for built in (tmp_path / "tbcoll").glob("_torch_pg*"):
+        built.unlink()
+    return str(tmp_path)
+
+
+@pytest.mark.parametrize("implementation", ["c++", "python"])
+def test_under_tbcoll_run_the_process_group_needs_nothing_more(implementation, tmp_path):
+    extra = {"PYTHONPATH": python_only_package(tmp_path)} if implementation == "python" else {}
+    code, out = tbcoll_run(2, "ranks_torch_cpp.py", timeout=300, extra_env=extra)
+    assert code == 0, out
+    for rank in range(2):
+        assert f"OK {rank} env rank {rank} of 2 implementation {implementation}" in out, out
+        for what in ("future", "unwaited async call runs", "batch_isend_irecv", "coalesced", "unsupported ops named",
+                     "done"):
+            assert f"OK {rank} {what}" in out, out
+        if implementation == "c++":
+            assert f"OK {rank} monitored_barrier" in out, out
+    assert "OK 0 timed out" in out, out
+
+
+@pytest.mark.parametrize("implementation", ["c++", "python"])
+def test_ddp_on_either_process_group(implementation, tmp_path):
+    """The Python process group stands in where the C++ one was not built: a copy of the package without it."""
+    import subprocess
+    from conftest import BUILD, HERE, PYTHON, env
+    package = python_only_package(tmp_path) if implementation == "python" else os.path.join(BUILD, "python")
+    port = free_port()
+    procs = [subprocess.Popen([PYTHON, os.path.join(HERE, "ranks_torch_ddp.py"), str(port), str(rank)],
+                              env={**env(), "PYTHONPATH": package}, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for rank in range(2)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:  # a hung rank must not outlive the test
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0 and f"DDP OK {implementation}" in out, out

@@ -108,6 +108,7 @@ class Agent {
     if (!root) return kExitAgentError;
     setenv("TBCOLL_ROOT", root->c_str(), 1);
     if (listener_ >= 0) setenv("TBCOLL_ROOT_FD", std::to_string(listener_).c_str(), 1);
+    export_torch_environment(0);  // torch's store at the root's port + 1, on every host alike
     bind_cpu(setup->bind);
     if (!start()) return fail(std::string("cannot start the rank: ") + std::strerror(errno));
     return watch();

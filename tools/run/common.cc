@@ -12,6 +12,7 @@
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 #include <cstring>
 
 #include "platform/platform.h"
@@ -142,6 +143,35 @@ std::string own_path(const char* argv0) {
     start = colon + 1;
   }
   return "";
+}
+
+int free_port(const std::string& host) {
+  const int fd = open_listener(host);
+  if (fd < 0) return 0;
+  const std::string address = listener_address(fd);
+  close(fd);
+  const size_t colon = address.rfind(':');
+  return colon == std::string::npos ? 0 : std::atoi(address.c_str() + colon + 1);
+}
+
+void export_torch_environment(int master_port) {
+  const std::pair<const char*, const char*> names[] = {{"TBCOLL_RANK", "RANK"},
+                                                       {"TBCOLL_WORLD_SIZE", "WORLD_SIZE"},
+                                                       {"TBCOLL_LOCAL_RANK", "LOCAL_RANK"},
+                                                       {"TBCOLL_LOCAL_SIZE", "LOCAL_WORLD_SIZE"}};
+  for (const auto& [ours, theirs] : names) {
+    if (const char* value = std::getenv(ours)) setenv(theirs, value, 1);
+  }
+  const char* root = std::getenv("TBCOLL_ROOT");
+  if (root == nullptr) return;
+  const std::string address = root;
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) return;
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  const int port = master_port > 0 ? master_port : std::atoi(address.c_str() + colon + 1) + 1;
+  setenv("MASTER_ADDR", host.c_str(), 0);
+  setenv("MASTER_PORT", std::to_string(port).c_str(), 0);
 }
 
 }  // namespace tbcoll::run

@@ -41,6 +41,15 @@ std::string listener_address(int fd);
 
 /// 'text' for sh, with embedded single quotes as '\''.
 std::string shell_quote(const std::string& text);
+
+/// What torch.distributed's env:// and torchrun's scripts expect, from the rank's TBCOLL_* variables: RANK,
+/// WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE (always overwritten: they describe this rank), MASTER_ADDR and
+/// MASTER_PORT (left as they are when set). The master is TBCOLL_ROOT's host at master_port, or TBCOLL_ROOT's port
+/// + 1 when master_port is 0 (the agents of a multi-host job agree on that without talking). torch's own store
+/// listens there, beside tbcoll's.
+void export_torch_environment(int master_port);
+/// A TCP port free on host now, for torch's store (0 if none could be had).
+int free_port(const std::string& host);
 /// Protocol values: '%' and newlines as %25 and %0A (and back).
 std::string escape(const std::string& text);
 std::string unescape(const std::string& text);

@@ -1,0 +1,200 @@
+// Non-blocking send and receive. isend/irecv post their messages on the peer's endpoint and return; the Work's
+// test() and wait() drive them (State::drive), and so does every wait of a later call of the communicator
+// (RequestTable::also_progress, the fast path's watch), so two ranks that both post a receive before their send
+// meet instead of waiting for each other, and a peer that receives with blocking calls before it joins a later
+// collective gets its message. They take their tags from the same per-pair counters as send and recv, so
+// blocking and non-blocking calls of a pair match in call order.
+//
+// Only one thread drives the endpoints at a time: posting first drains the asynchronous queue, test() does
+// nothing while the progress thread runs queued calls (which drive the pending ones), and wait() drains it
+// before it drives.
+#include "p2p_async.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+
+#include "common/cpu.h"
+#include "common/time.h"
+#include "communicator.h"
+
+namespace tbcoll {
+
+P2pInFlight::~P2pInFlight() {
+  for (auto& op : ops_) {
+    op->chunks.clear();  // abandons what is unfinished: the endpoints stop touching the buffers
+    op->state->complete(std::make_exception_ptr(
+        InvalidUsage(fmt::format("{} failed: the communicator was destroyed first", describe(*op)))));
+  }
+}
+
+std::string P2pInFlight::describe(const Op& op) const {
+  const algo::CallInfo call{op.is_send ? "isend" : "irecv", op.count, op.dtype, ReduceOp::kSum, false, op.peer,
+                            "peer"};
+  return fmt::format("rank {}: {}", impl_.rank, call.describe());
+}
+
+Work P2pInFlight::post(bool is_send, void* buf, size_t bytes, size_t count, DataType dtype, int peer,
+                       transport::Tag tag) {
+  auto op = std::make_shared<Op>();
+  op->is_send = is_send;
+  op->peer = peer;
+  op->bytes = bytes;
+  op->count = count;
+  op->dtype = dtype;
+  op->deadline = deadline_after(impl_.config.timeout_s);
+  op->state = std::make_shared<Work::State>();
+  std::weak_ptr<Op> weak = op;
+  op->state->drive = [this, weak](bool block) {
+    if (auto alive = weak.lock()) drive(alive, block);  // gone: completed (or failed) already
+  };
+  transport::Endpoint* endpoint = impl_.peers[static_cast<size_t>(peer)];
+  const size_t most = std::max<size_t>(1, impl_.max_message[static_cast<size_t>(peer)]);
+  auto* bytes_at = static_cast<uint8_t*>(buf);
+  size_t offset = 0;
+  do {  // a transfer larger than the transport's largest message goes as several, as Exec splits them
+    const size_t part = std::min(most, bytes - offset);
+    op->chunks.push_back(is_send ? endpoint->isend(bytes_at + offset, part, tag)
+                                 : endpoint->irecv(bytes_at + offset, part, tag));
+    offset += part;
+  } while (offset < bytes);
+  ops_.push_back(op);
+  Work work(op->state);
+  sweep();  // small messages often complete at once
+  return work;
+}
+
+bool P2pInFlight::advance(Op& op, Clock::time_point now) {
+  try {
+    while (op.next < op.chunks.size() && op.chunks[op.next]->test()) op.chunks[op.next++].reset();
+  } catch (const Error& error) {
+    fail(op, std::make_exception_ptr(error));
+    return true;
+  }
+  if (op.next < op.chunks.size()) {
+    if (now < op.deadline) return false;
+    // Whoever looks (test() polls included) sees the deadline pass: no poll loop waits forever.
+    fail(op, std::make_exception_ptr(TimeoutError(
+                 fmt::format("timed out after {} s waiting for peer {} ({} of {} B)", impl_.config.timeout_s,
+                             op.peer, op.is_send ? "send" : "receive", op.bytes))));
+    return true;
+  }
+  op.chunks.clear();
+  op.state->complete(nullptr);
+  return true;
+}
+
+void P2pInFlight::fail(Op& op, std::exception_ptr error) {
+  std::string message;
+  int code = tbcollInternalError;
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    message = fmt::format("{} failed: {}", describe(op), e.what());
+    code = e.code();
+  }
+  // The pair's message order is unknown from here on, as after a failed send: the communicator is broken.
+  impl_.mark_broken(message);
+  op.chunks.clear();
+  switch (code) {
+    case tbcollTimeout: op.state->complete(std::make_exception_ptr(TimeoutError(message))); break;
+    case tbcollSystemError: op.state->complete(std::make_exception_ptr(IoError(message))); break;
+    case tbcollRemoteError: op.state->complete(std::make_exception_ptr(RemoteError(message))); break;
+    case tbcollInvalidArgument: op.state->complete(std::make_exception_ptr(InvalidArgument(message))); break;
+    default: op.state->complete(std::make_exception_ptr(InvalidUsage(message))); break;
+  }
+}
+
+void P2pInFlight::sweep() {
+  if (ops_.empty()) return;
+  const auto now = Clock::now();
+  for (auto it = ops_.begin(); it != ops_.end();) {
+    if (advance(**it, now)) {
+      it = ops_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+void P2pInFlight::drive(const std::shared_ptr<Op>& op, bool block) {
+  if (!block) {
+    if (impl_.async.idle()) sweep();  // else the progress thread drives the endpoints now
+    return;
+  }
+  impl_.async.drain();
+  const auto start = Clock::now();
+  const auto spin_until = start + impl_.tuner.config().spin;
+  unsigned polls = 0;
+  while (true) {
+    sweep();  // every pending call, so one rank's waits never hold back what its peers wait for; fails it at
+              // its deadline
+    {
+      std::lock_guard<std::mutex> lock(op->state->mutex);
+      if (op->state->done) return;
+    }
+    const auto now = Clock::now();
+    if (now >= spin_until) {
+      const auto left = std::chrono::duration_cast<std::chrono::microseconds>(op->deadline - now);
+      op->chunks[op->next]->block(std::min(left, std::chrono::microseconds(1000)));
+    } else if (yield_now(impl_.spin_yield, ++polls, 256)) {
+      sched_yield();
+    }
+  }
+}
+
+namespace {
+
+Work post_p2p(Communicator::Impl& impl, bool is_send, void* buf, size_t count, DataType dtype, int peer) {
+  impl.async.drain();  // queued calls first (call order), and nobody else drives the endpoints while we post
+  const char* name = is_send ? "isend" : "irecv";
+  impl.check_not_in_group(name);
+  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= kNumDataTypes) {
+    throw InvalidArgument(fmt::format("rank {}: {}: invalid dtype {} (valid: 0..{})", impl.rank, name,
+                                      static_cast<int>(dtype), kNumDataTypes - 1));
+  }
+  if (peer < 0 || peer >= impl.size) {
+    throw InvalidArgument(fmt::format("rank {}: {}: peer {} out of range for world size {}", impl.rank, name, peer,
+                                      impl.size));
+  }
+  if (peer == impl.rank) {
+    throw InvalidArgument(fmt::format("rank {}: {}: peer {} is this rank (a group's send and recv may pair with "
+                                      "themselves)", impl.rank, name, peer));
+  }
+  size_t bytes = 0;
+  if (__builtin_mul_overflow(count, dtype_size(dtype), &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX)) {
+    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {} overflows the address space", impl.rank, name,
+                                      count, to_string(dtype)));
+  }
+  if (buf == nullptr && count > 0) {
+    throw InvalidArgument(fmt::format("rank {}: {}: buffer is null with count {}", impl.rank, name, count));
+  }
+  const algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
+  impl.check_usable(what);
+  if (!impl.p2p_in_flight) {
+    impl.p2p_in_flight = std::make_unique<P2pInFlight>(impl);
+    // Every later call's waits move the pending ones too (a peer may wait for them before it joins that call).
+    impl.request_table.also_progress = [&impl] {
+      if (impl.p2p_in_flight) impl.p2p_in_flight->sweep();
+    };
+  }
+  uint64_t& counter = is_send ? impl.p2p_sent[static_cast<size_t>(peer)] : impl.p2p_received[static_cast<size_t>(peer)];
+  const transport::Tag tag{(uint64_t{1} << 63) | counter++,
+                           make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
+  return impl.p2p_in_flight->post(is_send, buf, bytes, count, dtype, peer, tag);
+}
+
+}  // namespace
+
+Work Communicator::isend(const void* buf, size_t count, DataType dtype, int peer) {
+  return post_p2p(impl(), true, const_cast<void*>(buf), count, dtype, peer);  // only read
+}
+
+Work Communicator::irecv(void* buf, size_t count, DataType dtype, int peer) {
+  return post_p2p(impl(), false, buf, count, dtype, peer);
+}
+
+}  // namespace tbcoll
