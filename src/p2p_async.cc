@@ -45,14 +45,14 @@ Work P2pInFlight::post(bool is_send, void* buf, size_t bytes, size_t count, Data
   op->bytes = bytes;
   op->count = count;
   op->dtype = dtype;
-  op->deadline = deadline_after(impl_.config.timeout_s);
+  op->deadline = impl_.call_timeout.deadline();
   op->state = std::make_shared<Work::State>();
   std::weak_ptr<Op> weak = op;
   op->state->drive = [this, weak](bool block) {
     if (auto alive = weak.lock()) drive(alive, block);  // gone: completed (or failed) already
   };
-  transport::Endpoint* endpoint = impl_.peers[static_cast<size_t>(peer)];
-  const size_t most = std::max<size_t>(1, impl_.max_message[static_cast<size_t>(peer)]);
+  transport::Endpoint* endpoint = impl_.links.peers[static_cast<size_t>(peer)];
+  const size_t most = std::max<size_t>(1, impl_.links.max_message[static_cast<size_t>(peer)]);
   auto* bytes_at = static_cast<uint8_t*>(buf);
   size_t offset = 0;
   do {  // a transfer larger than the transport's largest message goes as several, as Exec splits them
@@ -140,7 +140,7 @@ void P2pInFlight::drive(const std::shared_ptr<Op>& op, bool block) {
     if (now >= spin_until) {
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(op->deadline - now);
       op->chunks[op->next]->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (yield_now(impl_.spin_yield, ++polls, 256)) {
+    } else if (yield_now(impl_.links.spin_yield, ++polls, 256)) {
       sched_yield();
     }
   }
@@ -181,7 +181,7 @@ Work post_p2p(Communicator::Impl& impl, bool is_send, void* buf, size_t count, D
       if (impl.p2p_in_flight) impl.p2p_in_flight->sweep();
     };
   }
-  uint64_t& counter = is_send ? impl.p2p_sent[static_cast<size_t>(peer)] : impl.p2p_received[static_cast<size_t>(peer)];
+  uint64_t& counter = is_send ? impl.calls.p2p_sent[static_cast<size_t>(peer)] : impl.calls.p2p_received[static_cast<size_t>(peer)];
   const transport::Tag tag{(uint64_t{1} << 63) | counter++,
                            make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
   return impl.p2p_in_flight->post(is_send, buf, bytes, count, dtype, peer, tag);

@@ -71,6 +71,7 @@ const std::vector<Knob>& tool_variables() {
       {"TBCOLL_DEMO_LAUNCHER", "ssh -o BatchMode=yes", "tools/run-2node-demo.sh: the command that reaches a host"},
       {"TBCOLL_BUILD_DIR", "build", "tests/python: the build tree the module and tbcoll-run are taken from"},
       {"TBCOLL_RDMA_QEMU_CACHE", "", "tools/test-rdma-qemu.sh: where the guest kernel is kept"},
+      {"TBCOLL_PIP_BUILD_DIR", "build-pip", "python/setup.py: the CMake build tree pip install builds in"},
   };
   return table;
 }
