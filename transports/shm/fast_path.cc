@@ -245,7 +245,7 @@ void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, D
     return;
   }
   const int b = exchange_slots(send, bytes, tag, deadline, spin);
-  reduce::reduce_ranks(recv, size_, count, dtype, op, reduce::kernel(dtype, op),
+  reduce::reduce_ranks(recv, size_, count, dtype, op, kernel_for(dtype, op),
                        [&](int p) { return areas_[p]->slots[b].data; });
   prepare_next_slot(bytes);
 }

@@ -153,6 +153,18 @@ class FastPath final : public transport::CollectiveFastPath {
   uint64_t two_shot_rounds_ = 0;
   std::vector<uint8_t> scratch_;
   std::vector<const uint8_t*> inputs_;  // per rank, for the flagged all_reduce
+  // The reduction kernel of the last (dtype, op) reduced: a repeated call does not look it up again.
+  reduce::Kernel kernel_for(DataType dtype, ReduceOp op) {
+    if (dtype != kernel_dtype_ || op != kernel_op_ || kernel_ == nullptr) {
+      kernel_ = reduce::kernel(dtype, op);
+      kernel_dtype_ = dtype;
+      kernel_op_ = op;
+    }
+    return kernel_;
+  }
+  reduce::Kernel kernel_ = nullptr;
+  DataType kernel_dtype_ = DataType::kFloat32;
+  ReduceOp kernel_op_ = ReduceOp::kSum;
 };
 
 }  // namespace tbcoll::shm

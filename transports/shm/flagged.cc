@@ -111,11 +111,18 @@ void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, Da
                                   const transport::Tag& tag, const Wait& wait) {
   const size_t bytes = count * dtype_size(dtype);
   const uint64_t k = exchange_flagged(send, bytes, tag, wait);
-  // Inputs in rank order: the peers' unpacked into scratch; mine straight from send, except in place on
-  // ranks >= 2, whose recv is overwritten by the first reduction before their own input is used.
-  scratch_.resize(static_cast<size_t>(size_) * kFlaggedMaxBytes);
+  // Inputs in rank order. A peer's input that fits its first line is read where it is (the peer writes this slot
+  // again only after it saw our next call's flags, so it stays until we are done); longer ones are unpacked into
+  // scratch. Mine comes straight from send, except in place on ranks >= 2, whose recv is overwritten by the first
+  // reduction before their own input is used.
+  const bool one_line = bytes <= kLineBytes - 8;
+  if (!one_line || (send == recv && rank_ >= 2)) scratch_.resize(static_cast<size_t>(size_) * kFlaggedMaxBytes);
   std::vector<const uint8_t*>& inputs = inputs_;
   for (int p = 0; p < size_; ++p) {
+    if (p != rank_ && one_line) {
+      inputs[p] = areas_[p]->flagged[k & 1].lines[0].payload + 8;
+      continue;
+    }
     uint8_t* unpacked = scratch_.data() + static_cast<size_t>(p) * kFlaggedMaxBytes;
     if (p != rank_) {
       read_flagged(p, k, unpacked, bytes);
@@ -127,7 +134,7 @@ void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, Da
       inputs[p] = static_cast<const uint8_t*>(send);
     }
   }
-  reduce::reduce_ranks(recv, size_, count, dtype, op, reduce::kernel(dtype, op), [&](int p) { return inputs[p]; });
+  reduce::reduce_ranks(recv, size_, count, dtype, op, kernel_for(dtype, op), [&](int p) { return inputs[p]; });
   prepare_next_flagged(flagged_lines(bytes));
 }
 
