@@ -27,23 +27,6 @@ namespace {
 constexpr int kMaxGidsShown = 256;
 constexpr size_t kFrame = 4096;
 
-const char* state_name(int state) {
-  switch (state) {
-    case IBV_PORT_ACTIVE:
-      return "ACTIVE";
-    case IBV_PORT_DOWN:
-      return "DOWN";
-    case IBV_PORT_INIT:
-      return "INIT";
-    case IBV_PORT_ARMED:
-      return "ARMED";
-    case IBV_PORT_ACTIVE_DEFER:
-      return "ACTIVE_DEFER";
-    default:
-      return "NOP";
-  }
-}
-
 std::string link_layer_name(int layer) {
   switch (layer) {
     case IBV_LINK_LAYER_ETHERNET:
@@ -327,7 +310,7 @@ PortReport inspect(const VerbsApi& verbs, const std::string& name) {
       const int queried = verbs.query_port(device.context, 1, &attr);
       if (queried != 0) throw IoError(hints::describe(hints::Verb::kQueryPort, error_of(queried), {name, false}));
     }
-    port.state = state_name(attr.state);
+    port.state = port_state_name(attr.state);
     port.link_layer = link_layer_name(attr.link_layer);
     port.active_mtu = mtu_bytes(attr.active_mtu);
     port.max_mtu = mtu_bytes(attr.max_mtu);

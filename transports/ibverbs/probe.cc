@@ -14,21 +14,6 @@
 namespace tbcoll::ibverbs {
 namespace {
 
-const char* port_state_name(ibv_port_state state) {
-  switch (state) {
-    case IBV_PORT_ACTIVE:
-      return "ACTIVE";
-    case IBV_PORT_DOWN:
-      return "DOWN";
-    case IBV_PORT_INIT:
-      return "INIT";
-    case IBV_PORT_ARMED:
-      return "ARMED";
-    default:
-      return "not active";
-  }
-}
-
 // The device list, freed on every path.
 struct DeviceList {
   const VerbsApi& verbs;
@@ -104,6 +89,23 @@ Found inspect_port(const VerbsApi& verbs, ibv_context* context, const std::strin
   }
   *why_not = found.gid_index >= 0 ? "" : fmt::format("{}: no IPv4-mapped GID: {}", name, hints::no_ipv4_gid_fix(name));
   return found;
+}
+
+const char* port_state_name(int state) {
+  switch (state) {
+    case IBV_PORT_ACTIVE:
+      return "ACTIVE";
+    case IBV_PORT_DOWN:
+      return "DOWN";
+    case IBV_PORT_INIT:
+      return "INIT";
+    case IBV_PORT_ARMED:
+      return "ARMED";
+    case IBV_PORT_ACTIVE_DEFER:
+      return "ACTIVE_DEFER";
+    default:
+      return "NOP";
+  }
 }
 
 std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::string>& allowed_names) {
