@@ -146,22 +146,15 @@ TEST(IbverbsFake, NoIpv4GidIsReportedWithItsFix) {
 TEST(IbverbsFake, QueuePairLimitIsNamed) {
   Fabric fabric(fake::Options{});
   fake::fail_next_create_qp(EBUSY);
-  std::vector<std::string> messages(2);
-  std::vector<std::thread> threads;
-  auto store = make_in_memory_store();
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      Config mine;
-      mine.rank = rank;
-      mine.world_size = 2;
-      mine.transport = "fakeverbs";
-      mine.store = store;
-      mine.timeout_s = 5;
-      mine.knobs = {{"TBCOLL_IB_MODE", "uc"}};  // no RC probe: the first queue pair is a connection's
-      messages[rank] = error_of([&] { Communicator::init(mine); });
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const std::vector<std::string> messages = test::init_errors(2, [](int rank) {
+    Config mine;
+    mine.rank = rank;
+    mine.world_size = 2;
+    mine.transport = "fakeverbs";
+    mine.timeout_s = 5;
+    mine.knobs = {{"TBCOLL_IB_MODE", "uc"}};  // no RC probe: the first queue pair is a connection's
+    return mine;
+  });
   EXPECT_TRUE(messages[0].find("device QP limit reached (about 10 on macOS") != std::string::npos ||
               messages[1].find("device QP limit reached (about 10 on macOS") != std::string::npos)
       << messages[0] << " | " << messages[1];
@@ -172,21 +165,14 @@ TEST(IbverbsFake, ARefusedReceiveIsNamedFromTheReturnedCode) {
   fake::Options few;
   few.max_outstanding_recvs = 4;  // fewer than the transport posts per peer
   Fabric fabric(few);
-  std::vector<std::string> messages(2);
-  std::vector<std::thread> threads;
-  auto store = make_in_memory_store();
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      Config mine;
-      mine.rank = rank;
-      mine.world_size = 2;
-      mine.transport = "fakeverbs";
-      mine.store = store;
-      mine.timeout_s = 3;
-      messages[rank] = error_of([&] { Communicator::init(mine); });
-    });
-  }
-  for (auto& thread : threads) thread.join();
+  const std::vector<std::string> messages = test::init_errors(2, [](int rank) {
+    Config mine;
+    mine.rank = rank;
+    mine.world_size = 2;
+    mine.transport = "fakeverbs";
+    mine.timeout_s = 3;
+    return mine;
+  });
   // The rank that posts first says why; its peer then sees it leave.
   const std::string why = "ibv_post_recv on rdma_en0 failed: errno 12 (Cannot allocate memory): more receives "
                           "outstanding than the device accepts";
