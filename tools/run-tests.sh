@@ -8,7 +8,7 @@
 #   posix        the generic POSIX platform layer, the fast tests but the docs' (tools/test-posix.sh -L fast -LE docs)
 #   clang        clang + libc++, warnings as errors, the fast tests but the docs' (tools/test-clang-libcxx.sh ...)
 #   arm64        cross-compiled, reduce kernels and shm tests under qemu-aarch64 (tools/test-arm64.sh)
-#   asan         ASan + UBSan: unit, collective (security included), fuzz corpus and soak tests, 0 reports
+#   asan         ASan + UBSan: unit, collective (security included) and soak tests, 0 reports
 #                (tools/test-sanitizers.sh asan)
 #   tsan         TSan: the concurrency tests (async, split, transports, shm, tcp, fake verbs, soak), 0 reports
 #                (tools/test-sanitizers.sh tsan)

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test suite under the sanitizers (GCC, ccache), each build in its own directory:
 #
-#   asan   ASan + UBSan (-fno-sanitize-recover: any undefined behaviour fails), in build-asan: the unit,
-#          collective (with the security tests) and fuzz corpus tests, and the short soak
+#   asan   ASan + UBSan (-fno-sanitize-recover: any undefined behaviour fails), in build-asan: the unit and
+#          collective tests (with the security tests) and the short soak (the fuzz corpora run under ASan + UBSan
+#          in the fuzz stage, tools/fuzz.sh, and are replayed in every other build's ctest)
 #   tsan   TSan, in build-tsan: the concurrency tests: async, split, measured tuning, every transport's
 #          conformance suite (loopback, shm, tcp, the fake verbs provider), the shm and tcp sweeps up to 4 ranks,
 #          the fake verbs fabric and its fault matrix, the store and peer exchange, the short soak, and the link
@@ -19,7 +20,7 @@ case "$kind" in
   asan)
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1"
     targets=(tbcoll_unit_tests tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
-    tests='^(fuzz_replay_|soak_short)'
+    tests='^(soak_short)'
     labels='unit|collectives'
     ;;
   tsan)
@@ -44,9 +45,6 @@ fail() {
   echo "$kind: FAIL ($1)"
   exit 1
 }
-for target in $(find fuzz -maxdepth 1 -name '*.cc' ! -name 'replay_main.cc' ! -name 'make_corpus.cc' ! -name 'gguf_writer.cc'); do
-  [ "$kind" = asan ] && targets+=("fuzz_$(basename "$target" .cc)")
-done
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" \
   -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DTBCOLL_BUILD_BENCHMARKS=OFF \
   -DTBCOLL_BUILD_EXAMPLES=OFF "${launcher[@]}" > "$build.configure.log" 2>&1 || {
