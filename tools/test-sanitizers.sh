@@ -67,7 +67,7 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan:${ASA
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan:${UBSAN_OPTIONS:-}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan:${TSAN_OPTIONS:-}"
 select=(-R "$tests")
-[ -n "$labels" ] && select=(-L "$labels")
+[ -n "$labels" ] && select=(-L "$labels" -LE fuzz)  # the fuzz corpora: the fuzz stage
 status=0
 (cd "$build" && ctest -j 2 --timeout 900 "${select[@]}" "$@" > ctest.log 2>&1) || status=$?
 if [ -n "$labels" ]; then  # the label run, then the named extras
