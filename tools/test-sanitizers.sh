@@ -69,9 +69,9 @@ export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/t
 select=(-R "$tests")
 [ -n "$labels" ] && select=(-L "$labels" -LE fuzz)  # the fuzz corpora: the fuzz stage
 status=0
-(cd "$build" && ctest -j 2 --timeout 900 "${select[@]}" "$@" > ctest.log 2>&1) || status=$?
+(cd "$build" && ctest -j 2 --timeout 900 --output-on-failure "${select[@]}" "$@" > ctest.log 2>&1) || status=$?
 if [ -n "$labels" ]; then  # the label run, then the named extras
-  (cd "$build" && ctest -j 2 --timeout 900 -R "$tests" "$@" >> ctest.log 2>&1) || status=$?
+  (cd "$build" && ctest -j 2 --timeout 900 --output-on-failure -R "$tests" "$@" >> ctest.log 2>&1) || status=$?
 fi
 count=$(find "$reports" -type f | wc -l)
 if [ "$count" -gt 0 ]; then
@@ -83,6 +83,8 @@ if [ "$count" -gt 0 ]; then
 fi
 if [ $status -ne 0 ]; then
   grep -E '\*\*\*(Failed|Timeout|Exception)|Not Run' "$build/ctest.log" | head -20
+  # Each failed test's own output (--output-on-failure put it in ctest.log): the gtest failure lines first.
+  grep -A8 -E ': Failure$' "$build/ctest.log" | head -80
 fi
 [ $status -eq 0 ] && [ "$count" -eq 0 ] || fail "$count reports, tests $( [ $status -eq 0 ] && echo passed || echo failed ); see $build/ctest.log"
 echo "$kind: PASS ($(grep -E 'tests passed' "$build/ctest.log" | tr '\n' ' '), 0 sanitizer reports)"
