@@ -20,9 +20,9 @@ packages+=(build-essential cmake libboost-dev libfmt-dev libgtest-dev libgmock-d
 packages+=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-providers libibverbs-dev kmod iproute2
            xz-utils)
 # The Python module and its tests (tests/python): the headers and pybind11 to build it, numpy and pytest to test it,
-# torch for the torch.distributed backend (python3-torch, 1.13).
+# torch for the torch.distributed backend (python3-torch, 1.13), libtorch-dev its C++ headers and libraries for the
+# C++ process group (python/torch_pg).
 packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-torch libtorch-dev)
-# libtorch-dev: torch's C++ headers and libraries, for the C++ process group (python/torch_pg) of the same torch.
 # benchmarks/plot.py (the benchmark pictures of docs/, and their test): Debian's matplotlib.
 packages+=(python3-matplotlib)
 sudo_cmd=""
