@@ -19,6 +19,7 @@
 
 #include "common/cpu.h"
 #include "common/time.h"
+#include "call_checks.h"
 #include "communicator.h"
 
 namespace tbcoll {
@@ -152,26 +153,14 @@ Work post_p2p(Communicator::Impl& impl, bool is_send, void* buf, size_t count, D
   impl.async.drain();  // queued calls first (call order), and nobody else drives the endpoints while we post
   const char* name = is_send ? "isend" : "irecv";
   impl.check_not_in_group(name);
-  if (static_cast<int>(dtype) < 0 || static_cast<int>(dtype) >= kNumDataTypes) {
-    throw InvalidArgument(fmt::format("rank {}: {}: invalid dtype {} (valid: 0..{})", impl.rank, name,
-                                      static_cast<int>(dtype), kNumDataTypes - 1));
-  }
-  if (peer < 0 || peer >= impl.size) {
-    throw InvalidArgument(fmt::format("rank {}: {}: peer {} out of range for world size {}", impl.rank, name, peer,
-                                      impl.size));
-  }
+  check_dtype(impl.rank, name, dtype);  // the checks of send and recv (call_checks.h)
+  check_rank(impl.rank, impl.size, name, "peer", peer);
   if (peer == impl.rank) {
     throw InvalidArgument(fmt::format("rank {}: {}: peer {} is this rank (a group's send and recv may pair with "
                                       "themselves)", impl.rank, name, peer));
   }
-  size_t bytes = 0;
-  if (__builtin_mul_overflow(count, dtype_size(dtype), &bytes) || bytes > static_cast<size_t>(PTRDIFF_MAX)) {
-    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {} overflows the address space", impl.rank, name,
-                                      count, to_string(dtype)));
-  }
-  if (buf == nullptr && count > 0) {
-    throw InvalidArgument(fmt::format("rank {}: {}: buffer is null with count {}", impl.rank, name, count));
-  }
+  const size_t bytes = checked_bytes(impl.rank, name, count, dtype, 1);
+  check_buffer(impl.rank, name, name, buf, count);
   const algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
   impl.check_usable(what);
   if (!impl.p2p_in_flight) {

@@ -77,6 +77,17 @@ def _dtype(t, what):
             f"({', '.join(str(d) for d in _DTYPES)})") from None
 
 
+def _one_dtype(tensors, what, noun):
+    """The tbcoll dtype every one of tensors has (checked as _check does), or InvalidArgument naming the first that
+    differs from tensor 0."""
+    dtype = _check(tensors[0], f"{what}'s {noun} 0")
+    for i, t in enumerate(tensors):
+        if _check(t, f"{what}'s {noun} {i}") != dtype:
+            raise tbcoll.InvalidArgument(f"tbcoll backend: {what}: {noun} {i} is {t.dtype} but {noun} 0 is "
+                                         f"{tensors[0].dtype}: one dtype for all")
+    return dtype
+
+
 def _check(t, what):
     if not isinstance(t, torch.Tensor):
         raise tbcoll.InvalidArgument(f"tbcoll backend: {what} is a {type(t).__name__}, not a tensor")
@@ -195,11 +206,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         """One all_reduce of the tensors laid end to end (one dtype), copied back at wait()."""
         if not tensors:
             raise tbcoll.InvalidArgument("tbcoll backend: allreduce_coalesced: no tensors")
-        dtype = _check(tensors[0], "allreduce_coalesced's tensor 0")
-        for i, t in enumerate(tensors):
-            if _check(t, f"allreduce_coalesced's tensor {i}") != dtype:
-                raise tbcoll.InvalidArgument(f"tbcoll backend: allreduce_coalesced: tensor {i} is {t.dtype} but "
-                                             f"tensor 0 is {tensors[0].dtype}: one dtype for all")
+        dtype = _one_dtype(tensors, "allreduce_coalesced", "tensor")
         flat = torch.cat([t.reshape(-1) for t in tensors])
         p = flat.data_ptr()
         work = self._comm._all_reduce_raw(p, p, flat.numel(), dtype, _op_of(opts, "allreduce_coalesced"), True)
@@ -248,12 +255,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
             return self._track(_Work(work, [outputs, t], output_tensors))
         flat = torch.empty(n * self._size, dtype=t.dtype)
         work = self._comm._all_gather_raw(t.data_ptr(), flat.data_ptr(), n, dtype, True)
-
-        def copy_out():
-            for i, out in enumerate(outputs):
-                out.copy_(flat[i * n:(i + 1) * n].view_as(out))
-
-        return self._track(_Work(work, [flat, t], output_tensors, copy_out))
+        return self._track(_Work(work, [flat, t], output_tensors, lambda: _unflatten(flat, outputs)))
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         """Rank r's inputs laid end to end are block r of one all_gather, copied into output_lists[r] at wait()."""
@@ -262,11 +264,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
                                          f"for {self._size} ranks")
         if not input_tensors:
             raise tbcoll.InvalidArgument("tbcoll backend: allgather_coalesced: no input tensors")
-        dtype = _check(input_tensors[0], "allgather_coalesced's input 0")
-        for i, t in enumerate(input_tensors):
-            if _check(t, f"allgather_coalesced's input {i}") != dtype:
-                raise tbcoll.InvalidArgument(f"tbcoll backend: allgather_coalesced: input {i} is {t.dtype} but "
-                                             f"input 0 is {input_tensors[0].dtype}: one dtype for all")
+        dtype = _one_dtype(input_tensors, "allgather_coalesced", "input")
         for r, outs in enumerate(output_lists):
             if len(outs) != len(input_tensors) or any(
                     o.numel() != t.numel() or o.dtype != t.dtype for o, t in zip(outs, input_tensors)):
@@ -364,14 +362,8 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         flat_out = torch.empty(sum(o.numel() for o in output_tensors), dtype=output_tensors[0].dtype)
         work = self._comm.all_to_allv(flat_in, flat_out, [t.numel() for t in input_tensors],
                                       [o.numel() for o in output_tensors], async_op=True)
-
-        def copy_out():
-            at = 0
-            for o in output_tensors:
-                o.copy_(flat_out[at:at + o.numel()].view_as(o))
-                at += o.numel()
-
-        return self._track(_Work(work, [flat_in, flat_out], output_tensors, copy_out))
+        return self._track(_Work(work, [flat_in, flat_out], output_tensors,
+                                 lambda: _unflatten(flat_out, output_tensors)))
 
     def gather(self, output_tensors, input_tensors, opts=None):
         t = _one(input_tensors, "gather")
@@ -391,13 +383,7 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
                     f"{t.numel()} of {t.dtype}")
         flat = torch.empty(t.numel() * self._size, dtype=t.dtype)
         work = self._comm._gather_raw(t.data_ptr(), flat.data_ptr(), t.numel(), dtype, root, True)
-
-        def copy_out():
-            n = t.numel()
-            for i, o in enumerate(outputs):
-                o.copy_(flat[i * n:(i + 1) * n].view_as(o))
-
-        return self._track(_Work(work, [flat, t], output_tensors, copy_out))
+        return self._track(_Work(work, [flat, t], output_tensors, lambda: _unflatten(flat, outputs)))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         t = _one(output_tensors, "scatter")

@@ -119,7 +119,7 @@ WorkPtr ProcessGroupTbcoll::issue(OpType type, const char* title, size_t bytes, 
   if (bytes > deferred::kMostBytes) {
     deferred::flush();
     Work work = guarded(timeout_s_, [&] { return call(true); });
-    return make_work(type, title, work, inputs, std::move(keep), std::move(outputs), std::move(after));
+    return make_work(type, title, std::move(work), inputs, std::move(keep), std::move(outputs), std::move(after));
   }
   count_call();
   auto work = c10::make_intrusive<WorkTbcoll>(rank_, type, title, inputs, std::move(call), this, std::move(keep),
@@ -164,8 +164,9 @@ WorkPtr ProcessGroupTbcoll::allreduce_coalesced(std::vector<at::Tensor>& tensors
   const Buffer b = buffer_of(flat, "allreduce_coalesced", "the tensors");
   const ReduceOp op = reduce_op(opts.reduceOp, "allreduce_coalesced", flat);
   std::vector<at::Tensor> outputs = tensors;
+  std::function<void()> after = [flat, outputs] { unflatten(flat, outputs); };
   return issue(OpType::ALLREDUCE_COALESCED, "tbcoll:all_reduce", bytes_of(b), all_reduce_call(comm_.get(), b, op),
-               tensors, {flat}, outputs, [flat, outputs] { unflatten(flat, outputs); });
+               tensors, {flat}, std::move(outputs), std::move(after));
 }
 
 WorkPtr ProcessGroupTbcoll::reduce(std::vector<at::Tensor>& tensors, const c10d::ReduceOptions& opts) {
@@ -403,14 +404,14 @@ WorkPtr ProcessGroupTbcoll::send(std::vector<at::Tensor>& tensors, int dst, int 
   const Buffer b = buffer_of(one(tensors, "send"), "send", "the tensor");
   deferred::flush();  // calls made before it go first
   Work work = guarded(timeout_s_, [&] { return comm_->isend(b.data, b.count, b.dtype, dst); });
-  return make_work(OpType::SEND, "tbcoll:send", work, tensors, tensors, tensors);
+  return make_work(OpType::SEND, "tbcoll:send", std::move(work), tensors, tensors, tensors);
 }
 
 WorkPtr ProcessGroupTbcoll::recv(std::vector<at::Tensor>& tensors, int src, int /*tag*/) {
   const Buffer b = buffer_of(one(tensors, "recv"), "recv", "the tensor");
   deferred::flush();
   Work work = guarded(timeout_s_, [&] { return comm_->irecv(b.data, b.count, b.dtype, src); });
-  return make_work(OpType::RECV, "tbcoll:recv", work, tensors, tensors, tensors, nullptr, src);
+  return make_work(OpType::RECV, "tbcoll:recv", std::move(work), tensors, tensors, tensors, nullptr, src);
 }
 
 WorkPtr ProcessGroupTbcoll::recvAnysource(std::vector<at::Tensor>&, int) {

@@ -44,7 +44,7 @@ WorkTbcoll::WorkTbcoll(int rank, c10d::OpType type, const char* profiling_title,
       source_rank_(-1) {}
 
 void WorkTbcoll::hold_tensors_until_done() {
-  if (!keep_.empty()) work_.on_done([keep = keep_](std::exception_ptr) {});
+  if (!keep_.empty()) work_.on_done([keep = std::move(keep_)](std::exception_ptr) {});  // the callback holds them now
 }
 
 void WorkTbcoll::start_queued() {
