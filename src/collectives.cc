@@ -56,12 +56,8 @@ Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits&
   out.checked = check_shape(traits, rank, size, links.hosts, args);
   check_buffers(traits, rank, size, args, out.checked.bytes);
   out.valid = true;
-  out.count = args.count;
-  out.dtype = args.dtype;
   out.op = args.op;
   out.root = args.root;
-  out.send = args.send;
-  out.recv = args.recv;
   out.what = {traits.name};
   if (traits.takes_count) {
     out.what = {traits.name, args.count, args.dtype, args.op, traits.reduces, traits.rooted ? args.root : -1};
@@ -85,12 +81,12 @@ Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits&
 const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const CollectiveTraits& traits,
                                                                        const CallArgs& args) {
   Prepared& last = prepared[static_cast<size_t>(traits.kind)];
-  if (last.valid && last.count == args.count && last.dtype == args.dtype && last.op == args.op &&
+  if (last.valid && last.run.count == args.count && last.run.dtype == args.dtype && last.op == args.op &&
       last.root == args.root) {
-    if (last.send != args.send || last.recv != args.recv) {  // the same buffers passed their checks already
+    if (last.run.send != args.send || last.run.recv != args.recv) {  // the same buffers passed their checks already
       check_buffers(traits, rank, size, args, last.checked.bytes);
-      last.send = last.run.send = args.send;
-      last.recv = last.run.recv = args.recv;
+      last.run.send = args.send;
+      last.run.recv = args.recv;
     }
     return last;
   }

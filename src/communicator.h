@@ -111,16 +111,14 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// (prepared), so a call that repeats its collective's last shape checks its pointers only (prepare_cached).
   struct Prepared {
     bool valid = false;  ///< holds a checked shape (prepared's slots start empty)
-    size_t count = 0;
-    DataType dtype = DataType::kFloat32;
-    ReduceOp op = ReduceOp::kSum;
+    ReduceOp op = ReduceOp::kSum;  ///< as the caller passed them (run's are normalised for collectives without)
     int root = 0;
     CheckedShape checked;
     const Choice* choice = nullptr;  ///< the tuner's choice; null on one rank (nothing to run) and in an empty slot
-    const void* send = nullptr;      ///< the buffers whose checks passed: a call with the same ones skips them
-    void* recv = nullptr;
     algo::CallInfo what;  ///< the call as errors name it
-    algo::Args run;       ///< what the schedule or fast path is given (op and root as the collective takes them)
+    /// What the schedule or fast path is given: the caller's count, dtype and the buffers whose checks passed (a
+    /// call with the same ones skips them); op and root as the collective takes them.
+    algo::Args run;
     bool divides_first = false;  ///< an f16 average: the inputs are divided before the sum (collectives.cc)
   };
   std::array<Prepared, kNumOpKinds> prepared{};

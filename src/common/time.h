@@ -16,14 +16,6 @@ namespace tbcoll {
 /// all-reduce; a deadline a few milliseconds early does not matter.
 inline Clock::time_point coarse_now() { return platform::coarse_now(); }
 
-/// A deadline `seconds` from now. 1e9 s (31 years) or more, infinity included, means never: the nanosecond count
-/// of a larger timeout would overflow (into the past).
-inline Deadline deadline_after(double seconds) {
-  constexpr double kNever = 1e9;
-  if (!(seconds < kNever)) return Deadline::max();
-  return coarse_now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-}
-
 /// A timeout converted once, for deadlines set on every call: deadline() is coarse_now() plus it, without the
 /// conversion from seconds (or never, for 1e9 s and more).
 class CallTimeout {
@@ -39,6 +31,10 @@ class CallTimeout {
   bool never_ = false;
   Clock::duration duration_{std::chrono::seconds(60)};
 };
+
+/// A deadline `seconds` from now. 1e9 s (31 years) or more, infinity included, means never: the nanosecond count
+/// of a larger timeout would overflow (into the past).
+inline Deadline deadline_after(double seconds) { return CallTimeout(seconds).deadline(); }
 
 /// Set-up waits another thread may cut short: a split's child set-up when the communicator being split is aborted.
 /// Waits that take a `cancelled` flag look at it at least every kCancelPollMs. Null: nothing cancels.

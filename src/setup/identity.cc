@@ -13,17 +13,17 @@
 namespace tbcoll::setup {
 namespace {
 
-uint64_t random_u64() {
-  std::random_device device;
-  return (uint64_t{device()} << 32) ^ device();
-}
-
 uint64_t process_id() {
   static const uint64_t id = (uint64_t{static_cast<uint32_t>(getpid())} << 32) ^ (random_u64() & 0xffffffffu);
   return id;
 }
 
 }  // namespace
+
+uint64_t random_u64() {
+  std::random_device device;
+  return (uint64_t{device()} << 32) ^ device();
+}
 
 // Ranks with equal host ids talk through shared memory, which names and watches peers by pid: so the id holds
 // the platform's shm domain (on Linux the kernel, the pid namespace and the /dev/shm file system: containers of

@@ -1,5 +1,4 @@
 // Set-up phase 1: the rendezvous store and the communicator id (setup.h).
-#include <random>
 
 #include <fmt/format.h>
 
@@ -8,14 +7,6 @@
 #include "setup/setup.h"
 
 namespace tbcoll::setup {
-namespace {
-
-uint64_t random_u64() {
-  std::random_device device;
-  return (uint64_t{device()} << 32) ^ device();
-}
-
-}  // namespace
 
 Rendezvous open_rendezvous(const Config& config, const env::Settings& settings, const std::string& secret,
                            Deadline deadline, const std::atomic<bool>* cancelled) {

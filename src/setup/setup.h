@@ -28,6 +28,9 @@
 
 namespace tbcoll::setup {
 
+/// 64 random bits from std::random_device: ids of communicators and processes.
+uint64_t random_u64();
+
 using Devices = std::vector<std::shared_ptr<transport::Device>>;
 
 /// Phase 1's result.
