@@ -61,7 +61,7 @@ uint8_t active_port(const VerbsApi& verbs, ibv_context* context, ibv_port_attr* 
     const bool queried = verbs.query_port(context, static_cast<uint8_t>(port), attr) == 0;
     if (queried && attr->state == IBV_PORT_ACTIVE) return static_cast<uint8_t>(port);
     *states += fmt::format("{}port {} {}", states->empty() ? "" : ", ", port,
-                           queried ? port_state_name(attr->state) : "cannot be queried");
+                           queried ? port_state_name(attr->state, "not active") : "cannot be queried");
   }
   return 0;
 }
@@ -91,7 +91,7 @@ Found inspect_port(const VerbsApi& verbs, ibv_context* context, const std::strin
   return found;
 }
 
-const char* port_state_name(int state) {
+const char* port_state_name(int state, const char* other) {
   switch (state) {
     case IBV_PORT_ACTIVE:
       return "ACTIVE";
@@ -104,7 +104,7 @@ const char* port_state_name(int state) {
     case IBV_PORT_ACTIVE_DEFER:
       return "ACTIVE_DEFER";
     default:
-      return "NOP";
+      return other;
   }
 }
 

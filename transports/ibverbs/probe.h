@@ -26,8 +26,8 @@ std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::strin
 inline Found probe(const VerbsApi& verbs, const std::vector<std::string>& allowed) {
   return probe_all(verbs, allowed).front();
 }
-/// ibv_port_state's name, as ibv_devinfo prints it ("ACTIVE", "DOWN", ...).
-const char* port_state_name(int state);
+/// ibv_port_state's name, as ibv_devinfo prints it ("ACTIVE", "DOWN", ...); other for any other state.
+const char* port_state_name(int state, const char* other = "NOP");
 /// Every device name the provider lists, usable or not (none when it lists none).
 std::vector<std::string> device_names(const VerbsApi& verbs);
 
