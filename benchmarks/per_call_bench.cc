@@ -8,6 +8,9 @@
 //                          (checks, tuner choice, tag and signature, guard, Exec, requests, waits) and no other
 //                          rank to wait for
 //   Mirror/all_reduce_forced  the same with TBCOLL_ALGO naming the algorithm: the tuner's choice left out
+//   MirrorFastPath/all_reduce the same over a transport whose whole-collective fast path copies send to recv:
+//                          the layers above the shm one-shot's exchange (checks, tag, guard, deadline, notices'
+//                          watch, the virtual call), without the exchange
 //   Layer/...              the pieces on their own: the tuner's choice, an Exec's set-up and empty wait, a
 //                          deadline, the asynchronous queue's drain when nothing is queued
 //
@@ -88,9 +91,32 @@ class MirrorEndpoint final : public transport::Endpoint {
   std::deque<Sent> sent_;
 };
 
+// A whole-collective fast path that copies send to recv: the layers above a transport's fast path (the shm
+// one-shot's, say) with no shared memory below them.
+std::vector<transport::FastPathAlgorithm> mirror_fast_algorithms() {
+  transport::FastPathAlgorithm copy{"mirror", OpKind::kAllReduce, "copies send to recv (a benchmark's)"};
+  copy.max_bytes = 4096;
+  copy.auto_max_bytes = 4097;
+  return {copy};
+}
+
+class MirrorFastPath final : public transport::CollectiveFastPath {
+ public:
+  const std::vector<transport::FastPathAlgorithm>& algorithms() const override { return algorithms_; }
+  void run(size_t, const transport::CollectiveArgs& args) override {
+    if (args.send != args.recv) std::memcpy(args.recv, args.send, args.count * dtype_size(args.dtype));
+  }
+  void announce(const transport::Tag&) override {}
+
+ private:
+  std::vector<transport::FastPathAlgorithm> algorithms_ = mirror_fast_algorithms();
+};
+
 class MirrorContext final : public transport::Context {
  public:
+  explicit MirrorContext(bool fast) : fast_(fast) {}
   std::string address() const override { return "mirror"; }
+  transport::CollectiveFastPath* fast_path() override { return fast_ ? &fast_path_ : nullptr; }
   std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
                                                             Deadline) override {
     std::vector<std::unique_ptr<transport::Endpoint>> out;
@@ -98,11 +124,20 @@ class MirrorContext final : public transport::Context {
     return out;
   }
   void abort() override {}
+
+ private:
+  bool fast_;
+  MirrorFastPath fast_path_;
 };
 
+// "mirror": point-to-point only; "mirror-fast": with the fast path above.
 class MirrorDevice final : public transport::Device {
  public:
-  std::string name() const override { return "mirror"; }
+  explicit MirrorDevice(bool fast) : fast_(fast) {}
+  std::string name() const override { return fast_ ? "mirror-fast" : "mirror"; }
+  std::vector<transport::FastPathAlgorithm> fast_path_algorithms() const override {
+    return fast_ ? mirror_fast_algorithms() : std::vector<transport::FastPathAlgorithm>{};
+  }
   transport::Capabilities capabilities() const override {
     transport::Capabilities caps;
     caps.latency_us = 0.1;
@@ -114,8 +149,11 @@ class MirrorDevice final : public transport::Device {
     return self.process_id == peer.process_id;
   }
   std::unique_ptr<transport::Context> create_context(const transport::ContextArgs&) override {
-    return std::make_unique<MirrorContext>();
+    return std::make_unique<MirrorContext>(fast_);
   }
+
+ private:
+  bool fast_;
 };
 
 // Rank 0 of a two-rank communicator over the mirror (rank 1 is built on a thread and set aside: it never calls).
@@ -123,9 +161,10 @@ struct MirrorPair {
   std::unique_ptr<Communicator> rank0, rank1;
 };
 
-MirrorPair mirror_pair(const std::string& algo) {
+MirrorPair mirror_pair(const std::string& algo, const char* transport = "mirror") {
   static const bool registered = [] {
-    transport::register_device(std::make_shared<MirrorDevice>());
+    transport::register_device(std::make_shared<MirrorDevice>(false));
+    transport::register_device(std::make_shared<MirrorDevice>(true));
     return true;
   }();
   (void)registered;
@@ -135,7 +174,7 @@ MirrorPair mirror_pair(const std::string& algo) {
     c.rank = rank;
     c.world_size = 2;
     c.store = store;
-    c.transport = "mirror";
+    c.transport = transport;
     c.algo = algo;
     return c;
   };
@@ -191,6 +230,16 @@ void BM_Mirror(benchmark::State& state, Call which, const char* algo) {
   }
 }
 
+// Rank 0 of two over "mirror-fast": an all_reduce the tuner gives the transport's fast path.
+void BM_MirrorFastPath(benchmark::State& state) {
+  MirrorPair pair = mirror_pair("", "mirror-fast");
+  std::vector<float> send(64, 1.0f), recv(64);
+  for (auto _ : state) {
+    call(*pair.rank0, Call::kAllReduce, send.data(), recv.data());
+    benchmark::DoNotOptimize(recv.data());
+  }
+}
+
 BENCHMARK_CAPTURE(BM_OneRank, all_reduce, Call::kAllReduce);
 BENCHMARK_CAPTURE(BM_OneRank, all_gather, Call::kAllGather);
 BENCHMARK_CAPTURE(BM_OneRank, reduce_scatter, Call::kReduceScatter);
@@ -206,6 +255,7 @@ BENCHMARK_CAPTURE(BM_Mirror, all_gather, Call::kAllGather, "");
 BENCHMARK_CAPTURE(BM_Mirror, reduce_scatter, Call::kReduceScatter, "");
 BENCHMARK_CAPTURE(BM_Mirror, all_to_all, Call::kAllToAll, "");
 BENCHMARK_CAPTURE(BM_Mirror, barrier, Call::kBarrier, "");
+BENCHMARK(BM_MirrorFastPath)->Name("MirrorFastPath/all_reduce");
 
 // The tuner's choice for an 8 B all_reduce of two ranks, by the cost model (every row priced).
 void BM_Layer_TunerChoose(benchmark::State& state) {

@@ -91,6 +91,8 @@ const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const Col
     return last;
   }
   last = prepare(traits, args);
+  last.hot = last.choice != nullptr && last.choice->fast_path_index >= 0 && !last.divides_first &&
+             (!traits.takes_count || args.count > 0) && !tuner.config().measure && !measured.has_saved();
   // Once per new shape of a collective (calls that repeat it are not logged: they cost no more than a check).
   log::trace("rank {}: {} of {} B ({}): {}", rank, traits.name, last.checked.bytes, to_string(args.dtype),
              last.choice != nullptr ? last.choice->name : std::string(algo::self_algorithm_name()));
@@ -155,7 +157,12 @@ void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag,
     });
     return;
   }
-  guard(call, tag.tag, [&] {  // the transport's fast path: no requests, no Exec
+  run_fast_path(call, tag, choice, args);
+}
+
+void Communicator::Impl::run_fast_path(const algo::CallInfo& call, const transport::Tag& tag, const Choice& choice,
+                                       const algo::Args& args) {
+  guard(call, tag.tag, [&] {  // no requests, no Exec
     const Deadline deadline = call_timeout.deadline();
     auto look = [this, &tag, deadline] {
       notices.check(tag.tag, true, deadline);
@@ -292,7 +299,7 @@ void Communicator::Impl::collective(const CollectiveTraits& traits, const CallAr
   execute_checked(call.what, tag, call.checked.shape, *call.choice, run);
 }
 
-void Communicator::Impl::call(OpKind kind, const CallArgs& args) {
+void Communicator::Impl::call_checked(OpKind kind, const CallArgs& args) {
   async.drain();
   collective(*traits_of(kind), args);
 }

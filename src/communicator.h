@@ -120,6 +120,9 @@ struct TBCOLL_LOCAL Communicator::Impl {
     /// call with the same ones skips them); op and root as the collective takes them.
     algo::Args run;
     bool divides_first = false;  ///< an f16 average: the inputs are divided before the sum (collectives.cc)
+    /// The call runs on the transport's fast path with nothing to do before it (no f16 division, no count of
+    /// zero, no measured tuning): a call that repeats the shape and the buffers goes straight there (call_hot).
+    bool hot = false;
   };
   std::array<Prepared, kNumOpKinds> prepared{};
   /// The argument checks of a call (call_checks.h) and the tuner's choice for it; InvalidArgument naming what is
@@ -136,7 +139,24 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// caller, or the call is the queue's).
   void collective(const CollectiveTraits& traits, const CallArgs& args);
   /// A public blocking call: the queued calls first, then collective().
-  void call(OpKind kind, const CallArgs& args);
+  void call(OpKind kind, const CallArgs& args) {
+    if (!call_hot(kind, args)) call_checked(kind, args);
+  }
+  /// A call that repeats its collective's last shape and buffers, where those are `hot`, on a communicator that
+  /// is usable, outside a group and with no call queued: every check of prepare() held for exactly these
+  /// arguments, so it runs the fast path at once (the per-call cost of tensor parallelism's small all_reduces).
+  /// False, having done nothing, for any other call.
+  bool call_hot(OpKind kind, const CallArgs& args) {
+    Prepared& last = prepared[static_cast<size_t>(kind)];
+    if (!last.hot || last.run.send != args.send || last.run.recv != args.recv || last.run.count != args.count ||
+        last.run.dtype != args.dtype || last.op != args.op || last.root != args.root) {
+      return false;
+    }
+    if (!async.idle() || health.broken() || calls.group_depth > 0) return false;  // call_checked says why
+    run_fast_path(last.what, transport::Tag{++calls.collective_seq, last.checked.meta}, *last.choice, last.run);
+    return true;
+  }
+  void call_checked(OpKind kind, const CallArgs& args);
   /// A public asynchronous call: checked (and refused) here, on the caller's thread, then queued (async.cc).
   Work submit(OpKind kind, const CallArgs& args);
   /// Runs body with an Exec for one call; turns transport errors into errors that name the op. The call's
@@ -146,6 +166,9 @@ struct TBCOLL_LOCAL Communicator::Impl {
   void run(const algo::CallInfo& call, transport::Tag tag, unsigned schedule, Body&& body);
   /// Runs the chosen algorithm for a collective: its schedule through run(), or the transport's fast path.
   void execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice, const algo::Args& args);
+  /// execute() for a choice of the transport's fast path (choice.fast_path_index >= 0).
+  void run_fast_path(const algo::CallInfo& call, const transport::Tag& tag, const Choice& choice,
+                     const algo::Args& args);
   /// execute() for a checked call: its choice, or under TBCOLL_TUNER=measure the measured one (a trial, timed,
   /// and after the octave's last trial the ranks' agreement on the fastest: tuner_measured.h).
   void execute_checked(const algo::CallInfo& call, transport::Tag tag, const algo::CallShape& shape,

@@ -4,23 +4,13 @@
 
 #include <fmt/format.h>
 
+#include "common/dtype.h"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll {
 
 size_t dtype_size(DataType dtype) {
-  switch (dtype) {
-    case DataType::kInt8:
-    case DataType::kUint8: return 1;
-    case DataType::kFloat16:
-    case DataType::kBfloat16: return 2;
-    case DataType::kInt32:
-    case DataType::kUint32:
-    case DataType::kFloat32: return 4;
-    case DataType::kInt64:
-    case DataType::kUint64:
-    case DataType::kFloat64: return 8;
-  }
+  if (const size_t bytes = element_size(dtype); bytes != 0) return bytes;
   throw InvalidArgument(fmt::format("invalid dtype {} (valid: 0..{})", static_cast<int>(dtype), kNumDataTypes - 1));
 }
 

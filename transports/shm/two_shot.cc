@@ -6,6 +6,7 @@
 
 #include "algorithms/chunking.h"
 #include "common/copy.h"
+#include "common/dtype.h"
 #include "reduce/reduce.h"
 #include "transports/shm/fast_path.h"
 
@@ -48,7 +49,7 @@ void FastPath::wait_two_shot_inputs(uint64_t g, const transport::Tag& tag, size_
 
 void FastPath::all_reduce_two_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                    transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
-  const size_t es = dtype_size(dtype);
+  const size_t es = element_size(dtype);
   const size_t bytes = count * es;
   const size_t slice_bytes = two_shot_slice_bytes();
   if (slice_bytes < 64) {
