@@ -13,15 +13,10 @@
 
 #include "algorithms/chunking.h"
 #include "common/cpu.h"
+#include "common/dtype.h"
 #include "tbcoll/collective_fast_path.hpp"
 
-
 namespace tbcoll::shm {
-namespace {
-
-constexpr size_t kPrepareFlaggedLines = 8;
-
-}  // namespace
 
 std::vector<transport::FastPathAlgorithm> FastPath::catalogue() {
   std::vector<transport::FastPathAlgorithm> out(6);
@@ -83,13 +78,13 @@ void FastPath::run(size_t index, const transport::CollectiveArgs& args) {
       return all_reduce_direct(args.send, args.recv, args.count, args.dtype, args.op, args.tag, args.deadline,
                                args.spin);
     case Kind::kAllGatherOneShot:
-      return all_gather_one_shot(args.send, args.recv, args.count * dtype_size(args.dtype), args.tag, args.deadline,
+      return all_gather_one_shot(args.send, args.recv, args.count * element_size(args.dtype), args.tag, args.deadline,
                                  args.spin);
     case Kind::kAllGatherDirect:
-      return all_gather_direct(args.send, args.recv, args.count * dtype_size(args.dtype), args.tag, args.deadline,
+      return all_gather_direct(args.send, args.recv, args.count * element_size(args.dtype), args.tag, args.deadline,
                                args.spin);
     case Kind::kBroadcastDirect:
-      return broadcast_direct(args.send, args.recv, args.count * dtype_size(args.dtype), args.root, args.tag,
+      return broadcast_direct(args.send, args.recv, args.count * element_size(args.dtype), args.root, args.tag,
                               args.deadline, args.spin);
   }
 }
@@ -217,15 +212,6 @@ void FastPath::prepare_next_slot(size_t bytes) {
                  std::min<size_t>(bytes + offsetof(CollectiveSlot, data), 4096));
 }
 
-void FastPath::prepare_next_flagged(size_t lines) {
-  // As prepare_next_slot, for the flagged lines the next call writes (a call of the same size, most likely).
-  // Only a few lines: a peer already polling all of them would pull each back shared, and many such round
-  // trips cost more than they save.
-  if (lines <= kPrepareFlaggedLines) {
-    take_exclusive(&areas_[rank_]->flagged[(calls_ + 1) & 1], lines * sizeof(FlaggedLine));
-  }
-}
-
 void FastPath::take_exclusive(const void* at, size_t bytes) {
   const auto* base = static_cast<const uint8_t*>(at);
   for (size_t line = 0; line < bytes; line += 64) {
@@ -239,7 +225,7 @@ void FastPath::take_exclusive(const void* at, size_t bytes) {
 
 void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                    transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
-  const size_t bytes = count * dtype_size(dtype);
+  const size_t bytes = count * element_size(dtype);
   if (bytes <= kFlaggedMaxBytes) {
     all_reduce_flagged(send, recv, count, dtype, op, tag, Wait{deadline, spin, &tag});
     return;
@@ -337,7 +323,7 @@ void FastPath::direct_call(const void* send, void* recv, size_t bytes, const tra
 
 void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                  transport::Tag tag, Deadline deadline, std::chrono::microseconds spin) {
-  const size_t es = dtype_size(dtype);
+  const size_t es = element_size(dtype);
   const Wait wait{deadline, spin, &tag};
   direct_call(send, recv, count * es, tag, wait,
               [&](uint64_t k) { all_reduce_direct_body(send, recv, count, dtype, op, wait, k); });
@@ -345,7 +331,7 @@ void FastPath::all_reduce_direct(const void* send, void* recv, size_t count, Dat
 
 void FastPath::all_reduce_direct_body(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                       const Wait& wait, uint64_t k) {
-  const size_t es = dtype_size(dtype);
+  const size_t es = element_size(dtype);
   // My slice of the elements, reduced chunk by chunk in rank order.
   auto slice = [&](int r) {
     const algo::Piece piece = algo::segment(count, size_, r);

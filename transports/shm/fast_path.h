@@ -43,6 +43,7 @@
 #include "tbcoll/collective_fast_path.hpp"
 #include "tbcoll/transport.hpp"
 #include "transports/shm/announce.h"
+#include "transports/shm/prefetch_learner.h"
 #include "transports/shm/process_watch.h"
 #include "transports/shm/segment.h"
 
@@ -107,7 +108,12 @@ class FastPath final : public transport::CollectiveFastPath {
 
   size_t two_shot_slice_bytes() const;
   void prepare_next_slot(size_t bytes);
-  void prepare_next_flagged(size_t lines);
+  // A flagged call k of `lines` lines, begun at `started` (set where PrefetchLearner::timed(k)), ended: tells
+  // the learner its time and takes the next call's lines exclusive where it says so.
+  void end_flagged(uint64_t k, size_t lines, Clock::time_point started);
+  static Clock::time_point start_flagged(uint64_t k) {
+    return PrefetchLearner::timed(k) ? Clock::now() : Clock::time_point{};
+  }
   static void take_exclusive(const void* at, size_t bytes);  // prefetchw of every line: a hint, no data change
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
@@ -151,6 +157,7 @@ class FastPath final : public transport::CollectiveFastPath {
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;
   uint64_t two_shot_rounds_ = 0;
+  PrefetchLearner prefetch_;
   std::vector<uint8_t> scratch_;
   std::vector<const uint8_t*> inputs_;  // per rank, for the flagged all_reduce
   // The reduction kernel of the last (dtype, op) reduced: a repeated call does not look it up again.

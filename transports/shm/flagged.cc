@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "common/dtype.h"
 #include "transports/shm/fast_path.h"
 
 namespace tbcoll::shm {
@@ -21,11 +22,9 @@ inline void copy_small(void* dst, const void* src, size_t n) {
   }
 }
 
-// Calls of up to this many lines store their last flag without a fence (see exchange_flagged). Measured with two
-// ranks alternating 1-4 us of work and a 256 B (5-line) all-reduce: 0.07-0.19 us per call unfenced against
-// 0.12-0.42 fenced; in a tight loop of 1-2 KiB calls the fence wins.
-constexpr size_t kUnfencedLines = 8;
-constexpr long kUnfencedSleepUs = 100;
+// Calls of up to this many lines take the next call's lines exclusive where the learner says so: a peer already
+// polling all of them would pull each back shared, and many such round trips cost more than they save.
+constexpr size_t kPrefetchLines = 8;
 
 size_t flagged_lines(size_t bytes) { return (bytes + 8 + kLineBytes - 1) / kLineBytes; }
 
@@ -36,7 +35,6 @@ uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transp
   const uint64_t k = ++calls_;  // shared with the slots: the reuse argument of exchange_slots holds for both
   const int b = static_cast<int>(k & 1);
   const size_t lines = flagged_lines(bytes);
-  const bool fenced = lines > kUnfencedLines;
   FlaggedSlot& mine = areas_[rank_]->flagged[b];
   const auto* in = static_cast<const uint8_t*>(send);
   size_t left = bytes;
@@ -48,19 +46,15 @@ uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transp
     copy_small(line.payload + skip, in, n);
     in += n;
     left -= n;
-    // Release orders the payload before the flag. Above kUnfencedLines the last flag is sequentially
-    // consistent, so the check of sleepers below cannot pass it (a reader announces itself in sleepers, then
-    // re-reads this flag), and waiting for its ownership drains our stores before we poll the peer's lines
-    // (else the peer, polling, pulls lines back that we are still writing). Up to kUnfencedLines that fence
-    // costs more than it saves: then a reader may, in theory, read the old flag after announcing itself while
-    // we read no sleepers, if our store is still in the store buffer when its sleep_on compares the word (a
-    // window of a few hundred nanoseconds that an x86 store buffer drains in). Readers of such calls therefore
-    // sleep at most kUnfencedSleepUs per sleep_on: a missed wake costs that much, never a hang.
-    line.flag.store(k, i + 1 < lines || !fenced ? std::memory_order_release : std::memory_order_seq_cst);
+    // Release orders the payload before the flag. The last flag is sequentially consistent, so the check of
+    // sleepers below cannot pass it (a reader announces itself in sleepers, then re-reads this flag), and
+    // waiting for its ownership drains our stores before we poll the peer's lines (else the peer, polling,
+    // pulls lines back that we are still writing): even for one line that saves more than the fence costs.
+    line.flag.store(k, i + 1 < lines ? std::memory_order_release : std::memory_order_seq_cst);
   }
-  std::atomic_signal_fence(std::memory_order_seq_cst);
-  const auto order = fenced ? std::memory_order_seq_cst : std::memory_order_relaxed;
-  if (areas_[rank_]->flagged_sleepers.load(order) != 0) wake_sleepers(&mine.lines[lines - 1].flag);
+  if (areas_[rank_]->flagged_sleepers.load(std::memory_order_seq_cst) != 0) {
+    wake_sleepers(&mine.lines[lines - 1].flag);
+  }
 
   for (int step = 1; step < size_; ++step) {
     const int p = (rank_ + step) % size_;
@@ -74,11 +68,7 @@ uint64_t FastPath::exchange_flagged(const void* send, size_t bytes, const transp
       ready = all;
       if (!ready && theirs.lines[0].flag.load(std::memory_order_acquire) >= k) check_flagged_meta(p, theirs, tag);
     }
-    if (!ready) {
-      Wait bounded = wait;
-      if (!fenced) bounded.sleep_us = kUnfencedSleepUs;
-      wait_for(theirs.lines[lines - 1].flag, k, &areas_[p]->flagged_sleepers, p, bounded, "its one-shot input");
-    }
+    if (!ready) wait_for(theirs.lines[lines - 1].flag, k, &areas_[p]->flagged_sleepers, p, wait, "its one-shot input");
     check_flagged_meta(p, theirs, tag);
   }
   return k;
@@ -109,13 +99,21 @@ void FastPath::read_flagged(int peer, uint64_t k, void* out, size_t bytes) {
 
 void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                   const transport::Tag& tag, const Wait& wait) {
-  const size_t bytes = count * dtype_size(dtype);
+  const size_t bytes = count * element_size(dtype);
+  const Clock::time_point started = start_flagged(calls_ + 1);
   const uint64_t k = exchange_flagged(send, bytes, tag, wait);
+  const bool one_line = bytes <= kLineBytes - 8;
+  if (size_ == 2 && one_line) {  // the common case of tensor parallelism, with no table of inputs
+    const uint8_t* theirs = areas_[1 - rank_]->flagged[k & 1].lines[0].payload + 8;
+    kernel_for(dtype, op)(recv, rank_ == 0 ? send : theirs, rank_ == 0 ? theirs : send, count);
+    if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, 2);
+    end_flagged(k, 1, started);
+    return;
+  }
   // Inputs in rank order. A peer's input that fits its first line is read where it is (the peer writes this slot
   // again only after it saw our next call's flags, so it stays until we are done); longer ones are unpacked into
   // scratch. Mine comes straight from send, except in place on ranks >= 2, whose recv is overwritten by the first
   // reduction before their own input is used.
-  const bool one_line = bytes <= kLineBytes - 8;
   if (!one_line || (send == recv && rank_ >= 2)) scratch_.resize(static_cast<size_t>(size_) * kFlaggedMaxBytes);
   std::vector<const uint8_t*>& inputs = inputs_;
   for (int p = 0; p < size_; ++p) {
@@ -135,11 +133,12 @@ void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, Da
     }
   }
   reduce::reduce_ranks(recv, size_, count, dtype, op, kernel_for(dtype, op), [&](int p) { return inputs[p]; });
-  prepare_next_flagged(flagged_lines(bytes));
+  end_flagged(k, flagged_lines(bytes), started);
 }
 
 void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
                                   const Wait& wait) {
+  const Clock::time_point started = start_flagged(calls_ + 1);
   const uint64_t k = exchange_flagged(send, bytes_per_rank, tag, wait);
   auto* out = static_cast<uint8_t*>(recv);
   uint8_t* own = out + static_cast<size_t>(rank_) * bytes_per_rank;
@@ -147,7 +146,16 @@ void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) read_flagged(p, k, out + static_cast<size_t>(p) * bytes_per_rank, bytes_per_rank);
   }
-  prepare_next_flagged(flagged_lines(bytes_per_rank));
+  end_flagged(k, flagged_lines(bytes_per_rank), started);
+}
+
+void FastPath::end_flagged(uint64_t k, size_t lines, Clock::time_point started) {
+  if (PrefetchLearner::timed(k)) prefetch_.record(k, Clock::now() - started);
+  // Safe: every peer finished reading the next call's lines (those of call k - 1) before publishing the input
+  // of call k that we just consumed; prefetchw changes their cache state, not their data.
+  if (lines <= kPrefetchLines && prefetch_.prefetched(k + 1)) {
+    take_exclusive(&areas_[rank_]->flagged[(k + 1) & 1], lines * sizeof(FlaggedLine));
+  }
 }
 
 }  // namespace tbcoll::shm

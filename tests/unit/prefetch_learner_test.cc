@@ -1,0 +1,46 @@
+// The shm flagged calls' prefetch choice (transports/shm/prefetch_learner.h): each way tried in its window,
+// timed, and the faster kept for the rest of the period, in every period anew.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "transports/shm/prefetch_learner.h"
+
+namespace tbcoll::shm {
+namespace {
+
+using std::chrono::nanoseconds;
+
+// Runs calls first..last, each taking `without` or `with` depending on how it runs; returns how many of the
+// calls after the windows ran with the prefetch.
+uint64_t run_period(PrefetchLearner& learner, uint64_t first, nanoseconds without, nanoseconds with) {
+  uint64_t prefetched_after = 0;
+  for (uint64_t k = first; k < first + PrefetchLearner::kPeriod; ++k) {
+    const bool on = learner.prefetched(k);
+    if (PrefetchLearner::timed(k)) {
+      learner.record(k, on ? with : without);
+    } else if (on) {
+      ++prefetched_after;
+    }
+  }
+  return prefetched_after;
+}
+
+TEST(PrefetchLearner, TriesBothWaysThenKeepsTheFasterOneAndLearnsAgain) {
+  PrefetchLearner learner;
+  constexpr uint64_t kAfter = PrefetchLearner::kPeriod - 2 * PrefetchLearner::kWindow;
+  // The windows: without, then with, in every period, whatever was chosen before.
+  for (uint64_t k = 0; k < PrefetchLearner::kWindow; ++k) EXPECT_FALSE(learner.prefetched(k)) << k;
+  for (uint64_t k = PrefetchLearner::kWindow; k < 2 * PrefetchLearner::kWindow; ++k) {
+    EXPECT_TRUE(learner.prefetched(k)) << k;
+  }
+  // Slow hand-offs: the prefetch wins and stays.
+  EXPECT_EQ(run_period(learner, 0, nanoseconds(440), nanoseconds(330)), kAfter);
+  // The machine changed: without it is faster now, learnt in the next period.
+  EXPECT_EQ(run_period(learner, PrefetchLearner::kPeriod, nanoseconds(150), nanoseconds(200)), 0u);
+  EXPECT_FALSE(learner.timed(PrefetchLearner::kPeriod + 2 * PrefetchLearner::kWindow));
+  EXPECT_EQ(run_period(learner, 2 * PrefetchLearner::kPeriod, nanoseconds(500), nanoseconds(300)), kAfter);
+}
+
+}  // namespace
+}  // namespace tbcoll::shm
