@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdint>
+
 namespace tbcoll::test {
 
 /// A TCP port on 127.0.0.1 that was free a moment ago.
@@ -19,6 +21,33 @@ inline int free_port() {
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   close(fd);
   return ntohs(addr.sin_port);
+}
+
+/// A socket listening on 127.0.0.1:P whose next port P + 1 was free a moment ago, or -1; `port` is set to P.
+/// P is taken below the kernel's ephemeral range (32768 up on Linux, 49152 up on macOS), where no other test's
+/// connection or free_port() lands, so P + 1 stays free unless something binds it by number.
+inline int listen_below_ephemeral(int& port) {
+  static unsigned next = 20000 + static_cast<unsigned>(getpid()) % 6000 * 2;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int candidate = static_cast<int>(next);
+    next = next + 2 >= 32000 ? 20000 : next + 2;
+    int fds[2] = {socket(AF_INET, SOCK_STREAM, 0), socket(AF_INET, SOCK_STREAM, 0)};
+    bool bound = true;
+    for (int i = 0; i < 2; ++i) {
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(static_cast<uint16_t>(candidate + i));
+      bound = bound && fds[i] >= 0 && bind(fds[i], reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    }
+    if (fds[1] >= 0) close(fds[1]);
+    if (bound && listen(fds[0], 1) == 0) {
+      port = candidate;
+      return fds[0];
+    }
+    if (fds[0] >= 0) close(fds[0]);
+  }
+  return -1;
 }
 
 }  // namespace tbcoll::test

@@ -294,16 +294,10 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT; MASTER_PORT itself is held by torch's store (here: this test), so
 // tbcoll's rendezvous takes the next port. (Each process used to become rank 0 of 1, silently.)
 TEST(Processes, TorchsEnvironmentMakesAJob) {
-  const int held = socket(AF_INET, SOCK_STREAM, 0);
+  int port = 0;
+  const int held = tbcoll::test::listen_below_ephemeral(port);  // the next port, tbcoll's, is free too
   ASSERT_GE(held, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  ASSERT_EQ(bind(held, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
-  ASSERT_EQ(listen(held, 1), 0);
-  ASSERT_EQ(getsockname(held, reinterpret_cast<sockaddr*>(&address), &length), 0);
-  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(ntohs(address.sin_port)) +
+  const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                           " TBCOLL_TIMEOUT=20 ";
   const std::string prog = std::string(TBCOLL_TEST_PROG_PATH) + " check 1";
   Result result = run("sh -c '" + env + "RANK=1 " + prog + " & " + env + "RANK=0 " + prog +
