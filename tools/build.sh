@@ -18,5 +18,8 @@ while [ $# -gt 0 ]; do
 done
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+# Paths under the checkout are hashed relative to it, so the other builds of the same files (build-posix,
+# build-pip beside build/) hit this one's objects (tools/run-tests.sh exports the same for its stages).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_EXPORT_COMPILE_COMMANDS=ON "${launcher[@]}" "${configure[@]}" >/dev/null
 cmake --build build -j "$(nproc)" "${targets[@]}"

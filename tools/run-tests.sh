@@ -8,11 +8,11 @@
 #   posix        the generic POSIX platform layer, the fast tests but the docs' (tools/test-posix.sh -L fast -LE docs)
 #   clang        clang + libc++, warnings as errors, the fast tests but the docs' (tools/test-clang-libcxx.sh ...)
 #   arm64        cross-compiled, reduce kernels and shm tests under qemu-aarch64 (tools/test-arm64.sh)
-#   asan         ASan + UBSan: unit, collective (security included) and soak tests, 0 reports
+#   asan         ASan + UBSan: unit, collective (security included, sweeps up to 4 ranks) and soak tests, 0 reports
 #                (tools/test-sanitizers.sh asan)
 #   tsan         TSan: the concurrency tests (async, split, transports, shm, tcp, fake verbs, soak), 0 reports
 #                (tools/test-sanitizers.sh tsan)
-#   fuzz         every fuzz target 10 s under libFuzzer + ASan + UBSan (tools/fuzz.sh 10; the corpus replays run in
+#   fuzz         every fuzz target 5 s under libFuzzer + ASan + UBSan (tools/fuzz.sh 5; the corpus replays run in
 #                every build's ctest)
 #
 #   tools/run-tests.sh [STAGE...]   (default: all of them; `ctest -L fast` in build/ is the quick local run)
@@ -21,6 +21,9 @@
 # failed ctest stage ends with the failing tests' names and the end of their output (tools/test-report.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache hashes paths under the checkout relative to it: the stages' builds share the objects of files they
+# compile alike (the posix build all but src/platform, the pip install of tests/python all of the library).
+export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 stages=("$@")
 [ ${#stages[@]} -gt 0 ] || stages=(suite portability posix clang arm64 asan tsan fuzz)
 failed=()
@@ -72,7 +75,7 @@ for stage in "${stages[@]}"; do
     arm64) run_stage arm64 tools/test-arm64.sh ;;
     asan) run_stage asan tools/test-sanitizers.sh asan ;;
     tsan) run_stage tsan tools/test-sanitizers.sh tsan ;;
-    fuzz) run_stage fuzz tools/fuzz.sh 10 ;;
+    fuzz) run_stage fuzz tools/fuzz.sh 5 ;;
     *) echo "run-tests: unknown stage $stage (suite portability posix clang arm64 asan tsan fuzz)"; exit 2 ;;
   esac
 done

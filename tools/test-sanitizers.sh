@@ -2,7 +2,8 @@
 # The test suite under the sanitizers (GCC, ccache), each build in its own directory:
 #
 #   asan   ASan + UBSan (-fno-sanitize-recover: any undefined behaviour fails), in build-asan: the unit and
-#          collective tests (with the security tests) and the short soak (the fuzz corpora run under ASan + UBSan
+#          collective tests (with the security tests; the sweeps up to 4 ranks) and the short soak (the fuzz
+#          corpora run under ASan + UBSan
 #          in the fuzz stage, tools/fuzz.sh, and are replayed in every other build's ctest)
 #   tsan   TSan, in build-tsan: the concurrency tests: async, split, measured tuning, every transport's
 #          conformance suite (loopback, shm, tcp, the fake verbs provider), the shm and tcp sweeps up to 4 ranks,
@@ -20,7 +21,8 @@ case "$kind" in
   asan)
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1"
     targets=(tbcoll_unit_tests tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
-    tests='^(soak_short)'
+    tests='^(soak_short|TransportsAndSizes/(Sweep|AlgorithmSweep)[.][A-Za-z]*/[a-z]*_[1-4]|ExchangeSizes/|'
+    tests+='ExchangeErrors[.]RanksThatOnlyWait|Modes/IbverbsFaultMatrix[.])'
     labels='unit|collectives'
     ;;
   tsan)
@@ -67,7 +69,9 @@ export ASAN_OPTIONS="halt_on_error=1:detect_leaks=1:log_path=$reports/asan:${ASA
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$reports/ubsan:${UBSAN_OPTIONS:-}"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:log_path=$reports/tsan:${TSAN_OPTIONS:-}"
 select=(-R "$tests")
-[ -n "$labels" ] && select=(-L "$labels" -LE fuzz)  # the fuzz corpora: the fuzz stage
+# The fast tests of the labels (the fuzz corpora: the fuzz stage), then the named slow ones: the sweeps of 5 to 8
+# ranks run the code of the smaller ones again (the unsanitized suite runs them), the rest all.
+[ -n "$labels" ] && select=(-L "$labels" -LE 'fuzz|slow')
 status=0
 (cd "$build" && ctest -j 2 --timeout 900 --output-on-failure "${select[@]}" "$@" > ctest.log 2>&1) || status=$?
 if [ -n "$labels" ]; then  # the label run, then the named extras
