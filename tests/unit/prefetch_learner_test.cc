@@ -29,10 +29,10 @@ uint64_t run_period(PrefetchLearner& learner, uint64_t first, nanoseconds withou
 TEST(PrefetchLearner, TriesBothWaysThenKeepsTheFasterOneAndLearnsAgain) {
   PrefetchLearner learner;
   constexpr uint64_t kAfter = PrefetchLearner::kPeriod - 2 * PrefetchLearner::kWindow;
-  // The windows: without, then with, in every period, whatever was chosen before.
-  for (uint64_t k = 0; k < PrefetchLearner::kWindow; ++k) EXPECT_FALSE(learner.prefetched(k)) << k;
-  for (uint64_t k = PrefetchLearner::kWindow; k < 2 * PrefetchLearner::kWindow; ++k) {
-    EXPECT_TRUE(learner.prefetched(k)) << k;
+  // The timed calls alternate, in every period, whatever was chosen before.
+  for (uint64_t k = 0; k < 2 * PrefetchLearner::kWindow; ++k) {
+    EXPECT_TRUE(PrefetchLearner::timed(k)) << k;
+    EXPECT_EQ(learner.prefetched(k), (k & 1) != 0) << k;
   }
   // Slow hand-offs: the prefetch wins and stays.
   EXPECT_EQ(run_period(learner, 0, nanoseconds(440), nanoseconds(330)), kAfter);

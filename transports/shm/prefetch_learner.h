@@ -2,9 +2,10 @@
 // calls themselves. Taking them early moves the invalidation of the peer's copy (it read those lines two calls
 // ago) off the next call's critical path, which wins where a hand-off between the two cores is slow; where it is
 // fast, the peer already polls those lines and the prefetch only adds a bounce. Which one a machine has is not
-// fixed (a VM's two vCPUs may sit on neighbouring or distant cores, from one run to the next), so every kPeriod
-// calls, kWindow calls run without and kWindow with, timed, and the rest of the period takes the faster. The
-// schedule follows the call number, the same on every rank, so the ranks try each way together.
+// fixed (a VM's two vCPUs may sit on neighbouring or distant cores, from one run to the next), so the first
+// 2 * kWindow calls of every kPeriod alternate, odd calls with and even ones without, timed (interleaved, so a
+// warm-up or a change of load weighs on both alike), and the rest of the period takes the faster. The schedule
+// follows the call number, the same on every rank, so the ranks try each way together.
 #pragma once
 
 #include <cstdint>
@@ -20,10 +21,7 @@ class PrefetchLearner {
 
   /// Whether call k runs with its lines taken exclusive at the end of call k - 1.
   bool prefetched(uint64_t k) const {
-    const uint64_t phase = k % kPeriod;
-    if (phase < kWindow) return false;
-    if (phase < 2 * kWindow) return true;
-    return chosen_;
+    return timed(k) ? (k & 1) != 0 : chosen_;
   }
   /// Whether call k is timed (record() its time).
   static bool timed(uint64_t k) { return k % kPeriod < 2 * kWindow; }
