@@ -36,10 +36,26 @@ TEST(PrefetchLearner, TriesBothWaysThenKeepsTheFasterOneAndLearnsAgain) {
   }
   // Slow hand-offs: the prefetch wins and stays.
   EXPECT_EQ(run_period(learner, 0, nanoseconds(440), nanoseconds(330)), kAfter);
+  EXPECT_TRUE(learner.chosen());
+  EXPECT_EQ(learner.mean(true), nanoseconds(330));
+  EXPECT_EQ(learner.mean(false), nanoseconds(440));
   // The machine changed: without it is faster now, learnt in the next period.
   EXPECT_EQ(run_period(learner, PrefetchLearner::kPeriod, nanoseconds(150), nanoseconds(200)), 0u);
   EXPECT_FALSE(learner.timed(PrefetchLearner::kPeriod + 2 * PrefetchLearner::kWindow));
   EXPECT_EQ(run_period(learner, 2 * PrefetchLearner::kPeriod, nanoseconds(500), nanoseconds(300)), kAfter);
+}
+
+// A few very slow calls (the first of a job, one the OS interrupted) do not outvote the rest.
+TEST(PrefetchLearner, AFewSlowCallsDoNotDecide) {
+  PrefetchLearner learner;
+  for (uint64_t k = 0; k < 2 * PrefetchLearner::kWindow; ++k) {
+    const bool with = learner.prefetched(k);
+    nanoseconds spent = with ? nanoseconds(200) : nanoseconds(350);
+    if (with && k < 10) spent = nanoseconds(100000);
+    learner.record(k, spent);
+  }
+  EXPECT_TRUE(learner.chosen());
+  EXPECT_GT(learner.mean(true), learner.mean(false));  // by the means it would have lost
 }
 
 }  // namespace

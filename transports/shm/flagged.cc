@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "common/dtype.h"
+#include "common/log.h"
 #include "transports/shm/fast_path.h"
 
 namespace tbcoll::shm {
@@ -150,7 +151,13 @@ void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per
 }
 
 void FastPath::end_flagged(uint64_t k, size_t lines, Clock::time_point started) {
-  if (PrefetchLearner::timed(k)) prefetch_.record(k, Clock::now() - started);
+  if (PrefetchLearner::timed(k) && prefetch_.record(k, Clock::now() - started)) {
+    using std::chrono::nanoseconds;
+    log::trace("[shm] rank {}: flagged calls {} the next call's lines exclusive ({} ns per call with, {} without)",
+               rank_, prefetch_.chosen() ? "take" : "do not take",
+               std::chrono::duration_cast<nanoseconds>(prefetch_.mean(true)).count(),
+               std::chrono::duration_cast<nanoseconds>(prefetch_.mean(false)).count());
+  }
   // Safe: every peer finished reading the next call's lines (those of call k - 1) before publishing the input
   // of call k that we just consumed; prefetchw changes their cache state, not their data.
   if (lines <= kPrefetchLines && prefetch_.prefetched(k + 1)) {
