@@ -291,7 +291,15 @@ bool Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* pay
   header->total = static_cast<uint32_t>(op.bytes);
   header->message = op.number;
   header->offset = static_cast<uint32_t>(begin);
-  if (bytes > 0 && op.buf != nullptr) std::memcpy(payload, op.buf + begin, bytes);
+  if (bytes > 0 && op.buf != nullptr) {
+    // The slot is read by the adapter, never by this CPU again: a message far beyond the caches is copied in
+    // without first reading the slot's lines into the cache, as on_frame copies one out.
+    if (op.bytes >= kStreamFromBytes) {
+      stream_copy(payload, op.buf + begin, bytes);
+    } else {
+      std::memcpy(payload, op.buf + begin, bytes);
+    }
+  }
   op.done += bytes;
   if (!plan.left(lane) && --op.lanes_left == 0) {
     op.complete = true;  // copied into registered memory: the caller's buffer is free
