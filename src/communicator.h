@@ -147,12 +147,14 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// arguments, so it runs the fast path at once (the per-call cost of tensor parallelism's small all_reduces).
   /// False, having done nothing, for any other call.
   bool call_hot(OpKind kind, const CallArgs& args) {
+    // The queue's worker writes prepared while calls are queued; idle() (acquire) orders this read after its
+    // last write, so it is checked first. call_checked says why a call that is not hot goes the long way.
+    if (!async.idle() || health.broken() || calls.group_depth > 0) return false;
     Prepared& last = prepared[static_cast<size_t>(kind)];
     if (!last.hot || last.run.send != args.send || last.run.recv != args.recv || last.run.count != args.count ||
         last.run.dtype != args.dtype || last.op != args.op || last.root != args.root) {
       return false;
     }
-    if (!async.idle() || health.broken() || calls.group_depth > 0) return false;  // call_checked says why
     run_fast_path(last.what, transport::Tag{++calls.collective_seq, last.checked.meta}, *last.choice, last.run);
     return true;
   }
