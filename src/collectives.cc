@@ -259,7 +259,11 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
       // A peer that gave up first (and closed its connections, say) told why: say that rather than what it
       // did to this rank.
       try {
-        notices.check_now(call_number, call_number != 0);
+        if (error.code() == tbcollSystemError) {
+          notices.await_reason(call_number, call_number != 0, Notices::kLateBudget);
+        } else {
+          notices.check_now(call_number, call_number != 0);
+        }
       } catch (const RemoteError& told) {
         throw RemoteError(fmt::format("{} failed: {} (here: {})", context, told.what(), error.what()));
       }

@@ -2,6 +2,7 @@
 #include "notices.h"
 
 #include <cstdio>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -79,6 +80,15 @@ void Notices::fetch(bool right_now, Deadline until) {
 void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
   fetch(now, until);
   throw_if_told(call, collective, false);
+}
+
+void Notices::await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget) {
+  const auto until = Clock::now() + budget;
+  while (true) {
+    check(call, collective, true, until);
+    if (store_ == nullptr || store_failed_ || Clock::now() >= until) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
 }
 
 std::string Notices::check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget) {

@@ -57,6 +57,10 @@ class Notices {
   void check_now(uint64_t call, bool collective, std::chrono::milliseconds budget = kBudget) {
     check(call, collective, true, Clock::now() + budget);
   }
+  /// check_now() for a call that failed because a peer closed its connections: a peer that gave up closes them
+  /// as it fails and tells why just after, so the store is asked again every few milliseconds for up to budget
+  /// (a peer that died tells nothing: the call's own error stands then).
+  void await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget);
   /// check_now() for a rank whose own call `call` timed out: throws as check_now() does, except for peers that
   /// timed out in that call too, which it returns as context instead: "peer P too: <its reason>; ..."
   /// ("" for none).
