@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak for longer than the test command's short run (ctest soak_short, ~45 s): tbcoll_soak (tests/soak/soak.cc)
+# The soak for longer than the test command's short run (ctest soak_short, ~24 s): tbcoll_soak (tests/soak/soak.cc)
 # on shm, tcp and loopback in turn, MINUTES in all split evenly, 3 ranks x 2 communicators, every result checked.
 # Prints the seed (rerun one with SOAK_SEED=<seed>), the collectives per transport and how many were wrong;
 # non-zero exit if any was wrong or a call failed.
