@@ -260,7 +260,7 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
       // did to this rank.
       try {
         if (error.code() == tbcollSystemError) {
-          notices.await_reason(call_number, call_number != 0, Notices::kLateBudget);
+          notices.await_reason(call_number, call_number != 0);
         } else {
           notices.check_now(call_number, call_number != 0);
         }

@@ -39,6 +39,8 @@ class Notices {
   static constexpr std::chrono::milliseconds kLookBudget{100};
   /// ... and after a call's deadline passed: the peers, in the same call, are about to time out themselves.
   static constexpr std::chrono::milliseconds kLateBudget{200};
+  /// ... and for the reason of a peer that closed its connections as it failed (await_reason).
+  static constexpr std::chrono::milliseconds kReasonWait{200};
 
   /// Without a store (a communicator of one rank) publish and check do nothing.
   void attach(std::shared_ptr<Store> store, std::string prefix, int rank);
@@ -60,7 +62,7 @@ class Notices {
   /// check_now() for a call that failed because a peer closed its connections: a peer that gave up closes them
   /// as it fails and tells why just after, so the store is asked again every few milliseconds for up to budget
   /// (a peer that died tells nothing: the call's own error stands then).
-  void await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget);
+  void await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget = kReasonWait);
   /// check_now() for a rank whose own call `call` timed out: throws as check_now() does, except for peers that
   /// timed out in that call too, which it returns as context instead: "peer P too: <its reason>; ..."
   /// ("" for none).
