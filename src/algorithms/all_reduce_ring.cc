@@ -37,7 +37,6 @@ namespace tbcoll::algo {
 namespace {
 
 constexpr size_t kAhead = 4;  // own chunks sent before the first forwarded one
-constexpr size_t kSlots = kRingSlots;  // reduce-scatter receives in flight (into scratch slots; cost.h)
 
 // One message of the order below, as this rank receives it: its step and chunk, the elements it carries, and where
 // its receive went.
@@ -113,10 +112,10 @@ void ring_all_reduce(Exec& exec, const Args& args, const std::vector<int>& ring)
   const size_t k_chunks = chunks.k_chunks, slot_elems = chunks.slot_elems;
   std::vector<Message> order = ring_order(chunks, r);
 
-  auto* slots = static_cast<uint8_t*>(exec.scratch().get(kSlots * slot_elems * es));
-  std::array<size_t, kSlots> free_slots;
-  size_t free_count = kSlots;
-  for (size_t s = 0; s < kSlots; ++s) free_slots[s] = kSlots - 1 - s;
+  auto* slots = static_cast<uint8_t*>(exec.scratch().get(kRingSlots * slot_elems * es));
+  std::array<size_t, kRingSlots> free_slots;
+  size_t free_count = kRingSlots;
+  for (size_t s = 0; s < kRingSlots; ++s) free_slots[s] = kRingSlots - 1 - s;
   size_t posted = 0;
   // Posts receives in order while slots last (they are consumed in the same order, so the one awaited always is).
   auto post = [&] {

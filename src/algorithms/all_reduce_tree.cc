@@ -41,7 +41,7 @@
 namespace tbcoll::algo {
 namespace {
 
-constexpr size_t kSlots = 8;                 // scratch slots for chunks coming up from children (4 per phase at most)
+constexpr size_t kTreeSlots = 8;                 // scratch slots for chunks coming up from children (4 per phase at most)
 constexpr size_t kMinChunkBytes = 32 << 10;  // pipelining chunks: at least this, at most TBCOLL_CHUNK_BYTES
 constexpr size_t kChunksPerHalf = 16;        // ... and small enough that a large half makes this many
 
@@ -90,8 +90,8 @@ class TreeRun {
     phases_ = longest + 2 * static_cast<size_t>(tree_depth(n_)) + 2;
     lag_ = phases_ - longest;
     plan_receives();
-    slots_ = static_cast<uint8_t*>(exec.scratch().get(kSlots * chunk_elems_ * es_));
-    for (size_t s = 0; s < kSlots; ++s) free_slots_.push_back(kSlots - 1 - s);
+    slots_ = static_cast<uint8_t*>(exec.scratch().get(kTreeSlots * chunk_elems_ * es_));
+    for (size_t s = 0; s < kTreeSlots; ++s) free_slots_.push_back(kTreeSlots - 1 - s);
   }
 
   void run() {

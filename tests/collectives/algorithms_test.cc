@@ -460,22 +460,22 @@ TEST(Hierarchical, MovesFewerBytesAcrossHostsThanTheFlatRing) {
 
 // ---- the sweep (slow) ---------------------------------------------------------------------------------------
 
-struct SweepParam {
+struct AlgorithmParam {
   std::string transport;
   int world_size;
 };
 
-void PrintTo(const SweepParam& param, std::ostream* os) {
+void PrintTo(const AlgorithmParam& param, std::ostream* os) {
   *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
 }
 
-class AlgorithmSweep : public ::testing::TestWithParam<SweepParam> {};
+class AlgorithmSweep : public ::testing::TestWithParam<AlgorithmParam> {};
 
 // Every flat algorithm (and all_gather's of the same name: recursive_doubling) x counts {0, 1, odd, 4096, 1 Mi + 3}
 // x a few dtypes and ops, in place and out of place;
 // the hierarchical pair with the ranks split over two pretend hosts (loopback and tcp carry both).
 TEST_P(AlgorithmSweep, AllReduce) {
-  const SweepParam& param = GetParam();
+  const AlgorithmParam& param = GetParam();
   const std::vector<size_t> counts = {0, 1, 7, 4096, (1u << 20) + 3};
   std::vector<std::string> algos = kFlat;
   if (param.transport == "shm") algos = {"mesh"};
@@ -498,16 +498,16 @@ TEST_P(AlgorithmSweep, AllReduce) {
   });
 }
 
-std::vector<SweepParam> sweep_params() {
-  std::vector<SweepParam> out;
+std::vector<AlgorithmParam> algorithm_params() {
+  std::vector<AlgorithmParam> out;
   for (const char* transport : {"loopback", "tcp", "shm"}) {
     for (int n = 1; n <= 8; ++n) out.push_back({transport, n});
   }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, AlgorithmSweep, ::testing::ValuesIn(sweep_params()),
-                         [](const ::testing::TestParamInfo<SweepParam>& info) {
+INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, AlgorithmSweep, ::testing::ValuesIn(algorithm_params()),
+                         [](const ::testing::TestParamInfo<AlgorithmParam>& info) {
                            return info.param.transport + "_" + std::to_string(info.param.world_size);
                          });
 

@@ -37,7 +37,7 @@ TEST(Collectives, DtypeOpTableOnLoopback) {
   }
 }
 
-struct SweepParam {
+struct WorldParam {
   std::string transport;
   int world_size;
 };
@@ -45,14 +45,14 @@ struct SweepParam {
 // How gtest prints a parameter, in failures and in --gtest_list_tests, from which ctest names the tests: without
 // it the struct's raw bytes were printed, a heap address among them, so these tests' ctest names changed with
 // every build (and ctest's recorded durations, which order a -j run, never matched them again).
-void PrintTo(const SweepParam& param, std::ostream* os) {
+void PrintTo(const WorldParam& param, std::ostream* os) {
   *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
 }
 
-class Sweep : public ::testing::TestWithParam<SweepParam> {};
+class Sweep : public ::testing::TestWithParam<WorldParam> {};
 
 TEST_P(Sweep, AllCollectives) {
-  const SweepParam& param = GetParam();
+  const WorldParam& param = GetParam();
   for (std::string algo : {"ring", "direct"}) {
     SCOPED_TRACE("algo=" + algo);
     run_ranks(param.world_size, {param.transport, algo}, [&](Communicator& comm) {
@@ -76,16 +76,16 @@ TEST_P(Sweep, AllCollectives) {
   }
 }
 
-std::vector<SweepParam> sweep_params() {
-  std::vector<SweepParam> out;
+std::vector<WorldParam> world_params() {
+  std::vector<WorldParam> out;
   for (const std::string& transport : test_transports()) {
     for (int n : {1, 2, 3, 4, 5, 7, 8}) out.push_back({transport, n});
   }
   return out;
 }
 
-INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, Sweep, ::testing::ValuesIn(sweep_params()),
-                         [](const ::testing::TestParamInfo<SweepParam>& info) {
+INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, Sweep, ::testing::ValuesIn(world_params()),
+                         [](const ::testing::TestParamInfo<WorldParam>& info) {
                            return info.param.transport + "_" + std::to_string(info.param.world_size);
                          });
 

@@ -263,7 +263,7 @@ TEST_P(ExchangeSweep, EveryAlgorithmInPlaceAndOut) {
   }
 }
 
-std::vector<ExchangeParam> sweep_params() {
+std::vector<ExchangeParam> exchange_params() {
   std::vector<ExchangeParam> out;
   for (const std::string& transport : test_transports()) {
     for (int n = 1; n <= 8; ++n) {
@@ -279,7 +279,7 @@ std::string param_name(const ::testing::TestParamInfo<ExchangeParam>& info) {
 }
 
 // The slow sweep (labelled slow in tests/CMakeLists.txt) and a quick subset of it.
-INSTANTIATE_TEST_SUITE_P(ExchangeSizes, ExchangeSweep, ::testing::ValuesIn(sweep_params()), param_name);
+INSTANTIATE_TEST_SUITE_P(ExchangeSizes, ExchangeSweep, ::testing::ValuesIn(exchange_params()), param_name);
 std::vector<ExchangeParam> quick_params() {
   std::vector<ExchangeParam> out = {{"loopback", 3, false}, {"loopback", 5, false}};
   for (const std::string& transport : test_transports()) {

@@ -125,6 +125,14 @@ struct Options {
 /// A fresh fabric with these options: every earlier device, context and resource is gone (tests call it first).
 void reset(const Options& options = Options{});
 
+/// A test's fabric: reset(options) when made, reset() (every device, context and resource gone) when it ends.
+struct ScopedFabric {
+  explicit ScopedFabric(const Options& options = Options{}) { reset(options); }
+  ~ScopedFabric() { reset(); }
+  ScopedFabric(const ScopedFabric&) = delete;
+  ScopedFabric& operator=(const ScopedFabric&) = delete;
+};
+
 /// The function table, bound to the process-wide fabric; provider "fake". The pointer stays valid across reset().
 const VerbsApi* verbs();
 

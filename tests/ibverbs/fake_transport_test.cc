@@ -39,11 +39,6 @@ const bool registered = [] {
 }();
 
 // A fabric with these options for the test's duration (no port may be open across a reset), then Apple's again.
-struct Fabric {
-  explicit Fabric(const fake::Options& options) { fake::reset(options); }
-  ~Fabric() { fake::reset(); }
-};
-
 test::RankOptions over_fake(double timeout_s = 20) {
   test::RankOptions options{"fakeverbs", "", timeout_s};
   return options;
@@ -53,7 +48,7 @@ TEST(IbverbsFake, IsRegistered) { EXPECT_TRUE(registered); }
 
 // Apple allows about 10 queue pairs per device in a process: a world and its splits share one per peer.
 TEST(IbverbsFake, SplitsShareTheQueuePairs) {
-  Fabric fabric(fake::Options{});
+  fake::ScopedFabric fabric(fake::Options{});
   fake::clear_calls();
   run_ranks(4, over_fake(), [&](Communicator& comm) {
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 1000, 0);
@@ -70,7 +65,7 @@ TEST(IbverbsFake, SplitsShareTheQueuePairs) {
 }
 
 TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
-  Fabric fabric(fake::Options{});  // strict: RC, RDMA WRITE, a SEND without a posted receive would all fail
+  fake::ScopedFabric fabric(fake::Options{});  // strict: RC, RDMA WRITE, a SEND without a posted receive would all fail
   fake::clear_calls();
   uint64_t dropped_while_running = 0;
   run_ranks(3, over_fake(), [&](Communicator& comm) {
@@ -97,7 +92,7 @@ TEST(IbverbsFake, UcModeUsesOnlyWhatApplesStackOffers) {
 TEST(IbverbsFake, RcModeOnAPermissiveDevice) {
   fake::Options roce;
   roce.apple_strict = false;
-  Fabric fabric(roce);
+  fake::ScopedFabric fabric(roce);
   test::RankOptions options = over_fake();
   options.knobs = {{"TBCOLL_IB_MODE", "rc"}};
   run_ranks(3, options, [&](Communicator& comm) {
@@ -107,7 +102,7 @@ TEST(IbverbsFake, RcModeOnAPermissiveDevice) {
 }
 
 TEST(IbverbsFake, RcModeOnAppleSaysUcOnly) {
-  Fabric fabric(fake::Options{});
+  fake::ScopedFabric fabric(fake::Options{});
   Config config;
   config.world_size = 2;
   config.transport = "fakeverbs";
@@ -130,7 +125,7 @@ TEST(IbverbsFake, RcModeOnAppleSaysUcOnly) {
 TEST(IbverbsFake, NoIpv4GidIsReportedWithItsFix) {
   fake::Options no_gid;
   no_gid.ipv4_gid_index = -1;
-  Fabric fabric(no_gid);
+  fake::ScopedFabric fabric(no_gid);
   Config config;
   config.rank = 0;
   config.world_size = 2;
@@ -144,7 +139,7 @@ TEST(IbverbsFake, NoIpv4GidIsReportedWithItsFix) {
 }
 
 TEST(IbverbsFake, QueuePairLimitIsNamed) {
-  Fabric fabric(fake::Options{});
+  fake::ScopedFabric fabric(fake::Options{});
   fake::fail_next_create_qp(EBUSY);
   const std::vector<std::string> messages = test::init_errors(2, [](int rank) {
     Config mine;
@@ -164,7 +159,7 @@ TEST(IbverbsFake, QueuePairLimitIsNamed) {
 TEST(IbverbsFake, ARefusedReceiveIsNamedFromTheReturnedCode) {
   fake::Options few;
   few.max_outstanding_recvs = 4;  // fewer than the transport posts per peer
-  Fabric fabric(few);
+  fake::ScopedFabric fabric(few);
   const std::vector<std::string> messages = test::init_errors(2, [](int rank) {
     Config mine;
     mine.rank = rank;
@@ -203,7 +198,7 @@ TEST(IbverbsFake, TheCostModelTakesTheMeasuredFloorsFromTheKnobs) {
 TEST(IbverbsFake, TheActivePortIsFoundByQuery) {
   fake::Options second_port;
   second_port.active_port = 2;
-  Fabric fabric(second_port);
+  fake::ScopedFabric fabric(second_port);
   run_ranks(2, over_fake(), [&](Communicator& comm) {
     check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 3000, 0);
   });
@@ -212,7 +207,7 @@ TEST(IbverbsFake, TheActivePortIsFoundByQuery) {
 // UC drops what it cannot deliver: the receiver sees the gap in the sequence and says so, instead of delivering
 // a message with a hole. (The sender got everything it expected: it may well succeed.)
 TEST(IbverbsFake, LostFrameIsReportedNeverDeliveredAsData) {
-  Fabric fabric(fake::Options{});
+  fake::ScopedFabric fabric(fake::Options{});
   std::vector<std::string> messages(2);
   run_ranks(2, over_fake(10), [&](Communicator& comm) {
     std::vector<float> data(20000, 1.0f), out(20000, 0.0f);
@@ -231,7 +226,7 @@ TEST(IbverbsFake, LostFrameIsReportedNeverDeliveredAsData) {
 
 // With the payload sum on (TBCOLL_IB_PAYLOAD_SUM=1; off by default, the link's CRC guards the payload).
 TEST(IbverbsFake, DamagedFrameIsReportedNeverDeliveredAsData) {
-  Fabric fabric(fake::Options{});
+  fake::ScopedFabric fabric(fake::Options{});
   std::vector<std::string> messages(2);
   test::RankOptions options = over_fake(10);
   options.knobs = {{"TBCOLL_IB_PAYLOAD_SUM", "1"}};
@@ -252,7 +247,7 @@ TEST(IbverbsFake, DamagedFrameIsReportedNeverDeliveredAsData) {
 // A peer that goes away (its process ends, closing the side channel) fails the waiting rank at once, not at the
 // deadline: UC itself never says so (public Mac stacks spin forever here).
 TEST(IbverbsFake, PeerThatLeftFailsTheWaitingRankPromptly) {
-  Fabric fabric(fake::Options{});
+  fake::ScopedFabric fabric(fake::Options{});
   std::string message;
   const auto start = std::chrono::steady_clock::now();
   run_ranks(2, over_fake(30), [&](Communicator& comm) {

@@ -39,11 +39,6 @@ fake::Options full_mesh(int n, bool link_local) {
   return options;
 }
 
-struct Fabric {
-  explicit Fabric(const fake::Options& options) { fake::reset(options); }
-  ~Fabric() { fake::reset(); }
-};
-
 // n ranks as threads, rank r on host r, over the fake only; what init or the body threw on each ("" if nothing).
 std::vector<std::string> run_on_hosts(int n, const std::map<std::string, std::string>& knobs,
                                       const std::function<void(Communicator&)>& body, double timeout_s = 20) {
@@ -90,7 +85,7 @@ void every_cable_carried_traffic(const fake::Options& mesh) {
 
 TEST(IbverbsMesh, FourMacsCabledPairwiseEachReachEveryPeerOverItsOwnCable) {
   const fake::Options mesh = full_mesh(4, false);
-  Fabric fabric(mesh);
+  fake::ScopedFabric fabric(mesh);
   const auto errors = run_on_hosts(4, {}, collectives);
   for (int rank = 0; rank < 4; ++rank) EXPECT_EQ(errors[static_cast<size_t>(rank)], "") << "rank " << rank;
   every_cable_carried_traffic(mesh);
@@ -100,7 +95,7 @@ TEST(IbverbsMesh, FourMacsCabledPairwiseEachReachEveryPeerOverItsOwnCable) {
 // hostfile's "rdma" fields can.
 TEST(IbverbsMesh, AnMlxLaunchHostfilesRdmaFieldsRouteAMeshOnOneSubnet) {
   const fake::Options mesh = full_mesh(4, true);
-  Fabric fabric(mesh);
+  fake::ScopedFabric fabric(mesh);
   const auto unsure = run_on_hosts(4, {}, collectives, 3);
   EXPECT_NE(unsure[0].find("share one subnet on several Thunderbolt ports"), std::string::npos) << unsure[0];
   EXPECT_NE(unsure[0].find("mlx.distributed_config gives each a /30"), std::string::npos) << unsure[0];
@@ -181,7 +176,7 @@ TEST(IbverbsMesh, TbcollRunHandsAHostfilesRdmaFieldsToEveryRank) {
 TEST(IbverbsMesh, APeerWithNoCableIsNamedWithBothHosts) {
   fake::Options line = full_mesh(3, false);
   line.cables.pop_back();  // hosts 1 and 2 have no cable
-  Fabric fabric(line);
+  fake::ScopedFabric fabric(line);
   const auto errors = run_on_hosts(3, {}, [](Communicator&) {}, 3);
   EXPECT_NE(errors[1].find("no RDMA port of rank 1 on host "), std::string::npos) << errors[1];
   EXPECT_NE(errors[1].find("(rdma_en0 10.77.0.2/30) shares a subnet with one of rank 2 on host "), std::string::npos)

@@ -21,11 +21,6 @@ using test::check_broadcast;
 using test::error_of;
 using test::run_ranks;
 
-struct Fabric {
-  explicit Fabric(const fake::Options& options) { fake::reset(options); }
-  ~Fabric() { fake::reset(); }
-};
-
 fake::Options devices(int count, bool strict = true) {
   fake::Options options;
   options.devices = count;
@@ -116,7 +111,7 @@ const char* const kThreeRanks = R"([[null, ["rdma_en0", "rdma_en1"], "rdma_en2"]
                                      ["rdma_en0", "rdma_en0", null]])";
 
 TEST(IbverbsMatrix, EveryPairUsesItsCables) {
-  Fabric fabric(devices(3));
+  fake::ScopedFabric fabric(devices(3));
   fake::clear_calls();
   test::RankOptions options{"fakeverbs", "", 20};
   options.knobs = {{"TBCOLL_IB_DEVICES", kThreeRanks}, {"TBCOLL_IB_MODE", "uc"}, {"TBCOLL_IB_STRIPE_BYTES", "8192"}};
@@ -131,7 +126,7 @@ TEST(IbverbsMatrix, EveryPairUsesItsCables) {
 }
 
 TEST(IbverbsMatrix, APairWithoutCableUsesTheNextTransport) {
-  Fabric fabric(devices(2));
+  fake::ScopedFabric fabric(devices(2));
   FirstTransport first;
   test::RankOptions options{"", "", 20};
   options.knobs = {{"TBCOLL_IB_DEVICES", R"([[null, "rdma_en0", null], ["rdma_en0", null, "rdma_en1"],
@@ -148,7 +143,7 @@ TEST(IbverbsMatrix, APairWithoutCableUsesTheNextTransport) {
 }
 
 TEST(IbverbsMatrix, AForcedTransportSaysThePairHasNoCable) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   const auto messages = init_errors(3, "fakeverbs", {{"TBCOLL_IB_DEVICES", R"([[null, "rdma_en0", null],
       ["rdma_en0", null, "rdma_en0"], [null, "rdma_en0", null]])"}}, 2);
   EXPECT_SAYS(messages[0], "no transport can reach peer 2 with TBCOLL_TRANSPORT=fakeverbs");
@@ -156,7 +151,7 @@ TEST(IbverbsMatrix, AForcedTransportSaysThePairHasNoCable) {
 }
 
 TEST(IbverbsMatrix, ErrorsNameTheMatrixRowAndColumn) {
-  Fabric fabric(devices(2));
+  fake::ScopedFabric fabric(devices(2));
   auto first = [](std::map<std::string, std::string> knobs, int n = 2) { return init_errors(n, "fakeverbs", knobs, 1)[0]; };
   EXPECT_SAYS(first({{"TBCOLL_IB_DEVICES", R"([[null, "rdma_en7"], ["rdma_en0", null]])"}}),
               "row 0, column 1 names rdma_en7, which this host does not have (its RDMA devices: rdma_en0, rdma_en1)");
@@ -217,7 +212,7 @@ void finish(std::vector<std::unique_ptr<transport::Request>>& requests) {
 }
 
 TEST(IbverbsRails, LargeMessagesAreStripedAndSmallOnesStayOnOneRail) {
-  Fabric fabric(devices(2));
+  fake::ScopedFabric fabric(devices(2));
   auto pair = connect_pair({{"TBCOLL_IB_RAILS", "2"}, {"TBCOLL_IB_STRIPE_BYTES", "65536"}});
   ASSERT_EQ(pair->ib(0).rails(), 2);
   EXPECT_EQ(pair->ib(0).rail(0).device(), "rdma_en0");
@@ -264,7 +259,7 @@ TEST(IbverbsRails, LargeMessagesAreStripedAndSmallOnesStayOnOneRail) {
 TEST(IbverbsRails, ALossOnOneRailIsReportedNamingIt) {
   fake::Options options = devices(2);
   options.faulty_device = 1;
-  Fabric fabric(options);
+  fake::ScopedFabric fabric(options);
   auto pair = connect_pair({{"TBCOLL_IB_RAILS", "2"}, {"TBCOLL_IB_STRIPE_BYTES", "8192"}});
   const auto out = pattern(200000, 3);
   std::vector<uint8_t> in(out.size(), 0);
@@ -288,7 +283,7 @@ TEST(IbverbsRails, ALossOnOneRailIsReportedNamingIt) {
 TEST(IbverbsRails, ACorruptFrameOnOneRailIsReportedNamingIt) {
   fake::Options options = devices(2);
   options.faulty_device = 1;
-  Fabric fabric(options);
+  fake::ScopedFabric fabric(options);
   auto pair = connect_pair(
       {{"TBCOLL_IB_RAILS", "2"}, {"TBCOLL_IB_STRIPE_BYTES", "8192"}, {"TBCOLL_IB_PAYLOAD_SUM", "1"}});
   const auto out = pattern(50000, 4);
@@ -309,7 +304,7 @@ TEST(IbverbsRails, ACorruptFrameOnOneRailIsReportedNamingIt) {
 
 // The rails over a communicator: every collective, odd sizes, splits sharing the rails' queue pairs.
 TEST(IbverbsRails, CollectivesOverTwoRails) {
-  Fabric fabric(devices(2));
+  fake::ScopedFabric fabric(devices(2));
   fake::clear_calls();
   test::RankOptions options{"fakeverbs", "", 30};
   options.knobs = {{"TBCOLL_IB_RAILS", "2"}, {"TBCOLL_IB_STRIPE_BYTES", "16384"}};
@@ -344,7 +339,7 @@ std::pair<uint64_t, uint64_t> through(Pair& pair, size_t bytes) {
 // Whole slots while a slot's worth is left, a padded one for a remainder of half a slot or more, frames for the
 // rest and for small messages; every slot sent full into a receive of its size (the strict fabric counts frames).
 TEST(IbverbsLanes, LargeMessagesGoInFullSlotsSmallOnesAndTailsInFrames) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   auto pair = connect_pair({});
   const Connection& link = pair->ib(0).rail(0);
   ASSERT_TRUE(link.bulk());
@@ -360,7 +355,7 @@ TEST(IbverbsLanes, LargeMessagesGoInFullSlotsSmallOnesAndTailsInFrames) {
 }
 
 TEST(IbverbsLanes, TheSlotIsTheSmallerOfBothEnds) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   auto pair = connect_pair({{"TBCOLL_IB_SLOT_BYTES", "65536"}}, {{"TBCOLL_IB_SLOT_BYTES", "262144"}});
   EXPECT_EQ(pair->ib(0).rail(0).slot_bytes(), 65536u);
   EXPECT_EQ(pair->ib(1).rail(0).slot_bytes(), 65536u);
@@ -372,7 +367,7 @@ TEST(IbverbsLanes, TheSlotIsTheSmallerOfBothEnds) {
 
 // A device without room for two queue pairs per peer: its links take one, and every message goes in frames.
 TEST(IbverbsLanes, ALinkWithoutRoomForTwoQueuePairsUsesFramesAlone) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   fake::clear_calls();
   auto pair = connect_pair({{"TBCOLL_IB_MAX_QPS", "1"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}});
   EXPECT_FALSE(pair->ib(0).rail(0).bulk());
@@ -385,7 +380,7 @@ TEST(IbverbsLanes, ALinkWithoutRoomForTwoQueuePairsUsesFramesAlone) {
 // Apple-strict: 10 queue pairs per device and process; 12 ranks over one device (TBCOLL_IB_DEVICES: every peer
 // over it) would need 11 each. With more peers than half the budget a link takes one queue pair, not two.
 TEST(IbverbsBudget, AutoModeSendsThePeersPastTheBudgetToTheNextTransport) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   FirstTransport first;
   fake::clear_calls();
   test::RankOptions options{"", "", 60};
@@ -403,7 +398,7 @@ TEST(IbverbsBudget, AutoModeSendsThePeersPastTheBudgetToTheNextTransport) {
 }
 
 TEST(IbverbsBudget, AForcedModeOverTheBudgetSaysWhichDeviceAndLimit) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   const auto messages = init_errors(12, "fakeverbs", {{"TBCOLL_IB_MODE", "uc"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}}, 10);
   EXPECT_SAYS(messages[3], "rank 3: rdma_en0 would need 11 queue pairs (one per peer), over its limit of 10");
   EXPECT_SAYS(messages[3], "TBCOLL_IB_MODE=auto");
@@ -417,7 +412,7 @@ TEST(IbverbsBudget, AForcedModeOverTheBudgetSaysWhichDeviceAndLimit) {
 }
 
 TEST(IbverbsBudget, AForcedTransportInAutoModeSaysWhyAPeerIsUnreachable) {
-  Fabric fabric(devices(1));
+  fake::ScopedFabric fabric(devices(1));
   const auto messages = init_errors(4, "fakeverbs", {{"TBCOLL_IB_MAX_QPS", "2"}, {"TBCOLL_IB_DEVICES", "rdma_en0"}}, 10);
   EXPECT_SAYS(messages[0], "no transport can reach peer 3 with TBCOLL_TRANSPORT=fakeverbs");
   EXPECT_SAYS(messages[0], "rdma_en0 of rank 0 has queue pairs for 2 peers");
@@ -427,7 +422,7 @@ TEST(IbverbsBudget, AForcedTransportInAutoModeSaysWhyAPeerIsUnreachable) {
 
 TEST(IbverbsAutoMode, UcOnAppleRcWhereTheDeviceHasIt) {
   for (bool strict : {true, false}) {
-    Fabric fabric(devices(1, strict));
+    fake::ScopedFabric fabric(devices(1, strict));
     auto pair = connect_pair({});  // TBCOLL_IB_MODE defaults to auto
     EXPECT_EQ(pair->ib(0).rail(0).mode(), strict ? Mode::kUc : Mode::kRc) << "strict " << strict;
     EXPECT_EQ(pair->ib(1).rail(0).mode(), strict ? Mode::kUc : Mode::kRc) << "strict " << strict;
@@ -448,7 +443,7 @@ TEST(IbverbsAutoMode, PortsThatDifferMeetInUcOrFailWhenBothAreForced) {
   EXPECT_EQ(pair_mode(Mode::kUc, false, Mode::kRc, true, "x"), Mode::kUc);
   EXPECT_THROW(pair_mode(Mode::kRc, false, Mode::kUc, false, "x"), IoError);
   // One rank forced to UC, the other automatic on an RC device: they meet in UC.
-  Fabric fabric(devices(1, /*strict=*/false));
+  fake::ScopedFabric fabric(devices(1, /*strict=*/false));
   std::vector<std::string> errors(2);
   auto store = make_in_memory_store();
   std::vector<Config> configs(2);

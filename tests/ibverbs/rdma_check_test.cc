@@ -24,11 +24,6 @@ using rdma_check::Options;
 using rdma_check::Outcome;
 using rdma_check::Site;
 
-struct Fabric {
-  explicit Fabric(const fake::Options& options = fake::Options{}) { fake::reset(options); }
-  ~Fabric() { fake::reset(); }
-};
-
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Small runs: the fake copies under a mutex; what matters is that every check runs and decides.
@@ -87,7 +82,7 @@ std::vector<Outcome> two_ranks(const Options& options, bool on_hosts = false) {
 TEST(RdmaCheck, PreflightListsPortGidsMtuAndTheIpv4Address) {
   fake::Options two;
   two.devices = 2;
-  Fabric fabric(two);
+  fake::ScopedFabric fabric(two);
   Options options = quick();
   options.limits = false;
   const Outcome outcome = one_rank(options);
@@ -109,7 +104,7 @@ TEST(RdmaCheck, PreflightListsPortGidsMtuAndTheIpv4Address) {
 TEST(RdmaCheck, PreflightFindsTheGidAtAnotherIndex) {
   fake::Options at2;
   at2.ipv4_gid_index = 2;
-  Fabric fabric(at2);
+  fake::ScopedFabric fabric(at2);
   Options options = quick();
   options.limits = false;
   const std::string report = one_rank(options).report;
@@ -120,7 +115,7 @@ TEST(RdmaCheck, PreflightFindsTheGidAtAnotherIndex) {
 TEST(RdmaCheck, PreflightWithoutIpv4AddressFailsWithTheFix) {
   fake::Options no_gid;
   no_gid.ipv4_gid_index = -1;
-  Fabric fabric(no_gid);
+  fake::ScopedFabric fabric(no_gid);
   const Outcome outcome = one_rank(quick());
   EXPECT_TRUE(has(outcome.report, "FAIL preflight rdma_en0: no IPv4-mapped GID")) << outcome.report;
   EXPECT_TRUE(has(outcome.report, "fix: give en0 an IPv4 address")) << outcome.report;
@@ -132,7 +127,7 @@ TEST(RdmaCheck, PreflightWithoutIpv4AddressFailsWithTheFix) {
 TEST(RdmaCheck, PortDownIsNamed) {
   fake::Options down;
   down.ports_active = false;
-  Fabric fabric(down);
+  fake::ScopedFabric fabric(down);
   const Outcome outcome = one_rank(quick());
   const std::string& report = outcome.report;
   EXPECT_TRUE(has(report, "FAIL preflight rdma_en0: no port is ACTIVE (port 1 DOWN)")) << report;
@@ -144,7 +139,7 @@ TEST(RdmaCheck, PortDownIsNamed) {
 TEST(RdmaCheck, KernelWithoutRdmaIsNotAvailable) {
   fake::Options no_kernel;
   no_kernel.no_kernel_support = true;
-  Fabric fabric(no_kernel);
+  fake::ScopedFabric fabric(no_kernel);
   const Outcome outcome = one_rank(quick());
   const std::string& report = outcome.report;
   EXPECT_TRUE(has(report, "FAIL preflight: not available: ibv_get_device_list")) << report;
@@ -166,7 +161,7 @@ TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
   limits.max_qps = 7;
   limits.max_mrs = 50;
   limits.max_outstanding_recvs = 20;
-  Fabric fabric(limits);
+  fake::ScopedFabric fabric(limits);
   fake::clear_calls();
   const LimitReport report = probe_limits(*fake::verbs(), "", Mode::kUc);
   EXPECT_EQ(report.device, "rdma_en0");
@@ -193,7 +188,7 @@ TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
 }
 
 TEST(RdmaCheck, LimitProbesOfAppleDefaultsInTheReport) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   const Outcome outcome = one_rank(quick());
   EXPECT_TRUE(has(outcome.report, "queue pairs (uc): 10 accepted; the 11th failed")) << outcome.report;
   EXPECT_TRUE(has(outcome.report, "memory registrations (4 KiB each): 100 accepted; the 101st failed"))
@@ -205,7 +200,7 @@ TEST(RdmaCheck, LimitProbesOfAppleDefaultsInTheReport) {
 }
 
 TEST(RdmaCheck, RcLimitProbeOnAppleSaysUcOnly) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   const LimitReport report = probe_limits(*fake::verbs(), "", Mode::kRc);
   EXPECT_EQ(report.queue_pairs.accepted, 0);
   EXPECT_TRUE(has(report.queue_pairs.stopped, "this device supports UC only")) << report.queue_pairs.stopped;
@@ -214,7 +209,7 @@ TEST(RdmaCheck, RcLimitProbeOnAppleSaysUcOnly) {
 // ---- two ranks ---------------------------------------------------------------------------------------------------
 
 TEST(RdmaCheck, TwoRanksPassOnAppleStrictUsingOnlyApplesSubset) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   fake::clear_calls();
   const std::vector<Outcome> outcomes = two_ranks(quick());
   const std::string& report = outcomes[0].report;
@@ -253,7 +248,7 @@ TEST(RdmaCheck, TheLinkIsTheCableBothRanksShareASubnetOn) {
   fake::Options cabled;
   cabled.devices = 2;
   cabled.cables = {{0, 0, 2, 0}, {0, 1, 1, 0}};
-  Fabric fabric(cabled);
+  fake::ScopedFabric fabric(cabled);
   Options options = quick();
   options.limits = false;
   std::vector<Outcome> outcomes = two_ranks(options, true);
@@ -277,7 +272,7 @@ TEST(RdmaCheck, TheLinkIsTheCableBothRanksShareASubnetOn) {
 TEST(RdmaCheck, TwoRanksInRcModeOnARoceLikeDevice) {
   fake::Options roce;
   roce.apple_strict = false;
-  Fabric fabric(roce);
+  fake::ScopedFabric fabric(roce);
   Options options = quick();
   options.mode = Mode::kRc;
   options.limits = false;
@@ -289,7 +284,7 @@ TEST(RdmaCheck, TwoRanksInRcModeOnARoceLikeDevice) {
 }
 
 TEST(RdmaCheck, DroppedMessageFailsTheSweepNamingIt) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   Options options = quick();
   options.limits = false;
   options.before_phase = [](const std::string& phase) {
@@ -307,7 +302,7 @@ TEST(RdmaCheck, DroppedMessageFailsTheSweepNamingIt) {
 }
 
 TEST(RdmaCheck, CorruptedMessageFailsTheSweepNamingTheByte) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   Options options = quick();
   options.limits = false;
   options.sweep_min = 65536;
@@ -321,7 +316,7 @@ TEST(RdmaCheck, CorruptedMessageFailsTheSweepNamingTheByte) {
 }
 
 TEST(RdmaCheck, ErrorCompletionFailsTheSweepWithWhatItMeans) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   Options options = quick();
   options.limits = false;
   options.before_phase = [](const std::string& phase) {
@@ -334,7 +329,7 @@ TEST(RdmaCheck, ErrorCompletionFailsTheSweepWithWhatItMeans) {
 }
 
 TEST(RdmaCheck, QueuePairLimitAtSetUpFailsTheLinkWithItsFix) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   Options options = quick();
   options.limits = false;
   options.before_phase = nullptr;
@@ -346,7 +341,7 @@ TEST(RdmaCheck, QueuePairLimitAtSetUpFailsTheLinkWithItsFix) {
 }
 
 TEST(RdmaCheck, RcOnAppleFailsWithUcOnly) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   Options options = quick();
   options.limits = false;
   options.mode = Mode::kRc;
@@ -357,7 +352,7 @@ TEST(RdmaCheck, RcOnAppleFailsWithUcOnly) {
 }
 
 TEST(RdmaCheck, OneRankWithoutRdmaSkipsTheLinkChecks) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   auto store = make_in_memory_store();
   std::vector<Outcome> outcomes(2);
   std::vector<std::thread> threads;
@@ -403,7 +398,7 @@ std::vector<Floors> floors_of(const std::vector<const VerbsApi*>& verbs, FloorOp
 }
 
 TEST(RdmaFloors, MeasuredBetweenTwoRanksAlike) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   FloorOptions options;
   options.round_trips = 300;
   options.bandwidth_bytes = 256 << 10;
@@ -428,7 +423,7 @@ TEST(RdmaFloors, MeasuredBetweenTwoRanksAlike) {
 }
 
 TEST(RdmaFloors, ALostMessageIsAFailureNotAFigure) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   FloorOptions options;
   options.round_trips = 50;
   options.messages = 8;
@@ -443,7 +438,7 @@ TEST(RdmaFloors, ALostMessageIsAFailureNotAFigure) {
 }
 
 TEST(RdmaFloors, ARankWithoutVerbsMakesBothSayWhy) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   const std::vector<Floors> floors = floors_of({fake::verbs(), nullptr}, FloorOptions{});
   for (const Floors& f : floors) {
     EXPECT_FALSE(f.measured);
@@ -472,7 +467,7 @@ TEST(RdmaHints, NameTheFixForEachKnownErrno) {
 
 // Through the fake's faults: the errno a real stack gives, decoded by the same function.
 TEST(RdmaHints, FromTheFakeProvidersFaults) {
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   const VerbsApi& v = *fake::verbs();
   int count = 0;
   ibv_device** list = v.get_device_list(&count);

@@ -24,11 +24,6 @@
 namespace tbcoll::ibverbs {
 namespace {
 
-struct Fabric {
-  Fabric() { fake::reset(); }
-  ~Fabric() { fake::reset(); }
-};
-
 PortOptions with_secret() {
   PortOptions options;
   options.mode = Mode::kUc;
@@ -162,7 +157,7 @@ class Accepting {
 TEST(IbverbsSideChannel, AProofRelayedToAnotherPortIsRefused) {
   std::string why;
   if (!auth::available(&why)) GTEST_SKIP() << "no libcrypto: " << why;
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   const PortOptions options = with_secret();
   Port dialer(*fake::verbs(), "a.0", "rdma_en0", options);
   Port meant(*fake::verbs(), "c.2", "rdma_en0", options);   // the port the dialer means to reach
@@ -187,7 +182,7 @@ TEST(IbverbsSideChannel, AProofRelayedToAnotherPortIsRefused) {
 TEST(IbverbsSideChannel, PortsWithTheSameSecretConnect) {
   std::string why;
   if (!auth::available(&why)) GTEST_SKIP() << "no libcrypto: " << why;
-  Fabric fabric;
+  fake::ScopedFabric fabric;
   const PortOptions options = with_secret();
   Port dialer(*fake::verbs(), "a.0", "rdma_en0", options);
   Port acceptor(*fake::verbs(), "b.1", "rdma_en0", options);

@@ -33,7 +33,7 @@ struct Result {
   std::string output;
 };
 
-Result run(const std::string& command) {
+Result run_shell(const std::string& command) {
   Result result;
   FILE* pipe = popen((command + " 2>&1").c_str(), "r");
   if (pipe == nullptr) return result;
@@ -45,7 +45,7 @@ Result run(const std::string& command) {
   return result;
 }
 
-int count_of(const std::string& text, const std::string& needle) {
+int occurrences(const std::string& text, const std::string& needle) {
   int n = 0;
   for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
   return n;
@@ -56,50 +56,50 @@ class Launch : public ::testing::TestWithParam<int> {};
 TEST_P(Launch, TbcollRunChecksCollectives) {
   // Processes on one host: shared memory by default.
   int n = GetParam();
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " --timeout 120 -- " +
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " --timeout 120 -- " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 TEST_P(Launch, TbcollRunOverShmWithoutCrossMemoryAttach) {
   // Where ptrace rules forbid process_vm_readv, shm falls back to copies through the segment.
   int n = GetParam();
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
                       " -x TBCOLL_TRANSPORT=shm -x TBCOLL_SHM_CMA=0 -- " + TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 TEST_P(Launch, TbcollRunOverTcpChecksCollectives) {
   int n = GetParam();
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " -x TBCOLL_TRANSPORT=tcp -- " +
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " -x TBCOLL_TRANSPORT=tcp -- " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 TEST_P(Launch, TbcollRunChecksSendRecvOverShmAndTcp) {
   // The point-to-point check the RDMA test layer (tools/test-rdma-qemu.sh) runs over ibverbs, here on shm and tcp.
   int n = GetParam();
   for (const char* transport : {"shm", "tcp"}) {
-    Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
+    Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
                         " --timeout 120 -x TBCOLL_TRANSPORT=" + transport + " -- " + TBCOLL_TEST_PROG_PATH +
                         " sendrecv 1");
     EXPECT_EQ(result.status, 0) << transport << "\n" << result.output;
-    EXPECT_EQ(count_of(result.output, ": sendrecv OK (0 wrong)"), n) << transport << "\n" << result.output;
+    EXPECT_EQ(occurrences(result.output, ": sendrecv OK (0 wrong)"), n) << transport << "\n" << result.output;
   }
 }
 
 TEST_P(Launch, MpirunChecksCollectives) {
-  if (run("command -v mpirun").status != 0) GTEST_SKIP() << "mpirun not installed (tools/setup.sh installs openmpi-bin)";
+  if (run_shell("command -v mpirun").status != 0) GTEST_SKIP() << "mpirun not installed (tools/setup.sh installs openmpi-bin)";
   int n = GetParam();
   std::string root = "127.0.0.1:" + std::to_string(free_port());
-  Result result = run("timeout 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np " +
+  Result result = run_shell("timeout 120 mpirun --allow-run-as-root --oversubscribe --mca btl self,tcp -np " +
                       std::to_string(n) + " -x TBCOLL_ROOT=" + root + " -x TBCOLL_TRANSPORT=tcp " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
@@ -110,23 +110,23 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
 TEST(Processes, RanksSharingACpuYieldWhileSpinning) {
   const std::vector<int> allowed = tbcoll::platform::allowed_cpus();
   if (allowed.empty()) GTEST_SKIP() << "no CPU affinity on this platform (" << tbcoll::platform::flavour() << ")";
-  Result shared = run("taskset -c " + std::to_string(allowed[0]) + " " + TBCOLL_RUN_PATH +
+  Result shared = run_shell("taskset -c " + std::to_string(allowed[0]) + " " + TBCOLL_RUN_PATH +
                       " -n 2 -x TBCOLL_DEBUG=INFO -- " + TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(shared.status, 0) << shared.output;
-  EXPECT_EQ(count_of(shared.output, ": OK (0 wrong)"), 2) << shared.output;
-  EXPECT_EQ(count_of(shared.output, "spinning waits yield at every poll"), 2) << shared.output;
+  EXPECT_EQ(occurrences(shared.output, ": OK (0 wrong)"), 2) << shared.output;
+  EXPECT_EQ(occurrences(shared.output, "spinning waits yield at every poll"), 2) << shared.output;
   if (allowed.size() < 2) GTEST_SKIP() << "one CPU: every rank shares it";
-  Result own = run(std::string(TBCOLL_RUN_PATH) + " -n 2 --bind-to core -x TBCOLL_DEBUG=INFO -- " +
+  Result own = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 2 --bind-to core -x TBCOLL_DEBUG=INFO -- " +
                    TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(own.status, 0) << own.output;
-  EXPECT_EQ(count_of(own.output, "spinning waits never yield"), 2) << own.output;
+  EXPECT_EQ(occurrences(own.output, "spinning waits never yield"), 2) << own.output;
 }
 
 // Two pretend hosts of two ranks each: shm inside a host, tcp across, in one communicator.
 TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 4 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 4 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 4) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 4) << result.output;
   EXPECT_NE(result.output.find("rank 0 transports self,shm,tcp,tcp"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("rank 3 transports tcp,tcp,shm,self"), std::string::npos) << result.output;
 }
@@ -135,10 +135,10 @@ TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
 // between the leaders (2 + 2 ranks, and 2 + 3).
 TEST(Processes, HierarchicalOverShmInsideAndTcpAcross) {
   for (int n : {4, 5}) {
-    Result result = run(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
+    Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
                         " -x TBCOLL_ALGO=hierarchical -x TBCOLL_TIMEOUT=60 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
     EXPECT_EQ(result.status, 0) << result.output;
-    EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
+    EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
     EXPECT_NE(result.output.find("rank 0 transports self,shm,tcp,tcp"), std::string::npos) << result.output;
   }
 }
@@ -146,29 +146,29 @@ TEST(Processes, HierarchicalOverShmInsideAndTcpAcross) {
 // A rank with a /dev/shm of its own (a container sharing the host's pids and network but not its IPC mount)
 // cannot open its peers' segments: the ranks use TCP instead of failing at set-up.
 TEST(Processes, RanksWithSeparateDevShmFallBackToTcp) {
-  if (run("unshare --mount sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>&1").status != 0) {
+  if (run_shell("unshare --mount sh -c 'mount -t tmpfs tmpfs /dev/shm' 2>&1").status != 0) {
     GTEST_SKIP() << "cannot make a private /dev/shm here (needs root and unshare)";
   }
   const std::string prog = std::string(TBCOLL_TEST_PROG_PATH) + " transports";
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- sh -c 'if [ $TBCOLL_RANK = 1 ]; " +
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- sh -c 'if [ $TBCOLL_RANK = 1 ]; " +
                       "then exec unshare --mount sh -c \"mount -t tmpfs tmpfs /dev/shm && exec " + prog +
                       "\"; else exec " + prog + "; fi'");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 2) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 2) << result.output;
   EXPECT_NE(result.output.find("rank 0 transports self,tcp"), std::string::npos) << result.output;
 }
 
 // Rank 0 hosts the store; a communicator split from the job's first one keeps it running after that one is
 // destroyed (a split of the child rendezvouses through it).
 TEST(Processes, SplitChildOutlivesItsParent) {
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 3 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 3 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
                       " split_after_parent");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 3) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 3) << result.output;
 }
 
 TEST(Processes, MismatchedCountsFailWithAClearError) {
-  Result result = run(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
+  Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 2 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
                       " mismatch");
   EXPECT_NE(result.status, 0);
   EXPECT_NE(result.output.find("does not match the peer's call"), std::string::npos) << result.output;
@@ -277,7 +277,7 @@ namespace {
 
 // tbcoll-info prints every knob of the table, with its default, and the transports of this build.
 TEST(Tools, InfoListsEveryKnobAndTransport) {
-  Result result = run(TBCOLL_INFO_PATH);
+  Result result = run_shell(TBCOLL_INFO_PATH);
   EXPECT_EQ(result.status, 0) << result.output;
   for (const char* knob : {"TBCOLL_RANK", "TBCOLL_ROOT", "TBCOLL_TIMEOUT", "TBCOLL_TRANSPORT", "TBCOLL_ALGO",
                            "TBCOLL_DEBUG", "TBCOLL_SPIN_US", "TBCOLL_ONESHOT_MAX_BYTES", "TBCOLL_SHM_CMA"}) {
@@ -286,7 +286,7 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
   for (const std::string& transport : tbcoll::test::test_transports()) {
     EXPECT_NE(result.output.find(transport), std::string::npos) << transport;
   }
-  Result with_value = run(std::string("TBCOLL_TIMEOUT=7 ") + TBCOLL_INFO_PATH);
+  Result with_value = run_shell(std::string("TBCOLL_TIMEOUT=7 ") + TBCOLL_INFO_PATH);
   EXPECT_NE(with_value.output.find("now 7"), std::string::npos) << "current values are shown:\n" << with_value.output;
 }
 
@@ -300,7 +300,7 @@ TEST(Processes, TorchsEnvironmentMakesAJob) {
   const std::string env = "WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port) +
                           " TBCOLL_TIMEOUT=20 ";
   const std::string prog = std::string(TBCOLL_TEST_PROG_PATH) + " check 1";
-  Result result = run("sh -c '" + env + "RANK=1 " + prog + " & " + env + "RANK=0 " + prog +
+  Result result = run_shell("sh -c '" + env + "RANK=1 " + prog + " & " + env + "RANK=0 " + prog +
                       "; first=$?; wait $!; exit $((first | $?))'");
   close(held);
   EXPECT_EQ(result.status, 0) << result.output;
@@ -311,7 +311,7 @@ TEST(Processes, TorchsEnvironmentMakesAJob) {
 // Secrets are never printed, only that they are set; misspelt variables are named with the knob they resemble; a
 // transport built but not usable here says why.
 TEST(Tools, InfoMasksSecretsAndNamesUnknownVariables) {
-  Result result = run(std::string("TBCOLL_SECRET=hunter2-hunter2-hunter2 TBCOLL_TOKEN=tok-abcdef-123 "
+  Result result = run_shell(std::string("TBCOLL_SECRET=hunter2-hunter2-hunter2 TBCOLL_TOKEN=tok-abcdef-123 "
                                   "TBCOLL_TIMEUOT=3 ") + TBCOLL_INFO_PATH);
   EXPECT_EQ(result.status, 0) << result.output;
   EXPECT_EQ(result.output.find("hunter2"), std::string::npos) << result.output;
@@ -329,11 +329,11 @@ namespace {
 // A /dev/shm too small for the segments: shm is not offered, the job runs over tcp and says why (in a private
 // mount namespace, so needs root; skipped otherwise).
 TEST(Processes, TinyDevShmFallsBackToTcp) {
-  if (run("unshare -m true").status != 0) GTEST_SKIP() << "cannot create a mount namespace (not root?)";
-  Result result = run(std::string("unshare -m sh -c 'mount -t tmpfs -o size=512k tmpfs /dev/shm && ") +
+  if (run_shell("unshare -m true").status != 0) GTEST_SKIP() << "cannot create a mount namespace (not root?)";
+  Result result = run_shell(std::string("unshare -m sh -c 'mount -t tmpfs -o size=512k tmpfs /dev/shm && ") +
                       TBCOLL_RUN_PATH + " -n 2 -- " + TBCOLL_TEST_PROG_PATH + " check 1'");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 2) << result.output;
+  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 2) << result.output;
   EXPECT_NE(result.output.find("transport shm unavailable"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("is /dev/shm big enough"), std::string::npos) << result.output;
 }
