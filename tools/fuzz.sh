@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the fuzz targets (fuzz/, libFuzzer with clang, -fsanitize=fuzzer,address,undefined; the library with
-# fuzzer-no-link instrumentation) in ./build-fuzz and runs each one SECONDS seconds, printing its executions.
+# fuzzer-no-link instrumentation; a unity build, as tools/test-sanitizers.sh explains) in ./build-fuzz and runs
+# each one SECONDS seconds, printing its executions.
 # Fails when a target finds a crash, a sanitizer report, a leak, an uncaught exception or a broken invariant; the
 # input that did it is saved in build-fuzz/findings/<target>/ (fix the bug, then add the input to
 # fuzz/corpus/<target>/ as regress-<name>: ctest replays it in every build).
@@ -24,7 +25,7 @@ command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache 
 flags="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g"
 cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_CXX_FLAGS="$flags" -DCMAKE_C_FLAGS="$flags" -DTBCOLL_FUZZ=ON -DBUILD_SHARED_LIBS=OFF \
-  -DTBCOLL_BUILD_TESTS=OFF -DTBCOLL_BUILD_BENCHMARKS=OFF -DTBCOLL_BUILD_EXAMPLES=OFF "${launcher[@]}" >/dev/null
+  -DTBCOLL_BUILD_TESTS=OFF -DTBCOLL_BUILD_BENCHMARKS=OFF -DTBCOLL_BUILD_EXAMPLES=OFF -DCMAKE_UNITY_BUILD=ON "${launcher[@]}" >/dev/null
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
   available=$(cmake --build build-fuzz --target help)  # ibverbs_handshake only where the transport is built

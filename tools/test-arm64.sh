@@ -3,6 +3,7 @@
 # into build-arm64 and runs, under qemu-aarch64 (qemu-user), the reduce kernel tests (the NEON kernels against the
 # portable ones, every dtype and op) and the shared-memory transport's queue, fast-path and collective tests with
 # ranks as threads. Real processes are out of reach here (spawning arm64 processes needs binfmt_misc).
+# A unity build (batches of sources as one translation unit, as tools/test-sanitizers.sh explains).
 #
 # qemu-user gives arm64 code x86's stronger memory ordering: this finds what does not build or compute right on
 # arm64, not a missing acquire/release (TSan on x86 does that).
@@ -14,7 +15,7 @@ build=build-arm64
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_TOOLCHAIN_FILE=cmake/toolchains/aarch64-linux-gnu.cmake \
-  -DTBCOLL_BUILD_EXAMPLES=OFF -DTBCOLL_WITH_PYTHON=OFF -DTBCOLL_BUILD_BENCHMARKS=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON "${launcher[@]}" \
+  -DTBCOLL_BUILD_EXAMPLES=OFF -DTBCOLL_WITH_PYTHON=OFF -DTBCOLL_BUILD_BENCHMARKS=OFF -DCMAKE_COMPILE_WARNING_AS_ERROR=ON -DCMAKE_UNITY_BUILD=ON "${launcher[@]}" \
   > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; echo "arm64: FAIL (configure)"; exit 1; }
 if ! cmake --build "$build" -j 2 --target tbcoll_unit_tests tbcoll_collective_tests > "$build.build.log" 2>&1; then
   grep -E 'error|warning' "$build.build.log" | head -40

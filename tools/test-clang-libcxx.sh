@@ -3,6 +3,7 @@
 # then the whole test suite. Debian's libfmt and GoogleTest are built for libstdc++: fmt is used header-only and
 # GoogleTest is built from /usr/src/googletest with -stdlib=libc++ (once, into build-clang-gtest); Google Benchmark
 # is left out (the micro-benchmark alone needs it).
+# A unity build (batches of sources as one translation unit, as tools/test-sanitizers.sh explains).
 #
 #   tools/test-clang-libcxx.sh [ctest arguments...]   (after tools/setup.sh); prints PASS or FAIL, non-zero on failure.
 set -euo pipefail
@@ -27,7 +28,7 @@ if [ ! -f "$gtest/prefix/lib/cmake/GTest/GTestConfig.cmake" ]; then
 fi
 
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "${libcxx[@]}" "${launcher[@]}" -DCMAKE_PREFIX_PATH="$gtest/prefix" \
-  -DTBCOLL_FMT_HEADER_ONLY=ON -DTBCOLL_WITH_PYTHON=OFF -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_COMPILE_WARNING_AS_ERROR=ON \
+  -DTBCOLL_FMT_HEADER_ONLY=ON -DTBCOLL_WITH_PYTHON=OFF -DCMAKE_DISABLE_FIND_PACKAGE_benchmark=ON -DCMAKE_COMPILE_WARNING_AS_ERROR=ON -DCMAKE_UNITY_BUILD=ON \
   > "$build.configure.log" 2>&1 || { cat "$build.configure.log"; fail "configure"; }
 if ! cmake --build "$build" -j 2 > "$build.build.log" 2>&1; then
   grep -E 'error|warning' "$build.build.log" | head -40

@@ -25,7 +25,7 @@ namespace tbcoll::ibverbs {
 namespace {
 
 constexpr int kMaxGidsShown = 256;
-constexpr size_t kFrame = 4096;
+constexpr size_t kProbeFrame = 4096;
 
 std::string link_layer_name(int layer) {
   switch (layer) {
@@ -181,7 +181,7 @@ void probe_registrations(const VerbsApi& verbs, const Found& found, LimitProbe* 
   std::vector<ibv_mr*> made;
   for (int i = 0; i < probe->cap; ++i) {
     errno = 0;
-    ibv_mr* mr = verbs.reg_mr(pd.pd, memory.data() + static_cast<size_t>(i) * kRegistrationPage, kFrame, kAccessFlags);
+    ibv_mr* mr = verbs.reg_mr(pd.pd, memory.data() + static_cast<size_t>(i) * kRegistrationPage, kProbeFrame, kAccessFlags);
     if (mr == nullptr) {
       probe->stopped = fmt::format("the {} failed: {}", ordinal(i + 1),
                                    hints::describe(hints::Verb::kRegMr, errno, {found.name, false}));
@@ -200,7 +200,7 @@ void probe_receives(const VerbsApi& verbs, const Found& found, Mode mode, LimitP
   Pd pd(verbs, device.context, found.name);
   Cq cq(verbs, device.context, probe->cap + 16, found.name);
   const hints::Where where{found.name, mode == Mode::kRc};
-  RegisteredMemory memory(static_cast<size_t>(probe->cap) * kFrame);
+  RegisteredMemory memory(static_cast<size_t>(probe->cap) * kProbeFrame);
   uint8_t* base = memory.data();
   errno = 0;
   ibv_mr* mr = verbs.reg_mr(pd.pd, base, memory.size(), kAccessFlags);
@@ -240,7 +240,7 @@ void probe_receives(const VerbsApi& verbs, const Found& found, Mode mode, LimitP
     }
   }
   for (int i = 0; probe->error.empty() && i < probe->cap; ++i) {
-    ibv_sge sge{reinterpret_cast<uintptr_t>(base + static_cast<size_t>(i) * kFrame), static_cast<uint32_t>(kFrame),
+    ibv_sge sge{reinterpret_cast<uintptr_t>(base + static_cast<size_t>(i) * kProbeFrame), static_cast<uint32_t>(kProbeFrame),
                 mr->lkey};
     ibv_recv_wr wr{};
     wr.wr_id = static_cast<uint64_t>(i);
