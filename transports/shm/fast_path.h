@@ -108,12 +108,14 @@ class FastPath final : public transport::CollectiveFastPath {
 
   size_t two_shot_slice_bytes() const;
   void prepare_next_slot(size_t bytes);
-  // A flagged call k of `lines` lines, begun at `started` (set where PrefetchLearner::timed(k)), ended: tells
-  // the learner its time and takes the next call's lines exclusive where it says so.
-  void end_flagged(uint64_t k, size_t lines, Clock::time_point started);
-  static Clock::time_point start_flagged(uint64_t k) {
-    return PrefetchLearner::timed(k) ? Clock::now() : Clock::time_point{};
+  // A flagged call k begins: at a block's edge the prefetch learner reads the clock (and may decide, said at
+  // TBCOLL_DEBUG=TRACE).
+  void start_flagged(uint64_t k) {
+    if (prefetch_.needs_clock(k) && prefetch_.start(k, Clock::now())) log_prefetch_choice();
   }
+  void log_prefetch_choice() const;
+  // A flagged call k of `lines` lines ended: takes the next call's lines exclusive where the learner says so.
+  void end_flagged(uint64_t k, size_t lines);
   static void take_exclusive(const void* at, size_t bytes);  // prefetchw of every line: a hint, no data change
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,

@@ -101,14 +101,14 @@ void FastPath::read_flagged(int peer, uint64_t k, void* out, size_t bytes) {
 void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                   const transport::Tag& tag, const Wait& wait) {
   const size_t bytes = count * element_size(dtype);
-  const Clock::time_point started = start_flagged(calls_ + 1);
+  start_flagged(calls_ + 1);
   const uint64_t k = exchange_flagged(send, bytes, tag, wait);
   const bool one_line = bytes <= kLineBytes - 8;
   if (size_ == 2 && one_line) {  // the common case of tensor parallelism, with no table of inputs
     const uint8_t* theirs = areas_[1 - rank_]->flagged[k & 1].lines[0].payload + 8;
     kernel_for(dtype, op)(recv, rank_ == 0 ? send : theirs, rank_ == 0 ? theirs : send, count);
     if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, 2);
-    end_flagged(k, 1, started);
+    end_flagged(k, 1);
     return;
   }
   // Inputs in rank order. A peer's input that fits its first line is read where it is (the peer writes this slot
@@ -134,12 +134,12 @@ void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, Da
     }
   }
   reduce::reduce_ranks(recv, size_, count, dtype, op, kernel_for(dtype, op), [&](int p) { return inputs[p]; });
-  end_flagged(k, flagged_lines(bytes), started);
+  end_flagged(k, flagged_lines(bytes));
 }
 
 void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
                                   const Wait& wait) {
-  const Clock::time_point started = start_flagged(calls_ + 1);
+  start_flagged(calls_ + 1);
   const uint64_t k = exchange_flagged(send, bytes_per_rank, tag, wait);
   auto* out = static_cast<uint8_t*>(recv);
   uint8_t* own = out + static_cast<size_t>(rank_) * bytes_per_rank;
@@ -147,17 +147,18 @@ void FastPath::all_gather_flagged(const void* send, void* recv, size_t bytes_per
   for (int p = 0; p < size_; ++p) {
     if (p != rank_) read_flagged(p, k, out + static_cast<size_t>(p) * bytes_per_rank, bytes_per_rank);
   }
-  end_flagged(k, flagged_lines(bytes_per_rank), started);
+  end_flagged(k, flagged_lines(bytes_per_rank));
 }
 
-void FastPath::end_flagged(uint64_t k, size_t lines, Clock::time_point started) {
-  if (PrefetchLearner::timed(k) && prefetch_.record(k, Clock::now() - started)) {
-    using std::chrono::nanoseconds;
-    log::trace("[shm] rank {}: flagged calls {} the next call's lines exclusive ({} ns per call with, {} without)",
-               rank_, prefetch_.chosen() ? "take" : "do not take",
-               std::chrono::duration_cast<nanoseconds>(prefetch_.mean(true)).count(),
-               std::chrono::duration_cast<nanoseconds>(prefetch_.mean(false)).count());
-  }
+void FastPath::log_prefetch_choice() const {
+  using std::chrono::nanoseconds;
+  log::trace("[shm] rank {}: flagged calls {} the next call's lines exclusive ({} ns per call with, {} without)",
+             rank_, prefetch_.chosen() ? "take" : "do not take",
+             std::chrono::duration_cast<nanoseconds>(prefetch_.mean(true)).count(),
+             std::chrono::duration_cast<nanoseconds>(prefetch_.mean(false)).count());
+}
+
+void FastPath::end_flagged(uint64_t k, size_t lines) {
   // Safe: every peer finished reading the next call's lines (those of call k - 1) before publishing the input
   // of call k that we just consumed; prefetchw changes their cache state, not their data.
   if (lines <= kPrefetchLines && prefetch_.prefetched(k + 1)) {
