@@ -460,22 +460,13 @@ TEST(Hierarchical, MovesFewerBytesAcrossHostsThanTheFlatRing) {
 
 // ---- the sweep (slow) ---------------------------------------------------------------------------------------
 
-struct AlgorithmParam {
-  std::string transport;
-  int world_size;
-};
-
-void PrintTo(const AlgorithmParam& param, std::ostream* os) {
-  *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
-}
-
-class AlgorithmSweep : public ::testing::TestWithParam<AlgorithmParam> {};
+class AlgorithmSweep : public ::testing::TestWithParam<TransportWorld> {};
 
 // Every flat algorithm (and all_gather's of the same name: recursive_doubling) x counts {0, 1, odd, 4096, 1 Mi + 3}
 // x a few dtypes and ops, in place and out of place;
 // the hierarchical pair with the ranks split over two pretend hosts (loopback and tcp carry both).
 TEST_P(AlgorithmSweep, AllReduce) {
-  const AlgorithmParam& param = GetParam();
+  const TransportWorld& param = GetParam();
   const std::vector<size_t> counts = {0, 1, 7, 4096, (1u << 20) + 3};
   std::vector<std::string> algos = kFlat;
   if (param.transport == "shm") algos = {"mesh"};
@@ -498,8 +489,8 @@ TEST_P(AlgorithmSweep, AllReduce) {
   });
 }
 
-std::vector<AlgorithmParam> algorithm_params() {
-  std::vector<AlgorithmParam> out;
+std::vector<TransportWorld> algorithm_params() {
+  std::vector<TransportWorld> out;
   for (const char* transport : {"loopback", "tcp", "shm"}) {
     for (int n = 1; n <= 8; ++n) out.push_back({transport, n});
   }
@@ -507,9 +498,7 @@ std::vector<AlgorithmParam> algorithm_params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, AlgorithmSweep, ::testing::ValuesIn(algorithm_params()),
-                         [](const ::testing::TestParamInfo<AlgorithmParam>& info) {
-                           return info.param.transport + "_" + std::to_string(info.param.world_size);
-                         });
+                         [](const ::testing::TestParamInfo<TransportWorld>& info) { return name_of(info.param); });
 
 }  // namespace
 }  // namespace tbcoll::test

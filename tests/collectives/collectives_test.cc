@@ -37,22 +37,10 @@ TEST(Collectives, DtypeOpTableOnLoopback) {
   }
 }
 
-struct WorldParam {
-  std::string transport;
-  int world_size;
-};
-
-// How gtest prints a parameter, in failures and in --gtest_list_tests, from which ctest names the tests: without
-// it the struct's raw bytes were printed, a heap address among them, so these tests' ctest names changed with
-// every build (and ctest's recorded durations, which order a -j run, never matched them again).
-void PrintTo(const WorldParam& param, std::ostream* os) {
-  *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
-}
-
-class Sweep : public ::testing::TestWithParam<WorldParam> {};
+class Sweep : public ::testing::TestWithParam<TransportWorld> {};
 
 TEST_P(Sweep, AllCollectives) {
-  const WorldParam& param = GetParam();
+  const TransportWorld& param = GetParam();
   for (std::string algo : {"ring", "direct"}) {
     SCOPED_TRACE("algo=" + algo);
     run_ranks(param.world_size, {param.transport, algo}, [&](Communicator& comm) {
@@ -76,8 +64,8 @@ TEST_P(Sweep, AllCollectives) {
   }
 }
 
-std::vector<WorldParam> world_params() {
-  std::vector<WorldParam> out;
+std::vector<TransportWorld> world_params() {
+  std::vector<TransportWorld> out;
   for (const std::string& transport : test_transports()) {
     for (int n : {1, 2, 3, 4, 5, 7, 8}) out.push_back({transport, n});
   }
@@ -85,9 +73,7 @@ std::vector<WorldParam> world_params() {
 }
 
 INSTANTIATE_TEST_SUITE_P(TransportsAndSizes, Sweep, ::testing::ValuesIn(world_params()),
-                         [](const ::testing::TestParamInfo<WorldParam>& info) {
-                           return info.param.transport + "_" + std::to_string(info.param.world_size);
-                         });
+                         [](const ::testing::TestParamInfo<TransportWorld>& info) { return name_of(info.param); });
 
 // The shm one-shot fast path: the dtype x op table, every world size, interleaved with p2p collectives.
 TEST(Collectives, ShmOneShotFastPath) {

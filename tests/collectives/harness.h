@@ -5,6 +5,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,24 @@ inline const std::vector<std::string>& test_transports_between_processes() {
     return out;
   }();
   return names;
+}
+
+/// The parameter of the sweeps over transports and world sizes.
+struct TransportWorld {
+  std::string transport;
+  int world_size;
+};
+
+/// How gtest prints a TransportWorld, in failures and in --gtest_list_tests, from which ctest names the tests:
+/// without it the struct's raw bytes were printed, a heap address among them, so the ctest names changed with
+/// every build (and ctest's recorded durations, which order a -j run, never matched them again).
+inline void PrintTo(const TransportWorld& param, std::ostream* os) {
+  *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
+}
+
+/// A sweep's test name for the parameter: "tcp_3".
+inline std::string name_of(const TransportWorld& param) {
+  return param.transport + "_" + std::to_string(param.world_size);
 }
 
 struct RankOptions {

@@ -19,12 +19,14 @@
 #include <vector>
 
 #include "collectives/harness.h"
+#include "multiproc/output.h"
 #include "multiproc/ports.h"
 #include "multiproc/segments.h"
 #include "platform/platform.h"
 
 namespace {
 
+using tbcoll::test::count_of;
 using tbcoll::test::free_port;
 using tbcoll::test::segments_of;
 
@@ -45,12 +47,6 @@ Result run_shell(const std::string& command) {
   return result;
 }
 
-int occurrences(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++n;
-  return n;
-}
-
 class Launch : public ::testing::TestWithParam<int> {};
 
 TEST_P(Launch, TbcollRunChecksCollectives) {
@@ -59,7 +55,7 @@ TEST_P(Launch, TbcollRunChecksCollectives) {
   Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " --timeout 120 -- " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 TEST_P(Launch, TbcollRunOverShmWithoutCrossMemoryAttach) {
@@ -68,7 +64,7 @@ TEST_P(Launch, TbcollRunOverShmWithoutCrossMemoryAttach) {
   Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
                       " -x TBCOLL_TRANSPORT=shm -x TBCOLL_SHM_CMA=0 -- " + TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 TEST_P(Launch, TbcollRunOverTcpChecksCollectives) {
@@ -76,7 +72,7 @@ TEST_P(Launch, TbcollRunOverTcpChecksCollectives) {
   Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) + " -x TBCOLL_TRANSPORT=tcp -- " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 TEST_P(Launch, TbcollRunChecksSendRecvOverShmAndTcp) {
@@ -87,7 +83,7 @@ TEST_P(Launch, TbcollRunChecksSendRecvOverShmAndTcp) {
                         " --timeout 120 -x TBCOLL_TRANSPORT=" + transport + " -- " + TBCOLL_TEST_PROG_PATH +
                         " sendrecv 1");
     EXPECT_EQ(result.status, 0) << transport << "\n" << result.output;
-    EXPECT_EQ(occurrences(result.output, ": sendrecv OK (0 wrong)"), n) << transport << "\n" << result.output;
+    EXPECT_EQ(count_of(result.output, ": sendrecv OK (0 wrong)"), n) << transport << "\n" << result.output;
   }
 }
 
@@ -99,7 +95,7 @@ TEST_P(Launch, MpirunChecksCollectives) {
                       std::to_string(n) + " -x TBCOLL_ROOT=" + root + " -x TBCOLL_TRANSPORT=tcp " +
                       TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
@@ -113,20 +109,20 @@ TEST(Processes, RanksSharingACpuYieldWhileSpinning) {
   Result shared = run_shell("taskset -c " + std::to_string(allowed[0]) + " " + TBCOLL_RUN_PATH +
                       " -n 2 -x TBCOLL_DEBUG=INFO -- " + TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(shared.status, 0) << shared.output;
-  EXPECT_EQ(occurrences(shared.output, ": OK (0 wrong)"), 2) << shared.output;
-  EXPECT_EQ(occurrences(shared.output, "spinning waits yield at every poll"), 2) << shared.output;
+  EXPECT_EQ(count_of(shared.output, ": OK (0 wrong)"), 2) << shared.output;
+  EXPECT_EQ(count_of(shared.output, "spinning waits yield at every poll"), 2) << shared.output;
   if (allowed.size() < 2) GTEST_SKIP() << "one CPU: every rank shares it";
   Result own = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 2 --bind-to core -x TBCOLL_DEBUG=INFO -- " +
                    TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(own.status, 0) << own.output;
-  EXPECT_EQ(occurrences(own.output, "spinning waits never yield"), 2) << own.output;
+  EXPECT_EQ(count_of(own.output, "spinning waits never yield"), 2) << own.output;
 }
 
 // Two pretend hosts of two ranks each: shm inside a host, tcp across, in one communicator.
 TEST(Processes, MixedHostsUseShmInsideAndTcpAcross) {
   Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 4 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 4) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 4) << result.output;
   EXPECT_NE(result.output.find("rank 0 transports self,shm,tcp,tcp"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("rank 3 transports tcp,tcp,shm,self"), std::string::npos) << result.output;
 }
@@ -138,7 +134,7 @@ TEST(Processes, HierarchicalOverShmInsideAndTcpAcross) {
     Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n " + std::to_string(n) +
                         " -x TBCOLL_ALGO=hierarchical -x TBCOLL_TIMEOUT=60 -- " + TBCOLL_TEST_PROG_PATH + " mixed");
     EXPECT_EQ(result.status, 0) << result.output;
-    EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), n) << result.output;
+    EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), n) << result.output;
     EXPECT_NE(result.output.find("rank 0 transports self,shm,tcp,tcp"), std::string::npos) << result.output;
   }
 }
@@ -154,7 +150,7 @@ TEST(Processes, RanksWithSeparateDevShmFallBackToTcp) {
                       "then exec unshare --mount sh -c \"mount -t tmpfs tmpfs /dev/shm && exec " + prog +
                       "\"; else exec " + prog + "; fi'");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 2) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 2) << result.output;
   EXPECT_NE(result.output.find("rank 0 transports self,tcp"), std::string::npos) << result.output;
 }
 
@@ -164,7 +160,7 @@ TEST(Processes, SplitChildOutlivesItsParent) {
   Result result = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 3 -x TBCOLL_TIMEOUT=20 -- " + TBCOLL_TEST_PROG_PATH +
                       " split_after_parent");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 3) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 3) << result.output;
 }
 
 TEST(Processes, MismatchedCountsFailWithAClearError) {
@@ -333,7 +329,7 @@ TEST(Processes, TinyDevShmFallsBackToTcp) {
   Result result = run_shell(std::string("unshare -m sh -c 'mount -t tmpfs -o size=512k tmpfs /dev/shm && ") +
                       TBCOLL_RUN_PATH + " -n 2 -- " + TBCOLL_TEST_PROG_PATH + " check 1'");
   EXPECT_EQ(result.status, 0) << result.output;
-  EXPECT_EQ(occurrences(result.output, ": OK (0 wrong)"), 2) << result.output;
+  EXPECT_EQ(count_of(result.output, ": OK (0 wrong)"), 2) << result.output;
   EXPECT_NE(result.output.find("transport shm unavailable"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("is /dev/shm big enough"), std::string::npos) << result.output;
 }

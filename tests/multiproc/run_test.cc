@@ -30,10 +30,12 @@
 #error "TBCOLL_RUN_PATH must name the tbcoll-run executable"
 #endif
 
+#include "multiproc/output.h"
 #include "multiproc/segments.h"
 
 namespace {
 
+using tbcoll::test::count_of;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
@@ -256,12 +258,6 @@ std::vector<pid_t> pids_in(const std::string& out) {
     for (long pid; in >> pid;) pids.push_back(static_cast<pid_t>(pid));
   }
   return pids;
-}
-
-size_t count_of(const std::string& text, const std::string& needle) {
-  size_t count = 0;
-  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) ++count;
-  return count;
 }
 
 // A directory for ranks to leave files in; removed with its contents at the end of the test.
@@ -519,7 +515,7 @@ TEST(TbcollRun, RankKilledBySignalStopsTheJob) {
   EXPECT_EQ(result.exit_code, 128 + SIGKILL) << result.err;
   EXPECT_LT(result.seconds, 5);
   EXPECT_TRUE(contains(result.err, "tbcoll-run: rank 2 killed by signal 9")) << result.err;
-  EXPECT_EQ(count_of(result.err, "tbcoll-run: rank"), 1u) << "only the first failure is reported:\n" << result.err;
+  EXPECT_EQ(count_of(result.err, "tbcoll-run: rank"), 1) << "only the first failure is reported:\n" << result.err;
   std::vector<pid_t> pids = pids_in(result.out);
   EXPECT_EQ(pids.size(), 4u) << result.out;
   expect_all_gone(pids);
@@ -683,7 +679,7 @@ TEST(TbcollRun, ForwardsTheSignalItReceived) {
   ASSERT_TRUE(launcher.wait_for_stdout([](const std::string& out) { return pids_in(out).size() == 4; }));
   ASSERT_EQ(kill(launcher.pid(), SIGHUP), 0);
   RunResult result = launcher.finish();
-  EXPECT_EQ(count_of(result.out, "got-HUP\n"), 2u) << result.out;
+  EXPECT_EQ(count_of(result.out, "got-HUP\n"), 2) << result.out;
   EXPECT_EQ(result.exit_code, 128 + SIGHUP) << "a stopped job is not a success, even if every rank exited 0";
   expect_all_gone(pids_in(result.out));
 }

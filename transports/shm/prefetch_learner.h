@@ -67,9 +67,8 @@ class PrefetchLearner {
       if (spent * without_numbers_ < without_ * numbers) ++votes_with_;
       without_numbers_ = 0;
     }
-    // The period's last timed block, or the last that had a call (k is past the timed blocks of its period).
-    const bool last = block_ % (kPeriod / kBlock) == kBlocks - 1 || !timed(k) || k / kPeriod != block_ * kBlock / kPeriod;
-    if (!last) return false;
+    // The period's last timed block (or the last that had a call): k is past the timed blocks of its period.
+    if (timed(k) && k / kPeriod == block_ * kBlock / kPeriod) return false;
     for (int w = 0; w < 2; ++w) {
       decided_by_[w] = numbers_[w] > 0 ? spent_[w] / numbers_[w] : Clock::duration::zero();
       spent_[w] = Clock::duration::zero();
