@@ -576,8 +576,9 @@ class Launcher {
       Rank& rank = ranks_[r];
       close_control(rank);
       if (remote_ && !rank.ready && !aborting_) {
-        // The agent command ended before the agent ran: the host was not reached. Its own words (ssh's, say)
-        // go out first, then ours.
+        // Not ready yet: either the agent's ready line is still in the pipe (a rank that ran and ended before we
+        // read it) or the agent command ended before the agent ran, and the host was not reached. What is in the
+        // pipes (the ready line, ssh's own words) is read first.
         for (Stream* stream : {&rank.err, &rank.out}) {
           for (int chunk = 0; chunk < 16 && stream->fd >= 0; ++chunk) {
             pollfd probe{stream->fd, POLLIN, 0};
@@ -585,6 +586,8 @@ class Launcher {
             read_stream(*stream);
           }
         }
+      }
+      if (remote_ && !rank.ready && !aborting_) {
         const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
         std::fprintf(stderr, "tbcoll-run: cannot start rank %d on host %s: the agent command (%s %s ...) %s %d%s\n",
                      r, host_name(rank).c_str(), opts_.launcher.c_str(), host_name(rank).c_str(),
