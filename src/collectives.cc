@@ -78,21 +78,28 @@ Communicator::Impl::Prepared Communicator::Impl::prepare(const CollectiveTraits&
   return out;
 }
 
-const Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const CollectiveTraits& traits,
-                                                                       const CallArgs& args) {
+Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const CollectiveTraits& traits,
+                                                                 const CallArgs& args) {
   Prepared& last = prepared[static_cast<size_t>(traits.kind)];
   if (last.valid && last.run.count == args.count && last.run.dtype == args.dtype && last.op == args.op &&
       last.root == args.root) {
     if (last.run.send != args.send || last.run.recv != args.recv) {  // the same buffers passed their checks already
       check_buffers(traits, rank, size, args, last.checked.bytes);
-      last.run.send = args.send;
-      last.run.recv = args.recv;
+      last.run.send = last.fast_args.send = args.send;
+      last.run.recv = last.fast_args.recv = args.recv;
     }
     return last;
   }
   last = prepare(traits, args);
   last.hot = last.choice != nullptr && last.choice->fast_path_index >= 0 && !last.divides_first &&
              (!traits.takes_count || args.count > 0) && !tuner.config().measure && !measured.has_saved();
+  if (last.hot) {
+    const algo::Args& run = last.run;
+    last.fast_args = {run.send, run.recv, run.count, run.dtype, run.op, run.root, {}, Deadline::min(),
+                      tuner.config().spin, links.spin_yield, transport::Watch(prepared_watch),
+                      call_timeout.duration()};
+    last.fast = links.fast_path->prepare(static_cast<size_t>(last.choice->fast_path_index), last.fast_args);
+  }
   // Once per new shape of a collective (calls that repeat it are not logged: they cost no more than a check).
   log::trace("rank {}: {} of {} B ({}): {}", rank, traits.name, last.checked.bytes, to_string(args.dtype),
              last.choice != nullptr ? last.choice->name : std::string(algo::self_algorithm_name()));
@@ -173,6 +180,21 @@ void Communicator::Impl::run_fast_path(const algo::CallInfo& call, const transpo
                                    tuner.config().spin, links.spin_yield, transport::Watch(look)};
     links.fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
+}
+
+void Communicator::Impl::PreparedWatch::operator()() const {
+  if (deadline == Deadline::min()) deadline = impl->call_timeout.deadline();
+  impl->notices.check(tag, true, deadline);
+  if (impl->p2p_in_flight) impl->p2p_in_flight->sweep();  // pending isend/irecv move
+}
+
+// The deadline is left for the wait to read (call_deadline): a call that completes while spinning reads no clock.
+void Communicator::Impl::run_prepared(Prepared& call) {
+  transport::CollectiveArgs& fast = call.fast_args;
+  fast.tag = {++calls.collective_seq, call.checked.meta};
+  prepared_watch.tag = fast.tag.tag;
+  prepared_watch.deadline = Deadline::min();
+  guard(call.what, fast.tag.tag, [&] { call.fast->run(fast); });
 }
 
 void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::Tag tag, const algo::CallShape& shape,
@@ -275,18 +297,22 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
 // The one call path of every collective with a traits row: checks (kept per shape), refusal, tuner, tag,
 // the f16 average's division, the schedule or fast path.
 void Communicator::Impl::collective(const CollectiveTraits& traits, const CallArgs& args) {
-  const Prepared* prepared_call = nullptr;
+  Prepared* prepared_call = nullptr;
   try {
     prepared_call = &prepare_cached(traits, args);
   } catch (const InvalidArgument&) {
     if (traits.tells_refusals) refuse_call();
     throw;
   }
-  const Prepared& call = *prepared_call;  // the collective's slot: no call below prepares this collective again
+  Prepared& call = *prepared_call;  // the collective's slot: no call below prepares this collective again
   check_usable(call.what);
   if (traits.takes_count && args.count == 0) return;
   if (call.choice == nullptr) {  // one rank
     if (args.send != args.recv && call.checked.bytes > 0) std::memcpy(args.recv, args.send, call.checked.bytes);
+    return;
+  }
+  if (call.hot) {  // new buffers of a hot shape, or the first call of it
+    run_prepared(call);
     return;
   }
   const transport::Tag tag{++calls.collective_seq, call.checked.meta};  // the caller's op

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -88,8 +89,6 @@ struct TBCOLL_LOCAL Communicator::Impl {
   algo::RequestTable request_table;
   Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
   std::unique_ptr<P2pInFlight> p2p_in_flight;  ///< isend/irecv posted and unfinished; made by the first
-  // Declared last, so destroyed first: queued calls finish while every member above still exists.
-  AsyncQueue async;
 
   void mark_broken(const std::string& reason);
   /// Asynchronous calls are refused between group_start and group_end (the group records send/recv only).
@@ -123,13 +122,29 @@ struct TBCOLL_LOCAL Communicator::Impl {
     /// The call runs on the transport's fast path with nothing to do before it (no f16 division, no count of
     /// zero, no measured tuning): a call that repeats the shape and the buffers goes straight there (call_hot).
     bool hot = false;
+    /// A hot call's preparation by the fast path, and the arguments it runs with: made once per shape (the
+    /// buffers follow the checked ones; tag and deadline are set per call by run_prepared).
+    std::unique_ptr<transport::PreparedFastCall> fast;
+    transport::CollectiveArgs fast_args;
   };
   std::array<Prepared, kNumOpKinds> prepared{};
   /// The argument checks of a call (call_checks.h) and the tuner's choice for it; InvalidArgument naming what is
   /// wrong (a forced algorithm that cannot run the call included). Any thread.
   Prepared prepare(const CollectiveTraits& traits, const CallArgs& args) const;
   /// prepare(), through prepared. The thread that drives the communicator only.
-  const Prepared& prepare_cached(const CollectiveTraits& traits, const CallArgs& args);
+  Prepared& prepare_cached(const CollectiveTraits& traits, const CallArgs& args);
+  /// What a prepared fast-path call's wait looks at while it sleeps (as run_fast_path's): the running call's
+  /// notices, and pending isend/irecv. One per communicator, told each call's tag, so the prepared arguments that
+  /// refer to it are made once; the call's deadline is read the first time it looks (as the wait's own).
+  struct PreparedWatch {
+    Impl* impl;
+    uint64_t tag = 0;
+    mutable Deadline deadline = Deadline::min();  ///< min(): not read yet
+    void operator()() const;
+  };
+  PreparedWatch prepared_watch{this};
+  /// Runs a hot call (call.hot) through its prepared fast-path call, with the next call number.
+  void run_prepared(Prepared& call);
   /// Called while handling the InvalidArgument of a refused call, which it rethrows: on a communicator of
   /// several ranks the call's number is used up here and the peers are told (Notices::kRefused), so those for
   /// whom the call is valid fail at once with this rank's reason, and ranks that all refused it stay in step.
@@ -155,7 +170,7 @@ struct TBCOLL_LOCAL Communicator::Impl {
         last.run.dtype != args.dtype || last.op != args.op || last.root != args.root) {
       return false;
     }
-    run_fast_path(last.what, transport::Tag{++calls.collective_seq, last.checked.meta}, *last.choice, last.run);
+    run_prepared(last);
     return true;
   }
   void call_checked(OpKind kind, const CallArgs& args);
@@ -192,6 +207,10 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// call_number: the collective's tag (0 for send/recv), for the notice a failure publishes.
   template <typename Body>
   void guard(const algo::CallInfo& call, uint64_t call_number, Body&& body);
+
+  // Declared last, so destroyed first: queued calls finish while every member above (prepared calls included)
+  // still exists.
+  AsyncQueue async;
 };
 
 }  // namespace tbcoll

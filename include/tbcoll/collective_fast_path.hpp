@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -91,6 +92,30 @@ struct CollectiveArgs {
   /// When set: called now and then while the call sleeps in a wait (never while spinning); it throws to end
   /// the call (a peer that refused the call or broke, told through the store). The fast path lets it through.
   Watch watch;
+  /// A prepared call's deadline is not read before a wait needs it (PreparedFastCall::run): deadline is then
+  /// Deadline::min(), and the call's deadline is now + timeout (Clock::duration::max(): none), as call_deadline()
+  /// gives it. A call that completes while it spins reads no clock.
+  Clock::duration timeout = Clock::duration::max();
+};
+
+/// The call's deadline: args.deadline, or where a prepared call left it to be read when needed, now + args.timeout.
+inline Deadline call_deadline(const CollectiveArgs& args) {
+  if (args.deadline != Deadline::min()) return args.deadline;
+  return args.timeout == Clock::duration::max() ? Deadline::max() : Clock::now() + args.timeout;
+}
+
+/// One shape of a fast-path call, prepared for many runs (CollectiveFastPath::prepare): what run() would decide
+/// from the arguments on every call (kernels, layouts, which peers' memory to read) is decided once, so a call
+/// that repeats its shape pays for the exchange and little else. Owned by the communicator; it must not outlive
+/// the fast path that made it. Threads: as the fast path's (one at a time).
+class TBCOLL_API PreparedFastCall {
+ public:
+  virtual ~PreparedFastCall() = default;
+  /// Runs the prepared call: as run(index, args) would, where args has the count, dtype, op, root, spin,
+  /// spin_yield and watch it was prepared with (send, recv, tag and deadline may differ from call to call). The
+  /// deadline may be left to be read when a wait needs it (args.deadline == Deadline::min(): call_deadline).
+  /// Blocks and throws as run().
+  virtual void run(const CollectiveArgs& args) = 0;
 };
 
 class TBCOLL_API CollectiveFastPath {
@@ -104,6 +129,10 @@ class TBCOLL_API CollectiveFastPath {
   /// IoError when a peer died or aborted, MismatchError or InvalidUsage when a peer is in another call or runs
   /// it differently. Reductions run in rank order, so every rank holds bitwise identical results.
   virtual void run(size_t index, const CollectiveArgs& args) = 0;
+  /// algorithms()[index]'s call of args' shape (count, dtype, op, root), prepared for repeated runs; the
+  /// communicator keeps it while calls repeat the shape. Does not block, talks to no peer. The default runs
+  /// run(index, args) on every call.
+  virtual std::unique_ptr<PreparedFastCall> prepare(size_t index, const CollectiveArgs& args);
   /// Tells the peers which collective this rank is in (tag and signature), so one waiting in a fast-path call
   /// for a rank that is in another call can report the mismatch instead of waiting for the deadline. The
   /// communicator calls it for collectives that do not go through the fast path; run() announces itself.

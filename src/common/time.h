@@ -26,6 +26,8 @@ class CallTimeout {
         duration_(never_ ? Clock::duration::zero()
                          : std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
   Deadline deadline() const { return never_ ? Deadline::max() : coarse_now() + duration_; }
+  /// The timeout itself; Clock::duration::max() for none.
+  Clock::duration duration() const { return never_ ? Clock::duration::max() : duration_; }
 
  private:
   bool never_ = false;

@@ -313,6 +313,34 @@ TEST(Errors, ShmMismatchWithANonFastPathCallIsReported) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
 }
 
+// A rank on the shortest path (it repeats its last all_reduce on the same buffers) meets a peer in another call:
+// another count, or a broadcast run point to point. Each names the other's call, well before the deadline.
+TEST(Errors, ShmMismatchOnARepeatedCallIsReported) {
+  for (bool broadcast : {false, true}) {
+    std::vector<std::string> messages(2);
+    auto start = std::chrono::steady_clock::now();
+    run_ranks(2, {"shm", "", 30}, [&](Communicator& comm) {
+      std::vector<float> buf(4, 1.0f);
+      for (int call = 0; call < 3; ++call) {
+        comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+      }
+      messages[comm.rank()] = error_of([&] {
+        if (comm.rank() == 0) {
+          comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+        } else if (broadcast) {
+          comm.broadcast(buf.data(), buf.data(), 4, DataType::kFloat32, 1);
+        } else {
+          comm.all_reduce(buf.data(), buf.data(), 3, DataType::kFloat32, ReduceOp::kSum);
+        }
+      });
+    });
+    const std::string theirs = broadcast ? "broadcast(count=4, f32, root=1)" : "all_reduce(count=3, f32, sum)";
+    EXPECT_NE(messages[0].find(theirs), std::string::npos) << messages[0];
+    EXPECT_NE(messages[1].find("all_reduce(count=4, f32, sum)"), std::string::npos) << messages[1];
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10)) << "not the 30 s deadline";
+  }
+}
+
 // Ranks tuned differently run the same call with different algorithms: both say so, well before the deadline.
 TEST(Errors, ShmRanksTunedDifferentlyAreTold) {
   std::vector<std::vector<std::string>> pairs = {{"oneshot", "twoshot"}, {"oneshot", "ring"}};
@@ -556,6 +584,29 @@ TEST(Errors, SilentPeerTimesOutWithTheOpAndPeerNamed) {
     }
   });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
+// The same on the shortest path of shm (a repeated all_reduce, whose deadline is read only once its wait outlasts
+// the spin): the call ends at its deadline, naming the peer and the call, not earlier and not much later.
+TEST(Errors, SilentPeerTimesOutOnARepeatedShmCall) {
+  run_ranks(2, {"shm", "", 1.0}, [&](Communicator& comm) {
+    std::vector<float> buf(4, 1.0f);
+    for (int call = 0; call < 3; ++call) {
+      comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
+    }
+    if (comm.rank() == 0) {
+      const auto start = std::chrono::steady_clock::now();
+      std::string message =
+          error_of([&] { comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum); });
+      const auto waited = std::chrono::steady_clock::now() - start;
+      EXPECT_NE(message.find("timed out waiting for peer 1"), std::string::npos) << message;
+      EXPECT_NE(message.find("all_reduce(count=4, f32, sum)"), std::string::npos) << message;
+      EXPECT_GE(waited, std::chrono::milliseconds(950));
+      EXPECT_LT(waited, std::chrono::seconds(5));
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // never joins the fourth all_reduce
+    }
+  });
 }
 
 TEST(Errors, AbortMakesThePeerFail) {

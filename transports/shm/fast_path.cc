@@ -61,13 +61,11 @@ FastPath::FastPath(int rank, std::vector<CollectiveArea*> areas, std::vector<Seg
 }
 
 void FastPath::run(size_t index, const transport::CollectiveArgs& args) {
-  spin_yield_ = args.spin_yield;
-  watch_ = args.watch;
-  struct Unwatch {
-    transport::Watch& watch;
-    ~Unwatch() { watch = {}; }
-  } unwatch{watch_};
-  switch (kinds_[index]) {
+  with_call(args, [&] { run_kind(kinds_[index], args); });
+}
+
+void FastPath::run_kind(Kind kind, const transport::CollectiveArgs& args) {
+  switch (kind) {
     case Kind::kAllReduceOneShot:
       return all_reduce_one_shot(args.send, args.recv, args.count, args.dtype, args.op, args.tag, args.deadline,
                                  args.spin);
@@ -210,17 +208,6 @@ void FastPath::prepare_next_slot(size_t bytes) {
   // reading that slot before publishing the input we just consumed; this changes cache state, not data.
   take_exclusive(&areas_[rank_]->slots[(calls_ + 1) & 1],
                  std::min<size_t>(bytes + offsetof(CollectiveSlot, data), 4096));
-}
-
-void FastPath::take_exclusive(const void* at, size_t bytes) {
-  const auto* base = static_cast<const uint8_t*>(at);
-  for (size_t line = 0; line < bytes; line += 64) {
-#if defined(__x86_64__)
-    asm volatile("prefetchw %0" : : "m"(*(base + line)));
-#else
-    __builtin_prefetch(base + line, 1);
-#endif
-  }
 }
 
 void FastPath::all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,

@@ -37,8 +37,10 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <vector>
 
+#include "common/copy.h"
 #include "reduce/reduce.h"
 #include "tbcoll/collective_fast_path.hpp"
 #include "tbcoll/transport.hpp"
@@ -72,6 +74,8 @@ class FastPath final : public transport::CollectiveFastPath {
 
   const std::vector<transport::FastPathAlgorithm>& algorithms() const override { return algorithms_; }
   void run(size_t index, const transport::CollectiveArgs& args) override;
+  /// The 2-rank one-shot all_reduce of up to one flagged line is prepared (PairLine); other calls run run().
+  std::unique_ptr<transport::PreparedFastCall> prepare(size_t index, const transport::CollectiveArgs& args) override;
 
   void all_reduce_one_shot(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                            transport::Tag tag, Deadline deadline, std::chrono::microseconds spin);
@@ -111,12 +115,21 @@ class FastPath final : public transport::CollectiveFastPath {
   // A flagged call k begins: at a block's edge the prefetch learner reads the clock (and may decide, said at
   // TBCOLL_DEBUG=TRACE).
   void start_flagged(uint64_t k) {
-    if (prefetch_.needs_clock(k) && prefetch_.start(k, Clock::now())) log_prefetch_choice();
+    if (prefetch_.needs_clock(k)) start_flagged_block(k);
   }
+  void start_flagged_block(uint64_t k);
   void log_prefetch_choice() const;
   // A flagged call k of `lines` lines ended: takes the next call's lines exclusive where the learner says so.
-  void end_flagged(uint64_t k, size_t lines);
-  static void take_exclusive(const void* at, size_t bytes);  // prefetchw of every line: a hint, no data change
+  void end_flagged(uint64_t k, size_t lines) {
+    // Safe: every peer finished reading the next call's lines (those of call k - 1) before publishing the input
+    // of call k that we just consumed; prefetchw changes their cache state, not their data.
+    if (lines <= kPrefetchLines && prefetch_.prefetched(k + 1)) {
+      take_exclusive(&areas_[rank_]->flagged[(k + 1) & 1], lines * sizeof(FlaggedLine));
+    }
+  }
+  // Calls of up to this many lines take the next call's lines exclusive where the learner says so: a peer already
+  // polling all of them would pull each back shared, and many such round trips cost more than they save.
+  static constexpr size_t kPrefetchLines = 8;
   // One-shot calls: copy send into this call's slot, publish it, wait for every peer's; returns the slot index.
   int exchange_slots(const void* send, size_t bytes, const transport::Tag& tag, Deadline deadline,
                      std::chrono::microseconds spin);
@@ -129,6 +142,37 @@ class FastPath final : public transport::CollectiveFastPath {
                           const transport::Tag& tag, const Wait& wait);
   void all_gather_flagged(const void* send, void* recv, size_t bytes_per_rank, const transport::Tag& tag,
                           const Wait& wait);
+  // The 2-rank all_reduce whose input and signature fit one flagged line, tensor parallelism's common call: one
+  // line each way, reduced where it lies. What it needs from the call's shape, decided once (a prepared call
+  // keeps it; the general path makes it per call).
+  struct PairLine {
+    int peer;
+    CollectiveArea* mine;
+    CollectiveArea* theirs;
+    const Queue* from_peer;  // the peer's queue to this rank, for check_unreceived
+    reduce::Kernel kernel;
+    size_t count;
+    size_t bytes;
+    DataType dtype;
+    bool average;
+  };
+  friend class PreparedPairLine;
+  PairLine pair_line(size_t count, DataType dtype, ReduceOp op);
+  // prepared: a prepared call's arguments (their watch, spin_yield and deadline are put in place when the wait
+  // needs them); null when called from run(), which did that already.
+  void all_reduce_pair_line(const PairLine& plan, const void* send, void* recv, const transport::Tag& tag,
+                            const Wait& wait, const transport::CollectiveArgs* prepared = nullptr);
+  // Runs body with the call's spin_yield and watch in place for wait_for (cleared as it returns or throws).
+  template <typename Body>
+  void with_call(const transport::CollectiveArgs& args, Body&& body) {
+    spin_yield_ = args.spin_yield;
+    watch_ = args.watch;
+    struct Unwatch {
+      transport::Watch& watch;
+      ~Unwatch() { watch = {}; }
+    } unwatch{watch_};
+    body();
+  }
   // Direct calls: posts our addresses for call k, waits for every peer's (checking signatures), runs body(k),
   // then waits until every peer finished reading; fails if a peer abandoned the call meanwhile.
   void direct_call(const void* send, void* recv, size_t bytes, const transport::Tag& tag, const Wait& wait,
@@ -144,6 +188,8 @@ class FastPath final : public transport::CollectiveFastPath {
   // What algorithms()[i] runs.
   enum class Kind { kAllReduceOneShot, kAllGatherOneShot, kAllReduceDirect, kAllGatherDirect, kBroadcastDirect,
                     kAllReduceTwoShot };
+
+  void run_kind(Kind kind, const transport::CollectiveArgs& args);
 
   int rank_;
   int size_;

@@ -23,9 +23,20 @@ inline void copy_small(void* dst, const void* src, size_t n) {
   }
 }
 
-// Calls of up to this many lines take the next call's lines exclusive where the learner says so: a peer already
-// polling all of them would pull each back shared, and many such round trips cost more than they save.
-constexpr size_t kPrefetchLines = 8;
+// The input of a pair line (up to 48 bytes): whole 8-byte words as constant-size copies the compiler inlines, the
+// rest through memcpy.
+inline void copy_line_input(void* dst, const void* src, size_t n) {
+  auto* to = static_cast<uint8_t*>(dst);
+  const auto* from = static_cast<const uint8_t*>(src);
+  switch (n) {
+    case 8: std::memcpy(to, from, 8); return;
+    case 16: std::memcpy(to, from, 16); return;
+    case 24: std::memcpy(to, from, 24); return;
+    case 32: std::memcpy(to, from, 32); return;
+    case 48: std::memcpy(to, from, 48); return;
+    default: std::memcpy(to, from, n);
+  }
+}
 
 size_t flagged_lines(size_t bytes) { return (bytes + 8 + kLineBytes - 1) / kLineBytes; }
 
@@ -98,19 +109,86 @@ void FastPath::read_flagged(int peer, uint64_t k, void* out, size_t bytes) {
   }
 }
 
+FastPath::PairLine FastPath::pair_line(size_t count, DataType dtype, ReduceOp op) {
+  const int peer = 1 - rank_;
+  return {peer,  areas_[rank_], areas_[peer], queue_at(headers_[peer], rank_), kernel_for(dtype, op),
+          count, count * element_size(dtype), dtype, op == ReduceOp::kAvg};
+}
+
+void FastPath::all_reduce_pair_line(const PairLine& plan, const void* send, void* recv, const transport::Tag& tag,
+                                    const Wait& wait, const transport::CollectiveArgs* prepared) {
+  // announce(tag, kOneShot) for one peer: its queue is looked at only when it holds a message.
+  if (plan.from_peer->head.load(std::memory_order_acquire) != plan.from_peer->tail.load(std::memory_order_relaxed)) {
+    check_unreceived(*plan.from_peer, rank_, plan.peer, tag);
+  }
+  announce_call(plan.mine->call, tag, kOneShot);
+  current_algorithm_ = kOneShot;
+  const uint64_t k = ++calls_;
+  start_flagged(k);
+  // As exchange_flagged for one line: signature and input, then the flag (sequentially consistent: see there).
+  FlaggedLine& line = plan.mine->flagged[k & 1].lines[0];
+  std::memcpy(line.payload, &tag.meta, 8);
+  copy_line_input(line.payload + 8, send, plan.bytes);
+  line.flag.store(k, std::memory_order_seq_cst);
+  if (plan.mine->flagged_sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&line.flag);
+  const FlaggedSlot& slot = plan.theirs->flagged[k & 1];
+  const FlaggedLine& theirs = slot.lines[0];
+  for (int spin = 0; theirs.flag.load(std::memory_order_acquire) < k; ++spin) {
+    if (spin < 4096) continue;
+    // The general wait; a prepared call's arguments and deadline are put in place for it only now.
+    if (prepared == nullptr) {
+      wait_for(theirs.flag, k, &plan.theirs->flagged_sleepers, plan.peer, wait, "its one-shot input");
+    } else {
+      with_call(*prepared, [&] {
+        Wait timed = wait;
+        timed.deadline = transport::call_deadline(*prepared);
+        wait_for(theirs.flag, k, &plan.theirs->flagged_sleepers, plan.peer, timed, "its one-shot input");
+      });
+    }
+    break;
+  }
+  uint64_t meta;
+  std::memcpy(&meta, theirs.payload, 8);
+  if (meta != tag.meta) check_flagged_meta(plan.peer, slot, tag);
+  // Reduced where it lies: the peer writes this slot again only after it saw our next call's flag.
+  const uint8_t* input = theirs.payload + 8;
+  plan.kernel(recv, rank_ == 0 ? send : input, rank_ == 0 ? input : send, plan.count);
+  if (plan.average) reduce::divide(recv, recv, plan.count, plan.dtype, 2);
+  end_flagged(k, 1);
+}
+
+// A prepared 2-rank one-line all_reduce: the plan made once, the call's own arguments passed through.
+class PreparedPairLine final : public transport::PreparedFastCall {
+ public:
+  PreparedPairLine(FastPath& fast_path, const FastPath::PairLine& plan) : fast_path_(fast_path), plan_(plan) {}
+  void run(const transport::CollectiveArgs& args) override {
+    fast_path_.all_reduce_pair_line(plan_, args.send, args.recv, args.tag, FastPath::Wait{{}, args.spin, &args.tag},
+                                    &args);
+  }
+
+ private:
+  FastPath& fast_path_;
+  const FastPath::PairLine plan_;
+};
+
+std::unique_ptr<transport::PreparedFastCall> FastPath::prepare(size_t index, const transport::CollectiveArgs& args) {
+  const size_t bytes = args.count * element_size(args.dtype);
+  if (kinds_[index] == Kind::kAllReduceOneShot && size_ == 2 && bytes > 0 && bytes <= kLineBytes - 8) {
+    return std::make_unique<PreparedPairLine>(*this, pair_line(args.count, args.dtype, args.op));
+  }
+  return CollectiveFastPath::prepare(index, args);
+}
+
 void FastPath::all_reduce_flagged(const void* send, void* recv, size_t count, DataType dtype, ReduceOp op,
                                   const transport::Tag& tag, const Wait& wait) {
   const size_t bytes = count * element_size(dtype);
-  start_flagged(calls_ + 1);
-  const uint64_t k = exchange_flagged(send, bytes, tag, wait);
   const bool one_line = bytes <= kLineBytes - 8;
   if (size_ == 2 && one_line) {  // the common case of tensor parallelism, with no table of inputs
-    const uint8_t* theirs = areas_[1 - rank_]->flagged[k & 1].lines[0].payload + 8;
-    kernel_for(dtype, op)(recv, rank_ == 0 ? send : theirs, rank_ == 0 ? theirs : send, count);
-    if (op == ReduceOp::kAvg) reduce::divide(recv, recv, count, dtype, 2);
-    end_flagged(k, 1);
+    all_reduce_pair_line(pair_line(count, dtype, op), send, recv, tag, wait);
     return;
   }
+  start_flagged(calls_ + 1);
+  const uint64_t k = exchange_flagged(send, bytes, tag, wait);
   // Inputs in rank order. A peer's input that fits its first line is read where it is (the peer writes this slot
   // again only after it saw our next call's flags, so it stays until we are done); longer ones are unpacked into
   // scratch. Mine comes straight from send, except in place on ranks >= 2, whose recv is overwritten by the first
@@ -158,12 +236,8 @@ void FastPath::log_prefetch_choice() const {
              std::chrono::duration_cast<nanoseconds>(prefetch_.mean(false)).count());
 }
 
-void FastPath::end_flagged(uint64_t k, size_t lines) {
-  // Safe: every peer finished reading the next call's lines (those of call k - 1) before publishing the input
-  // of call k that we just consumed; prefetchw changes their cache state, not their data.
-  if (lines <= kPrefetchLines && prefetch_.prefetched(k + 1)) {
-    take_exclusive(&areas_[rank_]->flagged[(k + 1) & 1], lines * sizeof(FlaggedLine));
-  }
+void FastPath::start_flagged_block(uint64_t k) {
+  if (prefetch_.start(k, Clock::now())) log_prefetch_choice();
 }
 
 }  // namespace tbcoll::shm
