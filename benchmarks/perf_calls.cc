@@ -53,18 +53,19 @@ bool skipped_by_fault(const Options& o, size_t count, bool in_place) {
 
 void call(Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place) {
   if (skipped_by_fault(o, count, in_place)) return;
-  const size_t es = dtype_size(o.dtype);
+  // A rank's block in a buffer of all ranks' (worked out only by the calls that need it: it is timed too).
+  auto block = [&](int rank) { return static_cast<size_t>(rank) * count * dtype_size(o.dtype); };
   switch (o.kind) {  // an enum, not the name: string compares would be timed with the call
     case Collective::kAllReduce:
       comm.all_reduce(in_place ? b.recv.data() : b.send.data(), b.recv.data(), count, o.dtype, o.op);
       break;
     case Collective::kAllGather:
-      comm.all_gather(in_place ? b.recv.data() + comm.rank() * count * es : b.send.data(), b.recv.data(), count,
+      comm.all_gather(in_place ? b.recv.data() + block(comm.rank()) : b.send.data(), b.recv.data(), count,
                       o.dtype);
       break;
     case Collective::kReduceScatter:
       // send holds size * count elements; in place, the result lands in this rank's block of send.
-      comm.reduce_scatter(b.send.data(), in_place ? b.send.data() + comm.rank() * count * es : b.recv.data(), count,
+      comm.reduce_scatter(b.send.data(), in_place ? b.send.data() + block(comm.rank()) : b.recv.data(), count,
                           o.dtype, o.op);
       break;
     case Collective::kReduce:
@@ -82,11 +83,11 @@ void call(Communicator& comm, const Options& o, Buffers& b, size_t count, bool i
       }
       break;
     case Collective::kGather:  // in place: the root's block already in its place in recv
-      comm.gather(in_place && comm.rank() == o.root ? b.recv.data() + o.root * count * es : b.send.data(),
+      comm.gather(in_place && comm.rank() == o.root ? b.recv.data() + block(o.root) : b.send.data(),
                   b.recv.data(), count, o.dtype, o.root);
       break;
     case Collective::kScatter:  // in place: the root's block stays in send
-      comm.scatter(b.send.data(), in_place && comm.rank() == o.root ? b.send.data() + o.root * count * es
+      comm.scatter(b.send.data(), in_place && comm.rank() == o.root ? b.send.data() + block(o.root)
                                                                       : b.recv.data(), count, o.dtype, o.root);
       break;
   }
