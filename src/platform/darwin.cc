@@ -30,6 +30,15 @@ namespace tbcoll::platform {
 
 const char* flavour() { return "darwin"; }
 
+size_t last_level_cache_bytes() {
+  for (const char* name : {"hw.l3cachesize", "hw.l2cachesize"}) {
+    int64_t bytes = 0;
+    size_t size = sizeof(bytes);
+    if (sysctlbyname(name, &bytes, &size, nullptr, 0) == 0 && bytes > 0) return static_cast<size_t>(bytes);
+  }
+  return 0;
+}
+
 // steady_clock is mach_absolute_time on macOS, a user-space counter read: no cheaper clock of the same kind.
 std::chrono::steady_clock::time_point coarse_now() { return generic::precise_now(); }
 

@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstdio>
 #include <fstream>
+#include <string>
 
 #include "platform/generic.h"
 
@@ -25,6 +26,21 @@ extern char** environ;  // POSIX: declared by the program, not by a header
 namespace tbcoll::platform {
 
 const char* flavour() { return "linux"; }
+
+size_t last_level_cache_bytes() {
+#if defined(_SC_LEVEL3_CACHE_SIZE)  // glibc
+  for (int name : {_SC_LEVEL3_CACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) {
+    const long bytes = sysconf(name);
+    if (bytes > 0) return static_cast<size_t>(bytes);
+  }
+#endif
+  for (const char* index : {"index3", "index2"}) {  // "32768K"
+    std::ifstream in(std::string("/sys/devices/system/cpu/cpu0/cache/") + index + "/size");
+    size_t kib = 0;
+    if (in >> kib && kib > 0) return kib << 10;
+  }
+  return 0;
+}
 
 std::chrono::steady_clock::time_point coarse_now() {
   // The same clock as steady_clock (CLOCK_MONOTONIC), up to one tick behind, read without a time-stamp counter.

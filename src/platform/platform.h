@@ -34,6 +34,9 @@ constexpr size_t kCacheLineBytes = 128;
 constexpr size_t kCacheLineBytes = 64;
 #endif
 
+/// Bytes of the last-level cache (L3, else L2) as the system reports it; 0 where it does not.
+size_t last_level_cache_bytes();
+
 // ---- time ------------------------------------------------------------------------------------------------------
 
 /// Now on std::chrono::steady_clock, read as cheaply as the system allows: up to one scheduler tick behind on

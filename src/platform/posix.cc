@@ -15,6 +15,8 @@ namespace tbcoll::platform {
 
 const char* flavour() { return "posix"; }
 
+size_t last_level_cache_bytes() { return 0; }
+
 std::chrono::steady_clock::time_point coarse_now() { return generic::precise_now(); }
 
 void wait_on_address(const void* word, uint32_t expected, long timeout_us) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <thread>
 
+#include "common/copy.h"
 #include "platform/platform.h"
 
 namespace tbcoll::platform {
@@ -123,6 +124,19 @@ TEST(Platform, ClocksAndNames) {
               std::string(flavour()) == "posix");
   EXPECT_FALSE(kernel_id().empty());
   EXPECT_EQ(shm_domain(), shm_domain());
+}
+
+// The cache size decides where copies stream past the cache (stream_from_bytes): read from the system where it
+// says (every Linux machine CI runs on does), nothing made up where it does not.
+TEST(Platform, LastLevelCacheSize) {
+  const size_t bytes = last_level_cache_bytes();
+  if (std::string(flavour()) == "posix") {
+    EXPECT_EQ(bytes, 0u);
+  } else if (std::string(flavour()) == "linux") {
+    EXPECT_GE(bytes, size_t{256} << 10) << "an L3 or L2 of at least 256 KiB";
+    EXPECT_EQ(bytes % 1024, 0u);
+  }
+  EXPECT_EQ(stream_from_bytes(), std::max<size_t>(size_t{16} << 20, bytes / 2));
 }
 
 }  // namespace

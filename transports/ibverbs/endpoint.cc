@@ -13,7 +13,8 @@
 namespace tbcoll::ibverbs {
 namespace {
 
-constexpr size_t kStreamFromBytes = size_t{16} << 20;
+// A message of this size or more is copied out of the slots with non-temporal stores (on_frame).
+constexpr size_t kStreamOutFromBytes = size_t{16} << 20;
 
 // The request of one send or receive: test() drives the endpoint, block() waits in it, and dropping it unfinished
 // tells the endpoint its stream is out of sync. It is placed in its operation's RequestSlot, and the operation
@@ -292,9 +293,9 @@ bool Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* pay
   header->message = op.number;
   header->offset = static_cast<uint32_t>(begin);
   if (bytes > 0 && op.buf != nullptr) {
-    // The slot is read by the adapter, never by this CPU again: a message far beyond the caches is copied in
-    // without first reading the slot's lines into the cache, as on_frame copies one out.
-    if (op.bytes >= kStreamFromBytes) {
+    // The slot is read by the adapter, never by this CPU again: a message that streams past the last-level cache
+    // (and so evicts the slots) is copied in without first reading the slot's lines (stream_from_bytes).
+    if (op.bytes >= stream_from_bytes()) {
       stream_copy(payload, op.buf + begin, bytes);
     } else {
       std::memcpy(payload, op.buf + begin, bytes);
@@ -361,7 +362,7 @@ void Endpoint::on_frame(int rail, const wire::Header& header, const uint8_t* pay
   if (header.payload > 0 && op->buf != nullptr) {
     // A message far beyond the caches goes to memory without first reading its lines (stream_copy: a third less
     // DRAM traffic, as shm's two-shot writes its large outputs); a smaller one stays cached for the reduction.
-    if (op->bytes >= kStreamFromBytes) {
+    if (op->bytes >= kStreamOutFromBytes) {
       stream_copy(op->buf + header.offset, payload, header.payload);
     } else {
       std::memcpy(op->buf + header.offset, payload, header.payload);
