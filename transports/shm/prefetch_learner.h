@@ -24,11 +24,13 @@ namespace tbcoll::shm {
 
 class PrefetchLearner {
  public:
-  static constexpr uint64_t kPeriod = 65536;
+  // Half of the timed calls run the slower way, so they are few and rare: 2048 of every 262144 calls (the first
+  // decision comes within a benchmark's warm-up; a machine whose cores moved is noticed within a period).
+  static constexpr uint64_t kPeriod = uint64_t{1} << 18;
   // Blocks long enough for the ranks to settle into a way's rhythm: in blocks of 32 calls the prefetch's gain
-  // (half the time per call on two vCPUs of one core) did not show at all.
-  static constexpr uint64_t kBlock = 1024;  ///< call numbers timed together, all run one way
-  static constexpr uint64_t kBlocks = 8;    ///< timed blocks at the start of a period: even ones without, odd with
+  // (half the time per call on two vCPUs of one core) did not show at all; in blocks of 256 it does.
+  static constexpr uint64_t kBlock = 256;  ///< call numbers timed together, all run one way
+  static constexpr uint64_t kBlocks = 8;   ///< timed blocks at the start of a period: even ones without, odd with
 
   /// Whether call k runs with its lines taken exclusive at the end of call k - 1.
   bool prefetched(uint64_t k) const { return timed(k) ? (k / kBlock & 1) != 0 : chosen_; }
