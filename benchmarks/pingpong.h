@@ -45,7 +45,8 @@ double raw_shm_floor_us(Communicator& comm);
 /// The hand-written limit of a 2-rank 8 B all-reduce through shared memory: each rank copies its two floats into
 /// a line of its own, raises its flag, spins on the peer's, adds (no checks, no protocol). The median over
 /// `iterations` of the slower rank's time per call, timed as tbcoll-perf times a call, in microseconds: the
-/// faster of two passes, the flag stored with release and with sequentially consistent order.
+/// fastest of four passes, the flag stored with release or sequentially consistent order, with or without the
+/// next call's line taken exclusive as a call ends.
 /// Collective over comm (ranks beyond 1 take part in the final reduction only); 0 if ranks 0 and 1 do not share
 /// memory.
 double raw_shm_all_reduce_us(Communicator& comm, int iterations);
