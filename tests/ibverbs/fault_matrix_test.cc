@@ -44,7 +44,7 @@ enum class Fault {
 };
 
 // What the ranks the fault does not stop must do.
-enum class Outcome {
+enum class Verdict {
   kError,    // a typed error naming the peer and the call, within the deadline + slack
   kSuccess,  // every round, every result right
   kEither,   // one of the two on each rank (UC over a briefly pulled cable: frames that never arrive fail the
@@ -55,25 +55,27 @@ struct Case {
   const char* name;
   Fault fault;
   int victim;  // the rank the fault stops (its own outcome is not judged), -1: none
-  Outcome uc, rc;
+  Verdict uc, rc;
 };
 
-constexpr Outcome kError = Outcome::kError, kSuccess = Outcome::kSuccess;
+constexpr Verdict kError = Verdict::kError, kSuccess = Verdict::kSuccess;
 const Case kCases[] = {
     {"peer vanishes (its thread stops, every frame to and from it lost)", Fault::kVanish, 1, kError, kError},
     {"peer paused past the deadline (its thread stops in the verbs)", Fault::kPausePastDeadline, 1, kError, kError},
     {"peer paused 0.4 s, then resumed", Fault::kPauseBriefly, 1, kSuccess, kSuccess},
     {"slow peer, 1 s within the deadline", Fault::kSlowPeer, 2, kSuccess, kSuccess},
     {"cable pulled between ranks 0 and 1 (frames lost both ways)", Fault::kCablePulled, -1, kError, kError},
-    {"cable between ranks 0 and 1 out 0.2 s, then back", Fault::kCableOutBriefly, -1, Outcome::kEither, kSuccess},
+    {"cable between ranks 0 and 1 out 0.2 s, then back", Fault::kCableOutBriefly, -1, Verdict::kEither, kSuccess},
     {"rank 1's queue pairs to rank 0 moved to the error state", Fault::kQueuePairError, -1, kError, kError},
 };
 
-struct Mode {
+struct LinkMode {
   const char* name;  // TBCOLL_IB_MODE
   bool apple_strict;
 };
-void PrintTo(const Mode& mode, std::ostream* out) { *out << mode.name << (mode.apple_strict ? " Apple-strict" : ""); }
+void PrintTo(const LinkMode& mode, std::ostream* out) {
+  *out << mode.name << (mode.apple_strict ? " Apple-strict" : "");
+}
 
 struct Rank {
   std::atomic<ibv_context*> context{nullptr};
@@ -88,7 +90,7 @@ struct Rank {
 
 // Rank `rank`'s part: rounds of all_reduce(sum) of 1, 1024 and 5000 floats in turn (one, two and five 4 KiB
 // frames), each element a function of rank, index and round, checked exactly.
-void run_rank(int rank, const Mode& mode, const Case& c, int rounds, Clock::time_point give_up,
+void run_rank(int rank, const LinkMode& mode, const Case& c, int rounds, Clock::time_point give_up,
               const std::shared_ptr<Store>& store, std::atomic<int>* ready, Rank* out) {
   try {
     Config config;
@@ -152,15 +154,15 @@ std::vector<std::string> peers_to_name(const Case& c, int rank) {
   }
 }
 
-class IbverbsFaultMatrix : public ::testing::TestWithParam<Mode> {};
+class IbverbsFaultMatrix : public ::testing::TestWithParam<LinkMode> {};
 
 TEST_P(IbverbsFaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
-  const Mode mode = GetParam();
+  const LinkMode mode = GetParam();
   const std::string column = std::string("ibverbs fake ") + mode.name + (mode.apple_strict ? " (Apple-strict)" : "");
   std::thread([] {}).join();  // a runtime's helper thread that starts with the first thread (TSan's) is no leak
   for (const Case& c : kCases) {
     SCOPED_TRACE(column + ": " + c.name);
-    const Outcome outcome = mode.apple_strict ? c.uc : c.rc;
+    const Verdict outcome = mode.apple_strict ? c.uc : c.rc;
     fake::Options options;
     options.apple_strict = mode.apple_strict;
     fake::reset(options);
@@ -235,7 +237,7 @@ TEST_P(IbverbsFaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
       if (rank == stopped) continue;
       const double seconds = std::chrono::duration<double>(r.ended - injected).count();
       worst = std::max(worst, seconds);
-      if (outcome == kSuccess || (outcome == Outcome::kEither && r.completed)) {
+      if (outcome == kSuccess || (outcome == Verdict::kEither && r.completed)) {
         EXPECT_TRUE(r.completed) << "rank " << rank << " (" << r.rounds << " rounds): " << r.error;
         continue;
       }
@@ -263,8 +265,9 @@ TEST_P(IbverbsFaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, IbverbsFaultMatrix, ::testing::Values(Mode{"uc", true}, Mode{"rc", false}),
-                         [](const ::testing::TestParamInfo<Mode>& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Modes, IbverbsFaultMatrix,
+                         ::testing::Values(LinkMode{"uc", true}, LinkMode{"rc", false}),
+                         [](const ::testing::TestParamInfo<LinkMode>& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace tbcoll::ibverbs
