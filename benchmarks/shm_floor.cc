@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -175,12 +176,9 @@ double raw_shm_all_reduce_us(Communicator& comm, int iterations) {
   // line's ownership before polling the peer's, so the peer's polling does not pull the line back meanwhile; taking
   // the next call's line exclusive early moves the invalidation of the peer's copy off the next call's path, but
   // can pull the line from a peer already polling it. The limit is the fastest of the four.
-  double best = 0;
+  double best = std::numeric_limits<double>::infinity();
   for (std::memory_order order : {std::memory_order_release, std::memory_order_seq_cst}) {
-    for (bool take_next : {false, true}) {
-      const double us = pass(order, take_next);
-      best = best == 0 ? us : std::min(best, us);
-    }
+    for (bool take_next : {false, true}) best = std::min(best, pass(order, take_next));
   }
   return shared.base() != nullptr ? best : 0;
 }

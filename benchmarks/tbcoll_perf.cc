@@ -425,8 +425,8 @@ int main(int argc, char** argv) {
       const double limit_us = n == 2 ? tbcoll::bench::raw_shm_all_reduce_us(comm, 10000) : 0;
       if (lead && limit_us > 0) {
         std::printf("# hand-written 2-rank 8 B all-reduce through shared memory (flag + copy + add, no checks): "
-                    "%.3f us (median of 10000 calls, the slower rank's; the fastest of a release or seq_cst flag, with or "
-                    "without the next line taken exclusive)\n",
+                    "%.3f us (median of 10000 calls, the slower rank's; the fastest of a release or seq_cst "
+                    "flag, with or without the next line taken exclusive)\n",
                     limit_us);
         if (o.collective == "all_reduce") {
           print_small_against_floor("all_reduce", small_us, "hand-written limit", limit_us, "the same run");

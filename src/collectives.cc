@@ -90,16 +90,22 @@ Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const Collectiv
     }
     return last;
   }
-  last = prepare(traits, args);
-  last.hot = last.choice != nullptr && last.choice->fast_path_index >= 0 && !last.divides_first &&
-             (!traits.takes_count || args.count > 0) && !tuner.config().measure && !measured.has_saved();
-  if (last.hot) {
-    const algo::Args& run = last.run;
-    last.fast_args = {run.send, run.recv, run.count, run.dtype, run.op, run.root, {}, Deadline::min(),
-                      tuner.config().spin, links.spin_yield, transport::Watch(prepared_watch),
-                      call_timeout.duration()};
-    last.fast = links.fast_path->prepare(static_cast<size_t>(last.choice->fast_path_index), last.fast_args);
+  // Made aside and kept only once whole: a preparation that throws leaves the slot as it was.
+  Prepared fresh = prepare(traits, args);
+  fresh.hot = fresh.choice != nullptr && fresh.choice->fast_path_index >= 0 && !fresh.divides_first &&
+              (!traits.takes_count || args.count > 0) && !tuner.config().measure && !measured.has_saved();
+  if (fresh.hot) {
+    const algo::Args& run = fresh.run;
+    fresh.fast_args = {run.send, run.recv, run.count, run.dtype, run.op, run.root, {}, Deadline::min(),
+                       tuner.config().spin, links.spin_yield, transport::Watch(prepared_watch),
+                       call_timeout.duration()};
+    fresh.fast = links.fast_path->prepare(static_cast<size_t>(fresh.choice->fast_path_index), fresh.fast_args);
+    if (fresh.fast == nullptr) {
+      throw InvalidUsage(fmt::format("rank {}: {}: the fast path {} prepared no call", rank, fresh.what.describe(),
+                                     fresh.choice->name));
+    }
   }
+  last = std::move(fresh);
   // Once per new shape of a collective (calls that repeat it are not logged: they cost no more than a check).
   log::trace("rank {}: {} of {} B ({}): {}", rank, traits.name, last.checked.bytes, to_string(args.dtype),
              last.choice != nullptr ? last.choice->name : std::string(algo::self_algorithm_name()));
@@ -183,7 +189,7 @@ void Communicator::Impl::run_fast_path(const algo::CallInfo& call, const transpo
 }
 
 void Communicator::Impl::PreparedWatch::operator()() const {
-  if (deadline == Deadline::min()) deadline = impl->call_timeout.deadline();
+  if (deadline == Deadline::min()) deadline = impl->call_timeout.deadline();  // the wait's own, read as late
   impl->notices.check(tag, true, deadline);
   if (impl->p2p_in_flight) impl->p2p_in_flight->sweep();  // pending isend/irecv move
 }

@@ -14,7 +14,7 @@ class RunEachTime final : public PreparedFastCall {
   void run(const CollectiveArgs& args) override {
     if (args.deadline != Deadline::min()) return fast_path_.run(index_, args);
     CollectiveArgs with_deadline = args;  // the deadline read now, cheaply (the clock a scheduler tick behind)
-    with_deadline.deadline = args.timeout == Clock::duration::max() ? Deadline::max() : coarse_now() + args.timeout;
+    with_deadline.deadline = CallTimeout::deadline_in(args.timeout);
     fast_path_.run(index_, with_deadline);
   }
 

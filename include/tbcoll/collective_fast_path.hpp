@@ -98,10 +98,12 @@ struct CollectiveArgs {
   Clock::duration timeout = Clock::duration::max();
 };
 
-/// The call's deadline: args.deadline, or where a prepared call left it to be read when needed, now + args.timeout.
+/// The call's deadline: args.deadline, or where a prepared call left it to be read when needed, now + args.timeout
+/// (Deadline::max() for a timeout beyond what the clock can hold).
 inline Deadline call_deadline(const CollectiveArgs& args) {
   if (args.deadline != Deadline::min()) return args.deadline;
-  return args.timeout == Clock::duration::max() ? Deadline::max() : Clock::now() + args.timeout;
+  const Clock::time_point now = Clock::now();
+  return args.timeout >= Deadline::max() - now ? Deadline::max() : now + args.timeout;
 }
 
 /// One shape of a fast-path call, prepared for many runs (CollectiveFastPath::prepare): what run() would decide
@@ -129,15 +131,16 @@ class TBCOLL_API CollectiveFastPath {
   /// IoError when a peer died or aborted, MismatchError or InvalidUsage when a peer is in another call or runs
   /// it differently. Reductions run in rank order, so every rank holds bitwise identical results.
   virtual void run(size_t index, const CollectiveArgs& args) = 0;
-  /// algorithms()[index]'s call of args' shape (count, dtype, op, root), prepared for repeated runs; the
-  /// communicator keeps it while calls repeat the shape. Does not block, talks to no peer. The default runs
-  /// run(index, args) on every call.
-  virtual std::unique_ptr<PreparedFastCall> prepare(size_t index, const CollectiveArgs& args);
   /// Tells the peers which collective this rank is in (tag and signature), so one waiting in a fast-path call
   /// for a rank that is in another call can report the mismatch instead of waiting for the deadline. The
   /// communicator calls it for collectives that do not go through the fast path; run() announces itself.
   /// Cheap (a few stores to memory only this rank writes).
   virtual void announce(const Tag& tag) = 0;
+  /// algorithms()[index]'s call of args' shape (count, dtype, op, root), prepared for repeated runs; the
+  /// communicator keeps it while calls repeat the shape. Never null; throws where the shape cannot be prepared
+  /// (the call fails with that error, nothing is kept). Does not block, talks to no peer. The default runs
+  /// run(index, args) on every call.
+  virtual std::unique_ptr<PreparedFastCall> prepare(size_t index, const CollectiveArgs& args);
 };
 
 }  // namespace tbcoll::transport

@@ -19,7 +19,7 @@ namespace tbcoll {
 /// no data changes, and the write stays correct whoever holds the lines by then.
 inline void take_exclusive(const void* at, size_t bytes) {
   const auto* base = static_cast<const uint8_t*>(at);
-  for (size_t line = 0; line < bytes; line += 64) {
+  for (size_t line = 0; line < bytes; line += platform::kCacheLineBytes) {
 #if defined(__x86_64__)
     asm volatile("prefetchw %0" : : "m"(*(base + line)));
 #else

@@ -25,9 +25,13 @@ class CallTimeout {
       : never_(!(seconds < 1e9)),
         duration_(never_ ? Clock::duration::zero()
                          : std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
-  Deadline deadline() const { return never_ ? Deadline::max() : coarse_now() + duration_; }
+  Deadline deadline() const { return deadline_in(duration()); }
   /// The timeout itself; Clock::duration::max() for none.
   Clock::duration duration() const { return never_ ? Clock::duration::max() : duration_; }
+  /// coarse_now() + timeout; Deadline::max() for Clock::duration::max() (none).
+  static Deadline deadline_in(Clock::duration timeout) {
+    return timeout == Clock::duration::max() ? Deadline::max() : coarse_now() + timeout;
+  }
 
  private:
   bool never_ = false;

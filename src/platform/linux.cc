@@ -34,12 +34,21 @@ size_t last_level_cache_bytes() {
     if (bytes > 0) return static_cast<size_t>(bytes);
   }
 #endif
-  for (const char* index : {"index3", "index2"}) {  // "32768K"
-    std::ifstream in(std::string("/sys/devices/system/cpu/cpu0/cache/") + index + "/size");
+  // The highest level sysfs lists for CPU 0 (index<i>/level, index<i>/size as "32768K").
+  int best_level = 0;
+  size_t best_bytes = 0;
+  for (int index = 0; index < 16; ++index) {
+    const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(index) + "/";
+    std::ifstream level_file(dir + "level"), size_file(dir + "size");
+    int level = 0;
     size_t kib = 0;
-    if (in >> kib && kib > 0) return kib << 10;
+    if (!(level_file >> level) || !(size_file >> kib)) continue;
+    if (level > best_level && kib > 0) {
+      best_level = level;
+      best_bytes = kib << 10;
+    }
   }
-  return 0;
+  return best_bytes;
 }
 
 std::chrono::steady_clock::time_point coarse_now() {

@@ -36,7 +36,7 @@ void check_announcement(const CallAnnounce& announced, int rank, int peer, const
   if (theirs != algorithm) throw_tuned_differently(rank, peer, theirs, algorithm);
 }
 
-void check_unreceived(const Queue& queue, int rank, int peer, const transport::Tag& tag) {
+void check_queued(const Queue& queue, int rank, int peer, const transport::Tag& tag) {
   const uint64_t tail = queue.tail.load(std::memory_order_relaxed);  // ours: we are the consumer
   const uint64_t head = queue.head.load(std::memory_order_acquire);
   for (uint64_t i = tail; i != head; ++i) {  // published frames stay put until we advance tail

@@ -31,11 +31,18 @@ std::string another_call_message(int rank, int peer, uint64_t theirs, uint64_t o
 void check_announcement(const CallAnnounce& announced, int rank, int peer, const transport::Tag& tag,
                         uint64_t algorithm, size_t bytes);
 
+/// The messages waiting in a queue, when it holds any (check_unreceived).
+void check_queued(const Queue& queue, int rank, int peer, const transport::Tag& tag);
+
 /// Throws InvalidUsage when the queue from `peer` holds a message of a collective call before tag.tag: this
 /// rank finished that call without receiving it, so the ranks' calls did not match there (a broadcast whose
 /// ranks named different roots sends without anyone receiving). Costs two loads when the queue is empty.
 /// Only the queue's consumer may call it.
-void check_unreceived(const Queue& queue, int rank, int peer, const transport::Tag& tag);
+inline void check_unreceived(const Queue& queue, int rank, int peer, const transport::Tag& tag) {
+  // tail is ours (we are the consumer); an empty queue is the common case of every fast-path call.
+  if (queue.head.load(std::memory_order_acquire) == queue.tail.load(std::memory_order_relaxed)) return;
+  check_queued(queue, rank, peer, tag);
+}
 
 /// InvalidUsage: peer runs this call with algorithm `theirs`, this rank with `ours`.
 [[noreturn]] void throw_tuned_differently(int rank, int peer, uint64_t theirs, uint64_t ours);

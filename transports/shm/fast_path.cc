@@ -99,17 +99,6 @@ void FastPath::check_peer(int peer) {
   if (processes_[peer].exited()) throw IoError(fmt::format("[shm] rank {}: peer {} (pid {}) died", rank_, peer, headers_[peer]->owner_pid));
 }
 
-void FastPath::announce(const transport::Tag& tag, uint64_t algorithm) {
-  // Fast paths never read the message queues, so a message of an earlier call nobody received (ranks that named
-  // different broadcast roots) would go unnoticed: look first. Point-to-point schedules need not: their receives
-  // meet such a message, and there the extra read of a queue the peer keeps writing cost small broadcasts 0.13 us.
-  for (int p = 0; p < size_ && algorithm != kPointToPoint; ++p) {
-    if (p != rank_) check_unreceived(*queue_at(headers_[p], rank_), rank_, p, tag);
-  }
-  announce_call(areas_[rank_]->call, tag, algorithm);
-  current_algorithm_ = algorithm;
-}
-
 void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
   check_announcement(areas_[peer]->call, rank_, peer, tag, current_algorithm_, 0);
   Queue* queue = queue_at(headers_[peer], rank_);

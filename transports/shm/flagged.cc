@@ -11,21 +11,9 @@
 namespace tbcoll::shm {
 namespace {
 
-// A line's payload: whole lines with a constant size the compiler inlines (a call to memcpy per 56 bytes
-// costs as much as the copy), the rest through memcpy.
+// A line's payload (up to 56 bytes): whole 8-byte words as constant-size copies the compiler inlines (a call to
+// memcpy per line costs as much as the copy), the rest through memcpy.
 inline void copy_small(void* dst, const void* src, size_t n) {
-  if (n == kLineBytes) {
-    std::memcpy(dst, src, kLineBytes);
-  } else if (n == kLineBytes - 8) {
-    std::memcpy(dst, src, kLineBytes - 8);
-  } else {
-    std::memcpy(dst, src, n);
-  }
-}
-
-// The input of a pair line (up to 48 bytes): whole 8-byte words as constant-size copies the compiler inlines, the
-// rest through memcpy.
-inline void copy_line_input(void* dst, const void* src, size_t n) {
   auto* to = static_cast<uint8_t*>(dst);
   const auto* from = static_cast<const uint8_t*>(src);
   switch (n) {
@@ -33,7 +21,9 @@ inline void copy_line_input(void* dst, const void* src, size_t n) {
     case 16: std::memcpy(to, from, 16); return;
     case 24: std::memcpy(to, from, 24); return;
     case 32: std::memcpy(to, from, 32); return;
+    case 40: std::memcpy(to, from, 40); return;
     case 48: std::memcpy(to, from, 48); return;
+    case 56: std::memcpy(to, from, 56); return;
     default: std::memcpy(to, from, n);
   }
 }
@@ -111,30 +101,25 @@ void FastPath::read_flagged(int peer, uint64_t k, void* out, size_t bytes) {
 
 FastPath::PairLine FastPath::pair_line(size_t count, DataType dtype, ReduceOp op) {
   const int peer = 1 - rank_;
-  return {peer,  areas_[rank_], areas_[peer], queue_at(headers_[peer], rank_), kernel_for(dtype, op),
-          count, count * element_size(dtype), dtype, op == ReduceOp::kAvg};
+  return {peer, areas_[rank_], areas_[peer], kernel_for(dtype, op), count, count * element_size(dtype), dtype,
+          op == ReduceOp::kAvg};
 }
 
 void FastPath::all_reduce_pair_line(const PairLine& plan, const void* send, void* recv, const transport::Tag& tag,
                                     const Wait& wait, const transport::CollectiveArgs* prepared) {
-  // announce(tag, kOneShot) for one peer: its queue is looked at only when it holds a message.
-  if (plan.from_peer->head.load(std::memory_order_acquire) != plan.from_peer->tail.load(std::memory_order_relaxed)) {
-    check_unreceived(*plan.from_peer, rank_, plan.peer, tag);
-  }
-  announce_call(plan.mine->call, tag, kOneShot);
-  current_algorithm_ = kOneShot;
+  announce(tag, kOneShot);
   const uint64_t k = ++calls_;
   start_flagged(k);
   // As exchange_flagged for one line: signature and input, then the flag (sequentially consistent: see there).
   FlaggedLine& line = plan.mine->flagged[k & 1].lines[0];
   std::memcpy(line.payload, &tag.meta, 8);
-  copy_line_input(line.payload + 8, send, plan.bytes);
+  copy_small(line.payload + 8, send, plan.bytes);
   line.flag.store(k, std::memory_order_seq_cst);
   if (plan.mine->flagged_sleepers.load(std::memory_order_seq_cst) != 0) wake_sleepers(&line.flag);
   const FlaggedSlot& slot = plan.theirs->flagged[k & 1];
   const FlaggedLine& theirs = slot.lines[0];
-  for (int spin = 0; theirs.flag.load(std::memory_order_acquire) < k; ++spin) {
-    if (spin < 4096) continue;
+  for (int spin = 0; spin < 4096 && theirs.flag.load(std::memory_order_acquire) < k; ++spin) {}
+  if (theirs.flag.load(std::memory_order_acquire) < k) {
     // The general wait; a prepared call's arguments and deadline are put in place for it only now.
     if (prepared == nullptr) {
       wait_for(theirs.flag, k, &plan.theirs->flagged_sleepers, plan.peer, wait, "its one-shot input");
@@ -145,7 +130,6 @@ void FastPath::all_reduce_pair_line(const PairLine& plan, const void* send, void
         wait_for(theirs.flag, k, &plan.theirs->flagged_sleepers, plan.peer, timed, "its one-shot input");
       });
     }
-    break;
   }
   uint64_t meta;
   std::memcpy(&meta, theirs.payload, 8);
@@ -162,8 +146,9 @@ class PreparedPairLine final : public transport::PreparedFastCall {
  public:
   PreparedPairLine(FastPath& fast_path, const FastPath::PairLine& plan) : fast_path_(fast_path), plan_(plan) {}
   void run(const transport::CollectiveArgs& args) override {
-    fast_path_.all_reduce_pair_line(plan_, args.send, args.recv, args.tag, FastPath::Wait{{}, args.spin, &args.tag},
-                                    &args);
+    // The deadline is left unread (Deadline::min()): all_reduce_pair_line reads it if its wait needs one.
+    fast_path_.all_reduce_pair_line(plan_, args.send, args.recv, args.tag,
+                                    FastPath::Wait{Deadline::min(), args.spin, &args.tag}, &args);
   }
 
  private:

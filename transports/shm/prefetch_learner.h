@@ -25,7 +25,7 @@ namespace tbcoll::shm {
 class PrefetchLearner {
  public:
   // Half of the timed calls run the slower way, so they are few and rare: 2048 of every 262144 calls (the first
-  // decision comes within a benchmark's warm-up; a machine whose cores moved is noticed within a period).
+  // decision comes after 2048 flagged calls; a machine whose cores moved is noticed within a period).
   static constexpr uint64_t kPeriod = uint64_t{1} << 18;
   // Blocks long enough for the ranks to settle into a way's rhythm: in blocks of 32 calls the prefetch's gain
   // (half the time per call on two vCPUs of one core) did not show at all; in blocks of 256 it does.
