@@ -101,6 +101,9 @@ class FastPath final : public transport::CollectiveFastPath {
     for (int p = 0; p < size_ && algorithm != kPointToPoint; ++p) {
       if (p != rank_) check_unreceived(*queue_at(headers_[p], rank_), rank_, p, tag);
     }
+    publish_announcement(tag, algorithm);
+  }
+  void publish_announcement(const transport::Tag& tag, uint64_t algorithm) {
     announce_call(areas_[rank_]->call, tag, algorithm);
     current_algorithm_ = algorithm;
   }
@@ -159,6 +162,7 @@ class FastPath final : public transport::CollectiveFastPath {
     int peer;
     CollectiveArea* mine;
     CollectiveArea* theirs;
+    const Queue* from_peer;  // the peer's queue to this rank (announce's look, for one peer)
     reduce::Kernel kernel;
     size_t count;
     size_t bytes;

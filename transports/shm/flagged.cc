@@ -101,13 +101,14 @@ void FastPath::read_flagged(int peer, uint64_t k, void* out, size_t bytes) {
 
 FastPath::PairLine FastPath::pair_line(size_t count, DataType dtype, ReduceOp op) {
   const int peer = 1 - rank_;
-  return {peer, areas_[rank_], areas_[peer], kernel_for(dtype, op), count, count * element_size(dtype), dtype,
-          op == ReduceOp::kAvg};
+  return {peer,  areas_[rank_], areas_[peer], queue_at(headers_[peer], rank_), kernel_for(dtype, op),
+          count, count * element_size(dtype), dtype, op == ReduceOp::kAvg};
 }
 
 void FastPath::all_reduce_pair_line(const PairLine& plan, const void* send, void* recv, const transport::Tag& tag,
                                     const Wait& wait, const transport::CollectiveArgs* prepared) {
-  announce(tag, kOneShot);
+  check_unreceived(*plan.from_peer, rank_, plan.peer, tag);  // announce(tag, kOneShot) for the one peer
+  publish_announcement(tag, kOneShot);
   const uint64_t k = ++calls_;
   start_flagged(k);
   // As exchange_flagged for one line: signature and input, then the flag (sequentially consistent: see there).
