@@ -47,20 +47,15 @@ class CountingEndpoint final : public transport::Endpoint {
   int rank_;
 };
 
-class CountingContext final : public transport::Context {
+class CountingContext final : public WrappedContext {
  public:
-  CountingContext(std::unique_ptr<transport::Context> inner, int rank) : inner_(std::move(inner)), rank_(rank) {}
-  std::string address() const override { return inner_->address(); }
-  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
-                                                            Deadline deadline) override {
-    auto endpoints = inner_->connect(peers, deadline);
-    for (auto& endpoint : endpoints) endpoint = std::make_unique<CountingEndpoint>(std::move(endpoint), rank_);
-    return endpoints;
-  }
-  void abort() override { inner_->abort(); }
+  CountingContext(std::unique_ptr<transport::Context> inner, int rank)
+      : WrappedContext(std::move(inner)), rank_(rank) {}
 
  private:
-  std::unique_ptr<transport::Context> inner_;
+  std::unique_ptr<transport::Endpoint> wrap_endpoint(std::unique_ptr<transport::Endpoint> endpoint) override {
+    return std::make_unique<CountingEndpoint>(std::move(endpoint), rank_);
+  }
   int rank_;
 };
 
@@ -172,20 +167,15 @@ class WindowEndpoint final : public transport::Endpoint {
   int rank_;
 };
 
-class WindowContext final : public transport::Context {
+class WindowContext final : public WrappedContext {
  public:
-  WindowContext(std::unique_ptr<transport::Context> inner, int rank) : inner_(std::move(inner)), rank_(rank) {}
-  std::string address() const override { return inner_->address(); }
-  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
-                                                            Deadline deadline) override {
-    auto endpoints = inner_->connect(peers, deadline);
-    for (auto& endpoint : endpoints) endpoint = std::make_unique<WindowEndpoint>(std::move(endpoint), rank_);
-    return endpoints;
-  }
-  void abort() override { inner_->abort(); }
+  WindowContext(std::unique_ptr<transport::Context> inner, int rank)
+      : WrappedContext(std::move(inner)), rank_(rank) {}
 
  private:
-  std::unique_ptr<transport::Context> inner_;
+  std::unique_ptr<transport::Endpoint> wrap_endpoint(std::unique_ptr<transport::Endpoint> endpoint) override {
+    return std::make_unique<WindowEndpoint>(std::move(endpoint), rank_);
+  }
   int rank_;
 };
 

@@ -45,20 +45,14 @@ class LimitedEndpoint final : public transport::Endpoint {
   std::unique_ptr<transport::Endpoint> inner_;
 };
 
-class LimitedContext final : public transport::Context {
+class LimitedContext final : public WrappedContext {
  public:
-  explicit LimitedContext(std::unique_ptr<transport::Context> inner) : inner_(std::move(inner)) {}
-  std::string address() const override { return inner_->address(); }
-  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
-                                                            Deadline deadline) override {
-    auto endpoints = inner_->connect(peers, deadline);
-    for (auto& endpoint : endpoints) endpoint = std::make_unique<LimitedEndpoint>(std::move(endpoint));
-    return endpoints;
-  }
-  void abort() override { inner_->abort(); }
+  using WrappedContext::WrappedContext;
 
  private:
-  std::unique_ptr<transport::Context> inner_;
+  std::unique_ptr<transport::Endpoint> wrap_endpoint(std::unique_ptr<transport::Endpoint> endpoint) override {
+    return std::make_unique<LimitedEndpoint>(std::move(endpoint));
+  }
 };
 
 class LimitedDevice final : public WrappedDevice {

@@ -77,19 +77,13 @@ class CopyFastPath final : public transport::CollectiveFastPath {
   std::vector<transport::FastPathAlgorithm> algorithms_ = copy_algorithms();
 };
 
-class CopyContext final : public transport::Context {
+class CopyContext final : public WrappedContext {
  public:
-  CopyContext(std::unique_ptr<transport::Context> inner, int rank) : inner_(std::move(inner)), fast_path_(rank) {}
-  std::string address() const override { return inner_->address(); }
-  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
-                                                            Deadline deadline) override {
-    return inner_->connect(peers, deadline);
-  }
-  void abort() override { inner_->abort(); }
+  CopyContext(std::unique_ptr<transport::Context> inner, int rank)
+      : WrappedContext(std::move(inner)), fast_path_(rank) {}
   transport::CollectiveFastPath* fast_path() override { return &fast_path_; }
 
  private:
-  std::unique_ptr<transport::Context> inner_;
   CopyFastPath fast_path_;
 };
 

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "tbcoll/transport.hpp"
 
@@ -27,6 +28,29 @@ class WrappedDevice : public transport::Device {
  protected:
   std::string name_;
   std::shared_ptr<transport::Device> inner_;
+};
+
+/// A context made of another one: forwards address, connect and abort; a test overrides what it examines, and
+/// wraps each endpoint that connect() hands out (wrap_endpoint).
+class WrappedContext : public transport::Context {
+ public:
+  explicit WrappedContext(std::unique_ptr<transport::Context> inner) : inner_(std::move(inner)) {}
+  std::string address() const override { return inner_->address(); }
+  std::vector<std::unique_ptr<transport::Endpoint>> connect(const std::vector<transport::PeerAddress>& peers,
+                                                            Deadline deadline) override {
+    auto endpoints = inner_->connect(peers, deadline);
+    for (auto& endpoint : endpoints) endpoint = wrap_endpoint(std::move(endpoint));
+    return endpoints;
+  }
+  void abort() override { inner_->abort(); }
+
+ protected:
+  /// The endpoint connect() hands out for one the inner context made: that one itself unless overridden.
+  virtual std::unique_ptr<transport::Endpoint> wrap_endpoint(std::unique_ptr<transport::Endpoint> endpoint) {
+    return endpoint;
+  }
+
+  std::unique_ptr<transport::Context> inner_;
 };
 
 /// Registers DeviceT(loopback) once per process (DeviceT's constructor takes the inner device).
