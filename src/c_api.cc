@@ -278,6 +278,24 @@ tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count) {
   });
 }
 
+tbcollResult_t tbcollCommRegister(const tbcollComm_t comm, void* buff, size_t size, void** handle) {
+  return guarded([&] {
+    if (handle == nullptr) throw tbcoll::InvalidArgument("handle pointer is NULL");
+    *handle = nullptr;
+    auto registration = std::make_unique<tbcoll::MemoryRegistration>(
+        counted(comm, [&](tbcoll::Communicator& c) { return c.register_memory(buff, size); }));
+    *handle = registration.release();
+  });
+}
+
+tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle) {
+  return guarded([&] {
+    if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
+    if (handle == nullptr) throw tbcoll::InvalidArgument("handle is NULL (not one tbcollCommRegister gave)");
+    delete static_cast<tbcoll::MemoryRegistration*>(handle);
+  });
+}
+
 tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank) {
   return guarded([&] {
     if (rank == nullptr) throw tbcoll::InvalidArgument("rank pointer is NULL");

@@ -266,3 +266,36 @@ void Communicator::abort() {
 bool Communicator::broken() const { return impl().health.broken(); }
 
 }  // namespace tbcoll
+
+namespace tbcoll {
+
+struct MemoryRegistration::State {
+  std::vector<std::unique_ptr<transport::Registration>> registrations;  // one per transport that took the memory
+};
+
+MemoryRegistration::MemoryRegistration() = default;
+MemoryRegistration::MemoryRegistration(std::unique_ptr<State> state) : state_(std::move(state)) {}
+MemoryRegistration::MemoryRegistration(MemoryRegistration&&) noexcept = default;
+MemoryRegistration& MemoryRegistration::operator=(MemoryRegistration&&) noexcept = default;
+MemoryRegistration::~MemoryRegistration() = default;
+int MemoryRegistration::transports() const {
+  return state_ ? static_cast<int>(state_->registrations.size()) : 0;
+}
+void MemoryRegistration::reset() { state_.reset(); }
+
+MemoryRegistration Communicator::register_memory(const void* base, size_t bytes) {
+  Impl& c = impl();
+  if (base == nullptr || bytes == 0) {
+    throw InvalidArgument(
+        fmt::format("rank {}: register_memory({}, {} B): nothing to register", c.rank, base, bytes));
+  }
+  auto state = std::make_unique<MemoryRegistration::State>();
+  for (const auto& context : c.links.contexts) {
+    if (auto registration = context->register_memory(base, bytes)) {
+      state->registrations.push_back(std::move(registration));
+    }
+  }
+  return MemoryRegistration(std::move(state));
+}
+
+}  // namespace tbcoll

@@ -60,6 +60,12 @@ TBCOLL_API tbcollResult_t tbcollCommFinalize(tbcollComm_t comm);
  *  failure that broke it (a peer died, a deadline passed, an abort from C++, a queued call failed; tbcollInvalidUsage
  *  when the failure was not returned through this handle). Never blocks; allowed from any thread. */
 TBCOLL_API tbcollResult_t tbcollCommGetAsyncError(tbcollComm_t comm, tbcollResult_t* asyncError);
+/** As ncclCommRegister: registers [buff, buff + size) with the communicator's transports, so sends from it go
+ *  without a copy into the transport's buffers (ibverbs); *handle is for tbcollCommDeregister. The memory must stay
+ *  mapped until then. Memory no transport could take is not an error (sends from it copy). */
+TBCOLL_API tbcollResult_t tbcollCommRegister(const tbcollComm_t comm, void* buff, size_t size, void** handle);
+/** As ncclCommDeregister: ends a registration (calls still sending from the memory keep it until they finish). */
+TBCOLL_API tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle);
 TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
 

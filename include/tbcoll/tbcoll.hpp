@@ -144,6 +144,28 @@ class TBCOLL_API Work {
   std::shared_ptr<State> state_;
 };
 
+/// Memory registered with a communicator's transports (Communicator::register_memory), as ncclCommRegister
+/// does: while the object lives, sends from inside the range may go without a copy. Destroying it (or reset())
+/// deregisters; calls still using the memory keep their registration until they finish. Move-only; it may
+/// outlive the communicator.
+class TBCOLL_API MemoryRegistration {
+ public:
+  MemoryRegistration();
+  MemoryRegistration(MemoryRegistration&&) noexcept;
+  MemoryRegistration& operator=(MemoryRegistration&&) noexcept;
+  ~MemoryRegistration();
+  /// How many of the communicator's transports took the memory (0: none had anything to gain, or could; sends
+  /// from it then copy, as from any memory).
+  int transports() const;
+  void reset();
+
+  struct State;
+  explicit MemoryRegistration(std::unique_ptr<State> state);
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
 struct CommunicatorAccess;  // the library's own code and tests reach the internals through it (src/)
 
 class TBCOLL_API Communicator {
@@ -278,6 +300,13 @@ class TBCOLL_API Communicator {
   /// inside a group are refused.
   void group_start();
   void group_end();
+
+  /// Registers [base, base + bytes) with this communicator's transports (ibverbs: with each RDMA device, page-
+  /// rounded), so that sends from it, point to point and in collectives, go without the copy into the
+  /// transport's own buffers. The memory must stay mapped while the registration lives. Local: the other ranks
+  /// need not register theirs. Throws InvalidArgument for a null base or zero bytes; memory a transport cannot
+  /// register (a device's budget spent, an unmapped page) is not an error: transports() says who took it.
+  MemoryRegistration register_memory(const void* base, size_t bytes);
 
   /// Collective: splits this communicator into one communicator per color (ranks ordered by key, then by rank).
   /// A negative color (kSplitNoColor) takes no part and gets std::nullopt. The new communicators rendezvous

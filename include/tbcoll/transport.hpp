@@ -135,6 +135,13 @@ struct PeerAddress {
   PeerInfo info;        ///< the peer's identity: its process, to find a connection the device already has
 };
 
+/// A caller's memory made known to one transport (Context::register_memory). While it lives, the transport may
+/// send from that memory without copying it first; destroying it ends that (sends in flight keep what they use).
+class TBCOLL_API Registration {
+ public:
+  virtual ~Registration() = default;
+};
+
 class TBCOLL_API Context {
  public:
   virtual ~Context() = default;
@@ -157,6 +164,14 @@ class TBCOLL_API Context {
   /// The whole-collective fast path (tbcoll/collective_fast_path.hpp), if this transport offers one and connect() reached
   /// every other rank; else nullptr. Owned by the context.
   virtual CollectiveFastPath* fast_path() { return nullptr; }
+  /// Makes [base, base + bytes) known to the transport, which may then send from inside it without a copy (ibverbs
+  /// registers it with each device, within the device's budget of registrations). The memory must stay mapped
+  /// while the registration lives. nullptr: nothing to gain here, or the transport could not register it (then
+  /// sends copy, as for any memory). Never throws for memory it cannot register.
+  virtual std::unique_ptr<Registration> register_memory(const void* base, size_t bytes) {
+    (void)base, (void)bytes;
+    return nullptr;
+  }
 };
 
 class TBCOLL_API Device {

@@ -147,6 +147,29 @@ TEST(CApi, AsynchronousCallsAndRequests) {
   EXPECT_EQ(tbcollRequestFree(nullptr), tbcollSuccess) << "freeing NULL is a no-op, like free()";
 }
 
+// As ncclCommRegister/ncclCommDeregister: a handle for any memory (transports with nothing to gain from it take
+// none of it), calls from registered memory as from any, and bad arguments named.
+TEST(CApi, RegisterAndDeregisterMemory) {
+  run_c_ranks(2, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
+    std::vector<float> data(5000, static_cast<float>(rank + 1)), sum(5000);
+    void* handle = nullptr;
+    tbcollResult_t rc = tbcollCommRegister(comm, data.data(), data.size() * sizeof(float), &handle);
+    if (rc != tbcollSuccess) return fail("register", rc);
+    if (handle == nullptr) failure = "no handle";
+    if ((rc = tbcollAllReduce(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
+      return fail("all_reduce", rc);
+    }
+    if (sum[4999] != 3.0f) failure = "all_reduce result " + std::to_string(sum[4999]);
+    if ((rc = tbcollCommDeregister(comm, handle)) != tbcollSuccess) return fail("deregister", rc);
+    void* none = &failure;
+    if (tbcollCommRegister(comm, nullptr, 16, &none) != tbcollInvalidArgument || none != nullptr) {
+      failure = "a null buffer was registered";
+    }
+    if (tbcollCommRegister(comm, data.data(), 16, nullptr) != tbcollInvalidArgument) failure = "null handle pointer";
+    if (tbcollCommDeregister(comm, nullptr) != tbcollInvalidArgument) failure = "a null handle was deregistered";
+  });
+}
+
 TEST(CApi, NullArgumentsAndStrings) {
   EXPECT_EQ(tbcollCommInitRank(nullptr, 1, tbcollUniqueId{}, 0), tbcollInvalidArgument);
   EXPECT_EQ(tbcollAllReduce(nullptr, nullptr, 0, tbcollFloat32, tbcollSum, nullptr), tbcollInvalidArgument);
