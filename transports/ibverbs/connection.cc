@@ -83,6 +83,7 @@ Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, 
     release();
     throw;
   }
+  tickets_.resize(2 * static_cast<size_t>(bulk_depth_));
   const uint32_t psn = std::random_device()() & 0xffffffu;
   for (Lane& lane : lanes_) lane.psn = psn;
 }
@@ -386,6 +387,11 @@ bool Connection::poll_locked() {
       }
       if (send) {
         lanes_[lane].free_send_slots.push_back(slot);
+        if (lane == wire::kBulk && tickets_[static_cast<size_t>(slot)].op) {  // the adapter read the caller's bytes
+          const Ticket ticket = std::move(tickets_[static_cast<size_t>(slot)]);
+          tickets_[static_cast<size_t>(slot)] = Ticket{};
+          if (Attached* attached = endpoint_of(ticket.comm_id)) attached->endpoint->zero_copy_sent(ticket.op.get());
+        }
       } else {
         on_received(lane, slot, wc.byte_len);
       }
@@ -399,6 +405,10 @@ bool Connection::poll_locked() {
 
 void Connection::on_received(int lane_index, int slot, uint32_t bytes) {
   Lane& lane = lanes_[lane_index];
+  if (lane_index == wire::kBulk && bytes != lane.slot_bytes) {
+    on_zero_copy_slot(slot, bytes);
+    return;
+  }
   const uint8_t* frame = lane.slot(slot);
   wire::Header header;
   if (!wire::decode_frame(frame, bytes, &header)) {
@@ -416,16 +426,73 @@ void Connection::on_received(int lane_index, int slot, uint32_t bytes) {
   frames_came_ = true;
   lanes_[wire::kSmall].credits += header.credits;
   lanes_[wire::kBulk].credits += header.bulk_credits;
-  if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) {
-    Attached* attached = endpoint_of(header.comm_id);
-    if (attached != nullptr) {
-      attached->endpoint->on_frame(attached->rail, header, frame + sizeof(header));
-    } else {
-      early_[header.comm_id].emplace_back(frame, frame + sizeof(header) + header.payload);
-    }
-  }
+  if (header.kind == static_cast<uint8_t>(wire::FrameKind::kData)) deliver_locked(header, frame + sizeof(header));
+  if (header.kind == static_cast<uint8_t>(wire::FrameKind::kSlotNote)) on_note(header, frame + sizeof(header));
   post_recv(lane_index, slot);
   ++lane.owed;
+}
+
+void Connection::deliver_locked(const wire::Header& header, const uint8_t* payload) {
+  Attached* attached = endpoint_of(header.comm_id);
+  if (attached != nullptr) {
+    attached->endpoint->on_frame(attached->rail, header, payload);
+    return;
+  }
+  std::vector<uint8_t> frame(sizeof(header) + header.payload);
+  std::memcpy(frame.data(), &header, sizeof(header));
+  if (header.payload > 0) std::memcpy(frame.data() + sizeof(header), payload, header.payload);
+  early_[header.comm_id].push_back(std::move(frame));
+}
+
+void Connection::on_zero_copy_slot(int slot, uint32_t bytes) {
+  Lane& lane = lanes_[wire::kBulk];
+  // Its length says its sequence number: another one than expected means slots were lost before it.
+  if (bytes != wire::zero_copy_length(lane.slot_bytes, lane.recv_seq)) {
+    fail_locked(fmt::format("[ibverbs] {}: slots from {} were lost (a zero-copy slot of {} B where slot {} would "
+                            "be {} B): the link dropped data, which UC queue pairs do not resend",
+                            local_.device, peer_key_, bytes, lane.recv_seq,
+                            wire::zero_copy_length(lane.slot_bytes, lane.recv_seq)));
+  }
+  const uint32_t seq = lane.recv_seq++;
+  ++lane.frames_in;
+  frames_came_ = true;
+  auto note = notes_.find(seq);
+  if (note == notes_.end()) {
+    held_slots_.emplace(seq, slot);  // its note is still on the way
+    return;
+  }
+  wire::Header header = note->second.first;
+  notes_.erase(note);
+  deliver_locked(header, lane.slot(slot));
+  post_recv(wire::kBulk, slot);
+  ++lane.owed;
+}
+
+void Connection::on_note(const wire::Header& note_header, const uint8_t* payload) {
+  Lane& bulk = lanes_[wire::kBulk];
+  wire::SlotNote note;
+  if (note_header.payload == sizeof(note)) std::memcpy(&note, payload, sizeof(note));
+  // The slot it announces: arrived and held, or one of the next the peer may have in flight.
+  const bool held = held_slots_.count(note.bulk_seq) != 0;
+  if (!bulk_ || note_header.payload != sizeof(note) || note.bytes > wire::zero_copy_payload(bulk.slot_bytes) ||
+      (!held && (note.bulk_seq - bulk.recv_seq >= static_cast<uint32_t>(bulk.depth) ||
+                 notes_.count(note.bulk_seq) != 0))) {
+    fail_locked(fmt::format("[ibverbs] {}: a note from {} names slot {} of {} B, which is not coming (expected "
+                            "slot {} next)",
+                            local_.device, peer_key_, note.bulk_seq, note.bytes, bulk.recv_seq));
+  }
+  wire::Header header = note_header;
+  header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
+  header.payload = note.bytes;
+  if (!held) {
+    notes_.emplace(note.bulk_seq, std::make_pair(header, note));
+    return;
+  }
+  const int slot = held_slots_.at(note.bulk_seq);
+  held_slots_.erase(note.bulk_seq);
+  deliver_locked(header, bulk.slot(slot));
+  post_recv(wire::kBulk, slot);
+  ++bulk.owed;
 }
 
 Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
@@ -448,8 +515,23 @@ void Connection::pump_lane_locked(int lane_index) {
     // in as a block would be read back over its fields' narrower stores: a stall per frame).
     wire::Header* header = new (piece) wire::Header();
     bool more = false;
-    if (!endpoint->fill_piece(rail, lane_index, header, piece + sizeof(wire::Header), capacity, &more)) continue;
+    // A zero-copy slot's note goes on the small lane as a data frame would (two credits, a frame).
+    const Lane& small = lanes_[wire::kSmall];
+    const bool note_room = lane_index == wire::kBulk && small.credits >= 2 && !small.free_send_slots.empty();
+    ZeroCopySlot zero_copy;
+    const Piece made = endpoint->fill_piece(rail, lane_index, header, piece + sizeof(wire::Header), capacity, &more,
+                                            note_room, &zero_copy);
+    if (made == Piece::kNone) continue;
+    if (made == Piece::kNeedsNote) {  // once the small lane has room again
+      lane.senders.emplace_front(endpoint, rail);
+      break;
+    }
     lane.free_send_slots.pop_back();
+    if (made == Piece::kZeroCopy) {
+      post_zero_copy(slot, zero_copy, *header);
+      if (more) lane.senders.emplace_back(endpoint, rail);
+      continue;
+    }
     if (local_.payload_sum) {
       header->flags |= wire::kSummed;
       header->payload_sum = wire::payload_sum(piece + sizeof(wire::Header), header->payload);
@@ -503,10 +585,39 @@ void Connection::post_piece(int lane_index, int slot, wire::Header* header) {
   // A small frame goes as long as it is (one 4 KiB frame at most); a slot goes whole, so that it and its receive
   // span the same frames.
   const size_t length = lane_index == wire::kBulk ? lane.slot_bytes : sizeof(wire::Header) + header->payload;
+  batch_send(lane_index, slot, lane.slot(slot), length, mr_->lkey);
+}
+
+void Connection::post_zero_copy(int slot, ZeroCopySlot& piece, const wire::Header& note_header) {
+  Lane& bulk = lanes_[wire::kBulk];
+  Lane& small = lanes_[wire::kSmall];
+  const uint32_t seq = bulk.send_seq++;
+  ++bulk.posted;
+  tickets_[static_cast<size_t>(slot)] = Ticket{note_header.comm_id, std::move(piece.op)};
+  bump(slots_sent_, 1);
+  bump(zero_copy_sent_, 1);
+  bump(payload_sent_, piece.bytes);
+  batch_send(wire::kBulk, slot, piece.source, wire::zero_copy_length(bulk.slot_bytes, seq), piece.lkey);
+  const int note_slot = small.free_send_slots.back();
+  small.free_send_slots.pop_back();
+  uint8_t* frame = small.slot(note_slot);
+  auto* header = new (frame) wire::Header(note_header);
+  const wire::SlotNote note{seq, piece.bytes};
+  std::memcpy(frame + sizeof(wire::Header), &note, sizeof(note));
+  if (local_.payload_sum) {
+    header->flags |= wire::kSummed;
+    header->payload_sum = wire::payload_sum(frame + sizeof(wire::Header), header->payload);
+  }
+  bump(frames_sent_, 1);
+  post_piece(wire::kSmall, note_slot, header);
+}
+
+void Connection::batch_send(int lane_index, int slot, const uint8_t* address, size_t length, uint32_t lkey) {
+  Lane& lane = lanes_[lane_index];
   ibv_sge& sge = lane.batch_sge[lane.batched];
-  sge.addr = reinterpret_cast<uintptr_t>(lane.slot(slot));
+  sge.addr = reinterpret_cast<uintptr_t>(address);
   sge.length = static_cast<uint32_t>(length);
-  sge.lkey = mr_->lkey;
+  sge.lkey = lkey;
   // The fields a SEND uses; the others stay zero from the batch's construction.
   ibv_send_wr& wr = lane.batch[lane.batched];
   wr.next = nullptr;

@@ -69,6 +69,19 @@ struct LocalPort {
 };
 
 class Endpoint;
+struct Operation;
+
+/// A zero-copy slot the connection is to post (Endpoint::fill_piece): bytes of the message from source, in the
+/// registration keyed lkey; op is held until the slot's send completes.
+struct ZeroCopySlot {
+  const uint8_t* source = nullptr;
+  uint32_t lkey = 0;
+  uint32_t bytes = 0;
+  std::shared_ptr<Operation> op;
+};
+
+/// What fill_piece produced.
+enum class Piece { kNone, kCopied, kZeroCopy, kNeedsNote };
 
 class Connection {
  public:
@@ -90,6 +103,8 @@ class Connection {
 
   const std::string& peer_key() const { return peer_key_; }
   const std::string& device() const { return local_.device; }
+  /// The protection domain its buffers and the caller's registrations (registry.h) on this device belong to.
+  const ibv_pd* pd() const { return local_.pd; }
   Mode mode() const { return mode_; }
   /// Whether the link has a bulk lane, the agreed slot size and its payload (0 without one; valid once
   /// established).
@@ -100,6 +115,8 @@ class Connection {
   uint64_t frames_sent() const { return frames_sent_.load(std::memory_order_relaxed); }
   uint64_t slots_sent() const { return slots_sent_.load(std::memory_order_relaxed); }
   uint64_t payload_sent() const { return payload_sent_.load(std::memory_order_relaxed); }
+  /// Of slots_sent(), those sent zero-copy from the caller's registered memory.
+  uint64_t zero_copy_slots_sent() const { return zero_copy_sent_.load(std::memory_order_relaxed); }
   /// False once the peer is gone or a frame was lost; then every request on it fails.
   bool alive() const { return failure_.empty(); }
 
@@ -129,12 +146,23 @@ class Connection {
   bool progress_locked();
   bool poll_locked();
   void on_received(int lane, int slot, uint32_t bytes);
+  /// A bulk receive of `bytes` that is no slot with a header: a zero-copy slot (wire.h), delivered once its note
+  /// came (now, or on_note).
+  void on_zero_copy_slot(int slot, uint32_t bytes);
+  void on_note(const wire::Header& header, const uint8_t* payload);
+  /// Gives a data piece to its communicator's endpoint, or keeps it for when the communicator attaches.
+  void deliver_locked(const wire::Header& header, const uint8_t* payload);
+  /// Posts the zero-copy slot the endpoint filled in, on the bulk lane from send slot `slot`'s place (its memory
+  /// unused: the place counts the slot in flight), and its note (header, filled in) on the small lane.
+  void post_zero_copy(int slot, ZeroCopySlot& piece, const wire::Header& note);
   void pump_sends_locked();
   void pump_lane_locked(int lane);
   void return_credits_locked();
   /// Seals the frame or slot `slot` of `lane` (its header, at its start, and payload already in place) and adds it
   /// to the lane's batch of work requests, posted when full (LocalPort::post_batch) or by flush_locked().
   void post_piece(int lane, int slot, wire::Header* header);
+  /// Adds a SEND of [address, address + length) in lkey's registration to the lane's batch, posted when full.
+  void batch_send(int lane, int slot, const uint8_t* address, size_t length, uint32_t lkey);
   void flush_locked(int lane);
   void post_recv(int lane, int slot);
   void check_side_channel_locked();
@@ -194,9 +222,20 @@ class Connection {
   std::vector<Attached> endpoints_;  // a handful: a world and its splits
   std::map<uint64_t, std::deque<std::vector<uint8_t>>> early_;  // frames of communicators not attached yet
   std::map<uint64_t, std::string> aborted_;                     // comm ids the peer aborted
+  // Zero-copy slots in flight, by their send slot's place: the send they belong to, held until they were sent.
+  struct Ticket {
+    uint64_t comm_id = 0;
+    std::shared_ptr<Operation> op;
+  };
+  std::vector<Ticket> tickets_;
+  // Zero-copy slots received before their note (bulk sequence number -> receive slot, not posted again yet), and
+  // notes received before their slot.
+  std::map<uint32_t, int> held_slots_;
+  std::map<uint32_t, std::pair<wire::Header, wire::SlotNote>> notes_;
   std::atomic<uint64_t> frames_sent_{0};
   std::atomic<uint64_t> slots_sent_{0};
   std::atomic<uint64_t> payload_sent_{0};
+  std::atomic<uint64_t> zero_copy_sent_{0};
   Clock::time_point next_side_check_{};
   Clock::time_point gone_at_{};  // when the side channel closed; zero while the peer is there
   Clock::time_point last_frame_at_{};  // these: platform::coarse_now(), they count milliseconds

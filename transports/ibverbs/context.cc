@@ -13,6 +13,7 @@
 #include "common/time.h"
 #include "transports/endpoint_list.h"
 #include "transports/ibverbs/endpoint.h"
+#include "transports/ibverbs/registry.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -85,13 +86,17 @@ class Context final : public transport::Context {
         log::info("[ibverbs] rank {}: peer {} over {} ({} queue pair{})", args_.rank, peer.rank, rails,
                   mode_name(peer.connections[0]->mode()), peer.rails.size() > 1 ? "s, striped" : "");
         out.push_back(endpoints_.add<transport::Endpoint>(std::make_unique<Endpoint>(
-            std::move(peer.connections), args_.rank, peer.rank, args_.comm_id, stripe_bytes_)));
+            std::move(peer.connections), args_.rank, peer.rank, args_.comm_id, stripe_bytes_, registry_)));
       }
     }
     return out;
   }
 
   void abort() override { endpoints_.abort_all(); }
+
+  std::unique_ptr<transport::Registration> register_memory(const void* base, size_t bytes) override {
+    return register_region(registry_, ports_, base, bytes);
+  }
 
  private:
   struct Peer {
@@ -138,6 +143,7 @@ class Context final : public transport::Context {
   ContextAddress self_;
   size_t stripe_bytes_;
   transport::ContextArgs args_;
+  std::shared_ptr<Registry> registry_ = std::make_shared<Registry>();
   transport::EndpointList<Endpoint> endpoints_;
 };
 

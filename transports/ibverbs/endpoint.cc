@@ -74,8 +74,13 @@ class LanesPerRail {
 }  // namespace
 
 Endpoint::Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id,
-                   size_t stripe_bytes)
-    : rails_(std::move(rails)), rank_(rank), peer_(peer), comm_id_(comm_id), stripe_bytes_(stripe_bytes) {
+                   size_t stripe_bytes, std::shared_ptr<const Registry> registry)
+    : rails_(std::move(rails)),
+      rank_(rank),
+      peer_(peer),
+      comm_id_(comm_id),
+      stripe_bytes_(stripe_bytes),
+      registry_(std::move(registry)) {
   rail_cursor_.assign(rails_.size() * wire::kLanes, 0);
   for (size_t rail = 0; rail < rails_.size(); ++rail) rails_[rail]->attach(comm_id_, this, static_cast<int>(rail));
 }
@@ -93,6 +98,9 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
   }
   std::unique_ptr<transport::Request> request;
   LanesPerRail lanes(rails_.size());
+  // Only a message that fills a zero-copy slot looks for a registration (none for small ones).
+  std::shared_ptr<const Region> region =
+      registry_ && bytes >= wire::kMinSlotBytes ? registry_->find(buf, bytes) : nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto [made, op] = enqueue_locked(sends_, buf, bytes, tag);
@@ -102,21 +110,42 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
     for (size_t rail = 0; rail < rails_.size(); ++rail) {
       const wire::Part part = wire::part_of(bytes, rails(), stripe_bytes_, static_cast<int>(rail));
       if (!part.carries) continue;
-      const wire::LaneSplit split = wire::split_lanes(part.end - part.begin, rails_[rail]->slot_payload());
-      RailPlan& plan = op->plan(rail);
-      plan.bulk_at = part.begin;
-      plan.bulk_end = plan.small_at = part.begin + split.bulk_bytes;
-      plan.end = part.end;
-      plan.empty_frame = bytes == 0;
+      plan_rail(*op, rail, part.begin, part.end, region.get());
+      const RailPlan& plan = op->plan(rail);
       lanes[rail] = plan.lanes();
       op->lanes_left += static_cast<int>((lanes[rail] & 1u) + ((lanes[rail] >> 1) & 1u));
     }
+    if (region) op->region = std::move(region);
   }
   // Small messages leave in this call.
   for (size_t rail = 0; rail < rails_.size(); ++rail) {
     if (lanes[rail] != 0) rails_[rail]->want_to_send(this, static_cast<int>(rail), lanes[rail]);
   }
   return request;
+}
+
+void Endpoint::plan_rail(Operation& op, size_t rail, size_t begin, size_t end, const Region* region) {
+  const Connection& connection = *rails_[rail];
+  RailPlan& plan = op.plan(rail);
+  plan.zero_copy_at = plan.zero_copy_end = begin;
+  if (region != nullptr && connection.bulk()) {
+    // Whole zero-copy slots while more than a slot's worth is left: each slot's send reads up to
+    // zero_copy_length bytes, so the message's bytes after the last one's payload (at least the difference) must
+    // follow it. The rest goes as from any memory.
+    const size_t payload = wire::zero_copy_payload(connection.slot_bytes());
+    const size_t spare = connection.slot_bytes() - payload;
+    const size_t slots = end - begin > spare ? (end - begin - spare) / payload : 0;
+    const uint32_t lkey = slots > 0 ? region->lkey(connection.pd()) : 0;
+    if (lkey != 0) {
+      plan.lkey = lkey;
+      plan.zero_copy_end = begin + slots * payload;
+    }
+  }
+  const wire::LaneSplit split = wire::split_lanes(end - plan.zero_copy_end, connection.slot_payload());
+  plan.bulk_at = plan.zero_copy_end;
+  plan.bulk_end = plan.small_at = plan.zero_copy_end + split.bulk_bytes;
+  plan.end = end;
+  plan.empty_frame = op.bytes == 0;
 }
 
 std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, transport::Tag tag) {
@@ -170,6 +199,8 @@ std::pair<std::unique_ptr<transport::Request>, Operation*> Endpoint::enqueue_loc
     op->matched = op->arrived = false;
     op->plan0 = RailPlan{};
     op->lanes_left = 0;
+    op->zero_copy_in_flight = 0;
+    op->region.reset();
   }
   if (!op) op = std::make_shared<Operation>();
   op->buf = static_cast<uint8_t*>(const_cast<void*>(buf));
@@ -265,34 +296,51 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
   transport::forget_buffer(op, sends_, recvs_);
 }
 
-bool Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more) {
+Piece Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more,
+                           bool note_room, ZeroCopySlot* zero_copy) {
   std::lock_guard<std::mutex> lock(mutex_);
   *more = false;
-  if (!broken_.empty() || aborted_) return false;
+  if (!broken_.empty() || aborted_) return Piece::kNone;
   const size_t r = static_cast<size_t>(rail);
   uint64_t& cursor = rail_cursor_[r * wire::kLanes + static_cast<size_t>(lane)];
   auto has_piece = [&](Operation& op) { return op.plan(r).left(lane); };
   size_t i = cursor > send_base_ ? static_cast<size_t>(cursor - send_base_) : 0;
   while (i < sends_.size() && !has_piece(*sends_[i])) ++i;
   cursor = send_base_ + i;
-  if (i == sends_.size()) return false;
+  if (i == sends_.size()) return Piece::kNone;
   Operation& op = *sends_[i];  // not used once it may have left sends_ below
   RailPlan& plan = op.plan(r);
-  size_t& at = lane == wire::kBulk ? plan.bulk_at : plan.small_at;
-  const size_t bytes = std::min(capacity, (lane == wire::kBulk ? plan.bulk_end : plan.end) - at);
-  const size_t begin = at;
-  at += bytes;
+  // (A send whose request was dropped, its buffer forgotten, never gets here: the endpoint is broken then.)
+  const bool zero_copy_piece = lane == wire::kBulk && plan.zero_copy_at < plan.zero_copy_end;
+  if (zero_copy_piece && !note_room) return Piece::kNeedsNote;
+  size_t begin = 0, bytes = 0;
+  if (zero_copy_piece) {
+    begin = plan.zero_copy_at;
+    bytes = wire::zero_copy_payload(capacity + sizeof(wire::Header));
+    plan.zero_copy_at += bytes;
+  } else {
+    size_t& at = lane == wire::kBulk ? plan.bulk_at : plan.small_at;
+    bytes = std::min(capacity, (lane == wire::kBulk ? plan.bulk_end : plan.end) - at);
+    begin = at;
+    at += bytes;
+  }
   if (lane == wire::kSmall) plan.empty_frame = false;
-  header->kind = static_cast<uint8_t>(wire::FrameKind::kData);
+  header->kind = static_cast<uint8_t>(zero_copy_piece ? wire::FrameKind::kSlotNote : wire::FrameKind::kData);
   header->flags = static_cast<uint8_t>((begin == 0 ? wire::kFirst : 0) | (begin + bytes == op.bytes ? wire::kLast : 0));
-  header->payload = static_cast<uint32_t>(bytes);
+  header->payload = static_cast<uint32_t>(zero_copy_piece ? sizeof(wire::SlotNote) : bytes);
   header->comm_id = comm_id_;
   header->tag = op.tag.tag;
   header->meta = op.tag.meta;
   header->total = static_cast<uint32_t>(op.bytes);
   header->message = op.number;
   header->offset = static_cast<uint32_t>(begin);
-  if (bytes > 0 && op.buf != nullptr) {
+  if (zero_copy_piece) {
+    zero_copy->source = op.buf + begin;
+    zero_copy->lkey = plan.lkey;
+    zero_copy->bytes = static_cast<uint32_t>(bytes);
+    zero_copy->op = sends_[i];
+    ++op.zero_copy_in_flight;
+  } else if (bytes > 0 && op.buf != nullptr) {
     // The slot is read by the adapter, never by this CPU again: a message that streams past the last-level cache
     // (and so evicts the slots) is copied in without first reading the slot's lines (stream_from_bytes).
     if (op.bytes >= stream_from_bytes()) {
@@ -302,17 +350,27 @@ bool Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* pay
     }
   }
   op.done += bytes;
-  if (!plan.left(lane) && --op.lanes_left == 0) {
-    op.complete = true;  // copied into registered memory: the caller's buffer is free
-    while (!sends_.empty() && sends_.front()->complete) {
-      retire_front_locked(sends_);
-      ++send_base_;
-    }
-  }
+  if (!plan.left(lane) && --op.lanes_left == 0) finish_send_locked(op);
   // Pieces left for this rail and lane: this send's, or a later one's.
   const size_t from = cursor > send_base_ ? static_cast<size_t>(cursor - send_base_) : 0;
   for (size_t j = from; j < sends_.size() && !*more; ++j) *more = has_piece(*sends_[j]);
-  return true;
+  return zero_copy_piece ? Piece::kZeroCopy : Piece::kCopied;
+}
+
+void Endpoint::finish_send_locked(Operation& op) {
+  if (op.lanes_left != 0 || op.zero_copy_in_flight != 0 || op.complete) return;
+  op.complete = true;  // in registered memory, or read from the caller's by the adapter: the caller's buffer is free
+  op.region.reset();
+  while (!sends_.empty() && sends_.front()->complete) {
+    retire_front_locked(sends_);
+    ++send_base_;
+  }
+}
+
+void Endpoint::zero_copy_sent(Operation* op) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  --op->zero_copy_in_flight;
+  finish_send_locked(*op);
 }
 
 Operation* Endpoint::receive_for_locked(const wire::Header& header) {

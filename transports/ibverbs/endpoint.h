@@ -4,7 +4,9 @@
 // one is cut into one part per rail (wire::part_of), each rail sending its part as bulk slots and small frames
 // (wire::split_lanes), each lane in order; the receiver puts every piece where its header says, so rails and lanes
 // may run at their own pace. A message that arrives before its receive
-// is kept (copied out of the registered buffers, whose receives are posted again at once).
+// is kept (copied out of the registered buffers, whose receives are posted again at once). A send from memory the
+// caller registered (registry.h) goes on each rail whose device took it as zero-copy slots (wire.h) from there, its
+// remainder as usual; it completes once the adapter has read every zero-copy slot (their sends completed).
 //
 // Locking: the endpoint's own mutex guards its queues. A connection calls in (fill_piece, on_frame, fail) with its
 // own lock held; the endpoint never calls a connection while holding its mutex. So the order is always connection,
@@ -22,17 +24,23 @@
 
 #include "tbcoll/transport.hpp"
 #include "transports/ibverbs/connection.h"
+#include "transports/ibverbs/registry.h"
 #include "transports/queued_request.h"
 
 namespace tbcoll::ibverbs {
 
-/// What one rail carries of a send: its part of the message (wire::part_of), in bulk slots first, then in small
-/// frames (wire::split_lanes); each region's cursor advances as its pieces go.
+/// What one rail carries of a send: its part of the message (wire::part_of), in zero-copy slots from registered
+/// memory first (none for other memory), then bulk slots, then small frames (wire::split_lanes); each region's
+/// cursor advances as its pieces go.
 struct RailPlan {
+  size_t zero_copy_at = 0, zero_copy_end = 0;  ///< the zero-copy region still to go
+  uint32_t lkey = 0;                           ///< the registration's key on the rail's device
   size_t bulk_at = 0, bulk_end = 0;  ///< the bulk region still to go: [bulk_at, bulk_end)
   size_t small_at = 0, end = 0;      ///< the small region still to go: [small_at, end)
   bool empty_frame = false;          ///< an empty message's one frame, still to go (rail 0)
-  bool left(int lane) const { return lane == wire::kBulk ? bulk_at < bulk_end : small_at < end || empty_frame; }
+  bool left(int lane) const {
+    return lane == wire::kBulk ? zero_copy_at < zero_copy_end || bulk_at < bulk_end : small_at < end || empty_frame;
+  }
   unsigned lanes() const { return (left(wire::kSmall) ? 1u : 0u) | (left(wire::kBulk) ? 2u : 0u); }
 };
 
@@ -53,6 +61,8 @@ struct Operation : transport::QueuedOperation {
   std::vector<RailPlan> other_plans;  ///< sends: rails 1.. (a rail without a part has an empty plan)
   RailPlan& plan(size_t rail) { return rail == 0 ? plan0 : other_plans[rail - 1]; }
   int lanes_left = 0;     ///< sends: (rail, lane) pairs with pieces still to go
+  int zero_copy_in_flight = 0;          ///< sends: zero-copy slots posted whose sends did not complete yet
+  std::shared_ptr<const Region> region;  ///< sends from registered memory: the registration they use
   std::vector<uint8_t> storage;  ///< an unexpected message's bytes
   /// Where its request lives while the caller holds it, so a message allocates nothing for its requests. While
   /// the request lives, `requested` holds the operation and `request_live` is set; the request's delete, once the
@@ -67,7 +77,9 @@ class Endpoint final : public transport::Endpoint {
  public:
   /// rails: the connections to the peer, one per cable (at least one); stripe_bytes: from this size a message is
   /// cut across the rails.
-  Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id, size_t stripe_bytes);
+  /// registry: the context's registered memory (may be null: every send is copied).
+  Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id, size_t stripe_bytes,
+           std::shared_ptr<const Registry> registry = nullptr);
   ~Endpoint() override;
 
   std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
@@ -93,9 +105,15 @@ class Endpoint final : public transport::Endpoint {
 
   // Called by the connection of rail `rail`, under its lock.
   /// The next piece for `lane` of the oldest send with pieces left there on this rail: fills header's message
-  /// fields and copies its payload (at most `capacity` bytes: the lane's frame or slot payload) to `payload`;
-  /// *more says whether a piece for this rail and lane is left after it. False if there is none.
-  bool fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more);
+  /// fields and copies its payload (at most `capacity` bytes: the lane's frame or slot payload) to `payload`
+  /// (kCopied). A zero-copy slot instead (bulk lane) fills header as its note (wire::kSlotNote, the SlotNote's
+  /// bulk_seq left to the connection) and *zero_copy (kZeroCopy), or, unless note_room (the connection can send
+  /// the note now), takes nothing (kNeedsNote). *more says whether a piece for this rail and lane is left after
+  /// it. kNone if there is none.
+  Piece fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more,
+                   bool note_room, ZeroCopySlot* zero_copy);
+  /// A zero-copy slot of op was sent (its send completed): the adapter is done with the caller's memory there.
+  void zero_copy_sent(Operation* op);
   void on_frame(int rail, const wire::Header& header, const uint8_t* payload);
   /// The connection failed, or the peer aborted this communicator: every operation fails with why.
   void fail(const std::string& why);
@@ -106,6 +124,11 @@ class Endpoint final : public transport::Endpoint {
       std::deque<std::shared_ptr<Operation>>& queue, const void* buf, size_t bytes, transport::Tag tag);
   /// Drops the queue's (complete) front, keeping it to reuse.
   void retire_front_locked(std::deque<std::shared_ptr<Operation>>& queue);
+  /// Marks a send whose pieces all went, and whose zero-copy slots were all sent, complete; retires done ones.
+  void finish_send_locked(Operation& op);
+  /// Plans rail's part [begin, end) of a send: zero-copy slots where region (may be null) is registered on the
+  /// rail's device, then bulk slots and frames.
+  void plan_rail(Operation& op, size_t rail, size_t begin, size_t end, const Region* region);
   Operation* receive_for_locked(const wire::Header& header);
   void mismatch_locked(const transport::Tag& expected, size_t expected_bytes, const transport::Tag& got,
                        size_t got_bytes);
@@ -118,6 +141,7 @@ class Endpoint final : public transport::Endpoint {
   int peer_;
   uint64_t comm_id_;
   size_t stripe_bytes_;
+  std::shared_ptr<const Registry> registry_;
   std::mutex mutex_;
   std::deque<std::shared_ptr<Operation>> sends_;  // numbers send_base_, send_base_ + 1, ...
   uint64_t send_base_ = 0;

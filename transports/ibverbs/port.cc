@@ -71,6 +71,7 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
     verbs_.close_device(local_.context);
     throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {found.name})));
   }
+  device_ = std::make_shared<OpenDevice>(&verbs_, local_.context, local_.pd);
   local_.auto_mode = options_.auto_mode;
   const bool apple = apple_device(verbs_, found.name);
   // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
@@ -92,8 +93,7 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
     listen_fd_ = net::listen_tcp(options_.listen_host.empty() ? "127.0.0.1" : options_.listen_host, &listen_address_,
                                  "[ibverbs] side channel");
   } catch (...) {
-    verbs_.dealloc_pd(local_.pd);
-    verbs_.close_device(local_.context);
+    device_.reset();
     throw;
   }
   log::info("[ibverbs] port {} on {} (GID {} at index {}, {} mode{})", key_, found.name, ipv4_of(found.gid),
@@ -103,8 +103,12 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
 Port::~Port() {
   connections_.clear();  // queue pairs and MRs before their PD and device
   if (listen_fd_ >= 0) close(listen_fd_);
-  verbs_.dealloc_pd(local_.pd);
-  verbs_.close_device(local_.context);
+  device_.reset();  // closed now, or once the last registration on it is let go
+}
+
+OpenDevice::~OpenDevice() {
+  verbs->dealloc_pd(pd);
+  verbs->close_device(context);
 }
 
 std::string Port::address() const {

@@ -23,6 +23,18 @@
 
 namespace tbcoll::ibverbs {
 
+/// An opened device and its protection domain, closed when the last holder lets go: the port, and the caller's
+/// registrations on it (registry.h), which a send in flight may keep beyond the port's life.
+struct OpenDevice {
+  const VerbsApi* verbs = nullptr;
+  ibv_context* context = nullptr;
+  ibv_pd* pd = nullptr;
+  OpenDevice(const VerbsApi* verbs, ibv_context* context, ibv_pd* pd) : verbs(verbs), context(context), pd(pd) {}
+  ~OpenDevice();
+  OpenDevice(const OpenDevice&) = delete;
+  OpenDevice& operator=(const OpenDevice&) = delete;
+};
+
 struct PortOptions {
   Mode mode = Mode::kUc;
   bool auto_mode = false;   ///< TBCOLL_IB_MODE=auto: RC if the device creates an RC queue pair, else UC
@@ -57,6 +69,9 @@ class Port {
   const std::string& device() const { return local_.device; }
   Mode mode() const { return local_.mode; }
   bool auto_mode() const { return local_.auto_mode; }
+  /// The opened device, its protection domain and settings (what its connections are made with).
+  const LocalPort& local() const { return local_; }
+  const std::shared_ptr<OpenDevice>& open_device() const { return device_; }
   /// What peers need to reach this port: "<key>|<host>:<port>|<device>|<mode>", mode "uc", "rc", "uc+auto"...
   std::string address() const;
   /// Splits an address; InvalidArgument if malformed.
@@ -87,6 +102,7 @@ class Port {
   const VerbsApi& verbs_;
   PortOptions options_;
   LocalPort local_;
+  std::shared_ptr<OpenDevice> device_;  // local_.context and pd, closed after the connections
   std::string key_;
   int listen_fd_ = -1;
   std::string listen_address_;

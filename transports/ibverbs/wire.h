@@ -39,9 +39,9 @@ namespace tbcoll::ibverbs::wire {
 
 constexpr size_t kFrameBytes = 4096;
 constexpr uint16_t kMagic = 0x7462;  // "tb"
-constexpr uint16_t kVersion = 4;
+constexpr uint16_t kVersion = 5;
 
-enum class FrameKind : uint8_t { kData = 1, kCredit = 2 };
+enum class FrameKind : uint8_t { kData = 1, kCredit = 2, kSlotNote = 3 };
 enum FrameFlags : uint8_t { kFirst = 1, kLast = 2, kSummed = 4 };
 enum Lane : int { kSmall = 0, kBulk = 1 };
 constexpr int kLanes = 2;
@@ -142,6 +142,28 @@ inline size_t slot_bytes_for(bool apple, int macos_major, int macos_minor) {
 constexpr int slots_for(size_t slot_bytes) {
   return static_cast<int>(std::clamp<size_t>((size_t{1} << 20) / std::max<size_t>(slot_bytes, 1), 2, 16));
 }
+
+/// Zero-copy slots: a send from memory the caller registered (Context::register_memory) goes from there, without
+/// a header (Apple's stack takes one SGE per send, so nothing of ours can precede the caller's bytes). Each such
+/// slot carries kZeroCopyPayload(S) bytes of the message, and the send is zero_copy_length(S, seq) long, the extra
+/// bytes being the message's next ones (ignored): that length says which bulk sequence number the slot has (a slot
+/// with a header is always sent S long), so a lost slot shows at the next one: a sender has at most its credits
+/// (16) unacknowledged, so a gap of up to 16 always changes the length. Each length spans the same 4 KiB frames as
+/// the receive (S - 512 .. S - 8). A small-lane frame (kSlotNote: a header as any data frame's, with the slot's
+/// offset and payload, and a SlotNote) tells the receiver which message and offset the slot of that sequence
+/// number holds; slot and note may arrive in either order.
+constexpr size_t kZeroCopyCode = 64;  ///< distinct lengths; more than a lane's credits (slots_for: at most 16)
+constexpr size_t kZeroCopyStep = 8;
+constexpr size_t zero_copy_payload(size_t slot_bytes) { return slot_bytes - kZeroCopyCode * kZeroCopyStep; }
+constexpr size_t zero_copy_length(size_t slot_bytes, uint32_t seq) {
+  return slot_bytes - kZeroCopyStep * (1 + seq % kZeroCopyCode);
+}
+static_assert(kZeroCopyCode * kZeroCopyStep < kFrameBytes && kZeroCopyCode > 16, "zero-copy lengths");
+/// The payload of a kSlotNote frame.
+struct SlotNote {
+  uint32_t bulk_seq = 0;  ///< the zero-copy slot's sequence number on the bulk lane
+  uint32_t bytes = 0;     ///< the message's bytes in it (from the header's offset on)
+};
 
 /// How a connection carries `bytes` of a message: the first bulk_bytes in `slots` bulk slots of slot_payload
 /// bytes each (the last maybe not full: it is padded), the rest in small frames. Whole slots while a full one's

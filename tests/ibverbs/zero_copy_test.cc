@@ -1,0 +1,263 @@
+// Zero-copy sends from registered memory (transport::Context::register_memory, wire.h's zero-copy slots) on the
+// fake fabric: Apple's strict rules (one SGE, 16 KiB-aligned registrations, sends spanning their receive's frames)
+// and a permissive device; the bytes that arrive, which slots went zero-copy, a lost slot, a registration dropped
+// while a send uses it, a device's registration budget spent, and the communicator's and C API's registration.
+#include <chrono>
+#include <future>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "collectives/harness.h"
+#include "common/time.h"
+#include "fake_verbs/fake_verbs.h"
+#include "tbcoll/tbcoll.h"
+#include "transports/ibverbs/device.h"
+#include "transports/ibverbs/endpoint.h"
+
+namespace tbcoll::ibverbs {
+namespace {
+
+struct ZeroCopyPair {
+  std::shared_ptr<transport::Device> device;
+  std::unique_ptr<transport::Context> contexts[2];
+  std::unique_ptr<transport::Endpoint> endpoints[2];
+  Endpoint& sender() { return dynamic_cast<Endpoint&>(*endpoints[0]); }
+  uint64_t zero_copy_slots() {
+    uint64_t slots = 0;
+    for (int rail = 0; rail < sender().rails(); ++rail) slots += sender().rail(rail).zero_copy_slots_sent();
+    return slots;
+  }
+};
+
+std::unique_ptr<ZeroCopyPair> zero_copy_pair(const fake::Options& options,
+                                             std::map<std::string, std::string> knobs = {}) {
+  fake::reset(options);
+  auto pair = std::make_unique<ZeroCopyPair>();
+  pair->device = make_device(fake::verbs(), "zerocopy", /*same_process_only=*/true);
+  for (int r = 0; r < 2; ++r) {
+    transport::ContextArgs args{r, 2, "zerocopy", "127.0.0.1", 1, 10};
+    args.self = {r, "zerocopy-host", 1, r};
+    args.knobs = knobs;
+    pair->contexts[r] = pair->device->create_context(args);
+  }
+  const transport::PeerAddress to0{0, pair->contexts[0]->address()}, to1{1, pair->contexts[1]->address()};
+  const Deadline deadline = deadline_after(10);
+  auto other = std::async(std::launch::async, [&] { return pair->contexts[1]->connect({to0}, deadline); });
+  auto mine = pair->contexts[0]->connect({to1}, deadline);
+  pair->endpoints[0] = std::move(mine.at(0));
+  pair->endpoints[1] = std::move(other.get().at(0));
+  return pair;
+}
+
+std::vector<uint8_t> random_bytes(size_t bytes, unsigned seed) {
+  std::vector<uint8_t> out(bytes);
+  std::mt19937 random(seed);
+  for (auto& byte : out) byte = static_cast<uint8_t>(random());
+  return out;
+}
+
+// Sends each of `messages` (pointers into the sender's memory) to the receiver, all posted before any is driven,
+// and returns what arrived; the first error, if any, in *error.
+using Messages = std::vector<std::pair<const uint8_t*, size_t>>;
+std::vector<std::vector<uint8_t>> send_all(ZeroCopyPair& pair, const Messages& messages, std::string* error = nullptr) {
+  std::vector<std::vector<uint8_t>> arrived;
+  std::vector<std::unique_ptr<transport::Request>> requests;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    arrived.emplace_back(messages[i].second);
+    requests.push_back(pair.endpoints[1]->irecv(arrived.back().data(), messages[i].second, {i, 3}));
+  }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    requests.push_back(pair.endpoints[0]->isend(messages[i].first, messages[i].second, {i, 3}));
+  }
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  try {
+    for (auto& request : requests) {
+      while (!request->test()) {
+        for (auto& other : requests) (void)other->test();  // both ends progress: credits flow
+        if (std::chrono::steady_clock::now() > give_up) throw TimeoutError("exchange: no progress in 20 s");
+      }
+    }
+  } catch (const Error& e) {
+    if (error == nullptr) throw;
+    *error = e.what();
+  }
+  return arrived;
+}
+
+fake::Options apple_fabric() { return fake::Options{}; }
+fake::Options roce_fabric() {
+  fake::Options options;
+  options.apple_strict = false;
+  return options;
+}
+
+class IbverbsZeroCopy : public ::testing::TestWithParam<bool> {};  // strict (Apple's rules) or permissive
+
+// Messages of a slot's size and odd sizes around several slots, at odd offsets inside one registration, queued
+// together (notes and slots of several messages in flight at once).
+TEST_P(IbverbsZeroCopy, RegisteredSendsArriveWhole) {
+  auto pair = zero_copy_pair(GetParam() ? apple_fabric() : roce_fabric());
+  const std::vector<uint8_t> memory = random_bytes((size_t{9} << 20) + 4096, 1);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration) << "the fake takes a page-rounded registration";
+  const uint8_t* base = memory.data();
+  const Messages messages = {
+      {base + 13, 512 * 1024},               // one slot's size: frames and a padded slot, or one zero-copy slot
+      {base + 4099, (size_t{3} << 20) + 13},  // several zero-copy slots, then a padded slot or frames
+      {base + (size_t{4} << 20), 1024 * 1024 + 517 * 1024 + 1},
+      {base, memory.size()},  // the whole registration: the last slot's read stays inside it
+  };
+  const auto arrived = send_all(*pair, messages);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(arrived[i].data(), messages[i].first, messages[i].second)) << "message " << i;
+  }
+  EXPECT_GE(pair->zero_copy_slots(), 4u) << "zero-copy slots for each message";
+  EXPECT_EQ(fake::counters().length_errors, 0u) << "every zero-copy send spans its receive's frames";
+}
+
+// Striped over two cables: each rail sends its part zero-copy under its own device's registration.
+TEST_P(IbverbsZeroCopy, EachRailSendsItsPartUnderItsDevicesRegistration) {
+  fake::Options options = GetParam() ? apple_fabric() : roce_fabric();
+  options.devices = 2;
+  auto pair = zero_copy_pair(options, {{"TBCOLL_IB_RAILS", "2"}});
+  ASSERT_EQ(pair->sender().rails(), 2);
+  const std::vector<uint8_t> memory = random_bytes((size_t{5} << 20) + 77, 2);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  const auto arrived = send_all(*pair, {{memory.data(), memory.size()}});
+  ASSERT_EQ(arrived[0], memory);
+  EXPECT_GT(pair->sender().rail(0).zero_copy_slots_sent(), 0u);
+  EXPECT_GT(pair->sender().rail(1).zero_copy_slots_sent(), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Devices, IbverbsZeroCopy, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Apple" : "Permissive"; });
+
+TEST(IbverbsZeroCopyUse, MemoryOutsideARegistrationIsCopied) {
+  auto pair = zero_copy_pair(apple_fabric());
+  const std::vector<uint8_t> registered = random_bytes(size_t{2} << 20, 3), other = random_bytes(size_t{2} << 20, 4);
+  auto registration = pair->contexts[0]->register_memory(registered.data(), registered.size() / 2);
+  ASSERT_TRUE(registration);
+  // The second message crosses the registration's end, the third lies beyond it: copied, as `other` is.
+  const size_t half = registered.size() / 2;
+  const auto arrived = send_all(*pair, {{other.data(), other.size()},
+                                        {registered.data() + 1, registered.size() - 1},
+                                        {registered.data() + half + 1, half - 1}});
+  EXPECT_EQ(arrived[0], other);
+  EXPECT_EQ(0, std::memcmp(arrived[1].data(), registered.data() + 1, registered.size() - 1));
+  EXPECT_EQ(0, std::memcmp(arrived[2].data(), registered.data() + half + 1, half - 1));
+  EXPECT_EQ(pair->zero_copy_slots(), 0u);
+}
+
+// UC drops a zero-copy slot without a word: the next one's length gives the gap away, and the receive fails
+// instead of taking the next slot's bytes for the lost one's.
+TEST(IbverbsZeroCopyUse, ALostSlotFailsTheReceive) {
+  auto pair = zero_copy_pair(apple_fabric());
+  const std::vector<uint8_t> memory = random_bytes(size_t{4} << 20, 5);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  send_all(*pair, {{memory.data(), size_t{1} << 20}});  // under way: the next send posted is a zero-copy slot
+  const uint64_t before = pair->zero_copy_slots();
+  fake::drop_next_sends(1);
+  std::string error;
+  send_all(*pair, {{memory.data(), memory.size()}}, &error);
+  EXPECT_GT(pair->zero_copy_slots(), before);
+  EXPECT_EQ(fake::counters().dropped_injected, 1u);
+  EXPECT_NE(error.find("zero-copy slot of"), std::string::npos) << error;
+}
+
+// The caller may drop its registration while a send still goes from it: the send keeps it (the adapter reads the
+// memory) until its last slot was sent; then it is deregistered.
+TEST(IbverbsZeroCopyUse, ARegistrationDroppedDuringASendLastsUntilItsSlotsWereSent) {
+  auto pair = zero_copy_pair(apple_fabric());
+  const std::vector<uint8_t> memory = random_bytes(size_t{6} << 20, 6);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  std::vector<uint8_t> arrived(memory.size());
+  auto recv = pair->endpoints[1]->irecv(arrived.data(), arrived.size(), {1, 1});
+  auto send = pair->endpoints[0]->isend(memory.data(), memory.size(), {1, 1});
+  fake::clear_calls();
+  registration.reset();
+  EXPECT_EQ(fake::calls()["dereg_mr"], 0u) << "the send in flight holds the registration";
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  for (bool sent = false, received = false; !(sent && received);) {
+    sent = sent || send->test();
+    received = received || recv->test();
+    ASSERT_LT(std::chrono::steady_clock::now(), give_up);
+  }
+  EXPECT_EQ(arrived, memory);
+  EXPECT_GT(pair->zero_copy_slots(), 0u);
+  EXPECT_EQ(fake::calls()["dereg_mr"], 1u) << "deregistered once its send was done";
+}
+
+// A send dropped with zero-copy slots in flight (their completions never polled) holds its registration, and
+// through it the opened device, but not the port: everything closes once the communicator's objects are gone.
+TEST(IbverbsZeroCopyUse, ASendDroppedInFlightLeavesNothingOpen) {
+  auto pair = zero_copy_pair(apple_fabric());
+  const std::vector<uint8_t> memory = random_bytes(size_t{4} << 20, 8);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  fake::clear_calls();
+  auto send = pair->endpoints[0]->isend(memory.data(), memory.size(), {1, 1});  // its first slots leave here
+  EXPECT_GT(pair->zero_copy_slots(), 0u);
+  send.reset();
+  registration.reset();
+  pair.reset();
+  EXPECT_EQ(fake::calls()["dereg_mr"], 3u) << "both links' buffers and the caller's registration";
+  EXPECT_EQ(fake::calls()["dealloc_pd"], 2u);
+  EXPECT_EQ(fake::calls()["close_device"], 2u);
+}
+
+// Apple allows about 100 registrations per device: with none left, register_memory says so (null) and sends
+// copy as before.
+TEST(IbverbsZeroCopyUse, ASpentRegistrationBudgetMeansCopies) {
+  fake::Options options = apple_fabric();
+  options.max_mrs = 1;  // the link's own buffers take it
+  auto pair = zero_copy_pair(options);
+  const std::vector<uint8_t> memory = random_bytes(size_t{2} << 20, 7);
+  EXPECT_FALSE(pair->contexts[0]->register_memory(memory.data(), memory.size()));
+  const auto arrived = send_all(*pair, {{memory.data(), memory.size()}});
+  EXPECT_EQ(arrived[0], memory);
+  EXPECT_EQ(pair->zero_copy_slots(), 0u);
+}
+
+// Apple's provider takes only 16 KiB-aligned registrations: the registration is rounded out to whole pages.
+TEST(IbverbsZeroCopyUse, RegistrationsAreRoundedToWholePages) {
+  auto pair = zero_copy_pair(apple_fabric());
+  std::vector<uint8_t> memory(size_t{1} << 20);
+  fake::clear_calls();
+  auto registration = pair->contexts[0]->register_memory(memory.data() + 100, memory.size() - 200);
+  EXPECT_TRUE(registration);
+  EXPECT_EQ(fake::calls()["reg_mr"], 1u) << "the rounded range at the first try (an unaligned one fails on Apple)";
+}
+
+TEST(IbverbsZeroCopyUse, ACommunicatorRegistersWithItsTransports) {
+  fake::ScopedFabric fabric(apple_fabric());
+  test::RankOptions options{"fakeverbs", "", 20};
+  test::run_ranks(2, options, [&](Communicator& comm) {
+    const size_t count = (size_t{3} << 20) / sizeof(float) + 7;
+    std::vector<float> data(count), sum(count);
+    for (size_t i = 0; i < count; ++i) data[i] = static_cast<float>((i % 1000) + comm.rank());
+    MemoryRegistration registered = comm.register_memory(data.data(), data.size() * sizeof(float));
+    MemoryRegistration result = comm.register_memory(sum.data(), sum.size() * sizeof(float));
+    EXPECT_EQ(registered.transports(), 1);
+    comm.all_reduce(data.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum);
+    for (size_t i = 0; i < count; i += 997) ASSERT_EQ(sum[i], static_cast<float>(2 * (i % 1000) + 1)) << i;
+    std::vector<float> got(count);
+    if (comm.rank() == 0) comm.send(data.data(), count, DataType::kFloat32, 1);
+    if (comm.rank() == 1) {
+      comm.recv(got.data(), count, DataType::kFloat32, 0);
+      for (size_t i = 0; i < count; i += 991) ASSERT_EQ(got[i], static_cast<float>(i % 1000)) << i;
+    }
+    registered.reset();
+    EXPECT_EQ(registered.transports(), 0);
+    EXPECT_THROW(comm.register_memory(nullptr, 10), InvalidArgument);
+  });
+}
+
+}  // namespace
+}  // namespace tbcoll::ibverbs

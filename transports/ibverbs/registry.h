@@ -1,0 +1,71 @@
+// Caller memory registered for zero-copy sends (transport::Context::register_memory): one registration per device
+// the context uses, over the range rounded out to 16 KiB pages (Apple's provider takes nothing else; elsewhere the
+// exact range is tried when the rounded one reaches unmapped pages). A send whose bytes lie inside a region goes
+// from there (wire.h, zero-copy slots) on every rail whose device took the region.
+//
+// Lifetime: the context's registry lists a region while the caller's handle lives; a send holds the region (and
+// through it the opened devices, whose protection domains the registrations belong to, not the ports: a port owns
+// its connections, which hold the sends in flight) until its last zero-copy slot's send completed, so
+// deregistering or destroying the communicator while a send is in flight is safe.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "tbcoll/transport.hpp"
+#include "transports/ibverbs/port.h"
+
+namespace tbcoll::ibverbs {
+
+class Region {
+ public:
+  /// Registers [base, base + bytes) with each of ports' protection domains that takes it.
+  Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base, size_t bytes);
+  ~Region();
+  Region(const Region&) = delete;
+  Region& operator=(const Region&) = delete;
+
+  bool contains(const void* begin, size_t bytes) const {
+    const auto* b = static_cast<const uint8_t*>(begin);
+    return b >= begin_ && b <= end_ && bytes <= static_cast<size_t>(end_ - b);
+  }
+  /// The local key for sends from this region on `pd`'s device; 0 where that device did not take it.
+  uint32_t lkey(const ibv_pd* pd) const;
+  /// Devices that took the region.
+  size_t registered() const { return mrs_.size(); }
+
+ private:
+  struct Mr {
+    std::shared_ptr<OpenDevice> device;
+    ibv_mr* mr = nullptr;
+  };
+  const uint8_t* begin_;
+  const uint8_t* end_;
+  std::vector<Mr> mrs_;
+};
+
+/// A context's regions. Any thread.
+class Registry {
+ public:
+  void add(std::shared_ptr<const Region> region);
+  void remove(const Region* region);
+  /// The region holding [begin, begin + bytes), or null. Cheap when there are none.
+  std::shared_ptr<const Region> find(const void* begin, size_t bytes) const;
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<std::shared_ptr<const Region>> regions_;
+  std::atomic<size_t> count_{0};
+};
+
+/// Registers the range with the ports and lists it in the registry while the returned handle lives; null when
+/// no device took it.
+std::unique_ptr<transport::Registration> register_region(const std::shared_ptr<Registry>& registry,
+                                                         const std::vector<std::shared_ptr<Port>>& ports,
+                                                         const void* base, size_t bytes);
+
+}  // namespace tbcoll::ibverbs
