@@ -29,6 +29,7 @@ struct Options {
   std::string csv;
   int root = 0;
   bool pingpong = false;
+  bool register_memory = false;   ///< --register: each size's buffers registered (Communicator::register_memory)
   bool tcp_floor = true;          ///< --pingpong's raw TCP floor (--no-tcp-floor: not)
   int floor_round_trips = 10000;  ///< of the verbs floors' latency
   int floor_messages = 256;       ///< per direction, of the verbs floors' bandwidth runs (1 MiB each)

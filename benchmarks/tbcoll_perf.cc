@@ -89,7 +89,7 @@ void usage() {
       "usage: tbcoll-perf [-b MIN] [-e MAX] [-f FACTOR] [-n ITERS] [-w WARMUP] [-d DTYPE] [-o OP] [-c 0|1]\n"
       "                   [--collective all_reduce|all_gather|reduce_scatter|reduce|broadcast|all_to_all|\n"
       "                       all_to_allv|gather|scatter] [-r ROOT] [--transport T]\n"
-      "                   [--algo A] [--version]\n"
+      "                   [--algo A] [--register] [--version]\n"
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
       "                   [--floor-messages N]] [--explain | --explain-only]\n"
       "                   [--compare all|A,B,...,auto[,measured] [--rounds N] [--budget SECONDS]]\n"
@@ -97,6 +97,8 @@ void usage() {
       "  -n: timed iterations per size (default: by size, 64 MiB / size from 20 to 5000); -w: untimed ones before\n"
       "  (default: a tenth of them, 5 to 100); -c 0|1: check every size's results (1, the default), as nccl-tests;\n"
       "  -c NAME is --collective NAME; collectives also by TBCOLL_ALGO's names (allreduce, allgather, ...)\n"
+      "  --register: each size's buffers are registered with the transports first (Communicator::register_memory,\n"
+      "  as ncclCommRegister: ibverbs then sends from them without a copy)\n"
       "  --explain prints per size the cost model's predicted time of every algorithm that can run and the one the\n"
       "  tuner picks (with the alpha/beta it used); --explain-only prints that without measuring.\n"
       "  --algo takes TBCOLL_ALGO's forms: a name, or collective:name[,collective:name...]. Algorithms:\n");
@@ -172,6 +174,7 @@ Options parse(int argc, char** argv) {
     else if (arg == "--algo") o.algo = value();
     else if (arg == "--csv") o.csv = value();
     else if (arg == "--pingpong") o.pingpong = true;
+    else if (arg == "--register") o.register_memory = true;
     else if (arg == "--no-tcp-floor") o.tcp_floor = false;
     else if (arg == "--floor-round-trips") o.floor_round_trips = parse_int(arg, value());
     else if (arg == "--floor-messages") o.floor_messages = parse_int(arg, value());
@@ -365,6 +368,15 @@ int main(int argc, char** argv) {
       }
       Buffers b;
       tbcoll::bench::size_buffers(o, n, count, b);
+      tbcoll::MemoryRegistration registered[2];
+      if (o.register_memory) {
+        if (!b.send.empty()) registered[0] = comm.register_memory(b.send.data(), b.send.size());
+        if (!b.recv.empty()) registered[1] = comm.register_memory(b.recv.data(), b.recv.size());
+        if (lead && rows == 1) {
+          std::printf("# --register: the buffers are registered with %d transport(s)\n",
+                      std::max(registered[0].transports(), registered[1].transports()));
+        }
+      }
       Measured out = measure(comm, o, b, count, false);
       Measured in = measure(comm, o, b, count, true);
       total_wrong += std::max(out.wrong, 0LL) + std::max(in.wrong, 0LL);
