@@ -96,6 +96,17 @@ std::optional<DataType> optional_dtype(const py::object& value) {
   return dtype_from_python(value);
 }
 
+/// Memory registered with a communicator's transports, and the Python object that owns the memory (held while
+/// the registration lives, so the memory stays mapped).
+struct PyRegistration {
+  MemoryRegistration registration;
+  py::object owner;
+  void close() {
+    registration.reset();
+    owner = py::none();
+  }
+};
+
 /// An asynchronous call: the C++ Work and the buffers it uses.
 class PyWork {
  public:
@@ -429,6 +440,19 @@ PYBIND11_MODULE(_tbcoll, m) {
       .def("wait", &PyWork::wait, "Blocks until the call finished; raises its error.")
       .def("test", &PyWork::test, "True once the call finished (raises its error); never blocks.");
 
+  py::class_<PyRegistration>(m, "Registration",
+                             "Memory registered with a communicator's transports (Communicator.register_memory); "
+                             "close() or the end of a with block deregisters it.")
+      .def_property_readonly("transports", [](PyRegistration& self) { return self.registration.transports(); },
+                             "How many of the communicator's transports took the memory.")
+      .def("close", &PyRegistration::close)
+      .def("__enter__", [](PyRegistration& self) -> PyRegistration& { return self; },
+           py::return_value_policy::reference)
+      .def("__exit__", [](PyRegistration& self, py::args) {
+        self.close();
+        return false;
+      });
+
   py::class_<UniqueId>(m, "UniqueId", "What the ranks of a new communicator need to meet (NCCL's unique id).")
       .def_static("create", &UniqueId::create, "Starts a rendezvous store in this process (TBCOLL_SOCKET_ADDR).")
       .def_static("from_string", &UniqueId::from_string)
@@ -495,6 +519,18 @@ PYBIND11_MODULE(_tbcoll, m) {
              if (!out) return py::none();
              return py::cast(std::make_unique<PyComm>(std::move(*out)));
            }, py::arg("color"), py::arg("key") = 0)
+      .def("register_memory", [](PyComm& self, py::object buf) {
+             View v = view_of(buf, "buf", /*writable=*/false, std::nullopt);
+             const size_t bytes = v.count * dtype_size(v.dtype);
+             auto out = std::make_unique<PyRegistration>();
+             out->registration = self.run("register_memory", [&](Communicator& c) {
+               return c.register_memory(v.data, bytes);
+             });
+             out->owner = std::move(v.owner);
+             return out;
+           }, py::arg("buf"),
+           "Registers buf's memory with the transports (as ncclCommRegister): sends from it then go without a "
+           "copy where a transport can (RDMA). The Registration keeps buf alive until closed.")
       .def("abort", &PyComm::abort, "Breaks the communicator and closes its connections; any thread.")
       .def("close", &PyComm::close, "Destroys the communicator now (its resources go; further calls raise).")
       // Raw pointer forms for the torch backend (tbcoll.torch_backend).

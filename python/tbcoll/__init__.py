@@ -25,6 +25,7 @@ from ._tbcoll import (  # noqa: F401  (the public names)
     IoError,
     MismatchError,
     ReduceOp,
+    Registration,
     RemoteError,
     TimeoutError,
     UniqueId,
@@ -79,6 +80,6 @@ def _exit(self, *exc):
 Communicator.__enter__ = _enter
 Communicator.__exit__ = _exit
 
-__all__ = ["__version__", "init", "init_with_id", "group", "Communicator", "Work", "UniqueId", "DataType", "ReduceOp", "SUM", "PROD",
+__all__ = ["__version__", "init", "init_with_id", "group", "Communicator", "Registration", "Work", "UniqueId", "DataType", "ReduceOp", "SUM", "PROD",
            "MAX", "MIN", "AVG", "Error", "InvalidArgument", "InvalidUsage", "MismatchError", "TimeoutError", "IoError",
            "RemoteError", "dtype_size"]

@@ -52,6 +52,18 @@ def test_buffers_are_refused_with_the_reason():
         assert tbcoll.dtype_size("bfloat16") == 2
 
 
+def test_registered_memory_is_held_until_closed():
+    with one_rank() as comm:
+        x = np.arange(1 << 16, dtype=np.float32)
+        with comm.register_memory(x) as registration:
+            assert registration.transports == 0  # a world of one has no transport with anything to gain
+            comm.all_reduce(x)
+        assert x[5] == 5.0
+        registration.close()  # again: nothing left to do
+        with pytest.raises(tbcoll.InvalidArgument, match="neither the buffer protocol nor __dlpack__"):
+            comm.register_memory(object())
+
+
 def test_torch_tensors_go_through_dlpack(torch):
     with one_rank() as comm:
         t = torch.arange(6, dtype=torch.float32)
