@@ -3,6 +3,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 namespace tbcoll::ibverbs::fake::detail {
@@ -338,6 +339,9 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   std::vector<uint8_t> data(length);
   size_t offset = 0;
   for (int i = 0; i < wr->num_sge; ++i) {
+    const uintptr_t begin = std::max<uintptr_t>(wr->sg_list[i].addr, fabric.watch_begin);
+    const uintptr_t end = std::min<uintptr_t>(wr->sg_list[i].addr + wr->sg_list[i].length, fabric.watch_end);
+    if (end > begin) fabric.counters.watched_bytes_sent += end - begin;
     if (wr->sg_list[i].length > 0) {
       std::memcpy(data.data() + offset, reinterpret_cast<const void*>(wr->sg_list[i].addr), wr->sg_list[i].length);
     }
@@ -370,8 +374,22 @@ void transmit(Fabric& fabric, Qp* qp, const ibv_send_wr* wr, uint64_t length) {
   }
   if (opcode == IBV_WC_RDMA_WRITE) {
     write_remote(send, dest, data);
+  } else if (fabric.options.overtake_slots && !send.rc && length > kFrameBytes) {
+    fabric.overtaken.push_back(Fabric::Overtaken{&dest->verbs, std::move(data), qp->verbs.qp_num});
+    send.succeeded();
+    return;
   } else {
     deliver(send, dest, std::move(data));
+  }
+  while (!fabric.overtaken.empty()) {  // the slots this send overtook arrive now
+    Fabric::Overtaken late = std::move(fabric.overtaken.front());
+    fabric.overtaken.pop_front();
+    Qp* to = Fabric::find(fabric.qps, late.dest);
+    if (to == nullptr || to->recvs.empty()) {
+      ++fabric.counters.dropped_no_receive;
+      continue;
+    }
+    receive(fabric, to, late.data, late.source_qpn, nullptr);
   }
 }
 

@@ -149,6 +149,7 @@ struct Fabric {
   uint32_t next_handle = 1;
   int next_port = 1;
   int drop_sends = 0;
+  uintptr_t watch_begin = 0, watch_end = 0;  ///< watch_sends_from's range
   int corrupt_sends = 0;
   bool fail_send = false;
   ibv_wc_status fail_send_status = IBV_WC_SUCCESS;
@@ -157,6 +158,13 @@ struct Fabric {
   std::map<std::string, uint64_t> calls;
   std::set<std::pair<Context*, Context*>> cut_links;  ///< faults.h cut(a, b), both orders
   std::deque<Retrying> retrying;
+  /// Options::overtake_slots: a UC slot not delivered yet (its destination QP, bytes, sender's QP number).
+  struct Overtaken {
+    ibv_qp* dest = nullptr;
+    std::vector<uint8_t> data;
+    uint32_t source_qpn = 0;
+  };
+  std::deque<Overtaken> overtaken;
 
   bool strict() const { return options.apple_strict; }
   bool cabled() const { return !options.cables.empty(); }

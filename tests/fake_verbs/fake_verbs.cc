@@ -642,6 +642,13 @@ void detail::with_fabric(const std::function<void(Fabric&)>& fn) {
 
 const VerbsApi* verbs() { return &kApi; }
 
+void watch_sends_from(const void* begin, size_t bytes) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  Fabric& fabric = locked_fabric();
+  fabric.watch_begin = reinterpret_cast<uintptr_t>(begin);
+  fabric.watch_end = fabric.watch_begin + bytes;
+}
+
 void drop_next_sends(int n) {
   std::lock_guard<std::mutex> lock(g_mutex);
   locked_fabric().drop_sends = n;

@@ -120,6 +120,10 @@ struct Options {
   /// Ports are ACTIVE; false: IBV_PORT_DOWN, and alloc_pd returns null (errno EIO), as Apple's provider does when
   /// the Mac at the other end of the cable has no RDMA.
   bool ports_active = true;
+  /// A UC SEND of more than one 4 KiB frame is delivered only after the next SEND posted anywhere (its sender's
+  /// completion comes at once): a slot on one queue pair overtaken by a frame posted after it on another, as two
+  /// queue pairs are free to deliver.
+  bool overtake_slots = false;
 };
 
 /// A fresh fabric with these options: every earlier device, context and resource is gone (tests call it first).
@@ -171,8 +175,12 @@ struct Counters {
   uint64_t length_errors = 0;       ///< frame-count or length mismatch with the posted receive
   uint64_t queued_rc = 0;           ///< RC messages waiting for a receive right now
   std::vector<uint64_t> per_cable;  ///< cabled: messages delivered over each of Options::cables, both ways
+  uint64_t watched_bytes_sent = 0;  ///< bytes SENDs gathered from inside watch_sends_from's range
 };
 Counters counters();
+/// Counts the bytes SENDs gather from inside [begin, begin + bytes) from now on (Counters::watched_bytes_sent):
+/// whether a transport sent from a caller's memory itself, rather than from a copy.
+void watch_sends_from(const void* begin, size_t bytes);
 
 /// Live QPs and MRs of an open context (-1 for an unknown context), and of its port (every context's).
 int live_qps(ibv_context* context);

@@ -14,7 +14,6 @@
 #include "collectives/harness.h"
 #include "common/time.h"
 #include "fake_verbs/fake_verbs.h"
-#include "tbcoll/tbcoll.h"
 #include "transports/ibverbs/device.h"
 #include "transports/ibverbs/endpoint.h"
 
@@ -204,12 +203,47 @@ TEST(IbverbsZeroCopyUse, ASendDroppedInFlightLeavesNothingOpen) {
   fake::clear_calls();
   auto send = pair->endpoints[0]->isend(memory.data(), memory.size(), {1, 1});  // its first slots leave here
   EXPECT_GT(pair->zero_copy_slots(), 0u);
-  send.reset();
+  send.reset();  // waits for the slots' sends: the memory is the caller's again
   registration.reset();
+  EXPECT_EQ(fake::calls()["dereg_mr"], 1u) << "the dropped send let go of the registration";
   pair.reset();
   EXPECT_EQ(fake::calls()["dereg_mr"], 3u) << "both links' buffers and the caller's registration";
   EXPECT_EQ(fake::calls()["dealloc_pd"], 2u);
   EXPECT_EQ(fake::calls()["close_device"], 2u);
+}
+
+// Slots and notes travel on two queue pairs: a note may come first, and its slot is placed when it arrives.
+TEST(IbverbsZeroCopyUse, ANoteThatComesBeforeItsSlotWaitsForIt) {
+  fake::Options options = apple_fabric();
+  options.overtake_slots = true;
+  auto pair = zero_copy_pair(options);
+  const std::vector<uint8_t> memory = random_bytes((size_t{6} << 20) + 4096, 9);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  // Each message ends in small frames (they release the last overtaken slot).
+  const Messages messages = {{memory.data() + 7, (size_t{3} << 20) + 13},
+                             {memory.data() + (size_t{4} << 20), (size_t{2} << 20) + 100}};
+  const auto arrived = send_all(*pair, messages);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(arrived[i].data(), messages[i].first, messages[i].second)) << "message " << i;
+  }
+  EXPECT_GE(pair->zero_copy_slots(), 8u);
+}
+
+// Apple allows about 100 registrations per device, and every link takes one: callers get 64 of them.
+TEST(IbverbsZeroCopyUse, CallersRegistrationsLeaveRoomForLinks) {
+  auto pair = zero_copy_pair(apple_fabric());
+  constexpr size_t kPage = 16384;
+  std::vector<uint8_t> memory((kCallerRegistrationsOnApple + 2) * 2 * kPage);
+  const uintptr_t aligned = (reinterpret_cast<uintptr_t>(memory.data()) + kPage - 1) / kPage * kPage;
+  std::vector<std::unique_ptr<transport::Registration>> held;
+  for (int i = 0; i < kCallerRegistrationsOnApple; ++i) {
+    held.push_back(pair->contexts[0]->register_memory(reinterpret_cast<void*>(aligned + 2 * kPage * i), kPage));
+    ASSERT_TRUE(held.back()) << i;
+  }
+  EXPECT_FALSE(pair->contexts[0]->register_memory(reinterpret_cast<void*>(aligned + 2 * kPage * held.size()), kPage));
+  held.pop_back();
+  EXPECT_TRUE(pair->contexts[0]->register_memory(reinterpret_cast<void*>(aligned + 2 * kPage * held.size()), kPage));
 }
 
 // Apple allows about 100 registrations per device: with none left, register_memory says so (null) and sends
@@ -245,6 +279,14 @@ TEST(IbverbsZeroCopyUse, ACommunicatorRegistersWithItsTransports) {
     MemoryRegistration registered = comm.register_memory(data.data(), data.size() * sizeof(float));
     MemoryRegistration result = comm.register_memory(sum.data(), sum.size() * sizeof(float));
     EXPECT_EQ(registered.transports(), 1);
+    comm.barrier();
+    if (comm.rank() == 0) fake::watch_sends_from(data.data(), data.size() * sizeof(float));
+    comm.barrier();
+    if (comm.rank() == 0) comm.send(data.data(), count, DataType::kFloat32, 1);
+    if (comm.rank() == 1) comm.recv(sum.data(), count, DataType::kFloat32, 0);
+    comm.barrier();
+    EXPECT_GE(fake::counters().watched_bytes_sent, count * sizeof(float) - (size_t{1} << 19))
+        << "the send went from the registered memory itself (all but its tail)";
     comm.all_reduce(data.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum);
     for (size_t i = 0; i < count; i += 997) ASSERT_EQ(sum[i], static_cast<float>(2 * (i % 1000) + 1)) << i;
     std::vector<float> got(count);

@@ -212,9 +212,9 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
                               mode_name(agreed)));
   }
   const bool peer_bulk = peer.bulk_qp_num != 0;
-  if (peer.recv_depth < 2 || (peer_bulk && peer.bulk_depth < 1)) {
-    throw IoError(fmt::format("{}: the peer posts {} frames and {} slots (at least 2 and 1)", who, peer.recv_depth,
-                              peer.bulk_depth));
+  if (peer.recv_depth < 2 || (peer_bulk && (peer.bulk_depth < 1 || peer.bulk_depth >= wire::kZeroCopyCode))) {
+    throw IoError(fmt::format("{}: the peer posts {} frames and {} slots (at least 2, and 1 to {})", who,
+                              peer.recv_depth, peer.bulk_depth, wire::kZeroCopyCode - 1));
   }
   if (bulk_ && !peer_bulk) {  // the peer's device had no room for a second queue pair: frames only
     local_.verbs->destroy_qp(lanes_[wire::kBulk].qp);

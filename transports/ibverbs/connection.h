@@ -66,6 +66,7 @@ struct LocalPort {
   int post_batch = 16;     ///< work requests posted per ibv_post_send call at most (one doorbell each)
   size_t slot_bytes = 512 * 1024;  ///< the bulk slot size this end offers (wire::slot_bytes_for, a knob)
   bool payload_sum = false;        ///< sum every payload (TBCOLL_IB_PAYLOAD_SUM): a debugging aid
+  bool apple = false;              ///< Apple's Thunderbolt stack (its registration rules apply)
 };
 
 class Endpoint;
@@ -105,6 +106,7 @@ class Connection {
   const std::string& device() const { return local_.device; }
   /// The protection domain its buffers and the caller's registrations (registry.h) on this device belong to.
   const ibv_pd* pd() const { return local_.pd; }
+  bool payload_sum() const { return local_.payload_sum; }
   Mode mode() const { return mode_; }
   /// Whether the link has a bulk lane, the agreed slot size and its payload (0 without one; valid once
   /// established).

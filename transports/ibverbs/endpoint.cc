@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "common/copy.h"
+#include "common/log.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -128,7 +129,8 @@ void Endpoint::plan_rail(Operation& op, size_t rail, size_t begin, size_t end, c
   const Connection& connection = *rails_[rail];
   RailPlan& plan = op.plan(rail);
   plan.zero_copy_at = plan.zero_copy_end = begin;
-  if (region != nullptr && connection.bulk()) {
+  // (A link that sums every payload, TBCOLL_IB_PAYLOAD_SUM, copies: a zero-copy slot has no header to carry one.)
+  if (region != nullptr && connection.bulk() && !connection.payload_sum()) {
     // Whole zero-copy slots while more than a slot's worth is left: each slot's send reads up to
     // zero_copy_length bytes, so the message's bytes after the last one's payload (at least the difference) must
     // follow it. The rest goes as from any memory.
@@ -290,10 +292,39 @@ void Endpoint::abort() {
 }
 
 void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  broken_locked(
-      fmt::format("[ibverbs] rank {}: connection to peer {} is out of sync (an operation was abandoned)", rank_, peer_));
-  transport::forget_buffer(op, sends_, recvs_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    broken_locked(fmt::format("[ibverbs] rank {}: connection to peer {} is out of sync (an operation was abandoned)",
+                              rank_, peer_));
+    transport::forget_buffer(op, sends_, recvs_);
+  }
+  // Zero-copy slots already posted read the caller's memory until their sends complete (a few slots' wire time):
+  // the memory is the caller's again only then.
+  const auto give_up = Clock::now() + kZeroCopyDrain;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (op->zero_copy_in_flight == 0) {
+        op->region.reset();  // nothing more is sent from it (the endpoint is broken): the caller may deregister
+        return;
+      }
+    }
+    bool alive = false;  // a failed link's queue pairs read nothing more
+    for (auto& rail : rails_) {
+      try {
+        rail->progress();
+        alive = alive || rail->alive();
+      } catch (const Error&) {
+      }
+    }
+    if (!alive) return;
+    if (Clock::now() >= give_up) {
+      log::warn("[ibverbs] rank {}: a dropped send to peer {} still had zero-copy slots in flight after {} ms", rank_,
+                peer_, std::chrono::duration_cast<std::chrono::milliseconds>(kZeroCopyDrain).count());
+      return;
+    }
+    std::this_thread::yield();
+  }
 }
 
 Piece Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more,

@@ -100,8 +100,10 @@ class Endpoint final : public transport::Endpoint {
   static constexpr auto kNap = std::chrono::microseconds(50);
   /// Fails pending and later operations here, and tells the peer's endpoint. Any thread.
   void abort();
-  /// A request dropped before completion: the stream is out of sync from here on.
+  /// A request dropped before completion: the stream is out of sync from here on. A send's zero-copy slots
+  /// already posted are waited for (up to kZeroCopyDrain), so its memory is not read after the request is gone.
   void abandon(const std::shared_ptr<Operation>& op);
+  static constexpr auto kZeroCopyDrain = std::chrono::seconds(2);
 
   // Called by the connection of rail `rail`, under its lock.
   /// The next piece for `lane` of the oldest send with pieces left there on this rail: fills header's message

@@ -74,6 +74,7 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
   device_ = std::make_shared<OpenDevice>(&verbs_, local_.context, local_.pd);
   local_.auto_mode = options_.auto_mode;
   const bool apple = apple_device(verbs_, found.name);
+  local_.apple = apple;
   // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
   const bool librdma = verbs_.provider.find("librdma") != std::string::npos;
   local_.post_batch = options_.post_batch > 0 ? options_.post_batch : librdma ? 1 : 16;

@@ -29,6 +29,7 @@ struct OpenDevice {
   const VerbsApi* verbs = nullptr;
   ibv_context* context = nullptr;
   ibv_pd* pd = nullptr;
+  std::atomic<int> caller_registrations{0};  ///< live registrations of callers' memory (registry.h)
   OpenDevice(const VerbsApi* verbs, ibv_context* context, ibv_pd* pd) : verbs(verbs), context(context), pd(pd) {}
   ~OpenDevice();
   OpenDevice(const OpenDevice&) = delete;

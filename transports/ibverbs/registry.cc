@@ -33,14 +33,23 @@ Region::Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base
   const size_t rounded = whole_pages(static_cast<size_t>(last - first));
   for (const auto& port : ports) {
     const LocalPort& local = port->local();
+    OpenDevice& device = *port->open_device();
+    if (local.apple && device.caller_registrations.load() >= kCallerRegistrationsOnApple) {
+      log::info("[ibverbs] {}: {} registrations of callers' memory already: {} B at {} is copied when sent",
+                local.device, kCallerRegistrationsOnApple, bytes, base);
+      continue;
+    }
+    // Apple's provider takes no registration without remote access, even for sends; elsewhere a send's source
+    // needs none, and none is given (the page-rounded range holds the caller's neighbouring memory too).
+    const int access = local.apple ? kAccessFlags : 0;
     errno = 0;
-    ibv_mr* mr = local.verbs->reg_mr(local.pd, reinterpret_cast<void*>(first), rounded, kAccessFlags);
+    ibv_mr* mr = local.verbs->reg_mr(local.pd, reinterpret_cast<void*>(first), rounded, access);
     int error = errno;
     if (mr == nullptr && (first != reinterpret_cast<uintptr_t>(begin_) || rounded != bytes)) {
       // The whole pages around the range may reach unmapped memory (4 KiB pages, memory from malloc): a
       // device that takes any address (not Apple's) takes the range itself.
       errno = 0;
-      mr = local.verbs->reg_mr(local.pd, const_cast<uint8_t*>(begin_), bytes, kAccessFlags);
+      mr = local.verbs->reg_mr(local.pd, const_cast<uint8_t*>(begin_), bytes, access);
       if (mr == nullptr) error = errno;
     }
     if (mr == nullptr) {
@@ -48,12 +57,16 @@ Region::Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base
                 local.device, bytes, base, error, std::strerror(error));
       continue;
     }
+    ++device.caller_registrations;
     mrs_.push_back(Mr{port->open_device(), mr});
   }
 }
 
 Region::~Region() {
-  for (const Mr& entry : mrs_) entry.device->verbs->dereg_mr(entry.mr);
+  for (const Mr& entry : mrs_) {
+    entry.device->verbs->dereg_mr(entry.mr);
+    --entry.device->caller_registrations;
+  }
 }
 
 uint32_t Region::lkey(const ibv_pd* pd) const {

@@ -21,6 +21,9 @@
 
 namespace tbcoll::ibverbs {
 
+/// Callers' registrations an Apple device takes at most: of its about 100, the rest stay for links (one each).
+constexpr int kCallerRegistrationsOnApple = 64;
+
 class Region {
  public:
   /// Registers [base, base + bytes) with each of ports' protection domains that takes it.

@@ -158,7 +158,8 @@ constexpr size_t zero_copy_payload(size_t slot_bytes) { return slot_bytes - kZer
 constexpr size_t zero_copy_length(size_t slot_bytes, uint32_t seq) {
   return slot_bytes - kZeroCopyStep * (1 + seq % kZeroCopyCode);
 }
-static_assert(kZeroCopyCode * kZeroCopyStep < kFrameBytes && kZeroCopyCode > 16, "zero-copy lengths");
+static_assert(kZeroCopyCode * kZeroCopyStep < kFrameBytes, "zero-copy lengths stay within the slot's frames");
+static_assert(slots_for(kMinSlotBytes) < static_cast<int>(kZeroCopyCode), "a gap of a lane's depth changes the length");
 /// The payload of a kSlotNote frame.
 struct SlotNote {
   uint32_t bulk_seq = 0;  ///< the zero-copy slot's sequence number on the bulk lane
