@@ -99,8 +99,8 @@ std::optional<DataType> optional_dtype(const py::object& value) {
 /// Memory registered with a communicator's transports, and the Python object that owns the memory (held while
 /// the registration lives, so the memory stays mapped).
 struct PyRegistration {
+  py::object owner;  // (declared first: destroyed after the registration)
   MemoryRegistration registration;
-  py::object owner;
   void close() {
     registration.reset();
     owner = py::none();

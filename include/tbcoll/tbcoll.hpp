@@ -302,8 +302,9 @@ class TBCOLL_API Communicator {
   void group_end();
 
   /// Registers [base, base + bytes) with this communicator's transports (ibverbs: with each RDMA device, page-
-  /// rounded), so that sends from it, point to point and in collectives, go without the copy into the
-  /// transport's own buffers. The memory must stay mapped while the registration lives. Local: the other ranks
+  /// rounded), so that messages sent from it, point to point and in collectives, go without the copy into the
+  /// transport's own buffers where they fill its large slots (ibverbs: 512 KiB or more; a ring's chunks,
+  /// TBCOLL_CHUNK_BYTES, are smaller unless raised). The memory must stay mapped while the registration lives. Local: the other ranks
   /// need not register theirs. Throws InvalidArgument for a null base or zero bytes; memory a transport cannot
   /// register (a device's budget spent, an unmapped page) is not an error: transports() says who took it.
   MemoryRegistration register_memory(const void* base, size_t bytes);
