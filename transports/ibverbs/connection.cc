@@ -595,6 +595,9 @@ void Connection::post_zero_copy(int slot, ZeroCopySlot& piece, const wire::Heade
   ++bulk.posted;
   tickets_[static_cast<size_t>(slot)] = Ticket{note_header.comm_id, std::move(piece.op)};
   bump(slots_sent_, 1);
+  if (zero_copy_slots_sent() == 0) {
+    log::info("[ibverbs] {}: link to {}: sending zero-copy slots from registered memory", local_.device, peer_key_);
+  }
   bump(zero_copy_sent_, 1);
   bump(payload_sent_, piece.bytes);
   batch_send(wire::kBulk, slot, piece.source, wire::zero_copy_length(bulk.slot_bytes, seq), piece.lkey);
