@@ -6,8 +6,9 @@
 // one core can keep up with at 9.4 GB/s plus the reduction. BM_IbverbsRails: the same over two fake devices (two
 // cables), large messages striped across them; its counters show the payload bytes each rail carried per message.
 //
-// The file builds against the transport of a17584a too (with its fake given provider_ns and clear_provider_time),
-// which is how the before/after comparison in docs/rdma.md was made.
+// The file builds against the transport of a17584a too (with its fake given provider_ns and clear_provider_time,
+// and tests/fake_verbs/endpoint_pair.h copied beside it), which is how the before/after comparisons in docs/rdma.md
+// were made.
 #include <benchmark/benchmark.h>
 
 #include <time.h>
@@ -15,12 +16,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
-#include <future>
 #include <map>
 #include <memory>
 #include <vector>
 
 #include "common/time.h"
+#include "fake_verbs/endpoint_pair.h"
 #include "fake_verbs/fake_verbs.h"
 #include "tbcoll/transport.hpp"
 #include "transports/ibverbs/device.h"
@@ -29,29 +30,11 @@
 namespace tbcoll::ibverbs {
 namespace {
 
-struct Pair {
-  std::shared_ptr<transport::Device> device;
-  std::unique_ptr<transport::Context> contexts[2];
-  std::unique_ptr<transport::Endpoint> endpoints[2];
-};
+using Pair = fake::EndpointPair;
 
 std::unique_ptr<Pair> connect_pair(std::map<std::string, std::string> knobs = {}, fake::Options options = {}) {
   fake::reset(options);
-  auto pair = std::make_unique<Pair>();
-  pair->device = make_device(fake::verbs(), "bench", /*same_process_only=*/true);
-  for (int r = 0; r < 2; ++r) {
-    transport::ContextArgs args{r, 2, "bench", "127.0.0.1", 1, 10};
-    args.self = {r, "bench-host", 1, r};
-    args.knobs = knobs;
-    pair->contexts[r] = pair->device->create_context(args);
-  }
-  const transport::PeerAddress to0{0, pair->contexts[0]->address()}, to1{1, pair->contexts[1]->address()};
-  const Deadline deadline = deadline_after(10);
-  auto other = std::async(std::launch::async, [&] { return pair->contexts[1]->connect({to0}, deadline); });
-  auto mine = pair->contexts[0]->connect({to1}, deadline);
-  pair->endpoints[0] = std::move(mine.at(0));
-  pair->endpoints[1] = std::move(other.get().at(0));
-  return pair;
+  return fake::connect_endpoint_pair(knobs);
 }
 
 double thread_cpu_ns() {

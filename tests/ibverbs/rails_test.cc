@@ -1,6 +1,5 @@
 // The ibverbs transport's device choice on the fake fabric: device matrices (cables per pair, null pairs on the
 // next transport), several rails per peer (striping, per-rail faults), queue pair budgets and TBCOLL_IB_MODE=auto.
-#include <future>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -8,6 +7,7 @@
 #include "collectives/checks.h"
 #include "collectives/harness.h"
 #include "common/time.h"
+#include "fake_verbs/endpoint_pair.h"
 #include "fake_verbs/fake_verbs.h"
 #include "transports/ibverbs/device.h"
 #include "transports/ibverbs/endpoint.h"
@@ -166,33 +166,10 @@ TEST(IbverbsMatrix, ErrorsNameTheMatrixRowAndColumn) {
 // ---- rails ---------------------------------------------------------------------------------------------------
 
 // Two ranks' endpoints over the fake, driven by this thread; knobs for both.
-struct Pair {
-  std::shared_ptr<transport::Device> device;
-  std::unique_ptr<transport::Context> contexts[2];
-  std::unique_ptr<transport::Endpoint> endpoints[2];
-  Endpoint& ib(int rank) { return dynamic_cast<Endpoint&>(*endpoints[rank]); }
-};
-
+using Pair = fake::EndpointPair;
 std::unique_ptr<Pair> connect_pair(std::map<std::string, std::string> knobs,
                                    std::map<std::string, std::string> rank1_knobs = {}) {
-  auto pair = std::make_unique<Pair>();
-  pair->device = make_device(fake::verbs(), "railtest", /*same_process_only=*/true);
-  for (int r = 0; r < 2; ++r) {
-    transport::ContextArgs args{r, 2, "t", "127.0.0.1", 5, 10};
-    args.self = {r, "host", 1, r};
-    args.knobs = knobs;
-    if (r == 1) {
-      for (const auto& [name, value] : rank1_knobs) args.knobs[name] = value;
-    }
-    pair->contexts[r] = pair->device->create_context(args);
-  }
-  const transport::PeerAddress to0{0, pair->contexts[0]->address()}, to1{1, pair->contexts[1]->address()};
-  const Deadline deadline = deadline_after(10);
-  auto other = std::async(std::launch::async, [&] { return pair->contexts[1]->connect({to0}, deadline); });
-  auto mine = pair->contexts[0]->connect({to1}, deadline);
-  pair->endpoints[0] = std::move(mine.at(0));
-  pair->endpoints[1] = std::move(other.get().at(0));
-  return pair;
+  return fake::connect_endpoint_pair(knobs, rank1_knobs);
 }
 
 std::vector<uint8_t> pattern(size_t bytes, int salt) {

@@ -3,7 +3,6 @@
 // and a permissive device; the bytes that arrive, which slots went zero-copy, a lost slot, a registration dropped
 // while a send uses it, a device's registration budget spent, and the communicator's and C API's registration.
 #include <chrono>
-#include <future>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -13,6 +12,7 @@
 
 #include "collectives/harness.h"
 #include "common/time.h"
+#include "fake_verbs/endpoint_pair.h"
 #include "fake_verbs/fake_verbs.h"
 #include "transports/ibverbs/device.h"
 #include "transports/ibverbs/endpoint.h"
@@ -20,36 +20,19 @@
 namespace tbcoll::ibverbs {
 namespace {
 
-struct ZeroCopyPair {
-  std::shared_ptr<transport::Device> device;
-  std::unique_ptr<transport::Context> contexts[2];
-  std::unique_ptr<transport::Endpoint> endpoints[2];
-  Endpoint& sender() { return dynamic_cast<Endpoint&>(*endpoints[0]); }
-  uint64_t zero_copy_slots() {
-    uint64_t slots = 0;
-    for (int rail = 0; rail < sender().rails(); ++rail) slots += sender().rail(rail).zero_copy_slots_sent();
-    return slots;
-  }
-};
+using ZeroCopyPair = fake::EndpointPair;
 
 std::unique_ptr<ZeroCopyPair> zero_copy_pair(const fake::Options& options,
-                                             std::map<std::string, std::string> knobs = {}) {
+                                             const std::map<std::string, std::string>& knobs = {}) {
   fake::reset(options);
-  auto pair = std::make_unique<ZeroCopyPair>();
-  pair->device = make_device(fake::verbs(), "zerocopy", /*same_process_only=*/true);
-  for (int r = 0; r < 2; ++r) {
-    transport::ContextArgs args{r, 2, "zerocopy", "127.0.0.1", 1, 10};
-    args.self = {r, "zerocopy-host", 1, r};
-    args.knobs = knobs;
-    pair->contexts[r] = pair->device->create_context(args);
-  }
-  const transport::PeerAddress to0{0, pair->contexts[0]->address()}, to1{1, pair->contexts[1]->address()};
-  const Deadline deadline = deadline_after(10);
-  auto other = std::async(std::launch::async, [&] { return pair->contexts[1]->connect({to0}, deadline); });
-  auto mine = pair->contexts[0]->connect({to1}, deadline);
-  pair->endpoints[0] = std::move(mine.at(0));
-  pair->endpoints[1] = std::move(other.get().at(0));
-  return pair;
+  return fake::connect_endpoint_pair(knobs);
+}
+
+// Zero-copy slots rank 0 sent, over all its rails.
+uint64_t zero_copy_slots(ZeroCopyPair& pair) {
+  uint64_t slots = 0;
+  for (int rail = 0; rail < pair.ib(0).rails(); ++rail) slots += pair.ib(0).rail(rail).zero_copy_slots_sent();
+  return slots;
 }
 
 std::vector<uint8_t> random_bytes(size_t bytes, unsigned seed) {
@@ -114,7 +97,7 @@ TEST_P(IbverbsZeroCopy, RegisteredSendsArriveWhole) {
   for (size_t i = 0; i < messages.size(); ++i) {
     ASSERT_EQ(0, std::memcmp(arrived[i].data(), messages[i].first, messages[i].second)) << "message " << i;
   }
-  EXPECT_GE(pair->zero_copy_slots(), 4u) << "zero-copy slots for each message";
+  EXPECT_GE(zero_copy_slots(*pair), 4u) << "zero-copy slots for each message";
   EXPECT_EQ(fake::counters().length_errors, 0u) << "every zero-copy send spans its receive's frames";
 }
 
@@ -123,14 +106,14 @@ TEST_P(IbverbsZeroCopy, EachRailSendsItsPartUnderItsDevicesRegistration) {
   fake::Options options = GetParam() ? apple_fabric() : roce_fabric();
   options.devices = 2;
   auto pair = zero_copy_pair(options, {{"TBCOLL_IB_RAILS", "2"}});
-  ASSERT_EQ(pair->sender().rails(), 2);
+  ASSERT_EQ(pair->ib(0).rails(), 2);
   const std::vector<uint8_t> memory = random_bytes((size_t{5} << 20) + 77, 2);
   auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
   ASSERT_TRUE(registration);
   const auto arrived = send_all(*pair, {{memory.data(), memory.size()}});
   ASSERT_EQ(arrived[0], memory);
-  EXPECT_GT(pair->sender().rail(0).zero_copy_slots_sent(), 0u);
-  EXPECT_GT(pair->sender().rail(1).zero_copy_slots_sent(), 0u);
+  EXPECT_GT(pair->ib(0).rail(0).zero_copy_slots_sent(), 0u);
+  EXPECT_GT(pair->ib(0).rail(1).zero_copy_slots_sent(), 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Devices, IbverbsZeroCopy, ::testing::Bool(),
@@ -149,7 +132,7 @@ TEST(IbverbsZeroCopyUse, MemoryOutsideARegistrationIsCopied) {
   EXPECT_EQ(arrived[0], other);
   EXPECT_EQ(0, std::memcmp(arrived[1].data(), registered.data() + 1, registered.size() - 1));
   EXPECT_EQ(0, std::memcmp(arrived[2].data(), registered.data() + half + 1, half - 1));
-  EXPECT_EQ(pair->zero_copy_slots(), 0u);
+  EXPECT_EQ(zero_copy_slots(*pair), 0u);
 }
 
 // UC drops a zero-copy slot without a word: the next one's length gives the gap away, and the receive fails
@@ -160,11 +143,11 @@ TEST(IbverbsZeroCopyUse, ALostSlotFailsTheReceive) {
   auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
   ASSERT_TRUE(registration);
   send_all(*pair, {{memory.data(), size_t{1} << 20}});  // under way: the next send posted is a zero-copy slot
-  const uint64_t before = pair->zero_copy_slots();
+  const uint64_t before = zero_copy_slots(*pair);
   fake::drop_next_sends(1);
   std::string error;
   send_all(*pair, {{memory.data(), memory.size()}}, &error);
-  EXPECT_GT(pair->zero_copy_slots(), before);
+  EXPECT_GT(zero_copy_slots(*pair), before);
   EXPECT_EQ(fake::counters().dropped_injected, 1u);
   EXPECT_NE(error.find("zero-copy slot of"), std::string::npos) << error;
 }
@@ -189,7 +172,7 @@ TEST(IbverbsZeroCopyUse, ARegistrationDroppedDuringASendLastsUntilItsSlotsWereSe
     ASSERT_LT(std::chrono::steady_clock::now(), give_up);
   }
   EXPECT_EQ(arrived, memory);
-  EXPECT_GT(pair->zero_copy_slots(), 0u);
+  EXPECT_GT(zero_copy_slots(*pair), 0u);
   EXPECT_EQ(fake::calls()["dereg_mr"], 1u) << "deregistered once its send was done";
 }
 
@@ -202,7 +185,7 @@ TEST(IbverbsZeroCopyUse, ASendDroppedInFlightLeavesNothingOpen) {
   ASSERT_TRUE(registration);
   fake::clear_calls();
   auto send = pair->endpoints[0]->isend(memory.data(), memory.size(), {1, 1});  // its first slots leave here
-  EXPECT_GT(pair->zero_copy_slots(), 0u);
+  EXPECT_GT(zero_copy_slots(*pair), 0u);
   send.reset();  // waits for the slots' sends: the memory is the caller's again
   registration.reset();
   EXPECT_EQ(fake::calls()["dereg_mr"], 1u) << "the dropped send let go of the registration";
@@ -227,7 +210,7 @@ TEST(IbverbsZeroCopyUse, ANoteThatComesBeforeItsSlotWaitsForIt) {
   for (size_t i = 0; i < messages.size(); ++i) {
     ASSERT_EQ(0, std::memcmp(arrived[i].data(), messages[i].first, messages[i].second)) << "message " << i;
   }
-  EXPECT_GE(pair->zero_copy_slots(), 8u);
+  EXPECT_GE(zero_copy_slots(*pair), 8u);
 }
 
 // Apple allows about 100 registrations per device, and every link takes one: callers get 64 of them.
@@ -256,7 +239,7 @@ TEST(IbverbsZeroCopyUse, ASpentRegistrationBudgetMeansCopies) {
   EXPECT_FALSE(pair->contexts[0]->register_memory(memory.data(), memory.size()));
   const auto arrived = send_all(*pair, {{memory.data(), memory.size()}});
   EXPECT_EQ(arrived[0], memory);
-  EXPECT_EQ(pair->zero_copy_slots(), 0u);
+  EXPECT_EQ(zero_copy_slots(*pair), 0u);
 }
 
 // Apple's provider takes only 16 KiB-aligned registrations: the registration is rounded out to whole pages.
