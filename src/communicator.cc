@@ -265,10 +265,6 @@ void Communicator::abort() {
 
 bool Communicator::broken() const { return impl().health.broken(); }
 
-}  // namespace tbcoll
-
-namespace tbcoll {
-
 struct MemoryRegistration::State {
   std::vector<std::unique_ptr<transport::Registration>> registrations;  // one per transport that took the memory
 };

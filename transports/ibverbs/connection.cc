@@ -9,6 +9,7 @@
 #include <cstring>
 #include <new>
 #include <random>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -388,8 +389,7 @@ bool Connection::poll_locked() {
       if (send) {
         lanes_[lane].free_send_slots.push_back(slot);
         if (lane == wire::kBulk && tickets_[static_cast<size_t>(slot)].op) {  // the adapter read the caller's bytes
-          const Ticket ticket = std::move(tickets_[static_cast<size_t>(slot)]);
-          tickets_[static_cast<size_t>(slot)] = Ticket{};
+          const Ticket ticket = std::exchange(tickets_[static_cast<size_t>(slot)], Ticket{});
           if (Attached* attached = endpoint_of(ticket.comm_id)) attached->endpoint->zero_copy_sent(ticket.op.get());
         }
       } else {
@@ -461,11 +461,15 @@ void Connection::on_zero_copy_slot(int slot, uint32_t bytes) {
     held_slots_.emplace(seq, slot);  // its note is still on the way
     return;
   }
-  wire::Header header = note->second.first;
+  const wire::Header header = note->second;
   notes_.erase(note);
-  deliver_locked(header, lane.slot(slot));
+  place_zero_copy_slot(header, slot);
+}
+
+void Connection::place_zero_copy_slot(const wire::Header& header, int slot) {
+  deliver_locked(header, lanes_[wire::kBulk].slot(slot));
   post_recv(wire::kBulk, slot);
-  ++lane.owed;
+  ++lanes_[wire::kBulk].owed;
 }
 
 void Connection::on_note(const wire::Header& note_header, const uint8_t* payload) {
@@ -485,14 +489,12 @@ void Connection::on_note(const wire::Header& note_header, const uint8_t* payload
   header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
   header.payload = note.bytes;
   if (!held) {
-    notes_.emplace(note.bulk_seq, std::make_pair(header, note));
+    notes_.emplace(note.bulk_seq, header);
     return;
   }
   const int slot = held_slots_.at(note.bulk_seq);
   held_slots_.erase(note.bulk_seq);
-  deliver_locked(header, bulk.slot(slot));
-  post_recv(wire::kBulk, slot);
-  ++bulk.owed;
+  place_zero_copy_slot(header, slot);
 }
 
 Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
@@ -606,11 +608,7 @@ void Connection::post_zero_copy(int slot, ZeroCopySlot& piece, const wire::Heade
   uint8_t* frame = small.slot(note_slot);
   auto* header = new (frame) wire::Header(note_header);
   const wire::SlotNote note{seq, piece.bytes};
-  std::memcpy(frame + sizeof(wire::Header), &note, sizeof(note));
-  if (local_.payload_sum) {
-    header->flags |= wire::kSummed;
-    header->payload_sum = wire::payload_sum(frame + sizeof(wire::Header), header->payload);
-  }
+  std::memcpy(frame + sizeof(wire::Header), &note, sizeof(note));  // (no payload sum: summing links copy)
   bump(frames_sent_, 1);
   post_piece(wire::kSmall, note_slot, header);
 }

@@ -152,6 +152,8 @@ class Connection {
   /// came (now, or on_note).
   void on_zero_copy_slot(int slot, uint32_t bytes);
   void on_note(const wire::Header& header, const uint8_t* payload);
+  /// Delivers a zero-copy slot's bytes (in receive `slot`) as its note's header says, and posts the receive again.
+  void place_zero_copy_slot(const wire::Header& header, int slot);
   /// Gives a data piece to its communicator's endpoint, or keeps it for when the communicator attaches.
   void deliver_locked(const wire::Header& header, const uint8_t* payload);
   /// Posts the zero-copy slot the endpoint filled in, on the bulk lane from send slot `slot`'s place (its memory
@@ -233,7 +235,7 @@ class Connection {
   // Zero-copy slots received before their note (bulk sequence number -> receive slot, not posted again yet), and
   // notes received before their slot.
   std::map<uint32_t, int> held_slots_;
-  std::map<uint32_t, std::pair<wire::Header, wire::SlotNote>> notes_;
+  std::map<uint32_t, wire::Header> notes_;  // as delivered: kData, the slot's payload
   std::atomic<uint64_t> frames_sent_{0};
   std::atomic<uint64_t> slots_sent_{0};
   std::atomic<uint64_t> payload_sent_{0};

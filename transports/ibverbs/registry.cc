@@ -45,7 +45,7 @@ Region::Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base
     errno = 0;
     ibv_mr* mr = local.verbs->reg_mr(local.pd, reinterpret_cast<void*>(first), rounded, access);
     int error = errno;
-    if (mr == nullptr && (first != reinterpret_cast<uintptr_t>(begin_) || rounded != bytes)) {
+    if (mr == nullptr && !local.apple && (first != reinterpret_cast<uintptr_t>(begin_) || rounded != bytes)) {
       // The whole pages around the range may reach unmapped memory (4 KiB pages, memory from malloc): a
       // device that takes any address (not Apple's) takes the range itself.
       errno = 0;
