@@ -5,7 +5,8 @@
 #
 #   suite        the whole ctest suite of ./build (Linux platform layer, GCC, libstdc++)
 #   portability  no Linux-only call outside src/platform (tools/check-portability.sh)
-#   posix        the generic POSIX platform layer, the fast tests but the docs' (tools/test-posix.sh -L fast -LE docs)
+#   posix        the generic POSIX platform layer: every test whose outcome the platform layer can change, the fault,
+#                multihost, multiproc and soak tests included (tools/test-posix.sh -LE 'docs|install|rdma|abi|style')
 #   clang        clang + libc++, warnings as errors, the fast tests but the docs' (tools/test-clang-libcxx.sh ...)
 #   arm64        cross-compiled, reduce kernels and shm tests under qemu-aarch64 (tools/test-arm64.sh)
 #   asan         ASan + UBSan: unit, collective (security included, sweeps up to 4 ranks) and soak tests, 0 reports
@@ -73,7 +74,7 @@ for stage in "${stages[@]}"; do
   case "$stage" in
     suite) run_stage suite bash -c 'cd build && ctest --output-on-failure -j 2 --timeout 600' ;;
     portability) run_stage portability tools/check-portability.sh build ;;
-    posix) run_stage posix tools/test-posix.sh -L fast -LE docs ;;
+    posix) run_stage posix tools/test-posix.sh -LE 'docs|install|rdma|abi|style' ;;
     clang) run_stage clang tools/test-clang-libcxx.sh -L fast -LE docs ;;
     arm64) run_stage arm64 tools/test-arm64.sh ;;
     asan) run_stage asan tools/test-sanitizers.sh asan ;;

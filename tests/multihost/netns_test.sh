@@ -61,12 +61,20 @@ if [ "$what" != halfopen ]; then  # (that part runs the build tree's test progra
   mkdir -p "$prefix/models"
   [ -f "$model" ] && cp "$model" "$prefix/models/stories260K.gguf"
 fi
+# A command runs on a host as `$in_host HOST COMMAND...`. The Linux platform layer tells network namespaces apart
+# by itself (platform::network_domain); the others cannot (POSIX has no namespaces, macOS none to tell), so there
+# the ranks of both namespaces would share one host's memory and talk shm: each namespace then gets its own
+# TBCOLL_HOST_ID, as two real machines have two kernel ids.
+in_host="ip netns exec"
+if ! "$build/tbcoll-info" | grep -q "platform layer linux"; then
+  in_host=$work/in-host
+  printf '#!/bin/sh\nhost=$1\nshift\nexec ip netns exec "$host" env TBCOLL_HOST_ID="$host" "$@"\n' > "$in_host"
+  chmod +x "$in_host"
+fi
 export TBCOLL_PREFIX=$prefix
-export TBCOLL_DEMO_LAUNCHER="ip netns exec"
+export TBCOLL_DEMO_LAUNCHER=$in_host
 export TBCOLL_SOCKET_IFNAME=tva,tvb  # the veth ends: what bridge0 is between two Macs
 unset TBCOLL_HOST_ID TBCOLL_ROOT TBCOLL_RANK TBCOLL_WORLD_SIZE
-linux_layer=0
-"$build/tbcoll-info" | grep -q "platform layer linux" && linux_layer=1
 demo=$source_dir/tools/run-2node-demo.sh
 run=$prefix/bin/tbcoll-run
 
@@ -86,7 +94,7 @@ demo)
   grep -q '^ *TBCOLL_SOCKET_IFNAME=bridge0 tools/run-2node-demo.sh mac1.local mac2.local' "$source_dir/README.md" ||
     fail "README.md does not show tools/run-2node-demo.sh mac1.local mac2.local"
   # What a rank gets: -x variables, its place, and the rendezvous on the first host's veth address (not loopback).
-  FOO_FROM_HERE=forwarded "$run" --hosts "$ns_a:2,$ns_b:1" --launcher "ip netns exec" -x GREETING=hello \
+  FOO_FROM_HERE=forwarded "$run" --hosts "$ns_a:2,$ns_b:1" --launcher "$in_host" -x GREETING=hello \
     -x FOO_FROM_HERE --tag-output -- sh -c \
     'echo "$GREETING $FOO_FROM_HERE rank=$TBCOLL_RANK/$TBCOLL_WORLD_SIZE local=$TBCOLL_LOCAL_RANK/$TBCOLL_LOCAL_SIZE root=${TBCOLL_ROOT%:*}"' \
     > "$work/env.txt" 2>&1 || { cat "$work/env.txt"; fail "environment job"; }
@@ -99,7 +107,7 @@ demo)
   # (the veth's second address, which nothing else would choose).
   printf '{"backend": "ring", "envs": ["GREETING=hi"], "hosts": [{"ssh": "%s", "ips": ["10.231.0.11"]}, %s]}\n' \
     "$ns_a" "{\"ssh\": \"$ns_b\", \"ips\": [\"10.231.0.2\"]}" > "$work/hosts.json"
-  env -u TBCOLL_SOCKET_IFNAME "$run" --hostfile "$work/hosts.json" --launcher "ip netns exec" --tag-output -- sh -c \
+  env -u TBCOLL_SOCKET_IFNAME "$run" --hostfile "$work/hosts.json" --launcher "$in_host" --tag-output -- sh -c \
     'echo "$GREETING rank=$TBCOLL_RANK/$TBCOLL_WORLD_SIZE root=${TBCOLL_ROOT%:*}"' > "$work/json.txt" 2>&1 ||
     { cat "$work/json.txt"; fail "JSON hostfile job"; }
   printf '%s\n' "[0 $ns_a] hi rank=0/2 root=10.231.0.11" "[1 $ns_b] hi rank=1/2 root=10.231.0.11" > "$work/json.expected"
@@ -130,29 +138,27 @@ mkfifo "$fifo"
 exec 3<&0  # (an asynchronous command's own stdin is /dev/null)
 cat <&3 > "$fifo" &
 relay=$!
-ip netns exec "$host" setsid -w sh -c "$*" < "$fifo"
+$IN_HOST "$host" setsid -w sh -c "$*" < "$fifo"
 status=$?
 kill $relay 2> /dev/null
 rm -f "$fifo"
 exit $status
 SSH
   chmod +x "$work/bin/ssh"
-  PATH=$work/bin:$PATH TBCOLL_DEMO_LAUNCHER= "$demo" "$ns_a" "$ns_b" > "$work/ssh.txt" 2> "$work/ssh.err" ||
+  PATH=$work/bin:$PATH IN_HOST=$in_host TBCOLL_DEMO_LAUNCHER= "$demo" "$ns_a" "$ns_b" > "$work/ssh.txt" 2> "$work/ssh.err" ||
     { cat "$work/ssh.err"; fail "2 hosts through ssh"; }
   cmp -s "$work/one.txt" "$work/ssh.txt" || { diff "$work/one.txt" "$work/ssh.txt"; fail "through ssh: other text"; }
   grep -q -- "^-o BatchMode=yes -o ConnectTimeout=20 $ns_b sh -c 'exec " "$work/bin/ssh.log" ||
     fail "ssh was called as: $(cat "$work/bin/ssh.log")"
   echo "netns_test: 2 hosts through ssh (a stand-in): text equal to 1 rank's"
 
-  "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "ip netns exec" -x TBCOLL_DEBUG=INFO --tag-output --timeout 300 -- \
+  "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "$in_host" -x TBCOLL_DEBUG=INFO --tag-output --timeout 300 -- \
     "$prefix/bin/tp_inference" --model "$prefix/models/stories260K.gguf" --prompt "Once upon a time" \
     --tokens 200 > "$work/four.txt" 2> "$work/four.err" || { cat "$work/four.err"; fail "2 hosts x 2 ranks"; }
   sed -n "s/^\[0 $ns_a\] //p" "$work/four.txt" > "$work/four.rank0"
   cmp -s "$work/one.txt" "$work/four.rank0" || { diff "$work/one.txt" "$work/four.rank0"; fail "2 x 2: other text"; }
-  if [ $linux_layer = 1 ]; then  # elsewhere namespaces do not tell hosts apart (platform::network_domain)
-    grep -q "^\[0 $ns_a\] .*rank 0/4: connected (peers via .*shm.*tcp\|^\[0 $ns_a\] .*rank 0/4: connected (peers via .*tcp.*shm" \
-      "$work/four.err" || fail "2 x 2: rank 0 not on shm and tcp: $(grep connected "$work/four.err")"
-  fi
+  grep -q "^\[0 $ns_a\] .*rank 0/4: connected (peers via .*shm.*tcp\|^\[0 $ns_a\] .*rank 0/4: connected (peers via .*tcp.*shm" \
+    "$work/four.err" || fail "2 x 2: rank 0 not on shm and tcp: $(grep connected "$work/four.err")"
   grep -q "^\[3 $ns_b\] " "$work/four.err" || fail "2 x 2: output not tagged with rank and host"
   echo "netns_test: 2 hosts x 2 ranks (shm inside, tcp across): text equal to 1 rank's"
   grep "tp_inference: model=" "$work/four.err"
@@ -162,7 +168,7 @@ faults)
   prog=$build/tests/tbcoll_test_prog
   # An unreachable host: the agent command fails at once (no such namespace); reported by name.
   start=$SECONDS
-  "$run" --hosts "$ns_a:1,nosuch$tag:1" --launcher "ip netns exec" -- "$prog" check > "$work/out" 2> "$work/err"
+  "$run" --hosts "$ns_a:1,nosuch$tag:1" --launcher "$in_host" -- "$prog" check > "$work/out" 2> "$work/err"
   code=$?
   [ $code -ne 0 ] || fail "unreachable host: exit 0"
   grep -q "cannot start rank 1 on host nosuch$tag" "$work/err" || fail "unreachable host: $(cat "$work/err")"
@@ -186,7 +192,7 @@ faults)
   # The launcher killed outright, with an agent command that behaves like ssh: the agent runs in a session of its
   # own behind a relay, so nothing but its stdin closing tells it (sshd sends no signal either). Its watchdog
   # must end the ranks.
-  printf '#!/bin/sh\nhost=$1\nshift\ncat | ip netns exec "$host" setsid -w "$@"\n' > "$work/ssh-like-agent"
+  printf '#!/bin/sh\nhost=$1\nshift\ncat | %s "$host" setsid -w "$@"\n' "$in_host" > "$work/ssh-like-agent"
   chmod +x "$work/ssh-like-agent"
   "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "$work/ssh-like-agent" --timeout 60 -- "$prog" check 100000000 \
     > "$work/out" 2> "$work/err" &
@@ -209,7 +215,7 @@ faults)
   # A rank killed on the second host, and SIGINT to the launcher, each in a running 2 x 2 job (shm inside a host).
   for fault in kill-rank sigint; do
     # A background job of a script starts with SIGINT ignored (and tbcoll-run keeps ignored signals ignored).
-    env --default-signal=INT "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "ip netns exec" --timeout 60 -- \
+    env --default-signal=INT "$run" --hosts "$ns_a:2,$ns_b:2" --launcher "$in_host" --timeout 60 -- \
       "$prog" check 100000000 > "$work/out" 2> "$work/err" &
     launcher=$!
     ranks=()
@@ -298,7 +304,7 @@ halfopen)
       # The direct exchange, as two real hosts would pick for 4 KiB (here the namespaces share 2 CPUs among 3
       # ranks, so the model picks recursive doubling, where rank 2 of ABB hears from rank 1 alone and can only
       # name it): every rank waits on the host that vanished.
-      ip netns exec "$ns" env TBCOLL_RANK=$rank TBCOLL_WORLD_SIZE=3 TBCOLL_ROOT=10.231.0.1:$port \
+      $in_host "$ns" env TBCOLL_RANK=$rank TBCOLL_WORLD_SIZE=3 TBCOLL_ROOT=10.231.0.1:$port \
         TBCOLL_TIMEOUT=$timeout_s TBCOLL_ALGO=allreduce:direct "$prog" steady $rounds > "${logs[$rank]}" 2>&1 &
       pids+=($!)  # ip netns exec and env exec the program: the rank's own pid
     done
