@@ -1,6 +1,8 @@
 // Communicator set-up, in the phases of setup/setup.h, and the communicator's own queries, split and abort.
 #include "communicator.h"
 
+#include <thread>
+
 #include <algorithm>
 #include <atomic>
 
@@ -159,6 +161,18 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
   log::info("rank {}/{}: connected ({} via {})", rank, size, plan.peers_by_transport.size() == 1 ? "all peers" : "peers",
             fmt::join(impl->links.transport_names, ","));
   return Communicator(std::move(impl));
+}
+
+// The peers of a broken communicator may still be reading why it broke (notices, in the store this process
+// serves): a rank that failed first and is destroyed at once (its process exits on the error) would leave them
+// with a connection reset and no reason. So the store is served until only this process is connected to it, at
+// most Notices::kReasonWait (how long a peer waits for a reason).
+Communicator::Impl::~Impl() {
+  if (!health.broken() || rendezvous.server == nullptr) return;
+  const auto until = Clock::now() + Notices::kReasonWait;
+  while (rendezvous.server->connections() > 1 && Clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

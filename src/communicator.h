@@ -72,6 +72,8 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// The set-up's results (setup/setup.h); the rest starts empty.
   Impl(const Config& config, int instance, setup::Rendezvous rendezvous, setup::Links links, Tuner tuner,
        std::string emulation);
+  /// A broken communicator whose process serves the store stays a moment (linger_for_peers).
+  ~Impl();
 
   const Config config;
   const CallTimeout call_timeout;  ///< config.timeout_s, converted once: every call's deadline

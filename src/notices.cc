@@ -85,7 +85,8 @@ void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
 void Notices::await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget) {
   const auto until = Clock::now() + budget;
   while (true) {
-    check(call, collective, true, until);
+    fetch(true, until);
+    throw_if_told(call, collective, false, /*later_calls=*/true);
     if (store_ == nullptr || store_failed_ || Clock::now() >= until) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
@@ -104,9 +105,9 @@ std::string Notices::check_after_timeout(uint64_t call, bool collective, std::ch
   return others;
 }
 
-void Notices::throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call) const {
+void Notices::throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call, bool later_calls) const {
   for (const Record& record : records_) {
-    const bool concerns_call = !collective || record.call <= call;
+    const bool concerns_call = !collective || record.call <= call || later_calls;
     if (record.kind == Kind::kBroken && concerns_call) {
       throw RemoteError(fmt::format("peer {} failed and takes part in no further call: {}", record.rank,
                                     record.reason));

@@ -61,7 +61,9 @@ class Notices {
   }
   /// check_now() for a call that failed because a peer closed its connections: a peer that gave up closes them
   /// as it fails and tells why just after, so the store is asked again every few milliseconds for up to budget
-  /// (a peer that died tells nothing: the call's own error stands then).
+  /// (a peer that died tells nothing: the call's own error stands then). A peer that broke in a later call counts
+  /// too: it had finished its part of this one and moved on, and the connection it closed (a reset drops the
+  /// bytes it sent that were not read yet) is what failed this call.
   void await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget = kReasonWait);
   /// check_now() for a rank whose own call `call` timed out: throws as check_now() does, except for peers that
   /// timed out in that call too, which it returns as context instead: "peer P too: <its reason>; ..."
@@ -82,7 +84,7 @@ class Notices {
   void fetch(bool now, Deadline until);
   /// Throws for the first record that concerns call `call` (see check()), passing over the peers' timeouts in
   /// that very call when except_timeouts_in_call.
-  void throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call) const;
+  void throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call, bool later_calls = false) const;
 
   std::shared_ptr<Store> store_;
   std::string prefix_;

@@ -74,6 +74,25 @@ TEST(Notices, APeersNoticeReachesTheOthers) {
   }
 }
 
+// Rank 1 finished its part of call 4, failed in call 5 and reset its connections: rank 0, still in call 4, lost
+// the connection to it. The reason is rank 1's notice, although it concerns a later call (a waiting look, which
+// cannot know the connection is gone, does not take it).
+TEST(Notices, APeerThatClosedItsConnectionInALaterCallGivesTheReason) {
+  auto store = make_in_memory_store();
+  Notices zero, one;
+  zero.attach(store, "job", 0);
+  one.attach(store, "job", 1);
+  one.publish(Notices::Kind::kBroken, 5, "rank 1: broadcast failed: [tcp] rank 1: peer 2 closed the connection");
+  EXPECT_NO_THROW(zero.check_now(4, true)) << "call 4 is not concerned while its connections stand";
+  try {
+    zero.await_reason(4, true);
+    ADD_FAILURE() << "the notice of rank 1 was not taken as the reason";
+  } catch (const RemoteError& error) {
+    EXPECT_NE(std::string(error.what()).find("peer 1 failed"), std::string::npos) << error.what();
+    EXPECT_NE(std::string(error.what()).find("peer 2 closed the connection"), std::string::npos) << error.what();
+  }
+}
+
 // Ranks 0 and 1 both waited for rank 2 (its host vanished) and timed out in call 5: each names rank 2 and keeps the
 // other's timeout as context, not as the reason; a rank still waiting is told at once, and a peer that failed
 // otherwise, or timed out in an earlier call, is the reason.
