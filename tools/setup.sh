@@ -23,6 +23,9 @@ packages+=(qemu-system-x86 busybox-static rdma-core ibverbs-utils ibverbs-provid
 # torch for the torch.distributed backend (python3-torch, 1.13), libtorch-dev its C++ headers and libraries for the
 # C++ process group (python/torch_pg).
 packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-torch libtorch-dev)
+# integrations/distributed-llama: patch applies its change to dllama's sources (make and g++ are build-essential's,
+# numpy is above); stdbuf (coreutils) and ss (iproute2) serve its test.
+packages+=(patch)
 # benchmarks/plot.py (the benchmark pictures of docs/, and their test): Debian's matplotlib.
 packages+=(python3-matplotlib)
 sudo_cmd=""
