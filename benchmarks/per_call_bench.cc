@@ -274,9 +274,11 @@ void BM_Layer_ExecSetup(benchmark::State& state) {
   algo::Scratch scratch;
   algo::RequestTable table;
   const algo::CallInfo info{"all_reduce", 2};
+  transport::WaitPolicy wait(transport::WaitPolicy::Mode::kAuto, std::chrono::microseconds(50),
+                             transport::SpinYield::kNever);
   for (auto _ : state) {
-    algo::Exec exec(0, 2, peers, max_message, transport::Tag{1, 2}, deadline_after(60),
-                    std::chrono::microseconds(50), transport::SpinYield::kNever, 256 << 10, scratch, table, info);
+    algo::Exec exec(0, 2, peers, max_message, transport::Tag{1, 2}, deadline_after(60), wait, 256 << 10, scratch,
+                    table, info);
     exec.wait_all();
   }
 }

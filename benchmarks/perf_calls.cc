@@ -127,29 +127,49 @@ Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count,
     comm.all_reduce(&wrong, &m.wrong, 1, DataType::kInt64, ReduceOp::kSum);
   }
   const int warmup = warmup_for(o, bytes);
-  for (int i = 0; i < warmup; ++i) call(comm, o, b, count, in_place);
+  const int late = o.engine.skew_rank < 0 ? comm.size() - 1 : o.engine.skew_rank;
+  const double work_us = o.engine.compute_us + (comm.rank() == late ? o.engine.skew_us : 0);
+  for (int i = 0; i < warmup; ++i) {
+    compute_for(work_us);
+    call(comm, o, b, count, in_place);
+  }
   for (int i = 0; i < 10000 && comm.explain(o.collective, bytes).measuring; ++i) call(comm, o, b, count, in_place);
   // Out of place, the timed calls must produce the result again: recv is cleared first (outside the timing) and
   // checked after the last one, so calls that stopped working cannot hide behind the first one's result. (In
   // place, every call feeds the next: only the first is checked.)
   if (!in_place) std::memset(b.recv.data(), 0, b.recv.size());
   std::vector<double> times(static_cast<size_t>(iterations));
+  std::vector<double> ends;
+  if (o.engine.active()) ends.resize(times.size());
+  auto now_us = [&o] {
+    return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count() - o.clock_offset_us;
+  };
   comm.barrier();
   for (int i = 0; i < iterations; ++i) {
+    if (o.engine.active()) {  // starts, then ends, on rank 0's clock
+      compute_for(work_us);
+      times[i] = now_us();
+      call(comm, o, b, count, in_place);
+      ends[i] = now_us();
+      continue;
+    }
     auto start = Clock::now();
     call(comm, o, b, count, in_place);
     times[i] = std::chrono::duration<double, std::micro>(Clock::now() - start).count();
   }
+  double per_iteration_us = 0;
+  if (o.engine.active()) times = after_last_arrival(comm, std::move(times), std::move(ends), &per_iteration_us);
   if (!in_place && o.check) {
     long long timed_wrong = count_wrong(o, comm.rank(), comm.size(), b, count, in_place), all = 0;
     comm.all_reduce(&timed_wrong, &all, 1, DataType::kInt64, ReduceOp::kSum);
     m.wrong += all;
   }
   // Per iteration, the slowest rank's time: a collective is done when the last rank is done.
-  comm.all_reduce(times.data(), times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
+  if (!o.engine.active()) comm.all_reduce(times.data(), times.data(), times.size(), DataType::kFloat64, ReduceOp::kMax);
   double sum = 0;
   for (double t : times) sum += t;
   m.mean_us = sum / times.size();
+  m.per_iteration_us = per_iteration_us;
   // The median; of an even count, the mean of the two middle values.
   const size_t mid = times.size() / 2;
   std::nth_element(times.begin(), times.begin() + mid, times.end());

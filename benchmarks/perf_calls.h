@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "benchmarks/perf_check.h"
+#include "benchmarks/perf_engine.h"
 #include "tbcoll/tbcoll.hpp"
 
 namespace tbcoll::bench {
@@ -39,6 +40,8 @@ struct Options {
   std::string compare;        // --compare: algorithms measured side by side in one run (perf_compare.cc)
   int rounds = 5;             // --rounds: of --compare, each algorithm's turns per size
   double budget_s = 2;        // --budget: of --compare, seconds per size and algorithm at most (timed calls)
+  EngineConditions engine;    // --compute-us, --skew-us, --skew-rank, --background (perf_engine.h)
+  double clock_offset_us = 0;  // engine conditions: this rank's clock minus rank 0's (set once connected)
 };
 
 struct Buffers {
@@ -54,6 +57,9 @@ struct Measured {
   double median_us = 0;
   double mean_us = 0;
   long long wrong = 0;
+  /// Under engine conditions: the whole loop's time per call, its busy work included (the last rank's end of the
+  /// last call minus the first rank's start of the first, over the calls): what an engine's throughput sees.
+  double per_iteration_us = 0;
 };
 
 /// Timed iterations at this size: -n, else as nccl-tests' and OSU's benches scale them, many for small messages
@@ -68,7 +74,9 @@ int warmup_for(const Options& o, size_t bytes);
 bool sized_per_block(const Options& o);
 
 /// A checked call (unless !check_first or -c 0), warmup_for() more, then `iterations` timed ones
-/// (iterations_for() when < 1), their result checked too out of place (unless -c 0: wrong is then -1). Per iteration the slowest rank's time; every rank returns the same
+/// (iterations_for() when < 1), their result checked too out of place (unless -c 0: wrong is then -1). Per
+/// iteration the slowest rank's time (under engine conditions: the time from the last rank's arrival to the last
+/// rank's end, each call after its busy work); every rank returns the same
 /// figures. Collective. Under TBCOLL_TUNER=measure the warm-up goes on until the ranks decided for the size
 /// (Explanation::measuring): the figures are of the decided algorithm, not of its trials.
 Measured measure(Communicator& comm, const Options& o, Buffers& b, size_t count, bool in_place, int iterations = 0,

@@ -20,10 +20,12 @@
 // iterations are cut so that an algorithm's timed calls take about --budget seconds (at least 2 rounds of 1).
 #include <algorithm>
 #include <chrono>
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -69,6 +71,25 @@ std::vector<std::string> algorithm_names(const Options& o) {
   return names;
 }
 
+// The knobs of a variant, "auto/wait=spin/spin_us=20": {TBCOLL_WAIT: spin, TBCOLL_SPIN_US: 20}.
+std::map<std::string, std::string> variant_knobs(const std::string& name) {
+  std::map<std::string, std::string> knobs;
+  size_t at = name.find('/');
+  while (at != std::string::npos) {
+    const size_t next = name.find('/', at + 1);
+    const std::string assignment = name.substr(at + 1, next == std::string::npos ? std::string::npos : next - at - 1);
+    const size_t equals = assignment.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      throw InvalidArgument("--compare " + name + ": a variant's knobs are NAME=VALUE (auto/wait=spin)");
+    }
+    std::string knob = "TBCOLL_" + assignment.substr(0, equals);
+    for (char& c : knob) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    knobs[knob] = assignment.substr(equals + 1);
+    at = next;
+  }
+  return knobs;
+}
+
 double median_of(std::vector<double> values) {
   if (values.empty()) return -1;
   std::sort(values.begin(), values.end());
@@ -93,9 +114,17 @@ double paired_ratio(const std::vector<double>& a, const std::vector<double>& b) 
 long long run_compare(const Options& o, Config config) {
   const std::vector<std::string> names = algorithm_names(o);
   // "ring@2": a twin of ring, forced to it on a communicator of its own (the noise between two communicators
-  // running one algorithm); per name, the algorithm without the suffix.
+  // running one algorithm); "auto/wait=spin": auto with a knob of its own (TBCOLL_WAIT=spin), a variant that
+  // counts as forced. Per name, the algorithm without the suffixes, and its knobs.
   std::vector<std::string> algos;
-  for (const std::string& name : names) algos.push_back(name.substr(0, name.find('@')));
+  std::vector<std::map<std::string, std::string>> knobs;
+  std::vector<bool> twins;
+  for (const std::string& name : names) {
+    const std::string head = name.substr(0, name.find('/'));
+    algos.push_back(head.substr(0, head.find('@')));
+    twins.push_back(head.find('@') != std::string::npos);
+    knobs.push_back(variant_knobs(name));
+  }
   if (config.world_size > 1 && !config.store) {
     const auto opened = bootstrap::open_store(config, Clock::now() + std::chrono::seconds(60));
     config.store = opened.store;
@@ -106,8 +135,9 @@ long long run_compare(const Options& o, Config config) {
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& name = names[i];
     Config forced = config;
-    const bool tuned = name == "auto" || name == "measured";
+    const bool tuned = algos[i] == "auto" || algos[i] == "measured";
     forced.algo = tuned ? "" : o.collective + ":" + algos[i];
+    for (const auto& [knob, value] : knobs[i]) forced.knobs[knob] = value;
     forced.prefix = config.prefix + "/compare/" + name;
     if (name == "auto") automatic = static_cast<int>(comms.size());
     if (name == "measured") {
@@ -116,6 +146,8 @@ long long run_compare(const Options& o, Config config) {
     }
     comms.push_back(Communicator::init(forced));
   }
+  Options timed = o;
+  if (o.engine.active()) timed.clock_offset_us = clock_offset_us(comms.front());
   Communicator& lead_comm = comms.front();
   const int n = lead_comm.size();
   const bool lead = lead_comm.rank() == 0;
@@ -132,6 +164,8 @@ long long run_compare(const Options& o, Config config) {
                 o.collective.c_str(), n, n > 1 ? lead_comm.transport_name(1).c_str() : "self",
                 to_string(o.dtype).c_str(), to_string(o.op).c_str());
     std::printf("# link emulation: %s\n", lead_comm.link_emulation().c_str());
+    if (o.engine.active()) std::printf("# engine conditions: %s; time = from the last rank's arrival to its end\n",
+                                       o.engine.describe(n).c_str());
     std::printf("# time = median over up to %d interleaved rounds of each round's median of the slowest rank (us); "
                 "about %.3g s of timed calls per size and algorithm; -: cannot run it\n", o.rounds, o.budget_s);
     std::printf("# x/b: paired ratio to the best forced algorithm, the median over rounds of x's round over the "
@@ -144,7 +178,7 @@ long long run_compare(const Options& o, Config config) {
   }
   long long total_wrong = 0;
   size_t last_count = 0, rows = 0;
-  Options later = o;
+  Options later = timed;
   later.warmup = 0;  // the first batch warmed every algorithm up
   const bool per_block = sized_per_block(o);
   for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
@@ -167,11 +201,11 @@ long long run_compare(const Options& o, Config config) {
     }
     // A first batch of one timed call each sizes the rounds (every rank gets the same figures: the same cut).
     std::vector<int> rounds(k, 0), iterations(k, 0);
-    std::vector<std::vector<double>> medians(k);
+    std::vector<std::vector<double>> medians(k), iteration_medians(k);
     std::vector<long long> wrong(k, 0);
     for (size_t i = 0; i < k; ++i) {
       if (!runs[i]) continue;
-      const Measured probe = measure(comms[i], o, b, count, false, 1);
+      const Measured probe = measure(comms[i], timed, b, count, false, 1);
       wrong[i] += probe.wrong;
       const double calls = o.budget_s * 1e6 / std::max(probe.median_us, 1.0);
       rounds[i] = static_cast<int>(std::clamp(calls, 2.0, static_cast<double>(std::max(2, o.rounds))));
@@ -185,6 +219,7 @@ long long run_compare(const Options& o, Config config) {
         if (!runs[i] || round >= rounds[i]) continue;
         const Measured m = measure(comms[i], later, b, count, false, iterations[i], /*check_first=*/false);
         medians[i].push_back(m.median_us);
+        iteration_medians[i].push_back(m.per_iteration_us);
         wrong[i] += m.wrong;
       }
     }
@@ -195,9 +230,8 @@ long long run_compare(const Options& o, Config config) {
       total_wrong += wrong[i];
       if (!runs[i]) continue;
       figure[i] = median_of(medians[i]);
-      // The best forced algorithm: of the originals (a twin is the noise control, not a candidate).
-      const bool candidate = static_cast<int>(i) != automatic && static_cast<int>(i) != measuring &&
-                             names[i] == algos[i];
+      // The best forced algorithm: of the originals and variants (a twin is the noise control, not a candidate).
+      const bool candidate = static_cast<int>(i) != automatic && static_cast<int>(i) != measuring && !twins[i];
       if (candidate && (best < 0 || figure[i] < best)) {
         best = figure[i];
         best_index = i;
@@ -209,7 +243,7 @@ long long run_compare(const Options& o, Config config) {
     }
     std::vector<double> twin(k, -1);  // a twin's (ring@2) paired ratio to its original (ring), if that ran too
     for (size_t i = 0; i < k; ++i) {
-      for (size_t j = 0; runs[i] && names[i] != algos[i] && j < k; ++j) {
+      for (size_t j = 0; runs[i] && twins[i] && j < k; ++j) {
         if (names[j] == algos[i] && runs[j]) twin[i] = paired_ratio(medians[i], medians[j]);
       }
     }
@@ -242,6 +276,17 @@ long long run_compare(const Options& o, Config config) {
       std::printf("  %-18s %6.2f", picked.c_str(), paired[static_cast<size_t>(measuring)]);
     }
     std::printf("%s\n", total_wrong ? "  WRONG" : "");
+    if (o.engine.active()) {  // the loop's time per call, work included: what an engine's throughput sees
+      std::printf("#   per iteration:");
+      for (size_t i = 0; i < k; ++i) {
+        if (runs[i]) std::printf(" %s %.1f us;", names[i].c_str(), median_of(iteration_medians[i]));
+      }
+      if (automatic >= 0 && best > 0) {
+        std::printf(" auto/b %.2f", paired_ratio(iteration_medians[static_cast<size_t>(automatic)],
+                                                 iteration_medians[best_index]));
+      }
+      std::printf("\n");
+    }
     std::fflush(stdout);
     for (size_t i = 0; csv != nullptr && i < k; ++i) {
       if (!runs[i]) continue;

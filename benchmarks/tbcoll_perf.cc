@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <new>
 #include <string>
 #include <vector>
@@ -93,6 +94,7 @@ void usage() {
       "                   [--csv FILE] [--pingpong [--no-tcp-floor] [--floor-round-trips N]\n"
       "                   [--floor-messages N]] [--explain | --explain-only]\n"
       "                   [--compare all|A,B,...,auto[,measured] [--rounds N] [--budget SECONDS]]\n"
+      "                   [--compute-us US] [--skew-us US [--skew-rank R]] [--background N]\n"
       "  sizes take K/M/G suffixes; dtypes: i8 u8 i32 u32 i64 u64 f16 bf16 f32 f64; ops: sum prod max min avg\n"
       "  -n: timed iterations per size (default: by size, 64 MiB / size from 20 to 5000); -w: untimed ones before\n"
       "  (default: a tenth of them, 5 to 100); -c 0|1: check every size's results (1, the default), as nccl-tests;\n"
@@ -115,7 +117,9 @@ void usage() {
   }
   std::printf("  --compare: the algorithms named (all: every one of the collective, and auto: the tuner's choice;\n"
               "    measured: auto with TBCOLL_TUNER=measure, the model's shortlist timed by its first calls;\n"
-              "    ring@2: a twin of ring, the noise between two communicators running one algorithm)\n"
+              "    ring@2: a twin of ring, the noise between two communicators running one algorithm;\n"
+              "    auto/wait=spin: auto with TBCOLL_WAIT=spin, a variant with knobs of its own, NAME=VALUE for\n"
+              "    TBCOLL_NAME, compared as a forced algorithm)\n"
               "    measured in turns in one run, each on a communicator forced to it, out of place; per size up to\n"
               "    --rounds N (5) rounds, cut so each algorithm's timed calls take about --budget SECONDS (2);\n"
               "    x/b is paired by round: the median over rounds of x's batch over the best forced one's\n"
@@ -124,6 +128,11 @@ void usage() {
               "    (UC SEND latency, one queue pair's bandwidth one way and both ways) when they talk shm or ibverbs;\n"
               "    --floor-round-trips N (10000) and --floor-messages N (256 of 1 MiB) size the verbs floors;\n"
               "    --no-tcp-floor leaves the TCP floor out\n");
+  std::printf("  --compute-us US: every rank works (spins) US microseconds before each call; --skew-us US: rank\n"
+              "    --skew-rank (the last) US more, arriving late; --background N: N threads spin in rank 0's process\n"
+              "    for the whole run. With any of them, a call's time runs from the last rank's arrival to the last\n"
+              "    rank's end (the ranks' clocks matched to rank 0's by a ping-pong): what an engine waits for\n"
+              "    beyond its own work\n");
   std::printf("  launch under tbcoll-run (or mpirun with TBCOLL_ROOT set)\n");
 }
 
@@ -181,6 +190,10 @@ Options parse(int argc, char** argv) {
     else if (arg == "--compare") o.compare = value();
     else if (arg == "--rounds") o.rounds = parse_int(arg, value());
     else if (arg == "--budget") o.budget_s = parse_real(arg, value());
+    else if (arg == "--compute-us") o.engine.compute_us = parse_real(arg, value());
+    else if (arg == "--skew-us") o.engine.skew_us = parse_real(arg, value());
+    else if (arg == "--skew-rank") o.engine.skew_rank = parse_int(arg, value());
+    else if (arg == "--background") o.engine.background = parse_int(arg, value());
     else if (arg == "--explain")
       o.explain = true;
     else if (arg == "--explain-only")
@@ -199,6 +212,9 @@ Options parse(int argc, char** argv) {
   if (o.rounds < 1 || !(o.budget_s > 0)) throw tbcoll::InvalidArgument("need --rounds >= 1 and --budget > 0");
   if (!o.compare.empty() && (o.pingpong || o.explain || !o.algo.empty())) {
     throw tbcoll::InvalidArgument("--compare runs alone (without --pingpong, --explain or --algo)");
+  }
+  if (o.engine.compute_us < 0 || o.engine.skew_us < 0 || o.engine.background < 0 || o.engine.skew_rank < -1) {
+    throw tbcoll::InvalidArgument("need --compute-us, --skew-us, --background >= 0 and --skew-rank >= 0");
   }
   if (o.floor_round_trips < 1 || o.floor_messages < 1) {
     throw tbcoll::InvalidArgument("need --floor-round-trips >= 1 and --floor-messages >= 1");
@@ -307,6 +323,8 @@ int main(int argc, char** argv) {
     tbcoll::Config config = tbcoll::Config::from_env();
     if (!o.transport.empty()) config.transport = o.transport;
     if (!o.algo.empty()) config.algo = o.algo;
+    std::unique_ptr<tbcoll::bench::BackgroundLoad> load;
+    if (o.engine.background > 0 && config.rank <= 0) load = std::make_unique<tbcoll::bench::BackgroundLoad>(o.engine.background);
     if (!o.compare.empty()) return tbcoll::bench::run_compare(o, config) == 0 ? 0 : 1;
     // --pingpong over ibverbs measures the raw verbs floors once the communicator is gone: the ranks meet through
     // the store then, so this program holds it.
@@ -317,6 +335,7 @@ int main(int argc, char** argv) {
     }
     tbcoll::bench::CollectiveFigures figures;
     auto comm = tbcoll::Communicator::init(config);
+    if (o.engine.active()) o.clock_offset_us = tbcoll::bench::clock_offset_us(comm);
     const int n = comm.size();
     const bool lead = comm.rank() == 0;
     const size_t es = tbcoll::dtype_size(o.dtype);
@@ -345,7 +364,12 @@ int main(int argc, char** argv) {
                   warmup.c_str(), o.check ? "" : ", results not checked (-c 0)");
       std::printf("# link emulation: %s\n", comm.link_emulation().c_str());
       if (o.explain) std::printf("# cost model: %s\n", comm.explain(o.collective, o.min_bytes).model.c_str());
-      std::printf("# time = median over iterations of the slowest rank (us)\n");
+      if (o.engine.active()) {
+        std::printf("# engine conditions: %s\n", o.engine.describe(n).c_str());
+        std::printf("# time = median over iterations of the time from the last rank's arrival to the last rank's end (us)\n");
+      } else {
+        std::printf("# time = median over iterations of the slowest rank (us)\n");
+      }
       print_header(width);
     }
     long long total_wrong = 0;
@@ -395,6 +419,10 @@ int main(int argc, char** argv) {
                   tbcoll::to_string(o.dtype).c_str(), is_reduction(o.collective) ? tbcoll::to_string(o.op).c_str() : "none",
                   width, algo.c_str(), out.median_us, algbw_out, algbw_out * factor, wrong_text(out.wrong).c_str(),
                   in.median_us, algbw_in, algbw_in * factor, wrong_text(in.wrong).c_str());
+      if (o.engine.active()) {
+        std::printf("#   per iteration, work included: %.2f us out of place, %.2f us in place\n", out.per_iteration_us,
+                    in.per_iteration_us);
+      }
       if (o.explain) print_explanation(comm, o.collective, bytes);
       std::fflush(stdout);
       if (csv) {

@@ -98,7 +98,7 @@ Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const Collectiv
     const algo::Args& run = fresh.run;
     fresh.fast_args = {run.send, run.recv, run.count, run.dtype, run.op, run.root, {}, Deadline::min(),
                        tuner.config().spin, links.spin_yield, transport::Watch(prepared_watch),
-                       call_timeout.duration()};
+                       call_timeout.duration(), &wait_policy};
     fresh.fast = links.fast_path->prepare(static_cast<size_t>(fresh.choice->fast_path_index), fresh.fast_args);
     if (fresh.fast == nullptr) {
       throw InvalidUsage(fmt::format("rank {}: {}: the fast path {} prepared no call", rank, fresh.what.describe(),
@@ -142,8 +142,8 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
     const TunerConfig& tuning = tuner.config();
     const Deadline deadline = call_timeout.deadline();
-    algo::Exec exec(rank, size, links.peers, links.max_message, tag, deadline, tuning.spin, links.spin_yield,
-                    tuning.chunk_bytes, scratch, request_table, call, &links.host_of);
+    algo::Exec exec(rank, size, links.peers, links.max_message, tag, deadline, wait_policy, tuning.chunk_bytes,
+                    scratch, request_table, call, &links.host_of);
     auto look = [this, number, deadline] { notices.check(number, number != 0, deadline); };
     exec.set_watch(transport::Watch(look));
     body(exec);
@@ -153,28 +153,72 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
 void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice,
                                  const algo::Args& args) {
   if (choice.fast_path_index < 0) {
-    const bool rooted = call.root >= 0 && (tag.tag >> 63) == 0;  // broadcast and reduce
+    const bool rooted = call.root >= 0 && (tag.tag >> 63) == 0;  // broadcast, reduce, gather, scatter
     run(call, tag, choice.schedule, [&](algo::Exec& exec) {
       // In a rooted call some ranks only send (a broadcast's root, a reduce's leaves), so no receive of theirs
-      // checks the call's signature: ranks that named different roots each returned success with different
+      // checks the call's signature: ranks that named different roots would each return success with different
       // data. Every rank also receives an empty message from rank - 1 and sends one to rank + 1, posted before
       // the schedule's own (so they pair up on every link, in order): a rank whose neighbour named another root
-      // is told by the signature, in this call. Costs one empty message per rank, sent at the start.
+      // is told by the signature. A rank that waits for data gets it in this call (ranks that wait for each other
+      // are told at once); a rank that only sends does not wait for it: the call costs one message each way its
+      // data needs, and the checks are settled as later calls start (deferred_checks). On tcp the empty message
+      // leaves with this rank's next message on that link (one system call for both), or a few together.
+      size_t check = SIZE_MAX, told = SIZE_MAX;
       if (rooted) {
-        static const uint8_t token = 0;
-        exec.irecv((rank + size - 1) % size, nullptr, 0);
-        exec.isend((rank + 1) % size, &token, 0);
+        check = exec.irecv((rank + size - 1) % size, nullptr, 0);
+        told = exec.isend_later((rank + 1) % size);
+        exec.set_aside(check);
+        exec.set_aside(told);
       }
       choice.run(exec, args);
       exec.wait_all();
+      for (size_t id : {check, told}) {
+        if (id != SIZE_MAX && !exec.done(id)) {
+          deferred_checks.push_back({exec.detach(id), call, tag.tag, call_timeout.deadline()});
+        }
+      }
     });
     return;
   }
   run_fast_path(call, tag, choice, args);
 }
 
+void Communicator::Impl::settle_checks(bool all) {
+  settling_checks = true;
+  struct Done {
+    bool& flag;
+    ~Done() { flag = false; }
+  } done{settling_checks};
+  while (!deferred_checks.empty()) {
+    DeferredCheck& oldest = deferred_checks.front();
+    const bool wait = all || deferred_checks.size() > kMaxDeferredChecks;
+    bool complete = false;
+    guard(oldest.call, oldest.number, [&] {
+      complete = oldest.request->test();
+      if (wait && !complete) {  // this rank's own check may be waiting to leave with a later message
+        for (transport::Endpoint* endpoint : links.peers) {
+          if (endpoint != nullptr) endpoint->flush();
+        }
+      }
+      while (wait && !complete) {
+        if (Clock::now() >= oldest.deadline) {
+          throw TimeoutError(fmt::format("timed out waiting for peer {} (its check of this call)",
+                                         (rank + size - 1) % size));
+        }
+        notices.check(oldest.number, true, oldest.deadline);  // a peer that gave up sends no check
+        oldest.request->block(std::chrono::microseconds(1000));
+        complete = oldest.request->test();
+      }
+    });
+    if (!complete) return;
+    deferred_checks.pop_front();
+  }
+}
+
 void Communicator::Impl::run_fast_path(const algo::CallInfo& call, const transport::Tag& tag, const Choice& choice,
                                        const algo::Args& args) {
+  // A fast path takes a message of an earlier call still in a peer's queue for a mismatch: the checks go first.
+  if (!deferred_checks.empty()) settle_checks(true);
   guard(call, tag.tag, [&] {  // no requests, no Exec
     const Deadline deadline = call_timeout.deadline();
     auto look = [this, &tag, deadline] {
@@ -184,6 +228,7 @@ void Communicator::Impl::run_fast_path(const algo::CallInfo& call, const transpo
     transport::CollectiveArgs fast{args.send,          args.recv,  args.count,           args.dtype,
                                    args.op,            args.root,  tag,                  deadline,
                                    tuner.config().spin, links.spin_yield, transport::Watch(look)};
+    fast.wait = &wait_policy;
     links.fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });
 }
@@ -196,6 +241,7 @@ void Communicator::Impl::PreparedWatch::operator()() const {
 
 // The deadline is left for the wait to read (call_deadline): a call that completes while spinning reads no clock.
 void Communicator::Impl::run_prepared(Prepared& call) {
+  if (!deferred_checks.empty()) settle_checks(true);  // as run_fast_path
   transport::CollectiveArgs& fast = call.fast_args;
   fast.tag = {++calls.collective_seq, call.checked.meta};
   prepared_watch.tag = fast.tag.tag;
@@ -233,6 +279,12 @@ void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::
 
 template <typename Body>
 void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
+  // Every kSettleFrom calls while checks wait (a test of one is a system call on tcp), and whenever too many wait.
+  if (!deferred_checks.empty() && !settling_checks &&
+      (++calls.since_settled >= kSettleFrom || deferred_checks.size() > kMaxDeferredChecks)) {
+    calls.since_settled = 0;
+    settle_checks(false);
+  }
   // The peers learn that this rank takes part in no collective from this one on (the next, after send/recv).
   const auto told_number = [&] { return call_number != 0 ? call_number : calls.collective_seq + 1; };
   auto tell_peers = [&](const std::string& reason) {

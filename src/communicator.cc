@@ -47,6 +47,13 @@ Communicator::Impl::Impl(const Config& config_, int instance_, setup::Rendezvous
   calls.p2p_sent.assign(static_cast<size_t>(size), 0);
   calls.p2p_received.assign(static_cast<size_t>(size), 0);
   if (rendezvous.store) notices.attach(rendezvous.store, config.prefix, rank);
+  wait_policy = transport::WaitPolicy(static_cast<transport::WaitPolicy::Mode>(tuner.config().wait_mode),
+                                      tuner.config().spin, links.spin_yield);
+  // A call that waits long may be held up by an earlier call's check (a transport that matches in order).
+  request_table.on_long_wait = [this] {
+    if (!deferred_checks.empty() && !settling_checks) settle_checks(false);
+  };
+  log::info("rank {}: waits: {}", rank, wait_policy.describe());
 }
 
 void Communicator::Impl::mark_broken(const std::string& reason) { health.mark(reason); }
@@ -168,11 +175,26 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
 // with a connection reset and no reason. So the store is served until only this process is connected to it, at
 // most Notices::kReasonWait (how long a peer waits for a reason).
 Communicator::Impl::~Impl() {
+  settle_at_exit();
   if (!health.broken() || rendezvous.server == nullptr) return;
   const auto until = Clock::now() + Notices::kReasonWait;
   while (rendezvous.server->connections() > 1 && Clock::now() < until) {
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
+}
+
+// A rank whose last calls only sent (the root of a final broadcast) waits here for its neighbour's checks of them:
+// closing its connections first would fail that neighbour's send of the check, and a mismatch would go unsaid.
+// A destructor cannot throw: a mismatch found here is logged.
+void Communicator::Impl::settle_at_exit() noexcept {
+  if (deferred_checks.empty()) return;
+  try {
+    async.drain();
+    if (!health.broken()) settle_checks(true);
+  } catch (const std::exception& error) {
+    log::warn("{} (found as the communicator was destroyed)", error.what());
+  }
+  deferred_checks.clear();
 }
 
 Communicator::Communicator(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -56,6 +57,7 @@ class Health {
 struct CallCounters {
   uint64_t collective_seq = 0;
   uint64_t splits = 0;  ///< split() calls so far (collective, so equal on every rank)
+  uint64_t since_settled = 0;  ///< calls since the deferred checks were last settled
   std::vector<uint64_t> p2p_sent, p2p_received;  ///< by peer
   struct GroupedP2p {
     bool is_send;
@@ -72,7 +74,8 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// The set-up's results (setup/setup.h); the rest starts empty.
   Impl(const Config& config, int instance, setup::Rendezvous rendezvous, setup::Links links, Tuner tuner,
        std::string emulation);
-  /// A broken communicator whose process serves the store stays a moment (linger_for_peers).
+  /// Settles the deferred checks (settle_at_exit); a broken communicator whose process serves the store stays a
+  /// moment for its peers to read why it broke.
   ~Impl();
 
   const Config config;
@@ -90,6 +93,8 @@ struct TBCOLL_LOCAL Communicator::Impl {
   algo::Scratch scratch;
   algo::RequestTable request_table;
   Notices notices;  // refusals and breakdowns of peers, told through the store (notices.h)
+  /// How this communicator's waits pass the time (TBCOLL_WAIT) and what they learnt; its driving thread's.
+  transport::WaitPolicy wait_policy;
   std::unique_ptr<P2pInFlight> p2p_in_flight;  ///< isend/irecv posted and unfinished; made by the first
 
   void mark_broken(const std::string& reason);
@@ -209,6 +214,28 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// call_number: the collective's tag (0 for send/recv), for the notice a failure publishes.
   template <typename Body>
   void guard(const algo::CallInfo& call, uint64_t call_number, Body&& body);
+
+  /// A rooted call's check of its neighbours' signatures (execute()): the empty message from its left neighbour
+  /// that had not arrived, or the one to its right neighbour that had not left (on tcp it waits to go with a later
+  /// message), when the call's own messages were done: a rank that only sends does not wait for them. Settled as
+  /// later calls start, every kSettleFrom calls (a mismatch fails that call, naming the call it belongs to), as a
+  /// call starts to wait, before a fast-path call, and as the communicator is destroyed; at most
+  /// kMaxDeferredChecks wait, then the oldest is waited for (a root far ahead of its peers waits there).
+  struct DeferredCheck {
+    std::unique_ptr<transport::Request> request;
+    algo::CallInfo call;
+    uint64_t number = 0;
+    Deadline deadline;
+  };
+  static constexpr size_t kMaxDeferredChecks = 8;
+  static constexpr uint64_t kSettleFrom = 8;  ///< deferred checks are settled every this many calls
+  std::deque<DeferredCheck> deferred_checks;
+  bool settling_checks = false;
+  /// Tests the deferred checks, oldest first, each as its own call would (errors name it); waits for them (all),
+  /// or for the oldest while more than kMaxDeferredChecks are left. A fast-path call settles all first: it takes a
+  /// message of an earlier call left in a peer's queue for a mismatch.
+  void settle_checks(bool all);
+  void settle_at_exit() noexcept;
 
   // Declared last, so destroyed first: queued calls finish while every member above (prepared calls included)
   // still exists.

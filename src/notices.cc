@@ -26,6 +26,7 @@ bool parse_notice(const std::string& text, char* kind, uint64_t* call, int* rank
 void Notices::attach(std::shared_ptr<Store> store, std::string prefix, int rank) {
   store_ = std::move(store);
   prefix_ = std::move(prefix);
+  count_key_ = prefix_ + "/notices";
   rank_ = rank;
 }
 
@@ -33,7 +34,7 @@ void Notices::publish(Kind kind, uint64_t call, const std::string& reason, std::
   if (store_ == nullptr || store_failed_) return;
   try {
     const Deadline deadline = Clock::now() + budget;
-    const int64_t n = store_->add(prefix_ + "/notices", 1, deadline);
+    const int64_t n = store_->add(count_key_, 1, deadline);
     const std::string text = fmt::format("{} {} {} {}", static_cast<char>(kind), call, rank_, reason);
     store_->set(fmt::format("{}/notice/{}", prefix_, n), std::vector<uint8_t>(text.begin(), text.end()), deadline);
   } catch (const std::exception& error) {
@@ -50,7 +51,7 @@ void Notices::fetch(bool right_now, Deadline until) {
   // stopped answering (its host vanished) must not hold the call past its deadline, nor long after its data came.
   const Deadline deadline = until;
   try {
-    const int64_t count = store_->add(prefix_ + "/notices", 0, deadline);
+    const int64_t count = store_->add(count_key_, 0, deadline);
     for (; seen_ < count; ++seen_) {
       // Counted before written (publish): the record follows within the publisher's round trip.
       const std::vector<uint8_t> bytes = store_->get(fmt::format("{}/notice/{}", prefix_, seen_ + 1), deadline);

@@ -88,6 +88,7 @@ class Notices {
 
   std::shared_ptr<Store> store_;
   std::string prefix_;
+  std::string count_key_;  ///< "<prefix>/notices", made once: a waiting call's look allocates nothing of its own
   int rank_ = -1;
   int64_t seen_ = 0;
   std::vector<Record> records_;

@@ -127,21 +127,26 @@ void P2pInFlight::drive(const std::shared_ptr<Op>& op, bool block) {
     return;
   }
   impl_.async.drain();
-  const auto start = Clock::now();
-  const auto spin_until = start + impl_.tuner.config().spin;
+  transport::WaitPolicy& wait = impl_.wait_policy;
+  wait.begin(Clock::now());
+  bool spinning = true;
   unsigned polls = 0;
   while (true) {
     sweep();  // every pending call, so one rank's waits never hold back what its peers wait for; fails it at
               // its deadline
     {
       std::lock_guard<std::mutex> lock(op->state->mutex);
-      if (op->state->done) return;
+      if (op->state->done) break;
     }
     const auto now = Clock::now();
-    if (now >= spin_until) {
+    if (spinning && !wait.spinning(now)) spinning = false;
+    if (!spinning && !wait.sleeps()) {  // TBCOLL_WAIT=spin (the sweep looks at the deadline)
+      wait.begin(now);
+      spinning = true;
+    } else if (!spinning) {
       const auto left = std::chrono::duration_cast<std::chrono::microseconds>(op->deadline - now);
       op->chunks[op->next]->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (yield_now(impl_.links.spin_yield, ++polls, 256)) {
+    } else if (yield_now(wait.yield(), ++polls, 256)) {
       sched_yield();
     }
   }

@@ -64,6 +64,16 @@ std::string every_name(const std::vector<KnownFastPath>& known) {
 TunerConfig TunerConfig::from_env(const env::Settings& settings) {
   TunerConfig config;
   config.spin = std::chrono::microseconds(std::max<long long>(0, settings.get_int("TBCOLL_SPIN_US")));
+  const std::string wait = settings.get("TBCOLL_WAIT");
+  if (wait == "auto" || wait.empty()) {
+    config.wait_mode = 0;
+  } else if (wait == "spin") {
+    config.wait_mode = 1;
+  } else if (wait == "block") {
+    config.wait_mode = 2;
+  } else {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_WAIT={}: expected auto, spin or block", wait));
+  }
   // Ring schedules keep 4 chunks of scratch in flight: a chunk size beyond this would ask for absurd scratch
   // (and, near 2^62, wrap its size).
   constexpr long long kMinChunk = 4096, kMaxChunk = 64ll << 20;

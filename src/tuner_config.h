@@ -14,7 +14,9 @@ struct TunerConfig {
   size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast, gather and scatter up to this use the binomial tree
   size_t chunk_bytes = 256 * 1024;      ///< pipelining chunk of the ring and chain schedules
-  std::chrono::microseconds spin{50};   ///< how long a wait busy-polls before it blocks
+  std::chrono::microseconds spin{20000};  ///< how long a spinning wait spins before it sleeps (TBCOLL_SPIN_US)
+  /// TBCOLL_WAIT: how waits pass the time (transport::WaitPolicy::Mode: 0 auto, 1 spin, 2 block).
+  int wait_mode = 0;
   /// Whether the cost model picks among point-to-point rows (TBCOLL_TUNER); false: the size ranges do.
   bool use_model = false;
   /// TBCOLL_TUNER=measure: the model shortlists and the first calls of each size measure the shortlist
@@ -22,7 +24,7 @@ struct TunerConfig {
   bool measure = false;
   int measure_trials = 6;
 
-  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_TREE_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US, TBCOLL_TUNER and
+  /// TBCOLL_DIRECT_MAX_BYTES, TBCOLL_TREE_MAX_BYTES, TBCOLL_CHUNK_BYTES, TBCOLL_SPIN_US, TBCOLL_WAIT, TBCOLL_TUNER and
   /// TBCOLL_TUNE_TRIALS from settings (the communicator's knobs, then the environment). Throws InvalidArgument naming a knob out of range.
   static TunerConfig from_env(const env::Settings& settings);
 };

@@ -61,6 +61,53 @@ enum class SpinYield : uint8_t {
                 ///< waited for is likely runnable but not running
 };
 
+/// How a communicator's waits spend the time until their data comes (TBCOLL_WAIT). One per communicator, used by
+/// the thread that drives its calls (one at a time). A wait that does not end at once calls begin() at its first
+/// clock read, spins while spinning(now) says so (at each clock read; yielding as yield() says), then sleeps in
+/// the transport in bounded slices (a futex, poll on a socket). A wait that ends before its first clock read asks
+/// nothing.
+///
+/// Auto spins for as long as a peer may be merely late (up to TBCOLL_SPIN_US, 20 ms), and sleeps only past that
+/// (a peer that went quiet: an engine between requests). Spinning first and sleeping soon after was the worst of
+/// both beside a busy process in the measurements (docs/benchmarks.md, waiting: spin or sleep): a thread that spun
+/// has used its share of the core, so once it sleeps the scheduler may let the busy one finish its slice,
+/// milliseconds, before it runs the woken thread again. Spinning beat sleeping at once inside a real engine on shm
+/// and tcp, quiet and beside a busy process, and with twice as many ranks as cores (spinning waits then yield at
+/// every poll: SpinYield); in tbcoll-perf's loops beside a busy thread the two swap places from run to run.
+class TBCOLL_API WaitPolicy {
+ public:
+  enum class Mode : uint8_t {
+    kAuto,   ///< spin up to the spin cap (TBCOLL_SPIN_US), then sleep
+    kSpin,   ///< spin (yielding as yield() says) until the data comes or the deadline passes
+    kBlock,  ///< sleep at the first clock read (after ~1 us of polls)
+  };
+  WaitPolicy() = default;
+  WaitPolicy(Mode mode, std::chrono::microseconds spin_cap, SpinYield yield)
+      : mode_(mode), cap_(spin_cap), yield_(yield) {}
+
+  Mode mode() const { return mode_; }
+  SpinYield yield() const { return yield_; }
+  /// At a wait's first clock read: starts its spin phase.
+  void begin(Clock::time_point now) {
+    spin_until_ = mode_ == Mode::kBlock ? now : now + (mode_ == Mode::kSpin ? kSpinPhase : cap_);
+  }
+  /// Whether the wait keeps spinning at this clock read.
+  bool spinning(Clock::time_point now) const { return now < spin_until_; }
+  /// False under kSpin: past a spin phase (1 ms), a wait looks at its peers and watch, then begins another.
+  bool sleeps() const { return mode_ != Mode::kSpin; }
+  /// "auto (spin up to 20000 us, then sleep)", "spin", "block".
+  std::string describe() const;
+  static const char* name(Mode mode);
+
+  static constexpr std::chrono::microseconds kSpinPhase{1000};  ///< kSpin: between looks at the peers
+
+ private:
+  Mode mode_ = Mode::kAuto;
+  std::chrono::microseconds cap_{20000};
+  SpinYield yield_ = SpinYield::kNowAndThen;
+  Clock::time_point spin_until_{};
+};
+
 /// A callback a wait calls now and then while it sleeps (never while it spins): it throws to end the wait. Refers
 /// to a callable it does not own (valid for the call it is given to), so passing one costs no allocation.
 class Watch {
@@ -96,6 +143,9 @@ struct CollectiveArgs {
   /// Deadline::min(), and the call's deadline is now + timeout (Clock::duration::max(): none), as call_deadline()
   /// gives it. A call that completes while it spins reads no clock.
   Clock::duration timeout = Clock::duration::max();
+  /// The communicator's wait policy (the spin above and spin_yield are its budget and yield); null: spin for spin,
+  /// then sleep.
+  WaitPolicy* wait = nullptr;
 };
 
 /// The call's deadline: args.deadline, or where a prepared call left it to be read when needed, now + args.timeout

@@ -104,6 +104,13 @@ class TBCOLL_API Endpoint {
   virtual std::unique_ptr<Request> isend(const void* buf, size_t bytes, Tag tag) = 0;
   /// Queues a receive of exactly bytes into buf, matched FIFO against arriving messages. Never blocks.
   virtual std::unique_ptr<Request> irecv(void* buf, size_t bytes, Tag tag) = 0;
+  /// Queues an empty message (its tag and signature only) that need not leave at once: with the endpoint's next
+  /// send, at flush(), or when enough of them wait (where a send costs a system call, several then go in one).
+  /// In order with the other sends. Never blocks. Default: isend(nullptr, 0, tag).
+  virtual std::unique_ptr<Request> isend_later(Tag tag) { return isend(nullptr, 0, tag); }
+  /// Sends what isend_later() left waiting (without blocking: what the connection does not take now leaves at the
+  /// next progress). Default: nothing to do.
+  virtual void flush() {}
   /// Rank of the peer.
   virtual int peer() const = 0;
 };

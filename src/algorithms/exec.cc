@@ -49,17 +49,15 @@ void RequestTable::reset(int world_size) {
 }
 
 Exec::Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
-           transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, transport::SpinYield spin_yield, size_t chunk_bytes,
-           Scratch& scratch, RequestTable& table, [[maybe_unused]] const CallInfo& call,
-           const std::vector<int>* host_of)
+           transport::Tag tag, Deadline deadline, transport::WaitPolicy& wait, size_t chunk_bytes, Scratch& scratch,
+           RequestTable& table, [[maybe_unused]] const CallInfo& call, const std::vector<int>* host_of)
     : rank_(rank),
       size_(size),
       peers_(peers),
       max_message_(max_message),
       tag_(tag),
       deadline_(deadline),
-      spin_(spin),
-      spin_yield_(spin_yield),
+      wait_(wait),
       chunk_bytes_(chunk_bytes),
       scratch_(scratch),
       table_(table),
@@ -77,6 +75,22 @@ size_t Exec::isend(int peer, const void* buf, size_t bytes, transport::Tag tag) 
 }
 
 size_t Exec::irecv(int peer, void* buf, size_t bytes, transport::Tag tag) { return post(peer, false, buf, bytes, tag); }
+
+size_t Exec::isend_later(int peer) {
+  TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
+  if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
+  const size_t id = requests_.size();
+  requests_.push_back({peers_[peer]->isend_later(tag_), peer, true, 0});
+  done_.push_back(0);
+  pending_sends_[peer].push_back(id);
+  return id;
+}
+
+void Exec::flush_all() {
+  for (transport::Endpoint* endpoint : peers_) {
+    if (endpoint != nullptr) endpoint->flush();
+  }
+}
 
 size_t Exec::post(int peer, bool is_send, void* buf, size_t bytes, transport::Tag tag) {
   TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
@@ -104,6 +118,11 @@ bool Exec::sweep() {
   for (size_t i = 0; i < active_peers_.size();) {
     int peer = active_peers_[i];
     for (auto* queue : {&pending_recvs_[peer], &pending_sends_[peer]}) {
+      // A request set aside, alone in its queue, is looked at only in long waits: where a poll is a system call,
+      // the schedule's own messages do not pay for it.
+      if (queue->size() == 1 && !look_aside_ && (queue->front() == aside_[0] || queue->front() == aside_[1])) {
+        continue;
+      }
       while (!queue->empty() && requests_[queue->front()].request->test()) {
         done_[queue->front()] = 1;
         requests_[queue->front()].request.reset();
@@ -124,36 +143,37 @@ bool Exec::sweep() {
 void Exec::wait(size_t id) {
   TBCOLL_ENFORCE_LT(id, requests_.size());
   if (done_[id]) return;
-  auto start = Clock::now();
-  auto spin_until = start + spin_;
+  if (id == aside_[0] || id == aside_[1]) look_aside_ = true;  // waited for now: its sweeps test it
+  const auto start = Clock::now();
+  wait_.begin(start);
+  bool spinning = true, flushed = false;
   unsigned iterations = 0;
   while (true) {
     sweep();
     if (done_[id]) return;
     auto now = Clock::now();
     if (now >= deadline_) timed_out(id);
-    if (now >= spin_until) {
+    if (!flushed && now - start >= kFlushAfter) {
+      // A long wait: what waits to leave with a later message (a rooted call's check of its neighbour) goes now,
+      // and what was set aside is looked at, so ranks that wait for each other see each other's calls.
+      flushed = true;
+      look_aside_ = true;
+      flush_all();
+      if (table_.on_long_wait) table_.on_long_wait();
+    }
+    if (spinning && !wait_.spinning(now)) spinning = false;
+    if (!spinning) {
+      look_at_peers();
+      if (!wait_.sleeps()) {  // TBCOLL_WAIT=spin: looked, and spinning on
+        wait_.begin(now);
+        spinning = true;
+        continue;
+      }
       // Past the spin budget: sleep in the transport until something can move (bounded, so other
       // endpoints of this call still get progressed and the deadline is honoured).
-      if (watch_) {
-        try {
-          watch_();
-        } catch (const RemoteError&) {
-          // A peer's notice that it gave up: what it sent before that may be here already, and a mismatch names
-          // its call more precisely than the notice (whichever of the two this rank happened to look at first).
-          // Other errors of that sweep (the peer closed, say) say less than the notice.
-          try {
-            sweep();
-          } catch (const MismatchError&) {
-            throw;
-          } catch (const Error&) {
-          }
-          throw;
-        }
-      }
       auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline_ - now);
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
-    } else if (yield_now(spin_yield_, ++iterations, 256)) {
+    } else if (yield_now(wait_.yield(), ++iterations, 256)) {
       // Ranks that may share a CPU: let the peer we wait for run. On a crowded machine at every poll: a poll of
       // a socket is a system call, so 256 of them held the CPU ~250 us from a peer that had work to do
       // (8 ranks on 2 CPUs, tcp: recursive doubling's 4-byte all-reduce 810 us yielding every 256 polls,
@@ -163,8 +183,42 @@ void Exec::wait(size_t id) {
   }
 }
 
+void Exec::look_at_peers() {
+  if (!watch_) return;
+  try {
+    watch_();
+  } catch (const RemoteError&) {
+    // A peer's notice that it gave up: what it sent before that may be here already, and a mismatch names its
+    // call more precisely than the notice (whichever of the two this rank happened to look at first). Other
+    // errors of that sweep (the peer closed, say) say less than the notice.
+    try {
+      sweep();
+    } catch (const MismatchError&) {
+      throw;
+    } catch (const Error&) {
+    }
+    throw;
+  }
+}
+
 void Exec::wait_all() {
-  for (size_t id = 0; id < requests_.size(); ++id) wait(id);
+  for (size_t id = 0; id < requests_.size(); ++id) {
+    if (id != aside_[0] && id != aside_[1]) wait(id);
+  }
+}
+
+void Exec::set_aside(size_t id) {
+  TBCOLL_ENFORCE(aside_[1] == SIZE_MAX);
+  aside_[aside_[0] == SIZE_MAX ? 0 : 1] = id;
+}
+
+std::unique_ptr<transport::Request> Exec::detach(size_t id) {
+  RequestTable::Pending& pending = requests_[id];
+  std::deque<size_t>& queue = pending.is_send ? pending_sends_[pending.peer] : pending_recvs_[pending.peer];
+  TBCOLL_ENFORCE(!queue.empty() && queue.back() == id);
+  queue.pop_back();
+  done_[id] = 1;  // no longer this call's
+  return std::move(pending.request);
 }
 
 void Exec::timed_out(size_t id) {

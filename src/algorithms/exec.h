@@ -77,17 +77,23 @@ struct RequestTable {
   /// Called at every poll of a wait: progresses requests posted outside the call (non-blocking sends and
   /// receives still pending, p2p_async.h), so they move while the call waits. Kept across calls; may be empty.
   std::function<void()> also_progress;
+  /// Called once in a wait that lasts Exec::kFlushAfter: the communicator looks at what earlier calls left
+  /// unfinished (deferred checks), which may be what keeps this one waiting. Kept across calls; may be empty.
+  std::function<void()> on_long_wait;
 
   void reset(int world_size);
 };
 
 class Exec {
  public:
+  /// A wait that lasts this long flushes every endpoint (Endpoint::flush).
+  static constexpr std::chrono::microseconds kFlushAfter{1000};
+
   /// max_message[p]: the largest message peer p's transport takes (Capabilities::max_message_bytes).
   /// host_of[p]: the host of rank p (hosts numbered 0.. in the order of their lowest rank); null: one host.
   Exec(int rank, int size, const std::vector<transport::Endpoint*>& peers, const std::vector<size_t>& max_message,
-       transport::Tag tag, Deadline deadline, std::chrono::microseconds spin, transport::SpinYield spin_yield, size_t chunk_bytes,
-       Scratch& scratch, RequestTable& table, const CallInfo& call, const std::vector<int>* host_of = nullptr);
+       transport::Tag tag, Deadline deadline, transport::WaitPolicy& wait, size_t chunk_bytes, Scratch& scratch,
+       RequestTable& table, const CallInfo& call, const std::vector<int>* host_of = nullptr);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -104,16 +110,30 @@ class Exec {
   /// The same with an explicit tag (grouped point-to-point calls carry one tag each).
   size_t isend(int peer, const void* buf, size_t bytes, transport::Tag tag);
   size_t irecv(int peer, void* buf, size_t bytes, transport::Tag tag);
+  /// An empty message to peer with the call's tag that may leave later (Endpoint::isend_later): with the next
+  /// message to that peer, or once a wait of this call lasts a millisecond (every endpoint is flushed then).
+  size_t isend_later(int peer);
   /// Waits until request id completed, progressing every pending request meanwhile.
   void wait(size_t id);
   /// Waits for every request posted so far.
   void wait_all();
+  /// Marks request id as the caller's own, beside the schedule: wait_all() (the schedule's and the caller's)
+  /// does not wait for it (at most two such requests a call).
+  void set_aside(size_t id);
+  /// Every endpoint's isend_later messages leave now (Endpoint::flush).
+  void flush_all();
+  /// Whether request id completed.
+  bool done(size_t id) const { return done_[id] != 0; }
+  /// Takes request id out of this call, unfinished: the caller finishes it (or drops it, which tells its
+  /// transport the stream is out of sync). Only for the last pending request of its peer and direction.
+  std::unique_ptr<transport::Request> detach(size_t id);
   /// Called now and then while a wait blocks (past its spin phase), never while spinning: the communicator
   /// looks there for peers that refused the call or broke (Notices), and it throws to end the wait.
   void set_watch(transport::Watch watch) { watch_ = watch; }
 
  private:
   bool sweep();  // one progress pass; true if anything completed
+  void look_at_peers();  // the watch, past a spin phase
   size_t post(int peer, bool is_send, void* buf, size_t bytes, transport::Tag tag);
   [[noreturn]] void timed_out(size_t id);
 
@@ -123,8 +143,9 @@ class Exec {
   const std::vector<size_t>& max_message_;
   transport::Tag tag_;
   Deadline deadline_;
-  std::chrono::microseconds spin_;
-  transport::SpinYield spin_yield_;
+  transport::WaitPolicy& wait_;
+  size_t aside_[2] = {SIZE_MAX, SIZE_MAX};  ///< set_aside()
+  bool look_aside_ = false;  ///< a wait lasted kFlushAfter: sweeps test the requests set aside too
   size_t chunk_bytes_;
   Scratch& scratch_;
   RequestTable& table_;

@@ -123,6 +123,7 @@ std::string shm_domain() { return kernel_id(); }  // every process of the machin
 
 std::vector<int> allowed_cpus() { return {}; }  // no affinity on macOS
 bool bind_to_cpu(int) { return false; }
+bool unbind_from_cpus() { return false; }
 void prefer_fast_cores() { pthread_set_qos_class_self_np(QOS_CLASS_USER_INTERACTIVE, 0); }
 
 bool uses_shm_registry() { return true; }  // macOS cannot list POSIX shm names

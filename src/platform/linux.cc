@@ -174,6 +174,15 @@ bool bind_to_cpu(int cpu) {
   return sched_setaffinity(0, sizeof(one), &one) == 0;
 }
 
+bool unbind_from_cpus() {
+  const long online = sysconf(_SC_NPROCESSORS_ONLN);
+  if (online <= 0) return false;
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (long cpu = 0; cpu < online && cpu < CPU_SETSIZE; ++cpu) CPU_SET(static_cast<int>(cpu), &all);
+  return sched_setaffinity(0, sizeof(all), &all) == 0;
+}
+
 void prefer_fast_cores() {}
 
 bool uses_shm_registry() { return false; }

@@ -147,6 +147,9 @@ constexpr int kMaxCpus = 1024;
 std::vector<int> allowed_cpus();
 /// Pins the calling thread (and the processes it then starts) to one CPU; false where the system cannot.
 bool bind_to_cpu(int cpu);
+/// Lets the calling thread run on every online CPU again (undoes bind_to_cpu and an inherited pinning); false
+/// where the system has no affinity.
+bool unbind_from_cpus();
 /// Asks the scheduler to keep the calling thread, a spinning waiter, on fast cores (macOS QoS class
 /// user-interactive keeps it on performance cores). No-op where there is nothing to ask.
 void prefer_fast_cores();

@@ -66,6 +66,7 @@ std::string shm_domain() {
 
 std::vector<int> allowed_cpus() { return {}; }
 bool bind_to_cpu(int) { return false; }
+bool unbind_from_cpus() { return false; }
 void prefer_fast_cores() {}
 
 bool uses_shm_registry() { return true; }

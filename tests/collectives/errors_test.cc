@@ -159,9 +159,11 @@ TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
   }
 }
 
-// Ranks that name different roots of a broadcast or reduce: every rank fails, in that call or at the latest in
-// the next one (here the same mistake again, where the roots only send), with an error naming both roots, well
-// before the deadline. Small messages (point to point on shm too) and 32 KiB (shm reads the root in place).
+// Ranks that name different roots of a broadcast or reduce: every rank fails, in that call (a rank that waits for
+// data) or within the next calls (a rank that only sends does not wait for its neighbour's check, nor look at its
+// peers' notices: it does once 8 checks wait, here the same mistake again and again), with an error naming both
+// roots, well before the deadline. Small messages (point to point on shm too) and 32 KiB (shm reads the root in
+// place).
 TEST_P(Mismatch, DifferentRootsFailEveryRankByTheNextCallNamingBothRoots) {
   const std::string transport = GetParam();
   const std::vector<std::vector<int>> patterns = {{0, 1}, {0, 0, 1}, {0, 1, 2}, {2, 0, 2}};
@@ -175,7 +177,7 @@ TEST_P(Mismatch, DifferentRootsFailEveryRankByTheNextCallNamingBothRoots) {
           std::vector<float> buf(count, static_cast<float>(comm.rank())), out(count);
           const int root = roots[comm.rank()];
           messages[comm.rank()] = error_of([&] {
-            for (int call = 0; call < 2; ++call) {
+            for (int call = 0; call < 20; ++call) {
               if (reduce) comm.reduce(buf.data(), out.data(), count, DataType::kFloat32, ReduceOp::kSum, root);
               else comm.broadcast(buf.data(), buf.data(), count, DataType::kFloat32, root);
             }
@@ -314,7 +316,8 @@ TEST(Errors, ShmMismatchWithANonFastPathCallIsReported) {
 }
 
 // A rank on the shortest path (it repeats its last all_reduce on the same buffers) meets a peer in another call:
-// another count, or a broadcast run point to point. Each names the other's call, well before the deadline.
+// another count, or a broadcast run point to point. Each names the other's call, well before the deadline (the
+// broadcast's root only sends: it is told as its next call starts).
 TEST(Errors, ShmMismatchOnARepeatedCallIsReported) {
   for (bool broadcast : {false, true}) {
     std::vector<std::string> messages(2);
@@ -329,6 +332,7 @@ TEST(Errors, ShmMismatchOnARepeatedCallIsReported) {
           comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
         } else if (broadcast) {
           comm.broadcast(buf.data(), buf.data(), 4, DataType::kFloat32, 1);
+          comm.all_reduce(buf.data(), buf.data(), 4, DataType::kFloat32, ReduceOp::kSum);
         } else {
           comm.all_reduce(buf.data(), buf.data(), 3, DataType::kFloat32, ReduceOp::kSum);
         }

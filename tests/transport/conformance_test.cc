@@ -106,6 +106,43 @@ TEST_P(Conformance, MessagesOfManySizesArriveIntactAndInOrder) {
   EXPECT_EQ(back, reply);
 }
 
+// isend_later: in order with the other sends; alone it leaves at flush(), several at once on their own, and what
+// is left leaves as the endpoint is destroyed (a peer may be waiting for it).
+TEST_P(Conformance, LaterSendsKeepTheirPlaceAndLeave) {
+  std::vector<uint8_t> data(300, 7), got(300);
+  uint8_t none = 0;
+  std::vector<std::unique_ptr<Request>> requests;
+  requests.push_back(pair_.endpoints[1]->irecv(&none, 0, {1, 0x11}));
+  requests.push_back(pair_.endpoints[1]->irecv(got.data(), got.size(), {2, 0x22}));
+  requests.push_back(pair_.endpoints[0]->isend_later({1, 0x11}));
+  requests.push_back(pair_.endpoints[0]->isend(data.data(), data.size(), {2, 0x22}));
+  for (auto& request : requests) wait(*request);
+  EXPECT_EQ(got, data) << "a later send and the send behind it";
+
+  auto alone = pair_.endpoints[1]->irecv(&none, 0, {3, 0x33});
+  auto later = pair_.endpoints[0]->isend_later({3, 0x33});
+  pair_.endpoints[0]->flush();
+  wait(*alone);
+  wait(*later);
+
+  std::vector<std::unique_ptr<Request>> many, received;
+  for (uint64_t i = 0; i < 20; ++i) received.push_back(pair_.endpoints[1]->irecv(&none, 0, {10 + i, 0x44}));
+  for (uint64_t i = 0; i < 20; ++i) many.push_back(pair_.endpoints[0]->isend_later({10 + i, 0x44}));
+  for (size_t i = 0; i < 16; ++i) wait(*received[i]);  // without a flush: enough of them leave on their own
+  for (size_t i = 0; i < 16; ++i) wait(*many[i]);
+
+  std::vector<std::unique_ptr<Request>> last;
+  last.push_back(pair_.endpoints[1]->irecv(&none, 0, {40, 0x55}));
+  auto unsent = pair_.endpoints[0]->isend_later({40, 0x55});
+  EXPECT_NO_THROW(unsent->test());
+  unsent.reset();  // dropped before it left: the endpoint may call its stream out of sync, not crash
+  if (GetParam() == "tcp") {
+    many.clear();                 // the rest of the 20 were sent with the first ones or left waiting
+    pair_.endpoints[0].reset();   // destroyed: what waits leaves first
+    for (size_t i = 16; i < 20; ++i) wait(*received[i]);
+  }
+}
+
 TEST_P(Conformance, TestNeverBlocksWhenNothingArrived) {
   uint8_t byte = 0;
   auto request = pair_.endpoints[0]->irecv(&byte, 1, {1, 1});

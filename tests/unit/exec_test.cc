@@ -41,9 +41,10 @@ std::string wait_with_notice(ScriptedPeer& peer) {
   std::vector<size_t> max_message{SIZE_MAX, SIZE_MAX};
   algo::Scratch scratch;
   algo::RequestTable table;
-  algo::Exec exec(0, 2, peers, max_message, transport::Tag{1, 0x10}, Clock::now() + std::chrono::seconds(10),
-                  std::chrono::microseconds(0), transport::SpinYield::kNever, 1 << 20, scratch, table,
-                  algo::CallInfo{"all_to_all"});
+  transport::WaitPolicy wait(transport::WaitPolicy::Mode::kAuto, std::chrono::microseconds(0),
+                             transport::SpinYield::kNever);
+  algo::Exec exec(0, 2, peers, max_message, transport::Tag{1, 0x10}, Clock::now() + std::chrono::seconds(10), wait,
+                  1 << 20, scratch, table, algo::CallInfo{"all_to_all"});
   auto notice = [&] {
     peer.arrived = true;
     throw RemoteError("peer 1 failed and takes part in no further call");

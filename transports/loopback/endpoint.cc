@@ -46,59 +46,72 @@ class RecvRequest final : public transport::Request {
  public:
   RecvRequest(std::shared_ptr<Mailbox> inbox, uint64_t ticket, void* buf, size_t bytes, transport::Tag tag, int rank,
               int peer)
-      : inbox_(std::move(inbox)), ticket_(ticket), buf_(buf), bytes_(bytes), tag_(tag), rank_(rank), peer_(peer) {}
+      : inbox_(std::move(inbox)), ticket_(ticket), rank_(rank), peer_(peer) {
+    std::lock_guard<std::mutex> lock(inbox_->mutex);
+    inbox_->posted[ticket_] = {buf, bytes, tag, &done_};
+  }
 
   ~RecvRequest() override {
+    std::lock_guard<std::mutex> lock(inbox_->mutex);
     if (done_) return;
     // An abandoned receive would desynchronise the ticket order: close the channel instead.
-    std::lock_guard<std::mutex> lock(inbox_->mutex);
+    inbox_->posted.erase(ticket_);
     inbox_->closed = true;
     inbox_->arrived.notify_all();
   }
 
   bool test() override {
-    if (done_) return true;
     std::unique_lock<std::mutex> lock(inbox_->mutex);
-    return try_complete(lock);
+    if (done_) return true;
+    return try_complete();
   }
 
   void block(std::chrono::microseconds max_wait) override {
     std::unique_lock<std::mutex> lock(inbox_->mutex);
-    inbox_->arrived.wait_for(lock, max_wait, [&] { return inbox_->closed || ready(); });
+    inbox_->arrived.wait_for(lock, max_wait, [&] { return done_ || inbox_->closed || ready(); });
   }
 
  private:
-  bool ready() const { return inbox_->next_recv_ticket == ticket_ && !inbox_->messages.empty(); }
+  // The messages up to this ticket's are here (the earlier receives' first).
+  bool ready() const { return inbox_->messages.size() > ticket_ - inbox_->next_recv_ticket; }
 
-  bool try_complete(std::unique_lock<std::mutex>&) {
+  bool try_complete() {
+    // Closed and no message left for this ticket (those queued are the earlier tickets'): it never comes.
     if (inbox_->closed && !ready()) {
       throw IoError(fmt::format("[loopback] rank {}: connection to peer {} closed (peer aborted or gone)", rank_,
                                 peer_));
     }
     if (!ready()) return false;
+    while (!done_) {  // the earlier receives first, in order
+      auto posted = inbox_->posted.find(inbox_->next_recv_ticket);
+      if (posted == inbox_->posted.end()) return false;  // an earlier receive not posted yet cannot be: defensive
+      deliver(posted->second);
+      inbox_->posted.erase(posted);
+    }
+    return true;
+  }
+
+  void deliver(const Mailbox::Posted& to) {
     Mailbox::Message& message = inbox_->messages.front();
-    if (message.tag.tag != tag_.tag || message.tag.meta != tag_.meta || message.bytes.size() != bytes_) {
+    if (message.tag.tag != to.tag.tag || message.tag.meta != to.tag.meta || message.bytes.size() != to.bytes) {
       auto got_meta = message.tag.meta;
       auto got_bytes = message.bytes.size();
       inbox_->closed = true;
       throw MismatchError(fmt::format("[loopback] rank {}: message from peer {} does not match: expected tag {} "
                                       "meta {:#x} {} B, got tag {} meta {:#x} {} B",
-                                      rank_, peer_, tag_.tag, tag_.meta, bytes_, message.tag.tag, got_meta, got_bytes),
-                          peer_, tag_.meta, got_meta, bytes_, got_bytes);
+                                      rank_, peer_, to.tag.tag, to.tag.meta, to.bytes, message.tag.tag, got_meta,
+                                      got_bytes),
+                          peer_, to.tag.meta, got_meta, to.bytes, got_bytes);
     }
-    if (bytes_ > 0) std::memcpy(buf_, message.bytes.data(), bytes_);
+    if (to.bytes > 0) std::memcpy(to.buf, message.bytes.data(), to.bytes);
     inbox_->messages.pop_front();
     inbox_->next_recv_ticket++;
+    *to.done = true;
     inbox_->arrived.notify_all();
-    done_ = true;
-    return true;
   }
 
   std::shared_ptr<Mailbox> inbox_;
   uint64_t ticket_;
-  void* buf_;
-  size_t bytes_;
-  transport::Tag tag_;
   int rank_;
   int peer_;
   bool done_ = false;

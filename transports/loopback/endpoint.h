@@ -4,6 +4,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -18,9 +19,19 @@ struct Mailbox {
     transport::Tag tag;
     std::vector<uint8_t> bytes;
   };
+  /// A posted receive, for whichever test() reaches its ticket first: receives complete in posting order, and a
+  /// test of a later one completes the earlier ones whose messages are here (as tcp and shm progress their
+  /// queues), so a receive posted earlier and tested later (a deferred check) does not hold the others back.
+  struct Posted {
+    void* buf;
+    size_t bytes;
+    transport::Tag tag;
+    bool* done;
+  };
   std::mutex mutex;
   std::condition_variable arrived;
   std::deque<Message> messages;
+  std::map<uint64_t, Posted> posted;  ///< by ticket, the receives not complete
   uint64_t next_recv_ticket = 0;  ///< receives complete in posting order
   uint64_t recv_tickets_issued = 0;
   bool closed = false;

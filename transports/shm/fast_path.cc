@@ -118,23 +118,34 @@ void FastPath::check_peer_call(int peer, const transport::Tag& tag) {
 void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, std::atomic<uint32_t>* sleepers,
                         int peer, const Wait& wait, const char* what) {
   const Deadline deadline = wait.deadline;
-  const auto spin = wait.spin;
   const transport::Tag* tag = wait.tag;
+  transport::WaitPolicy* policy = wait_policy_;
   if (counter.load(std::memory_order_acquire) >= target) return;
   // The spin phase starts at the first clock read, 128 polls in: a wait that ends sooner reads no clock.
   Clock::time_point spin_until{};
+  bool begun = false, spinning = true;
   for (unsigned i = 1;; ++i) {
     if (counter.load(std::memory_order_acquire) >= target) return;
     if (i % 128 != 0) continue;
     auto now = Clock::now();
-    if (i == 128) spin_until = now + spin;
+    if (!begun) {
+      begun = true;
+      if (policy != nullptr) {
+        policy->begin(now);
+      } else {
+        spin_until = now + wait.spin;
+      }
+    }
     if (now >= deadline) {
       throw TimeoutError(fmt::format("[shm] rank {}: timed out waiting for peer {} ({})", rank_, peer, what));
     }
-    if (now < spin_until) {
-      // Let who shares the CPU run: at every clock read (128 polls) when the machine has more ranks than CPUs.
-      if (yield_now(spin_yield_, i, 4096)) sched_yield();
-      continue;
+    if (spinning) {
+      if (policy != nullptr ? policy->spinning(now) : now < spin_until) {
+        // Let who shares the CPU run: at every clock read (128 polls) when the machine has more ranks than CPUs.
+        if (yield_now(spin_yield_, i, 4096)) sched_yield();
+        continue;
+      }
+      spinning = false;
     }
     // The call check first: a peer that spotted the mismatch may already have closed its end. A peer that
     // published what we wait for and then finished (closed, release) is not an error: after seeing its close
@@ -147,6 +158,11 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       throw;
     }
     if (watch_) watch_();
+    if (policy != nullptr && !policy->sleeps()) {  // TBCOLL_WAIT=spin: checked, and spinning on
+      policy->begin(now);
+      spinning = true;
+      continue;
+    }
     uint64_t seen = counter.load(std::memory_order_seq_cst);
     if (seen >= target) return;
     if (sleepers != nullptr) {

@@ -180,6 +180,7 @@ class FastPath final : public transport::CollectiveFastPath {
   template <typename Body>
   void with_call(const transport::CollectiveArgs& args, Body&& body) {
     spin_yield_ = args.spin_yield;
+    wait_policy_ = args.wait;
     watch_ = args.watch;
     struct Unwatch {
       transport::Watch& watch;
@@ -215,6 +216,7 @@ class FastPath final : public transport::CollectiveFastPath {
   bool direct_;
   transport::SpinYield spin_yield_ = transport::SpinYield::kNowAndThen;  // the running call's spin_yield
   transport::Watch watch_;  // the running call's CollectiveArgs::watch, while it runs
+  transport::WaitPolicy* wait_policy_ = nullptr;  // the running call's CollectiveArgs::wait
   uint64_t calls_ = 0;
   uint64_t current_algorithm_ = kPointToPoint;  // of the call this rank announced last
   uint64_t direct_calls_ = 0;

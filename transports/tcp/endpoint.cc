@@ -19,7 +19,17 @@ namespace tbcoll::tcp {
 Endpoint::Endpoint(int fd, int rank, int peer, std::unique_ptr<Integrity> integrity)
     : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes), integrity_(std::move(integrity)) {}
 
-Endpoint::~Endpoint() { close(fd_); }
+Endpoint::~Endpoint() {
+  // What isend_later left waiting leaves before the connection closes (a peer may be waiting for it), as far as
+  // the socket takes it without blocking.
+  if (later_count_ > 0 && broken_.empty() && !aborted_) {
+    try {
+      flush();
+    } catch (const Error&) {
+    }
+  }
+  close(fd_);
+}
 
 void Endpoint::fail(const std::string& message) {
   if (broken_.empty()) broken_ = message;
@@ -49,8 +59,24 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
     mac.update(buf, bytes);
     op->mac = mac.finish();
   }
-  // Start right away: small messages leave in this call and the caller's first test() finds them done.
-  if (sends_.size() == 1 && broken_.empty()) progress_sends();
+  // Start right away (with the isend_later messages waiting before it): small messages leave in this call and
+  // the caller's first test() finds them done.
+  if (sends_.size() == later_count_ + 1 && broken_.empty()) progress_sends();
+  return std::move(request);
+}
+
+std::unique_ptr<transport::Request> Endpoint::isend_later(transport::Tag tag) {
+  auto [request, op] = transport::enqueue<Endpoint, Operation>(this, sends_, nullptr, 0, tag);
+  op->header = MessageHeader{kMessageMagic, 0, tag.tag, tag.meta, 0};
+  op->later = true;
+  ++later_count_;
+  if (integrity_) {
+    auth::MessageMac& mac = integrity_->send;
+    mac.begin(integrity_->sent++);
+    mac.update(&op->header, sizeof(op->header));
+    op->mac = mac.finish();
+  }
+  if (later_count_ > kLaterAtMost && broken_.empty()) progress_sends();
   return std::move(request);
 }
 
@@ -65,37 +91,59 @@ void Endpoint::progress() {
   progress_recvs();
 }
 
+// Queued sends leave together, up to kSendsPerWrite per sendmsg (header, payload and, in the integrity mode, tag
+// of each, from where the last write stopped). isend_later messages alone in the queue wait: for a send behind
+// them, a flush(), or more than kLaterAtMost of them.
 void Endpoint::progress_sends() {
   while (!sends_.empty()) {
-    Operation& op = *sends_.front();
-    // Header, payload and (integrity mode) tag, from where the last send stopped.
-    const size_t total = sizeof(MessageHeader) + op.bytes + trailer_bytes();
-    iovec iov[3];
+    const bool only_later = later_count_ == sends_.size() && sends_.front()->done == 0;
+    if (only_later && later_count_ <= kLaterAtMost && !flush_requested_) return;
+    iovec iov[3 * kSendsPerWrite];
     int count = 0;
-    size_t at = 0;
-    auto part = [&](void* base, size_t length) {
-      if (op.done < at + length && length > 0) {
-        const size_t skip = op.done > at ? op.done - at : 0;
-        iov[count++] = {static_cast<uint8_t*>(base) + skip, length - skip};
-      }
-      at += length;
-    };
-    part(&op.header, sizeof(MessageHeader));
-    part(op.buf, op.bytes);
-    part(op.mac.data(), trailer_bytes());
+    size_t ops = 0;
+    for (; ops < sends_.size() && ops < kSendsPerWrite; ++ops) {
+      Operation& op = *sends_[ops];
+      size_t at = 0;
+      auto part = [&](void* base, size_t length) {
+        if (op.done < at + length && length > 0) {
+          const size_t skip = op.done > at ? op.done - at : 0;
+          iov[count++] = {static_cast<uint8_t*>(base) + skip, length - skip};
+        }
+        at += length;
+      };
+      part(&op.header, sizeof(MessageHeader));
+      part(op.buf, op.bytes);
+      part(op.mac.data(), trailer_bytes());
+    }
     msghdr msg{};
     msg.msg_iov = iov;
-    msg.msg_iovlen = count;
+    msg.msg_iovlen = static_cast<decltype(msg.msg_iovlen)>(count);
     ssize_t sent = sendmsg(fd_, &msg, MSG_DONTWAIT | platform::send_flags());
     if (sent < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
       fail(fmt::format("[tcp] rank {}: send to peer {} failed: {} (peer gone?)", rank_, peer_, strerror(errno)));
     }
-    op.done += static_cast<size_t>(sent);
-    if (op.done < total) return;  // socket full
-    op.complete = true;
-    sends_.pop_front();
+    size_t left = static_cast<size_t>(sent);
+    while (!sends_.empty()) {
+      Operation& op = *sends_.front();
+      const size_t total = sizeof(MessageHeader) + op.bytes + trailer_bytes();
+      const size_t take = std::min(left, total - op.done);
+      op.done += take;
+      left -= take;
+      if (op.done < total) return;  // socket full
+      op.complete = true;
+      if (op.later) --later_count_;
+      sends_.pop_front();
+      if (left == 0) break;
+    }
   }
+  flush_requested_ = false;
+}
+
+void Endpoint::flush() {
+  if (sends_.empty() || !broken_.empty()) return;
+  flush_requested_ = true;
+  progress_sends();
 }
 
 bool Endpoint::fill_staging() {

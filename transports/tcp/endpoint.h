@@ -24,6 +24,7 @@ struct Operation : transport::QueuedOperation {
   MessageHeader header{};  ///< sends: the header to write
   bool header_done = false;
   auth::MessageMac::Tag mac{};  ///< sends in the integrity mode: the tag written after the payload
+  bool later = false;  ///< isend_later: may wait for the next send or a flush
 };
 
 /// The integrity mode's state of one connection: a MAC per direction (keys from the handshake) and the number of
@@ -44,6 +45,8 @@ class Endpoint final : public transport::Endpoint {
 
   std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
   std::unique_ptr<transport::Request> irecv(void* buf, size_t bytes, transport::Tag tag) override;
+  std::unique_ptr<transport::Request> isend_later(transport::Tag tag) override;
+  void flush() override;
   int peer() const override { return peer_; }
 
   /// Moves bytes without blocking; throws IoError/MismatchError (and the endpoint stays broken).
@@ -66,12 +69,20 @@ class Endpoint final : public transport::Endpoint {
   [[noreturn]] void fail(const std::string& message);
 
   static constexpr size_t kStagingBytes = 64 * 1024;
+  /// Sends written by one sendmsg at most (queued sends leave together: one system call for several messages).
+  static constexpr size_t kSendsPerWrite = 16;
+  /// isend_later messages that may wait: one more and they all leave (in one write). Fewer than the deferred
+  /// checks a communicator lets wait (Communicator::Impl::kMaxDeferredChecks), so a peer that waits for them does
+  /// not wait for a flush.
+  static constexpr size_t kLaterAtMost = 3;
   static constexpr size_t kDirectReadBytes = 16 * 1024;
 
   int fd_;
   int rank_;
   int peer_;
   std::deque<std::shared_ptr<Operation>> sends_;
+  size_t later_count_ = 0;       ///< isend_later messages queued in sends_
+  bool flush_requested_ = false;  ///< flush(): the queued sends leave even if they are all isend_later ones
   std::deque<std::shared_ptr<Operation>> recvs_;
   std::vector<uint8_t> staging_;
   size_t staging_begin_ = 0;
