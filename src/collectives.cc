@@ -318,8 +318,12 @@ void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number,
     if (!refusal.empty()) throw RemoteError(message);
     throw InvalidUsage(message);
   } catch (const Error& error) {
+    // Broken already: another thread of this process aborted the communicator (and told the peers why); nobody
+    // else's reason is looked for.
+    const bool aborted_here = health.broken();
     mark_broken(error.what());
     const std::string context = fmt::format("rank {}: {}", rank, call.describe());
+    if (aborted_here) rethrow_with_context(error, context);
     if (error.code() == tbcollTimeout) {
       // Past the call's deadline the telling gets a short budget: a store that stopped answering (its host
       // vanished) must not keep the caller a second longer. Peers that timed out in this call too waited as this

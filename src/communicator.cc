@@ -100,6 +100,14 @@ void log_plan(int rank, const bootstrap::Published& self, const setup::LinkPlan&
             kYields[static_cast<int>(plan.spin_yield)]);
 }
 
+// Told before the connections close: a peer whose call then fails on the closed connection looks for the reason
+// (Notices::await_reason) and finds it. Call 0: another thread may be in any call; this rank takes part in none.
+void abort_with(Communicator::Impl& c, const std::string& message) {
+  c.mark_broken(message);
+  c.notices.publish(Notices::Kind::kBroken, 0, fmt::format("rank {}: {}", c.rank, message), Notices::kLateBudget);
+  for (const auto& context : c.links.contexts) context->abort();
+}
+
 }  // namespace
 
 Communicator Communicator::connect(const Config& config, Deadline deadline, const std::atomic<bool>* cancelled,
@@ -294,10 +302,8 @@ std::optional<Communicator> Communicator::split(int color, int key) {
   return Communicator::init(config, deadline, c.health.flag(), c.instance);
 }
 
-void Communicator::abort() {
-  impl().mark_broken("aborted by the user");
-  for (const auto& context : impl().links.contexts) context->abort();
-}
+void Communicator::abort() { abort_with(impl(), "aborted by the user"); }
+void Communicator::abort(const std::string& reason) { abort_with(impl(), "aborted: " + reason); }
 
 bool Communicator::broken() const { return impl().health.broken(); }
 

@@ -1,6 +1,7 @@
 // Notices between the ranks of a communicator (see notices.h).
 #include "notices.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <thread>
 
@@ -94,7 +95,17 @@ void Notices::await_reason(uint64_t call, bool collective, std::chrono::millisec
 }
 
 std::string Notices::check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget) {
-  fetch(true, Clock::now() + budget);
+  // The peers in this call entered it a little before or after this rank and time out within that skew: their
+  // notices are awaited (until one concerns this call, or budget), so a rank that waited for a peer that itself
+  // waited for a third (stopped) rank names the third.
+  const auto until = Clock::now() + budget;
+  const auto concerns = [&](const Record& record) { return !collective || record.call <= call; };
+  while (true) {
+    fetch(true, until);
+    if (std::any_of(records_.begin(), records_.end(), concerns)) break;
+    if (store_ == nullptr || store_failed_ || Clock::now() >= until) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
   std::string others;
   for (const Record& record : records_) {
     if (record.kind == Kind::kTimedOut && record.call == call) {

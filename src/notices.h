@@ -18,6 +18,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -67,7 +68,8 @@ class Notices {
   void await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget = kReasonWait);
   /// check_now() for a rank whose own call `call` timed out: throws as check_now() does, except for peers that
   /// timed out in that call too, which it returns as context instead: "peer P too: <its reason>; ..."
-  /// ("" for none).
+  /// ("" for none). Asks the store every few milliseconds until a peer's notice concerns the call or budget
+  /// passed: the peers time out within the skew of their arrivals, some just after this rank.
   std::string check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget);
   /// "peer P refused this call: <its reason>" if a peer refused collective call `call` (asking the store now),
   /// else "". A peer that refused a call went on to the next: its messages mismatch the call's.
@@ -94,7 +96,7 @@ class Notices {
   std::vector<Record> records_;
   Clock::time_point next_fetch_{};
   Clock::time_point silent_since_ = Clock::time_point::max();  ///< the first look of a silence that goes on
-  bool store_failed_ = false;
+  std::atomic<bool> store_failed_{false};  ///< publish() may run on another thread (Communicator::abort)
 };
 
 /// Parses "<kind> <call> <rank> <reason>"; false when malformed.

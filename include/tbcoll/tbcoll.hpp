@@ -315,8 +315,12 @@ class TBCOLL_API Communicator {
   std::optional<Communicator> split(int color, int key);
   static constexpr int kSplitNoColor = -1;
 
-  /// Marks the communicator broken and closes its connections; peers see the failure. Safe from any thread.
+  /// Marks the communicator broken, tells the peers (through the store, waiting for it at most 200 ms) and closes
+  /// its connections: a peer's call fails naming this rank and "aborted by the user", or the reason given, so a
+  /// process that gives up on one communicator because another failed can pass the cause on to the peers that
+  /// only share this one. Safe from any thread.
   void abort();
+  void abort(const std::string& reason);
   /// True after abort() or an error that left the connections in an unknown state.
   bool broken() const;
 

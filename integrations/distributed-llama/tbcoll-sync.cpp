@@ -137,10 +137,14 @@ class Session : public TbcollSync {
     inForward_ = false;
     lastSent_ = std::chrono::steady_clock::now();
   }
-  /// A sync failed: no more keepalives (the job is broken).
-  void broken() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
+  /// A sync failed: no more keepalives (the job is broken), and the control communicator is aborted with the
+  /// reason, so a worker waiting there for the root's next packet names the node that failed, not the root.
+  void broken(const std::string &reason) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    control_->abort("data communicator failed: " + reason);
   }
 
  private:
@@ -240,7 +244,7 @@ void Synchronizer::sync(NnUint segmentIndex, NnUint, NnUint threadIndex) {
       }
     }
   } catch (const tbcoll::Error &error) {
-    session_->broken();
+    session_->broken(error.what());
     throw std::runtime_error(std::string("tbcoll: ") + error.what() +
                              " (tbcoll rank N is dllama node N; node 0 is the root)");
   }

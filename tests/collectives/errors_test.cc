@@ -628,6 +628,27 @@ TEST(Errors, AbortMakesThePeerFail) {
 }
 
 
+// A peer that aborts with a reason (it gave up because another communicator failed, say) is named with that
+// reason in the call that fails on its closed connections, on every transport.
+TEST(Errors, AnAbortsReasonReachesThePeer) {
+  for (const std::string& transport : test_transports()) {
+    std::atomic<bool> aborted{false};
+    run_ranks(2, {transport, "", 20}, [&](Communicator& comm) {
+      std::vector<float> buf(4, 1.0f);
+      if (comm.rank() == 1) {
+        comm.abort("the tensor-parallel group lost rank 3");
+        aborted = true;
+        return;
+      }
+      while (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      const std::string message = error_of([&] { comm.recv(buf.data(), 4, DataType::kFloat32, 1); });
+      EXPECT_NE(message.find("peer 1 failed"), std::string::npos) << transport << ": " << message;
+      EXPECT_NE(message.find("rank 1: aborted: the tensor-parallel group lost rank 3"), std::string::npos)
+          << transport << ": " << message;
+    });
+  }
+}
+
 // The fault matrix's "abort from another thread", for every collective on every transport: rank 1 waits in a call
 // rank 0 has not made, another thread of rank 1 aborts its communicator; rank 1's call fails at once, and rank 0's
 // call then fails at once too, naming the peer, long before the 10 s deadline. No descriptor or thread is left.
