@@ -9,6 +9,9 @@
   benchmarks/plot.py sweep DIR --out DIR
       benchmarks/tuner_sweep.sh's --out DIR: per link, time against size of every forced algorithm and auto at each
       world size; and auto / best forced against size, unmeasurable cells (twins more than 5 % apart) hollow
+  benchmarks/plot.py dllama FILE.csv --out DIR [--title TEXT]
+      benchmarks/dllama_bench.py --csv results: per model, nodes and placement, tbcoll's tokens/s (auto and tcp)
+      over dllama's better own sync (medians over the rounds), quiet and with one busy process side by side
   --format png|svg (default png), --prefix NAME (file names start with it; default the command's name)
 Prints the files it wrote, one a line.
 """
@@ -169,6 +172,49 @@ def sweep(args):
     return written
 
 
+DLLAMA_COLORS = {"tbcoll": "#1f77b4", "tbcoll-tcp": "#6baed6"}
+
+
+def median(values):
+    values = sorted(values)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def dllama(args):
+    runs = {}
+    for row in read(args.file):
+        key = (row["model"], int(row["nodes"]), row["placement"], row["load"], row["sync"])
+        runs.setdefault(key, []).append(float(row["tok_s"]))
+    groups = sorted({k[:3] for k in runs}, key=lambda g: (g[0] != "tiny", g[0], g[1], g[2]))
+    loads = [load for load in ("quiet", "busy") if any(k[3] == load for k in runs)]
+    fig, axes = plt.subplots(1, len(loads), figsize=(6.5 * len(loads), 4.5), squeeze=False)
+    for ax, load in zip(axes[0], loads):
+        for i, sync in enumerate(("tbcoll", "tbcoll-tcp")):
+            xs, ys, labels = [], [], []
+            for g, group in enumerate(groups):
+                own = [median(runs[group + (load, s)]) for s in ("socket", "socket-blocking")
+                       if group + (load, s) in runs]
+                if not own or group + (load, sync) not in runs:
+                    continue
+                xs.append(g + (i - 0.5) * 0.4)
+                ys.append(median(runs[group + (load, sync)]) / max(own))
+            bars = ax.bar(xs, ys, 0.4, label=f"{sync} / dllama's better own sync", color=DLLAMA_COLORS[sync])
+            for bar, y in zip(bars, ys):
+                ax.annotate(f"{y:.2g}", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom", fontsize=6)
+        ax.axhline(1.0, color="black", linewidth=1)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{m}\n{n} nodes\n{p}" for m, n, p in groups], fontsize=7)
+        ax.set_ylabel("tokens/s ratio (log; above 1: tbcoll faster)")
+        ax.set_title(load + (": one busy process beside" if load == "busy" else ""), fontsize=9)
+        ax.grid(axis="y", which="both", alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    fig.suptitle(args.title or "distributed-llama on tbcoll against its own sync (medians over rounds)", fontsize=9)
+    fig.tight_layout()
+    return [save(fig, args, "dllama")]
+
+
 def save(fig, args, name):
     path = os.path.join(args.out, f"{args.prefix or name}{'' if not args.prefix else '-' + name}.{args.format}")
     fig.savefig(path, dpi=80)
@@ -185,13 +231,17 @@ def main():
     p.add_argument("--title")
     s = sub.add_parser("sweep")
     s.add_argument("dir")
-    for q in (p, s):
+    d = sub.add_parser("dllama")
+    d.add_argument("file")
+    d.add_argument("--title")
+    for q in (p, s, d):
         q.add_argument("--out", required=True)
         q.add_argument("--format", choices=("png", "svg"), default="png")
         q.add_argument("--prefix", default="")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    for path in perf(args) if args.command == "perf" else sweep(args):
+    commands = {"perf": perf, "sweep": sweep, "dllama": dllama}
+    for path in commands[args.command](args):
         print(path)
 
 
