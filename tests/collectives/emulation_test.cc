@@ -197,5 +197,19 @@ TEST(LinkEmulation, DilatedLinksAreShownAndPriced) {
   });
 }
 
+// The emulation sits around the transport it emulates over: memory registered with the communicator reaches that
+// transport (fakeverbs: zero-copy sends), so an emulated link measures the registered path, not the copied one.
+TEST(LinkEmulation, RegisteredMemoryReachesTheTransportUnderneath) {
+  RankOptions options{"fakeverbs", "", 20};
+  options.knobs = {{"TBCOLL_LINK_EMULATION", "latency_us=100"}};
+  run_ranks(2, options, [&](Communicator& comm) {
+    std::vector<float> data(1 << 18, static_cast<float>(comm.rank() + 1));
+    MemoryRegistration registration = comm.register_memory(data.data(), data.size() * sizeof(float));
+    EXPECT_EQ(registration.transports(), 1) << "rank " << comm.rank();
+    comm.all_reduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
+    EXPECT_EQ(std::count(data.begin(), data.end(), 3.0f), static_cast<long>(data.size()));
+  });
+}
+
 }  // namespace
 }  // namespace tbcoll::test

@@ -32,6 +32,10 @@ class EmulatedContext final : public Context {
   }
   void abort() override { inner_->abort(); }
   CollectiveFastPath* fast_path() override { return nullptr; }
+  // Sends pass through to the inner endpoints unchanged, so the inner transport can send from registered memory.
+  std::unique_ptr<Registration> register_memory(const void* base, size_t bytes) override {
+    return inner_->register_memory(base, bytes);
+  }
 
  private:
   std::unique_ptr<Context> inner_;
