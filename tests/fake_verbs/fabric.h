@@ -168,7 +168,14 @@ struct Fabric {
 
   bool strict() const { return options.apple_strict; }
   bool cabled() const { return !options.cables.empty(); }
-  uint32_t max_message() const { return strict() ? kAppleMaxMessage : kPermissiveMaxMessage; }
+  uint64_t max_mr_bytes() const {
+    if (options.max_mr_bytes != 0) return options.max_mr_bytes;
+    return strict() ? uint64_t{1} << 32 : uint64_t{1} << 40;
+  }
+  uint32_t max_message() const {
+    if (options.max_message_bytes != 0) return options.max_message_bytes;
+    return strict() ? kAppleMaxMessage : kPermissiveMaxMessage;
+  }
   template <typename T, typename V>
   static T* find(Table<T, V>& table, V* key) {
     auto it = table.find(key);

@@ -196,7 +196,7 @@ int query_device(ibv_context* verbs, ibv_device_attr* attr) {
   if (!Fabric::find(fabric.contexts, verbs) || !attr) return EINVAL;
   std::memset(attr, 0, sizeof(*attr));
   std::snprintf(attr->fw_ver, sizeof(attr->fw_ver), "fake");
-  attr->max_mr_size = fabric.max_message();
+  attr->max_mr_size = fabric.max_mr_bytes();
   attr->max_qp = fabric.options.max_qps;
   attr->max_qp_wr = fabric.strict() ? 4095 : 16384;
   attr->max_sge = fabric.strict() ? 1 : 4;
@@ -284,6 +284,7 @@ ibv_mr* reg_mr(ibv_pd* verbs, void* addr, size_t length, int access) {
     return fail<ibv_mr>(EINVAL);
   }
   if (pd->context->port->mrs >= fabric.options.max_mrs) return fail<ibv_mr>(ENOMEM);
+  if (length > fabric.max_mr_bytes()) ++fabric.counters.oversized_registrations;
   auto mr = std::make_unique<Mr>();
   mr->pd = pd;
   mr->access = access;
@@ -543,6 +544,7 @@ int post_recv(ibv_qp* verbs, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     recv.wr_id = wr->wr_id;
     recv.sges.assign(wr->sg_list, wr->sg_list + wr->num_sge);
     for (const ibv_sge& sge : recv.sges) recv.length += sge.length;
+    if (recv.length > fabric.max_message()) return post_error(fabric, EINVAL);
     recv.keys_ok = keys_ok(fabric, qp->pd, wr->sg_list, wr->num_sge, true);
     // Apple counts the receive queue in 4 KiB frames; others count WRs.
     const uint64_t places = fabric.strict() ? qp->recv_frames + frames(recv.length) : qp->recvs.size() + 1;

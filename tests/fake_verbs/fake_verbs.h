@@ -21,7 +21,8 @@
 // What the fabric enforces (Apple-strict unless noted; "permissive" = apple_strict false, a RoCE-like device):
 // - Devices rdma_en0.. (roce0.. permissive); query_device says Options::active_port ports, of which only active_port is ACTIVE (Apple's
 //   active port is not always 1), active_mtu IBV_MTU_1024, max_mtu 4096, link layer Ethernet, max_msg_sz
-//   16,773,120 (Apple's) strict. GID table: index 0 a link-local fe80::/64 GID, Options::ipv4_gid_index the
+//   16,773,120 (Apple's) strict, max_mr_size 2^32 strict (Options::max_message_bytes, max_mr_bytes), max_mr
+//   Options::max_mrs. GID table: index 0 a link-local fe80::/64 GID, Options::ipv4_gid_index the
 //   IPv4-mapped one (switched: ::ffff:10.(9 + device).0.k, k = 1 for the first port made since reset(), 2 for the
 //   next...),
 //   other indexes an fd00:: GID (not IPv4). query_gid beyond the table, or a port beyond the device's: EINVAL.
@@ -45,7 +46,8 @@
 //   non-zero GID permissive), grh.dgid some port's GID in the fabric (strict: its IPv4-mapped one): else EINVAL; so
 //   no IPv4 GID (ipv4_gid_index -1) means RTR fails EINVAL. Cabled, a dgid that is not across this port's cable:
 //   ETIMEDOUT (Apple's errno 60 for an unreachable GID).
-// - post_recv: QP in RTS strict (INIT, RTR or RTS permissive), else EINVAL; num_sge <= max_recv_sge; posted, not
+// - post_recv: QP in RTS strict (INIT, RTR or RTS permissive), else EINVAL; num_sge <= max_recv_sge; length at most
+//   max_msg_sz (Options::max_message_bytes), else EINVAL; posted, not
 //   completed receives at most max_outstanding_recvs (strict) and at most max_recv_wr, counted in 4 KiB frames
 //   strict (Apple: an 8 KiB receive takes 2 places): ENOMEM beyond.
 // - post_send: QP in RTS, else EINVAL; strict: IBV_WR_SEND only (others EINVAL); permissive also SEND_WITH_IMM,
@@ -124,6 +126,14 @@ struct Options {
   /// completion comes at once): a slot on one queue pair overtaken by a frame posted after it on another, as two
   /// queue pairs are free to deliver.
   bool overtake_slots = false;
+  /// The largest SEND and receive (query_port's max_msg_sz says it; post_send and post_recv refuse longer ones
+  /// with EINVAL); 0: 16,773,120 strict, 2^31 permissive. 4096 models Apple's stack before macOS 26.3 read
+  /// conservatively: MLX's JACCL uses nothing above a 4 KiB frame there.
+  uint32_t max_message_bytes = 0;
+  /// query_device's max_mr_size; 0: 2^32 strict (a published measurement saw silent corruption past 2^32 bytes in
+  /// one registration on Apple's stack), 2^40 permissive. A longer registration is taken, as Apple's was, and
+  /// counted (Counters::oversized_registrations): a transport must not ask for one.
+  uint64_t max_mr_bytes = 0;
 };
 
 /// A fresh fabric with these options: every earlier device, context and resource is gone (tests call it first).
@@ -176,6 +186,7 @@ struct Counters {
   uint64_t queued_rc = 0;           ///< RC messages waiting for a receive right now
   std::vector<uint64_t> per_cable;  ///< cabled: messages delivered over each of Options::cables, both ways
   uint64_t watched_bytes_sent = 0;  ///< bytes SENDs gathered from inside watch_sends_from's range
+  uint64_t oversized_registrations = 0;  ///< reg_mr calls longer than max_mr_size (Options::max_mr_bytes)
 };
 Counters counters();
 /// Counts the bytes SENDs gather from inside [begin, begin + bytes) from now on (Counters::watched_bytes_sent):

@@ -122,6 +122,19 @@ TEST(IbverbsFake, RcModeOnAppleSaysUcOnly) {
       << messages[0] << " | " << messages[1];
 }
 
+// A stack that takes nothing above a 4 KiB frame (Apple's before macOS 26.3, read as MLX's JACCL reads it; here a
+// port whose max_msg_sz says so): the links carry frames only, and large messages still arrive whole.
+TEST(IbverbsFake, APortThatTakesOnlyFramesGetsFramesOnly) {
+  fake::Options frames_only;
+  frames_only.max_message_bytes = 4096;
+  fake::ScopedFabric fabric(frames_only);
+  run_ranks(2, over_fake(), [&](Communicator& comm) {
+    check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, 300000, 0);
+    check_broadcast(comm, DataType::kUint8, 2 << 20, 1);
+  });
+  EXPECT_EQ(fake::counters().length_errors, 0u);
+}
+
 TEST(IbverbsFake, NoIpv4GidIsReportedWithItsFix) {
   fake::Options no_gid;
   no_gid.ipv4_gid_index = -1;
@@ -132,10 +145,20 @@ TEST(IbverbsFake, NoIpv4GidIsReportedWithItsFix) {
   config.transport = "fakeverbs";
   config.store = make_in_memory_store();
   config.timeout_s = 5;
+  ::testing::internal::CaptureStderr();
   const std::string message = error_of([&] { Communicator::init(config); });
+  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(message.find("no IPv4-mapped GID"), std::string::npos) << message;
   EXPECT_NE(message.find("give en0 an IPv4 address (the network interface paired with rdma_en0"), std::string::npos)
       << message;
+  EXPECT_NE(message.find("a /30 per cable"), std::string::npos) << message;
+  // An active port left without an address is a warning (its traffic would go over tcp), said once per process
+  // (ctest runs each test in a process of its own).
+  const std::string warning = "[ibverbs] rdma_en0: no IPv4-mapped GID";
+  const size_t first = log.find(warning);
+  EXPECT_NE(first, std::string::npos) << log;
+  EXPECT_EQ(log.find(warning, first + 1), std::string::npos) << "warned more than once: " << log;
+  EXPECT_NE(log.find("WARN"), std::string::npos) << log;
 }
 
 TEST(IbverbsFake, QueuePairLimitIsNamed) {

@@ -452,7 +452,8 @@ TEST(RdmaHints, NameTheFixForEachKnownErrno) {
   using hints::Verb;
   EXPECT_TRUE(has(hints::describe(Verb::kModifyQpRtr, EINVAL, {"rdma_en3"}),
                   "ibv_modify_qp (to RTR) on rdma_en3 failed: errno 22 (Invalid argument): no IPv4-mapped GID on "
-                  "rdma_en3: give en3 an IPv4 address"));
+                  "rdma_en3 (or the Thunderbolt Bridge still holds its interface): give en3 an IPv4 address"));
+  EXPECT_TRUE(has(hints::describe(Verb::kModifyQpRtr, EINVAL, {"rdma_en3"}), "a /30 per cable"));
   EXPECT_TRUE(has(hints::describe(Verb::kCreateQp, EBUSY, {"rdma_en3"}), "device QP limit reached (about 10 on macOS"));
   EXPECT_TRUE(has(hints::describe(Verb::kCreateQp, 102, {"rdma_en3", true}), "this device supports UC only"));
   EXPECT_TRUE(has(hints::describe(Verb::kCreateQp, EOPNOTSUPP, {"rdma_en3", true}), "this device supports UC only"));
@@ -502,7 +503,8 @@ TEST(RdmaHints, FromTheFakeProvidersFaults) {
   const int error = qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, /*gid_index=*/0, self);
   EXPECT_EQ(error, EINVAL);
   EXPECT_TRUE(has(hints::describe(hints::Verb::kModifyQpRtr, error, {"rdma_en0"}),
-                  "no IPv4-mapped GID on rdma_en0: give en0 an IPv4 address"));
+                  "no IPv4-mapped GID on rdma_en0 (or the Thunderbolt Bridge still holds its interface): give en0 "
+                  "an IPv4 address"));
   EXPECT_EQ(qp_to_rtr(v, qp, Mode::kUc, IBV_MTU_1024, 1, 1, self), 0) << "the IPv4-mapped index works";
   v.destroy_qp(qp);
   v.destroy_cq(cq);

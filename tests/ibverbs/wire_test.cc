@@ -109,7 +109,9 @@ TEST(IbverbsWire, LanesSplitIntoWholeSlotsAndATail) {
   EXPECT_EQ(padded.slots, 3u);
   EXPECT_EQ(padded.bulk_bytes, 2 * slot + 300000);
   EXPECT_EQ(wire::split_lanes(1 << 20, 0).slots, 0u) << "no bulk lane";
-  EXPECT_EQ(wire::slot_bytes_for(true, 26, 2), 128u * 1024) << "Apple before 26.3";
+  EXPECT_EQ(wire::slot_bytes_for(true, 26, 2), 0u) << "Apple before 26.3: frames only";
+  EXPECT_EQ(wire::slot_bytes_for(false, 0, 0, 4096), 0u) << "a port whose max_msg_sz is below a slot";
+  EXPECT_EQ(wire::slot_bytes_for(false, 0, 0, 1u << 31), 512u * 1024);
   EXPECT_EQ(wire::slot_bytes_for(true, 26, 3), 512u * 1024);
   EXPECT_EQ(wire::slot_bytes_for(false, 0, 0), 512u * 1024);
   EXPECT_EQ(wire::slots_for(512 * 1024), 2);

@@ -213,20 +213,48 @@ TEST(IbverbsZeroCopyUse, ANoteThatComesBeforeItsSlotWaitsForIt) {
   EXPECT_GE(zero_copy_slots(*pair), 8u);
 }
 
-// Apple allows about 100 registrations per device, and every link takes one: callers get 64 of them.
+// Callers get the device's max_mr (ibv_query_device; Apple's about 100) less kLinkRegistrations: every link takes
+// one. The fake says 40 here: callers get 4, where a constant budget of 64 would run the device dry.
 TEST(IbverbsZeroCopyUse, CallersRegistrationsLeaveRoomForLinks) {
-  auto pair = zero_copy_pair(apple_fabric());
+  fake::Options options = apple_fabric();
+  options.max_mrs = 40;
+  auto pair = zero_copy_pair(options);
+  const int callers = options.max_mrs - kLinkRegistrations;
   constexpr size_t kPage = 16384;
-  std::vector<uint8_t> memory((kCallerRegistrationsOnApple + 2) * 2 * kPage);
+  std::vector<uint8_t> memory(static_cast<size_t>(callers + 2) * 2 * kPage);
   const uintptr_t aligned = (reinterpret_cast<uintptr_t>(memory.data()) + kPage - 1) / kPage * kPage;
   std::vector<std::unique_ptr<transport::Registration>> held;
-  for (int i = 0; i < kCallerRegistrationsOnApple; ++i) {
+  for (int i = 0; i < callers; ++i) {
     held.push_back(pair->contexts[0]->register_memory(reinterpret_cast<void*>(aligned + 2 * kPage * i), kPage));
     ASSERT_TRUE(held.back()) << i;
   }
   EXPECT_FALSE(pair->contexts[0]->register_memory(reinterpret_cast<void*>(aligned + 2 * kPage * held.size()), kPage));
   held.pop_back();
   EXPECT_TRUE(pair->contexts[0]->register_memory(reinterpret_cast<void*>(aligned + 2 * kPage * held.size()), kPage));
+}
+
+// A registration longer than the device's max_mr_size (Apple's stack was seen corrupting silently past 2^32 bytes
+// in one) is not asked for: sends from it copy.
+TEST(IbverbsZeroCopyUse, NoRegistrationIsLongerThanTheDeviceSays) {
+  fake::Options options = apple_fabric();
+  options.max_mr_bytes = 3 << 20;  // (a link's own buffers take 2.25 MiB)
+  auto pair = zero_copy_pair(options);
+  const std::vector<uint8_t> memory = random_bytes(size_t{4} << 20, 11);
+  EXPECT_FALSE(pair->contexts[0]->register_memory(memory.data(), memory.size()));
+  EXPECT_EQ(fake::counters().oversized_registrations, 0u);
+  const auto arrived = send_all(*pair, {{memory.data(), memory.size()}});
+  EXPECT_EQ(arrived[0], memory);
+}
+
+TEST(IbverbsZeroCopyUse, RegistrationLimitsComeFromTheDevice) {
+  EXPECT_EQ(registration_limits(true, true, 100, 0).count, 100 - kLinkRegistrations);
+  EXPECT_EQ(registration_limits(true, true, 0, 0).count, kCallerRegistrationsOnApple) << "Apple, max_mr not said";
+  EXPECT_EQ(registration_limits(false, false, 0, 0).count, 0) << "no limit of ours elsewhere";
+  EXPECT_EQ(registration_limits(false, false, 10, 0).count, 1) << "at least one";
+  EXPECT_EQ(registration_limits(true, true, 100, uint64_t{1} << 40).bytes, kMaxRegistrationOnLibrdma);
+  EXPECT_EQ(registration_limits(true, true, 100, 0).bytes, kMaxRegistrationOnLibrdma);
+  EXPECT_EQ(registration_limits(true, true, 100, 1 << 20).bytes, uint64_t{1} << 20);
+  EXPECT_EQ(registration_limits(false, false, 100, 0).bytes, 0u);
 }
 
 // Apple allows about 100 registrations per device: with none left, register_memory says so (null) and sends

@@ -246,7 +246,8 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   last_frame_at_ = platform::coarse_now();
   log::info("[ibverbs] {}: link to {}: {}", local_.device, peer_key_,
             bulk_ ? fmt::format("4 KiB frames and {} KiB slots", slot_bytes_ >> 10)
-                  : std::string("4 KiB frames only (no room for a second queue pair)"));
+                  : std::string("4 KiB frames only (an end has no bulk lane: no room for a second queue pair, or slots off: "
+                                "Apple before macOS 26.3, or TBCOLL_IB_SLOT_BYTES)"));
 }
 
 void Connection::post_recv(int lane_index, int slot) {

@@ -75,7 +75,9 @@ std::string no_ipv4_gid_fix(const std::string& device) {
   }
   return fmt::format(
       "give {} an IPv4 address (the network interface paired with {}; its IPv4-mapped GID appears then: on macOS "
-      "the Thunderbolt interface itself, not the Thunderbolt Bridge, e.g. `sudo ifconfig {} inet 169.254.10.1/16`; "
+      "the Thunderbolt interface itself, not the Thunderbolt Bridge (disable the bridge: it holds the interfaces), "
+      "a /30 per cable, e.g. `sudo ifconfig {} inet 10.10.1.1/30` here and 10.10.1.2/30 at the other end, as "
+      "mlx.distributed_config does (a link-local 169.254 address vanishes for minutes when the link renegotiates); "
       "on Linux `ip addr add 10.0.0.1/24 dev {}`)",
       netdev, device, netdev, netdev);
 }
@@ -127,7 +129,10 @@ std::string fix(Verb verb, int error, const Where& where) {
       return error == EINVAL ? "the device refused the port (is it the active one?) or pkey index 0" : "";
     case Verb::kModifyQpRtr:
       if (not_supported(error) && where.rc) return "this device supports UC only: set TBCOLL_IB_MODE=uc";
-      if (error == EINVAL) return fmt::format("no IPv4-mapped GID on {}: {}", device, no_ipv4_gid_fix(device));
+      if (error == EINVAL) {
+        return fmt::format("no IPv4-mapped GID on {} (or the Thunderbolt Bridge still holds its interface): {}", device,
+                           no_ipv4_gid_fix(device));
+      }
       if (error == ETIMEDOUT || error == EHOSTUNREACH || error == 60) {
         return "the peer's GID is unreachable (is the cable in, and both ends' interfaces up with IPv4 addresses?)";
       }

@@ -18,6 +18,7 @@
 #include "common/time.h"
 #include "platform/platform.h"
 #include "transports/ibverbs/hints.h"
+#include "transports/ibverbs/registry.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -75,12 +76,22 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
   local_.auto_mode = options_.auto_mode;
   const bool apple = apple_device(verbs_, found.name);
   local_.apple = apple;
-  // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
   const bool librdma = verbs_.provider.find("librdma") != std::string::npos;
+  ibv_device_attr attr{};
+  if (verbs_.query_device(local_.context, &attr) != 0) attr = ibv_device_attr{};
+  const RegistrationLimits limits = registration_limits(apple, librdma, attr.max_mr, attr.max_mr_size);
+  device_->registration_limit = limits.count;
+  device_->max_registration_bytes = limits.bytes;
+  // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
   local_.post_batch = options_.post_batch > 0 ? options_.post_batch : librdma ? 1 : 16;
   int major = 0, minor = 0;
   platform::macos_version(&major, &minor);
-  local_.slot_bytes = options_.slot_bytes > 0 ? options_.slot_bytes : wire::slot_bytes_for(librdma, major, minor);
+  const size_t slot_bytes = options_.slot_bytes > 0 ? options_.slot_bytes
+                                                   : wire::slot_bytes_for(librdma, major, minor, found.max_msg_bytes);
+  // No slot size: frames only (the hello still names a valid size; without a bulk queue pair it is not used).
+  frames_only_ = slot_bytes == 0;
+  if (frames_only_) bulk_lanes_ = false;
+  local_.slot_bytes = frames_only_ ? wire::kMinSlotBytes : slot_bytes;
   local_.payload_sum = options_.payload_sum;
   // auto: Apple's Thunderbolt stack is UC only, so its ports are not probed for RC (the probe would spend one of
   // their 10 queue pairs just to be refused).

@@ -30,6 +30,8 @@ struct OpenDevice {
   ibv_context* context = nullptr;
   ibv_pd* pd = nullptr;
   std::atomic<int> caller_registrations{0};  ///< live registrations of callers' memory (registry.h)
+  int registration_limit = 0;          ///< callers' registrations it takes at most (0: no limit of ours)
+  uint64_t max_registration_bytes = 0;  ///< the longest caller registration (0: no limit of ours)
   OpenDevice(const VerbsApi* verbs, ibv_context* context, ibv_pd* pd) : verbs(verbs), context(context), pd(pd) {}
   ~OpenDevice();
   OpenDevice(const OpenDevice&) = delete;
@@ -80,7 +82,7 @@ class Port {
 
   /// Whether connections made from now on get a bulk lane (a second queue pair): false where the device has no
   /// room for two queue pairs per peer (Context::connect decides, from the peers over it). Any thread.
-  void set_bulk_lanes(bool bulk) { bulk_lanes_ = bulk; }
+  void set_bulk_lanes(bool bulk) { bulk_lanes_ = bulk && !frames_only_; }
 
   /// The live connection to the port keyed peer_key, or null.
   std::shared_ptr<Connection> find(const std::string& peer_key);
@@ -108,6 +110,7 @@ class Port {
   int listen_fd_ = -1;
   std::string listen_address_;
   std::atomic<bool> bulk_lanes_{true};
+  bool frames_only_ = false;  ///< no bulk slots on this port (Apple before macOS 26.3, or a small max_msg_sz)
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Connection>> connections_;  // by peer key
 };

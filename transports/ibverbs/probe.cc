@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "common/log.h"
 #include "tbcoll/error.hpp"
 #include "transports/ibverbs/hints.h"
 
@@ -29,6 +32,16 @@ struct DeviceList {
 
 bool allowed(const std::vector<std::string>& names, const std::string& name) {
   return names.empty() || std::find(names.begin(), names.end(), name) != names.end();
+}
+
+// A cabled, active port that cannot be used (no IPv4 address behind it) sends its traffic over tcp instead: worth a
+// warning, once per device and process (the devices are probed more than once at start-up).
+void warn_once_unaddressed(const std::string& why_not, const std::string& device) {
+  static std::mutex mutex;
+  static std::set<std::string> warned;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!warned.insert(device).second) return;
+  log::warn("[ibverbs] {} (its peers are reached another way, tcp if nothing else)", why_not);
 }
 
 }  // namespace
@@ -78,8 +91,10 @@ Found inspect_port(const VerbsApi& verbs, ibv_context* context, const std::strin
     found.port = 1;
     return found;
   }
+  found.active = true;
   found.lid = attr.lid;
   found.mtu = attr.active_mtu;
+  found.max_msg_bytes = attr.max_msg_sz;
   for (int index = 0; index < std::max(1, attr.gid_tbl_len) && found.gid_index < 0; ++index) {
     ibv_gid gid{};
     if (verbs.query_gid(context, found.port, index, &gid) == 0 && ipv4_mapped(gid)) {
@@ -129,6 +144,7 @@ std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::strin
     const Found found = inspect_port(verbs, context, name, &why_not);
     verbs.close_device(context);
     if (!why_not.empty()) {
+      if (found.active) warn_once_unaddressed(why_not, name);
       seen.push_back(why_not);
       continue;
     }

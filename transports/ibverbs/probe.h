@@ -17,6 +17,8 @@ struct Found {
   ibv_gid gid{};
   uint16_t lid = 0;
   ibv_mtu mtu = IBV_MTU_1024;
+  uint32_t max_msg_bytes = 0;  ///< the port's max_msg_sz (0: not said)
+  bool active = false;         ///< a port is ACTIVE (usable once it has an IPv4-mapped GID)
 };
 
 /// The usable devices (among allowed, if any; in the order listed by the provider): an active port and an

@@ -26,6 +26,20 @@ class RegionHandle final : public transport::Registration {
 
 }  // namespace
 
+RegistrationLimits registration_limits(bool apple, bool librdma, int max_mr, uint64_t max_mr_size) {
+  RegistrationLimits limits;
+  if (max_mr > 0) {
+    limits.count = std::max(1, max_mr - kLinkRegistrations);
+  } else if (apple) {
+    limits.count = kCallerRegistrationsOnApple;
+  }
+  limits.bytes = max_mr_size;
+  if (librdma && (limits.bytes == 0 || limits.bytes > kMaxRegistrationOnLibrdma)) {
+    limits.bytes = kMaxRegistrationOnLibrdma;
+  }
+  return limits;
+}
+
 Region::Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base, size_t bytes)
     : begin_(static_cast<const uint8_t*>(base)), end_(static_cast<const uint8_t*>(base) + bytes) {
   const uintptr_t first = reinterpret_cast<uintptr_t>(begin_) / kRegistrationPage * kRegistrationPage;
@@ -34,9 +48,16 @@ Region::Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base
   for (const auto& port : ports) {
     const LocalPort& local = port->local();
     OpenDevice& device = *port->open_device();
-    if (local.apple && device.caller_registrations.load() >= kCallerRegistrationsOnApple) {
-      log::info("[ibverbs] {}: {} registrations of callers' memory already: {} B at {} is copied when sent",
-                local.device, kCallerRegistrationsOnApple, bytes, base);
+    if (device.registration_limit > 0 && device.caller_registrations.load() >= device.registration_limit) {
+      log::info("[ibverbs] {}: {} registrations of callers' memory already (the device's max_mr less {} for links): "
+                "{} B at {} is copied when sent", local.device, device.registration_limit, kLinkRegistrations, bytes,
+                base);
+      continue;
+    }
+    if (device.max_registration_bytes > 0 && rounded > device.max_registration_bytes) {
+      log::info("[ibverbs] {}: {} B at {} is longer than a registration may be ({} B: the device's max_mr_size, "
+                "1 GiB at most on Apple's librdma): it is copied when sent", local.device, bytes, base,
+                device.max_registration_bytes);
       continue;
     }
     // Apple's provider takes no registration without remote access, even for sends; elsewhere a send's source

@@ -21,8 +21,21 @@
 
 namespace tbcoll::ibverbs {
 
-/// Callers' registrations an Apple device takes at most: of its about 100, the rest stay for links (one each).
+/// Registrations kept for the links (one each) out of a device's max_mr; callers get the rest.
+constexpr int kLinkRegistrations = 36;
+/// Callers' registrations an Apple device takes when it does not say its max_mr (Apple's is about 100).
 constexpr int kCallerRegistrationsOnApple = 64;
+/// The longest registration on Apple's librdma: a published measurement saw silent corruption past 2^32 bytes in
+/// one, and MLX's JACCL registers 512 KiB at most.
+constexpr uint64_t kMaxRegistrationOnLibrdma = uint64_t{1} << 30;
+
+/// What callers may register on a device, from what it says (ibv_query_device: max_mr, max_mr_size; 0 when it did
+/// not say): count (0: no limit of ours) and the longest one in bytes (0: none).
+struct RegistrationLimits {
+  int count = 0;
+  uint64_t bytes = 0;
+};
+RegistrationLimits registration_limits(bool apple, bool librdma, int max_mr, uint64_t max_mr_size);
 
 class Region {
  public:

@@ -128,13 +128,16 @@ constexpr size_t kMaxMessageBytes = 0xffffffffu;
 /// Frames a message of `bytes` takes on the small lane alone (an empty message still sends one frame).
 constexpr size_t frames_for(size_t bytes) { return bytes == 0 ? 1 : (bytes + kPayloadBytes - 1) / kPayloadBytes; }
 
-/// Bulk slots: the sizes a connection may agree on, and the default for a provider (Apple's librdma takes 512 KiB
-/// receives from macOS 26.3 on, as MLX's JACCL uses them; 128 KiB before, llama.cpp's stride; 512 KiB elsewhere).
+/// Bulk slots: the sizes a connection may agree on, and the default for a provider: 512 KiB, and on Apple's librdma
+/// from macOS 26.3 on (MLX's JACCL uses buffers above 4 KiB only under `__builtin_available(macOS 26.3)`); 0 before
+/// that, or when the port's max_msg_sz is below a slot: 4 KiB frames only (a bulk lane then takes
+/// TBCOLL_IB_SLOT_BYTES).
 constexpr size_t kMinSlotBytes = 16384;
 constexpr size_t kMaxSlotBytes = size_t{1} << 20;
-inline size_t slot_bytes_for(bool apple, int macos_major, int macos_minor) {
+inline size_t slot_bytes_for(bool apple, int macos_major, int macos_minor, uint32_t max_msg_bytes = 0) {
+  if (max_msg_bytes != 0 && max_msg_bytes < kMinSlotBytes) return 0;
   if (!apple) return 512 * 1024;
-  return macos_major > 26 || (macos_major == 26 && macos_minor >= 3) ? 512 * 1024 : 128 * 1024;
+  return macos_major > 26 || (macos_major == 26 && macos_minor >= 3) ? 512 * 1024 : 0;
 }
 /// Slots posted per direction for a slot size: about 1 MiB in flight, 2 to 16 slots (2 of 512 KiB, as JACCL keeps
 /// 2 buffers in flight per peer; 8 of 128 KiB). Apple counts a queue's depth in 4 KiB frames, at most 4095: 2
