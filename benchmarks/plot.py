@@ -204,13 +204,19 @@ def dllama(args):
                 ax.annotate(f"{y:.2g}", (bar.get_x() + bar.get_width() / 2, y), ha="center", va="bottom", fontsize=6)
         ax.axhline(1.0, color="black", linewidth=1)
         ax.set_yscale("log")
+        ticks = [0.5, 1, 2, 5, 10, 20, 50, 100, 200]
+        ax.set_yticks(ticks)
+        ax.set_yticklabels([f"{t:g}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_ylim(0.5, 200)
         ax.set_xticks(range(len(groups)))
         ax.set_xticklabels([f"{m}\n{n} nodes\n{p}" for m, n, p in groups], fontsize=7)
         ax.set_ylabel("tokens/s ratio (log; above 1: tbcoll faster)")
         ax.set_title(load + (": one busy process beside" if load == "busy" else ""), fontsize=9)
         ax.grid(axis="y", which="both", alpha=0.3)
     axes[0][0].legend(fontsize=7)
-    fig.suptitle(args.title or "distributed-llama on tbcoll against its own sync (medians over rounds)", fontsize=9)
+    fig.suptitle(args.title or "distributed-llama on tbcoll against its own sync (medians over rounds)", fontsize=8,
+                 wrap=True)
     fig.tight_layout()
     return [save(fig, args, "dllama")]
 
