@@ -11,7 +11,8 @@ Builds dllama with tbcoll's synchronizer (integrations/distributed-llama/build.s
              dim 2048, 8 layers (make_synthetic.py; compute-bound), Q80 or f32 syncs
   nodes      the root and N-1 workers
   sync       socket: dllama's own TCP, busy-polling (its default, --net-turbo 1); socket-blocking: --net-turbo 0;
-             tbcoll: --sync tbcoll, tbcoll's choice per pair (shm on one host); tbcoll-tcp: TBCOLL_TRANSPORT=tcp
+             tbcoll: --sync tbcoll, tbcoll's choice per pair (shm on one host); tbcoll-tcp: TBCOLL_TRANSPORT=tcp;
+             either followed by /NAME=VALUE knobs (tbcoll/wait=block: TBCOLL_WAIT=block)
   placement  host: every node on this machine's network; netns: two network namespaces joined by veth as two
              hosts, the nodes split half and half (root only)
   load       quiet; busy: one process spinning on a CPU for the whole run, as anything else running would
@@ -107,8 +108,12 @@ def one_run(args, dllama, model, prefix, nodes, sync, place, namespaces):
     """Runs one inference; returns (tokens/s, sync us per token)."""
     env = dict(os.environ, DLLAMA_SYNC_STATS="1")
     env.pop("TBCOLL_TRANSPORT", None)
-    if sync == "tbcoll-tcp":
+    base, *knobs = sync.split("/")
+    if base == "tbcoll-tcp":
         env["TBCOLL_TRANSPORT"] = "tcp"
+    for knob in knobs:  # tbcoll/wait=block: TBCOLL_WAIT=block
+        name, _, value = knob.partition("=")
+        env["TBCOLL_" + name.upper()] = value
     layout = ("A" * (nodes // 2) + "B" * (nodes - nodes // 2)) if place == "netns" else ""
     ns_of = (lambda i: namespaces.names[layout[i]]) if layout else (lambda i: "")
     address_of = (lambda i: NS_ADDRESSES[layout[i]]) if layout else (lambda i: "127.0.0.1")

@@ -47,8 +47,12 @@ Communicator::Impl::Impl(const Config& config_, int instance_, setup::Rendezvous
   calls.p2p_sent.assign(static_cast<size_t>(size), 0);
   calls.p2p_received.assign(static_cast<size_t>(size), 0);
   if (rendezvous.store) notices.attach(rendezvous.store, config.prefix, rank);
-  wait_policy = transport::WaitPolicy(static_cast<transport::WaitPolicy::Mode>(tuner.config().wait_mode),
-                                      tuner.config().spin, links.spin_yield);
+  const bool all_shm = std::all_of(links.transport_names.begin(), links.transport_names.end(),
+                                   [](const std::string& name) { return name == "self" || name == "shm"; }) &&
+                       size > 1;
+  const auto spin = tuner.config().spin.count() >= 0 ? tuner.config().spin : transport::WaitPolicy::auto_spin_cap(all_shm);
+  wait_policy = transport::WaitPolicy(static_cast<transport::WaitPolicy::Mode>(tuner.config().wait_mode), spin,
+                                      links.spin_yield);
   // A call that waits long may be held up by an earlier call's check (a transport that matches in order).
   request_table.on_long_wait = [this] {
     if (!deferred_checks.empty() && !settling_checks) settle_checks(false);

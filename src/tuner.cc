@@ -63,7 +63,10 @@ std::string every_name(const std::vector<KnownFastPath>& known) {
 
 TunerConfig TunerConfig::from_env(const env::Settings& settings) {
   TunerConfig config;
-  config.spin = std::chrono::microseconds(std::max<long long>(0, settings.get_int("TBCOLL_SPIN_US")));
+  const std::string spin = settings.get("TBCOLL_SPIN_US");
+  if (!spin.empty() && spin != "auto") {
+    config.spin = std::chrono::microseconds(std::max<long long>(0, settings.get_int("TBCOLL_SPIN_US")));
+  }
   const std::string wait = settings.get("TBCOLL_WAIT");
   if (wait == "auto" || wait.empty()) {
     config.wait_mode = 0;

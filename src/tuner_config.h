@@ -14,7 +14,8 @@ struct TunerConfig {
   size_t direct_max_bytes = 32 * 1024;  ///< all_reduce / all_gather up to this use the direct exchange
   size_t tree_max_bytes = 64 * 1024;    ///< broadcast, gather and scatter up to this use the binomial tree
   size_t chunk_bytes = 256 * 1024;      ///< pipelining chunk of the ring and chain schedules
-  std::chrono::microseconds spin{20000};  ///< how long a spinning wait spins before it sleeps (TBCOLL_SPIN_US)
+  /// How long a spinning wait spins before it sleeps (TBCOLL_SPIN_US); negative: auto (WaitPolicy::auto_spin_cap).
+  std::chrono::microseconds spin{-1};
   /// TBCOLL_WAIT: how waits pass the time (transport::WaitPolicy::Mode: 0 auto, 1 spin, 2 block).
   int wait_mode = 0;
   /// Whether the cost model picks among point-to-point rows (TBCOLL_TUNER); false: the size ranges do.

@@ -67,13 +67,13 @@ enum class SpinYield : uint8_t {
 /// the transport in bounded slices (a futex, poll on a socket). A wait that ends before its first clock read asks
 /// nothing.
 ///
-/// Auto spins for as long as a peer may be merely late (up to TBCOLL_SPIN_US, 20 ms), and sleeps only past that
-/// (a peer that went quiet: an engine between requests). Spinning first and sleeping soon after was the worst of
-/// both beside a busy process in the measurements (docs/benchmarks.md, waiting: spin or sleep): a thread that spun
-/// has used its share of the core, so once it sleeps the scheduler may let the busy one finish its slice,
-/// milliseconds, before it runs the woken thread again. Spinning beat sleeping at once inside a real engine on shm
-/// and tcp, quiet and beside a busy process, and with twice as many ranks as cores (spinning waits then yield at
-/// every poll: SpinYield); in tbcoll-perf's loops beside a busy thread the two swap places from run to run.
+/// Auto spins up to TBCOLL_SPIN_US, then sleeps. Its default depends on what ends a sleep. Between ranks that all
+/// meet over shm the peer's futex wake does, and inside a real engine (distributed-llama, 2 nodes) spinning 300 us
+/// and then sleeping matched or beat both spinning and sleeping at once, quiet and beside a busy process, for
+/// small syncs and for long compute-bound waits alike. Over tcp the same spin-then-sleep lost 2x beside a busy
+/// process (docs/benchmarks.md, waiting: spin or sleep), so there auto spins for as long as a peer may be merely
+/// late (20 ms) and sleeps only for a peer that went quiet (an engine between requests). Spinning waits yield at
+/// every poll when there are more ranks than cores (SpinYield).
 class TBCOLL_API WaitPolicy {
  public:
   enum class Mode : uint8_t {
@@ -100,6 +100,10 @@ class TBCOLL_API WaitPolicy {
   static const char* name(Mode mode);
 
   static constexpr std::chrono::microseconds kSpinPhase{1000};  ///< kSpin: between looks at the peers
+  /// TBCOLL_SPIN_US=auto: 300 us where every peer is over shm, 20 ms otherwise.
+  static std::chrono::microseconds auto_spin_cap(bool all_shm) {
+    return std::chrono::microseconds(all_shm ? 300 : 20000);
+  }
 
  private:
   Mode mode_ = Mode::kAuto;
