@@ -22,6 +22,7 @@
 #include <fmt/format.h>
 
 #include "common/ifname.h"
+#include "common/log.h"
 #include "common/time.h"
 #include "platform/platform.h"
 #include "tbcoll/error.hpp"
@@ -106,6 +107,11 @@ int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who
   addrinfo* found = resolve(where.host, std::to_string(where.port), 0, deadline, who);
   std::string last_error = "no address";
   auto backoff = std::chrono::milliseconds(1);
+  // A peer may be slow to start, so refusals are retried to the deadline; but a wrong address or port refuses for
+  // ever: said once the retries have gone on a while (3 s, or a third of the time to the deadline if less).
+  const auto start = Clock::now();
+  const auto say_after = std::min<Clock::duration>(std::chrono::seconds(3), (deadline - start) / 3);
+  bool said = false;
   while (true) {
     for (addrinfo* ai = found; ai != nullptr; ai = ai->ai_next) {
       int fd = platform::open_socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol, /*nonblocking=*/true);
@@ -141,6 +147,13 @@ int connect_tcp(const HostPort& where, Deadline deadline, const std::string& who
       }
     }
     if (Clock::now() + backoff >= deadline) break;
+    if (!said && Clock::now() - start >= say_after) {
+      said = true;
+      log::warn("{}: {}:{} has not accepted a connection for {:.1f} s ({}); retrying until the deadline, {:.0f} s "
+                "from now (is the address and port right, and is the other side up?)", who, where.host, where.port,
+                std::chrono::duration<double>(Clock::now() - start).count(), last_error,
+                std::chrono::duration<double>(deadline - Clock::now()).count());
+    }
     std::this_thread::sleep_for(backoff);
     backoff = std::min(backoff * 2, std::chrono::milliseconds(100));
   }

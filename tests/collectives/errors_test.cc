@@ -1,6 +1,10 @@
 // Bad input gives a clear error naming what is wrong, never a crash, hang or silent garbage.
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -516,6 +520,40 @@ TEST(Errors, InitTimeoutNamesTheRankAndTheCall) {
         << error.what();
   }
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+}
+
+// A rank whose rendezvous refuses it (a wrong TBCOLL_ROOT port, rank 0 not up) keeps trying to the deadline, as
+// rank 0 may be slow to start, but says so early (a third of the way here; 3 s at most), naming the address and
+// what it saw, and the error at the deadline names the address again.
+TEST(Errors, ARefusedRendezvousIsNamedEarly) {
+  int port = 0;
+  {
+    // A port that was free a moment ago: nothing listens there now.
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+    port = ntohs(address.sin_port);
+    close(fd);
+  }
+  Config config;
+  config.rank = 1;
+  config.world_size = 2;
+  config.root = "127.0.0.1:" + std::to_string(port);
+  config.timeout_s = 1.5;
+  ::testing::internal::CaptureStderr();
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = error_of([&] { Communicator::init(config); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  const std::string address = "127.0.0.1:" + std::to_string(port);
+  EXPECT_NE(log.find(address + " has not accepted a connection for 0."), std::string::npos) << log;
+  EXPECT_NE(log.find("Connection refused"), std::string::npos) << log;
+  EXPECT_NE(message.find(address), std::string::npos) << message;
+  EXPECT_LT(took, 5.0) << message;
 }
 
 // Split and the C API's init spend part of the timeout before init (agreeing on colours, connecting to the
