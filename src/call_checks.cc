@@ -14,6 +14,10 @@ namespace {
 // Ports from MPI pass MPI_IN_PLACE there (the address 1 in Open MPI and MPICH).
 constexpr uintptr_t kFirstPageEnd = 4096;
 
+// No buffer is longer than the user address space a process can map: 2^47 bytes on x86-64 and arm64 (Linux and
+// macOS). A larger size is a wrong count, refused before any pointer arithmetic on it.
+constexpr size_t kMaxBufferBytes = size_t{1} << 47;
+
 }  // namespace
 
 void check_dtype(int rank, const char* op, DataType dtype) {
@@ -34,10 +38,14 @@ void check_op(int rank, const char* name, ReduceOp op) {
 size_t checked_bytes(int rank, const char* op, size_t count, DataType dtype, size_t factor) {
   // Overflow-checked multiplications: no 64-bit divisions on the path of every call.
   size_t bytes = 0;
-  if (__builtin_mul_overflow(count, dtype_size(dtype), &bytes) || __builtin_mul_overflow(bytes, factor, &bytes) ||
-      bytes > static_cast<size_t>(PTRDIFF_MAX)) {
-    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {} overflows the address space", rank, op, count,
-                                      to_string(dtype)));
+  if (__builtin_mul_overflow(count, dtype_size(dtype), &bytes) || __builtin_mul_overflow(bytes, factor, &bytes)) {
+    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {}{} overflows 64 bits of bytes", rank, op, count,
+                                      to_string(dtype), factor > 1 ? fmt::format(" (x {} blocks)", factor) : ""));
+  }
+  if (bytes > kMaxBufferBytes) {
+    throw InvalidArgument(fmt::format("rank {}: {}: count {} of {}{} is {} bytes, more than a process can map "
+                                      "(2^47): not a buffer's size", rank, op, count, to_string(dtype),
+                                      factor > 1 ? fmt::format(" (x {} blocks)", factor) : "", bytes));
   }
   return bytes;
 }

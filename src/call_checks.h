@@ -35,7 +35,7 @@ void check_buffers(const CollectiveTraits& traits, int rank, int size, const Cal
 void check_dtype(int rank, const char* call, DataType dtype);
 void check_op(int rank, const char* call, ReduceOp op);
 void check_rank(int rank, int size, const char* call, const char* which, int value);
-/// count * elem_size * factor in bytes, or InvalidArgument when it overflows.
+/// count * elem_size * factor in bytes; InvalidArgument when it overflows or exceeds what a process can map (2^47).
 size_t checked_bytes(int rank, const char* call, size_t count, DataType dtype, size_t factor);
 void check_buffer(int rank, const char* call, const char* which, const void* buf, size_t count);
 /// Refuses send and recv that overlap, unless in_place (the collective's own layout, described by layout).

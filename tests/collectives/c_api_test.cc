@@ -99,6 +99,34 @@ TEST(CApi, UniqueIdRendezvousAndCollectives) {
   });
 }
 
+// Counts whose size no buffer can have (past the 2^47 bytes a process can map) are refused before any pointer
+// arithmetic, naming the count, the dtype and the bytes, on roots and non-roots alike; the communicator stays usable.
+TEST(CApi, SizesNoBufferCanHaveAreRefused) {
+  const int n = 2;
+  run_c_ranks(n, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
+    std::vector<uint8_t> buf(64);
+    auto refused = [&](const char* what, tbcollResult_t rc, const char* words) {
+      if (rc != tbcollInvalidArgument) {
+        failure = std::string(what) + ": returned " + std::to_string(static_cast<int>(rc));
+      } else if (std::strstr(tbcollGetLastError(comm), words) == nullptr) {
+        failure = std::string(what) + ": " + tbcollGetLastError(comm);
+      }
+    };
+    refused("all_reduce 2^46 f32", tbcollAllReduce(buf.data(), buf.data(), size_t{1} << 46, tbcollFloat32, tbcollSum, comm),
+            "count 70368744177664 of f32 is 281474976710656 bytes, more than a process can map");
+    refused("send SIZE_MAX/8 u8", tbcollSend(buf.data(), SIZE_MAX / 8, tbcollUint8, 1 - rank, comm),
+            "more than a process can map");
+    refused("broadcast SIZE_MAX/2 u8", tbcollBroadcast(buf.data(), buf.data(), SIZE_MAX / 2, tbcollUint8, 0, comm),
+            "more than a process can map");
+    refused("gather SIZE_MAX/4 u8", tbcollGather(buf.data(), rank == 0 ? buf.data() + 8 : nullptr, SIZE_MAX / 4,
+                                                 tbcollUint8, 0, comm), "count 4611686018427387903 of u8");
+    refused("all_gather SIZE_MAX/4 u8", tbcollAllGather(buf.data(), buf.data() + 8, SIZE_MAX / 4, tbcollUint8, comm),
+            "count 4611686018427387903 of u8");
+    tbcollResult_t rc = tbcollSuccess;
+    if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier after the refusals", rc);
+  });
+}
+
 TEST(CApi, AsynchronousCallsAndRequests) {
   const int n = 2;
   run_c_ranks(n, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
