@@ -20,6 +20,7 @@
 #include "common/time.h"
 #include "tbcoll/tbcoll.h"
 #include "tbcoll/tbcoll.hpp"
+#include "c_api_handles.h"
 #include "communicator.h"
 
 // A handle outlives its communicator: the communicator goes with the last reference, the few bytes of the handle
@@ -150,6 +151,16 @@ void close_handle(tbcollComm_t comm, const char* call) {
 
 // Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
 thread_local int c_group_depth = 0;
+
+// Never destroyed: a handle may be used (wrongly) while the process exits.
+tbcoll::c_api::LiveHandles& registrations() {
+  static auto* live = new tbcoll::c_api::LiveHandles("registration handle");
+  return *live;
+}
+tbcoll::c_api::LiveHandles& requests() {
+  static auto* live = new tbcoll::c_api::LiveHandles("request");
+  return *live;
+}
 thread_local std::vector<tbcollComm_t> c_group_comms;
 
 // Groups take send and recv only: a collective inside one is refused (on every rank alike, whatever came first).
@@ -284,6 +295,7 @@ tbcollResult_t tbcollCommRegister(const tbcollComm_t comm, void* buff, size_t si
     *handle = nullptr;
     auto registration = std::make_unique<tbcoll::MemoryRegistration>(
         counted(comm, [&](tbcoll::Communicator& c) { return c.register_memory(buff, size); }));
+    registrations().add(registration.get(), comm);
     *handle = registration.release();
   });
 }
@@ -292,6 +304,7 @@ tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle) {
   return guarded([&] {
     if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
     if (handle == nullptr) throw tbcoll::InvalidArgument("handle is NULL (not one tbcollCommRegister gave)");
+    registrations().take(handle, comm);
     delete static_cast<tbcoll::MemoryRegistration*>(handle);
   });
 }
@@ -425,23 +438,28 @@ tbcollResult_t start_async(tbcollRequest_t* request, tbcollComm_t comm, Start&& 
     auto handle = std::make_unique<tbcollRequest>();
     handle->work = counted(comm, start);
     handle->comm = comm;
+    requests().add(handle.get(), comm);
     *request = handle.release();
   });
 }
 
+// A live request's work (looked up first: a freed or foreign request is an error, not a dereference).
 tbcoll::Work& work_of(tbcollRequest_t request) {
-  if (request == nullptr) throw tbcoll::InvalidArgument("request is NULL");
+  requests().check(request);
   return request->work;
 }
 
 // A queued call that failed broke its communicator: tbcollCommGetAsyncError reports its result from then on.
 template <typename Body>
 tbcollResult_t on_request(tbcollRequest_t request, Body&& body) {
-  const tbcollResult_t result = guarded(body);
-  // A bad argument of this call itself (a NULL pointer) says nothing about the communicator.
-  if (result != tbcollSuccess && result != tbcollInvalidArgument && request != nullptr && request->comm != nullptr) {
-    record_failure(request->comm, result);
-  }
+  tbcollComm_t comm = nullptr;
+  const tbcollResult_t result = guarded([&] {
+    comm = requests().check(request);
+    body();
+  });
+  // A bad argument of this call itself (a NULL pointer), or a request that is not live, says nothing about the
+  // communicator.
+  if (result != tbcollSuccess && result != tbcollInvalidArgument && comm != nullptr) record_failure(comm, result);
   return result;
 }
 
@@ -532,7 +550,11 @@ tbcollResult_t tbcollWait(tbcollRequest_t request) {
 }
 
 tbcollResult_t tbcollRequestFree(tbcollRequest_t request) {
-  return guarded([&] { delete request; });
+  return guarded([&] {
+    if (request == nullptr) return;  // as free(NULL)
+    requests().take(request);
+    delete request;
+  });
 }
 
 

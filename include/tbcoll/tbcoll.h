@@ -64,7 +64,9 @@ TBCOLL_API tbcollResult_t tbcollCommGetAsyncError(tbcollComm_t comm, tbcollResul
  *  without a copy into the transport's buffers (ibverbs); *handle is for tbcollCommDeregister. The memory must stay
  *  mapped until then. Memory no transport could take is not an error (sends from it copy). */
 TBCOLL_API tbcollResult_t tbcollCommRegister(const tbcollComm_t comm, void* buff, size_t size, void** handle);
-/** As ncclCommDeregister: ends a registration (calls still sending from the memory keep it until they finish). */
+/** As ncclCommDeregister: ends a registration (calls still sending from the memory keep it until they finish). A
+ *  handle deregistered already, or not one tbcollCommRegister gave: tbcollInvalidUsage; one of another
+ *  communicator: tbcollInvalidArgument (it stays registered). */
 TBCOLL_API tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle);
 TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
@@ -119,7 +121,8 @@ TBCOLL_API tbcollResult_t tbcollRecv(void* recvbuff, size_t count, tbcollDataTyp
  *  the communicator's other calls (a blocking call waits for the queued ones first); buffers must stay valid until
  *  it finished. *request receives a handle: tbcollTest sets *done to 1 once the call finished, tbcollWait blocks
  *  until then (both return the call's error if it failed, with tbcollGetLastError on the calling thread), and
- *  tbcollRequestFree releases the handle (the call still runs if it had not finished). Bad arguments are
+ *  tbcollRequestFree releases the handle (the call still runs if it had not finished; NULL is a no-op; a handle
+ *  freed already, or not one an *Async call gave, is tbcollInvalidUsage there and in Test and Wait). Bad arguments are
  *  returned by the *Async call itself (nothing is queued, *request stays NULL); a queued call that fails breaks
  *  the communicator, so the calls queued after it fail fast instead of running out of step with the peers. */
 typedef struct tbcollRequest* tbcollRequest_t;

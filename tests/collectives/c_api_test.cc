@@ -127,6 +127,45 @@ TEST(CApi, SizesNoBufferCanHaveAreRefused) {
   });
 }
 
+// Handles freed twice, garbage, or of another communicator: an error naming the handle, never a crash.
+TEST(CApi, BadHandlesAreErrorsNotCrashes) {
+  const int n = 2;
+  run_c_ranks(n, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
+    (void)rank;
+    std::vector<float> data(1024, 1.0f), sum(1024);
+    int garbage_object = 0;
+    void* garbage = &garbage_object;
+    void* handle = nullptr;
+    tbcollResult_t rc = tbcollSuccess;
+    if ((rc = tbcollCommRegister(comm, data.data(), data.size() * sizeof(float), &handle)) != tbcollSuccess) {
+      return fail("register", rc);
+    }
+    if ((rc = tbcollCommDeregister(comm, handle)) != tbcollSuccess) return fail("deregister", rc);
+    if (tbcollCommDeregister(comm, handle) != tbcollInvalidUsage ||
+        std::strstr(tbcollGetLastError(comm), "is not live: freed already") == nullptr) {
+      failure = std::string("second deregister: ") + tbcollGetLastError(comm);
+    }
+    if (tbcollCommDeregister(comm, garbage) != tbcollInvalidUsage) failure = "garbage registration handle accepted";
+    tbcollRequest_t request = nullptr;
+    if ((rc = tbcollAllReduceAsync(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm, &request)) !=
+        tbcollSuccess) {
+      return fail("all_reduce_async", rc);
+    }
+    if ((rc = tbcollWait(request)) != tbcollSuccess) return fail("wait", rc);
+    if ((rc = tbcollRequestFree(request)) != tbcollSuccess) return fail("free", rc);
+    if (tbcollRequestFree(request) != tbcollInvalidUsage) failure = "second free accepted";
+    if (tbcollWait(request) != tbcollInvalidUsage) failure = "wait after free accepted";
+    int done = 0;
+    if (tbcollTest(reinterpret_cast<tbcollRequest_t>(garbage), &done) != tbcollInvalidUsage) failure = "garbage test";
+    if (tbcollRequestFree(nullptr) != tbcollSuccess) failure = "free(NULL) refused";
+    // The communicator is not broken by any of it.
+    if ((rc = tbcollAllReduce(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
+      return fail("all_reduce after the bad handles", rc);
+    }
+    if (sum[0] != 2.0f) failure = "all_reduce result";
+  });
+}
+
 TEST(CApi, AsynchronousCallsAndRequests) {
   const int n = 2;
   run_c_ranks(n, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
