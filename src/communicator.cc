@@ -331,6 +331,13 @@ MemoryRegistration Communicator::register_memory(const void* base, size_t bytes)
     throw InvalidArgument(
         fmt::format("rank {}: register_memory({}, {} B): nothing to register", c.rank, base, bytes));
   }
+  // No mapping starts in the first page, is longer than a process can map (2^47 B) or wraps past the address space.
+  const auto begin = reinterpret_cast<uintptr_t>(base);
+  if (begin < 4096 || bytes > (size_t{1} << 47) || begin + bytes < begin) {
+    throw InvalidArgument(fmt::format("rank {}: register_memory({}, {} B): not a range of mapped memory (in the first "
+                                      "page, longer than a process can map, or past the end of the address space)",
+                                      c.rank, base, bytes));
+  }
   auto state = std::make_unique<MemoryRegistration::State>();
   for (const auto& context : c.links.contexts) {
     if (auto registration = context->register_memory(base, bytes)) {

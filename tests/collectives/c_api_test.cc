@@ -6,10 +6,12 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tbcoll/tbcoll.h"
@@ -146,6 +148,17 @@ TEST(CApi, BadHandlesAreErrorsNotCrashes) {
       failure = std::string("second deregister: ") + tbcollGetLastError(comm);
     }
     if (tbcollCommDeregister(comm, garbage) != tbcollInvalidUsage) failure = "garbage registration handle accepted";
+    // Ranges no mapping can have.
+    const uintptr_t near_the_end = UINTPTR_MAX - 4095;
+    for (const auto& [base, bytes] : {std::pair<uintptr_t, size_t>{1, 4096},
+                                      {reinterpret_cast<uintptr_t>(data.data()), SIZE_MAX},
+                                      {near_the_end, 8192}}) {
+      handle = nullptr;
+      if (tbcollCommRegister(comm, reinterpret_cast<void*>(base), bytes, &handle) != tbcollInvalidArgument ||
+          handle != nullptr || std::strstr(tbcollGetLastError(comm), "not a range of mapped memory") == nullptr) {
+        failure = "register(" + std::to_string(base) + ", " + std::to_string(bytes) + "): " + tbcollGetLastError(comm);
+      }
+    }
     tbcollRequest_t request = nullptr;
     if ((rc = tbcollAllReduceAsync(data.data(), sum.data(), data.size(), tbcollFloat32, tbcollSum, comm, &request)) !=
         tbcollSuccess) {
