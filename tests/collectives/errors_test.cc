@@ -550,7 +550,7 @@ TEST(Errors, ARefusedRendezvousIsNamedEarly) {
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const std::string log = ::testing::internal::GetCapturedStderr();
   const std::string address = "127.0.0.1:" + std::to_string(port);
-  EXPECT_NE(log.find(address + " has not accepted a connection for 0."), std::string::npos) << log;
+  EXPECT_NE(log.find(address + " has not accepted a connection for "), std::string::npos) << log;
   EXPECT_NE(log.find("Connection refused"), std::string::npos) << log;
   EXPECT_NE(message.find(address), std::string::npos) << message;
   EXPECT_LT(took, 5.0) << message;
