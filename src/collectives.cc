@@ -97,7 +97,7 @@ Communicator::Impl::Prepared& Communicator::Impl::prepare_cached(const Collectiv
   if (fresh.hot) {
     const algo::Args& run = fresh.run;
     fresh.fast_args = {run.send, run.recv, run.count, run.dtype, run.op, run.root, {}, Deadline::min(),
-                       tuner.config().spin, links.spin_yield, transport::Watch(prepared_watch),
+                       wait_policy.spin_cap(), links.spin_yield, transport::Watch(prepared_watch),
                        call_timeout.duration(), &wait_policy};
     fresh.fast = links.fast_path->prepare(static_cast<size_t>(fresh.choice->fast_path_index), fresh.fast_args);
     if (fresh.fast == nullptr) {
@@ -227,7 +227,7 @@ void Communicator::Impl::run_fast_path(const algo::CallInfo& call, const transpo
     };
     transport::CollectiveArgs fast{args.send,          args.recv,  args.count,           args.dtype,
                                    args.op,            args.root,  tag,                  deadline,
-                                   tuner.config().spin, links.spin_yield, transport::Watch(look)};
+                                   wait_policy.spin_cap(), links.spin_yield, transport::Watch(look)};
     fast.wait = &wait_policy;
     links.fast_path->run(static_cast<size_t>(choice.fast_path_index), fast);
   });

@@ -84,28 +84,29 @@ void Notices::check(uint64_t call, bool collective, bool now, Deadline until) {
   throw_if_told(call, collective, false);
 }
 
-void Notices::await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget) {
+template <typename Done>
+void Notices::poll(std::chrono::milliseconds budget, Done&& done) {
   const auto until = Clock::now() + budget;
   while (true) {
     fetch(true, until);
-    throw_if_told(call, collective, false, /*later_calls=*/true);
-    if (store_ == nullptr || store_failed_ || Clock::now() >= until) return;
+    if (done() || store_ == nullptr || store_failed_ || Clock::now() >= until) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
+}
+
+void Notices::await_reason(uint64_t call, bool collective, std::chrono::milliseconds budget) {
+  poll(budget, [&] {
+    throw_if_told(call, collective, false, /*later_calls=*/true);
+    return false;
+  });
 }
 
 std::string Notices::check_after_timeout(uint64_t call, bool collective, std::chrono::milliseconds budget) {
   // The peers in this call entered it a little before or after this rank and time out within that skew: their
   // notices are awaited (until one concerns this call, or budget), so a rank that waited for a peer that itself
   // waited for a third (stopped) rank names the third.
-  const auto until = Clock::now() + budget;
   const auto concerns = [&](const Record& record) { return !collective || record.call <= call; };
-  while (true) {
-    fetch(true, until);
-    if (std::any_of(records_.begin(), records_.end(), concerns)) break;
-    if (store_ == nullptr || store_failed_ || Clock::now() >= until) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
+  poll(budget, [&] { return std::any_of(records_.begin(), records_.end(), concerns); });
   std::string others;
   for (const Record& record : records_) {
     if (record.kind == Kind::kTimedOut && record.call == call) {

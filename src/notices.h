@@ -84,6 +84,10 @@ class Notices {
   };
   void check(uint64_t call, bool collective, bool now, Deadline until);
   void fetch(bool now, Deadline until);
+  /// Asks the store now and then every few milliseconds until done() (which may throw) says so, the store is gone,
+  /// or budget passed.
+  template <typename Done>
+  void poll(std::chrono::milliseconds budget, Done&& done);
   /// Throws for the first record that concerns call `call` (see check()), passing over the peers' timeouts in
   /// that very call when except_timeouts_in_call.
   void throw_if_told(uint64_t call, bool collective, bool except_timeouts_in_call, bool later_calls = false) const;

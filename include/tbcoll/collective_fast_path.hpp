@@ -87,6 +87,8 @@ class TBCOLL_API WaitPolicy {
 
   Mode mode() const { return mode_; }
   SpinYield yield() const { return yield_; }
+  /// How long auto spins before it sleeps (TBCOLL_SPIN_US, resolved).
+  std::chrono::microseconds spin_cap() const { return cap_; }
   /// At a wait's first clock read: starts its spin phase.
   void begin(Clock::time_point now) {
     spin_until_ = mode_ == Mode::kBlock ? now : now + (mode_ == Mode::kSpin ? kSpinPhase : cap_);
