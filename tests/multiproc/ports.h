@@ -10,17 +10,25 @@
 
 namespace tbcoll::test {
 
-/// A TCP port on 127.0.0.1 that was free a moment ago.
+/// A TCP port on 127.0.0.1 that was free a moment ago, taken below the kernel's ephemeral range (32768 up on
+/// Linux, 49152 up on macOS) so that no outgoing connection of a test running beside this one is given it before
+/// the rank that listens on it binds it. Processes start at different points of the range (by pid), and a port
+/// that cannot be bound now is skipped.
 inline int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
+  static unsigned next = 10000 + static_cast<unsigned>(getpid()) % 9973;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int candidate = static_cast<int>(next);
+    next = next + 1 >= 20000 ? 10000 : next + 1;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(candidate));
+    const bool bound = fd >= 0 && bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+    if (fd >= 0) close(fd);
+    if (bound) return candidate;
+  }
+  return 0;
 }
 
 /// A socket listening on 127.0.0.1:P whose next port P + 1 was free a moment ago, or -1; `port` is set to P.
