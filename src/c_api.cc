@@ -21,62 +21,25 @@
 #include "tbcoll/tbcoll.h"
 #include "tbcoll/tbcoll.hpp"
 #include "c_api_handles.h"
+#include "c_api_internal.h"
 #include "communicator.h"
-
-// A handle outlives its communicator: the communicator goes with the last reference, the few bytes of the handle
-// stay for the life of the process, so a call made with it after tbcollCommDestroy or tbcollCommAbort is told so
-// instead of reading freed memory.
-struct tbcollComm {
-  std::optional<tbcoll::Communicator> communicator;
-  /// The handle (until tbcollCommDestroy/Abort) plus the C calls running on it and the groups it is in; whoever
-  /// drops the last one destroys the communicator, so a destroy or an abort never waits for a call, and never
-  /// destroys under one. 0: gone for good (never raised again).
-  std::atomic<int> refs{1};
-  std::atomic<bool> open{true};        ///< until tbcollCommDestroy/Abort
-  std::atomic<bool> finalized{false};  ///< after tbcollCommFinalize
-  std::atomic<int> failure{tbcollSuccess};  ///< the result of the failure that broke it, as returned through here
-};
 
 namespace {
 
-thread_local std::string last_error;
-
-template <typename Body>
-tbcollResult_t guarded(Body&& body) {
-  try {
-    body();
-    return tbcollSuccess;
-  } catch (const tbcoll::Error& error) {
-    last_error = error.what();
-    return error.code();
-  } catch (const std::bad_alloc&) {
-    last_error = "out of memory";
-    return tbcollSystemError;
-  } catch (const std::exception& error) {
-    last_error = error.what();
-    return tbcollInternalError;
-  } catch (...) {
-    last_error = "unknown exception";
-    return tbcollInternalError;
-  }
-}
-
-// C enums from callers may hold any int (a bad dtype must be reported, not trusted). Reading such a value
-// through the C++ enum type is undefined, so the raw bits are copied out instead.
-template <typename CEnum>
-int raw(const CEnum& value) {
-  static_assert(sizeof(CEnum) == sizeof(int), "C enums are int-sized");
-  int out;
-  std::memcpy(&out, &value, sizeof(out));
-  return out;
-}
-
-tbcoll::DataType dtype_of(const tbcollDataType_t& datatype) { return static_cast<tbcoll::DataType>(raw(datatype)); }
-tbcoll::ReduceOp op_of(const tbcollRedOp_t& op) { return static_cast<tbcoll::ReduceOp>(raw(op)); }
+using namespace tbcoll::c_api;
 
 // Every handle ever made, so none is freed (and leak checkers see them held).
 std::mutex handles_mutex;
 std::vector<std::unique_ptr<tbcollComm>> handles;
+
+}  // namespace
+
+namespace tbcoll::c_api {
+
+std::string& last_error() {
+  thread_local std::string message;
+  return message;
+}
 
 tbcollComm_t new_handle(tbcoll::Communicator&& communicator) {
   auto handle = std::make_unique<tbcollComm>();
@@ -86,71 +49,9 @@ tbcollComm_t new_handle(tbcoll::Communicator&& communicator) {
   return handles.back().get();
 }
 
-constexpr const char* kGone = "the communicator was destroyed or aborted (tbcollCommDestroy, tbcollCommAbort): "
-                              "its handle cannot be used any more";
+}  // namespace tbcoll::c_api
 
-// Takes a reference, unless the communicator is gone (InvalidUsage).
-void retain(tbcollComm_t comm) {
-  int refs = comm->refs.load(std::memory_order_acquire);
-  do {
-    if (refs == 0) throw tbcoll::InvalidUsage(kGone);
-  } while (!comm->refs.compare_exchange_weak(refs, refs + 1, std::memory_order_acq_rel));
-}
-
-void release(tbcollComm_t comm) {
-  if (comm->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) comm->communicator.reset();
-}
-
-// The first failure that broke the communicator, for tbcollCommGetAsyncError.
-void record_failure(tbcollComm_t comm, tbcollResult_t result) {
-  int none = tbcollSuccess;
-  comm->failure.compare_exchange_strong(none, result, std::memory_order_acq_rel);
-}
-
-// Drops a reference when it goes out of scope.
-struct Release {
-  tbcollComm_t comm;
-  ~Release() { release(comm); }
-};
-
-// body(comm's Communicator), holding a reference while it runs: tbcollCommAbort (allowed from another thread) or
-// tbcollCommDestroy meanwhile leaves the freeing to the call. Every call that uses a communicator goes through
-// here.
-// Calls after tbcollCommFinalize are refused, except those that only describe the communicator (finalized_ok).
-template <typename Body>
-auto counted(tbcollComm_t comm, Body&& body, bool finalized_ok = false) -> decltype(body(*comm->communicator)) {
-  if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
-  retain(comm);
-  Release leave{comm};
-  if (!comm->open.load(std::memory_order_acquire)) throw tbcoll::InvalidUsage(kGone);
-  if (!finalized_ok && comm->finalized.load(std::memory_order_acquire)) {
-    throw tbcoll::InvalidUsage("the communicator was finalized (tbcollCommFinalize): only tbcollCommDestroy, "
-                               "tbcollCommCount, tbcollCommUserRank and tbcollCommGetAsyncError take it now");
-  }
-  try {
-    return body(*comm->communicator);
-  } catch (const tbcoll::Error& error) {
-    if (comm->communicator->broken()) record_failure(comm, error.code());
-    throw;
-  }
-}
-
-template <typename Body>
-tbcollResult_t with_comm(tbcollComm_t comm, Body&& body) {
-  return guarded([&] { counted(comm, body); });
-}
-
-// Drops the handle's own reference, once: a second destroy or abort is refused.
-void close_handle(tbcollComm_t comm, const char* call) {
-  retain(comm);  // InvalidUsage if it is gone
-  Release leave{comm};
-  if (!comm->open.exchange(false, std::memory_order_acq_rel)) {
-    throw tbcoll::InvalidUsage(fmt::format("{}: {}", call, kGone));
-  }
-}
-
-// Groups span every communicator this thread uses between tbcollGroupStart and tbcollGroupEnd.
-thread_local int c_group_depth = 0;
+namespace {
 
 // Never destroyed: a handle may be used (wrongly) while the process exits.
 tbcoll::c_api::LiveHandles& registrations() {
@@ -161,37 +62,6 @@ tbcoll::c_api::LiveHandles& requests() {
   static auto* live = new tbcoll::c_api::LiveHandles("request");
   return *live;
 }
-thread_local std::vector<tbcollComm_t> c_group_comms;
-
-// Groups take send and recv only: a collective inside one is refused (on every rank alike, whatever came first).
-void refuse_in_group(const char* call) {
-  if (c_group_depth > 0) {
-    throw tbcoll::InvalidUsage(fmt::format("{} inside tbcollGroupStart/End: groups take send and recv only", call));
-  }
-}
-
-// A communicator in this thread's group holds a reference until the group ends (or it leaves the group), so
-// tbcollCommAbort or tbcollCommDestroy from another thread does not free it while tbcollGroupEnd still has to
-// reach it.
-void join_group(tbcollComm_t comm) {
-  if (c_group_depth == 0 || comm == nullptr) return;
-  for (tbcollComm_t seen : c_group_comms) {
-    if (seen == comm) return;
-  }
-  comm->communicator->group_start();
-  retain(comm);
-  c_group_comms.push_back(comm);
-}
-
-// A communicator destroyed or aborted inside a group, on the group's thread, leaves it (its recorded operations go
-// with it).
-void leave_group(tbcollComm_t comm) {
-  auto at = std::find(c_group_comms.begin(), c_group_comms.end(), comm);
-  if (at == c_group_comms.end()) return;
-  c_group_comms.erase(at);
-  release(comm);
-}
-
 }  // namespace
 
 extern "C" {
@@ -222,6 +92,7 @@ tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId
     if (rank < 0 || rank >= nranks) {
       throw tbcoll::InvalidArgument(fmt::format("rank {} out of range for nranks {}", rank, nranks));
     }
+    if (defer_init(comm, [id, rank, nranks] { return tbcoll::Communicator::init(id, rank, nranks); })) return;
     *comm = new_handle(tbcoll::Communicator::init(id, rank, nranks));
   });
 }
@@ -331,89 +202,106 @@ const char* tbcollGetErrorString(tbcollResult_t result) {
   }
 }
 
-const char* tbcollGetLastError(tbcollComm_t) { return last_error.c_str(); }
+const char* tbcollGetLastError(tbcollComm_t) { return last_error().c_str(); }
 
 tbcollResult_t tbcollAllReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                tbcollRedOp_t op, tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollAllReduce");
-    c.all_reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op));
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as ints: a C enum may hold any value
+  const int op_value = raw(op);
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    all_reduce(comm, c, sendbuff, recvbuff, count, dtype, op_value);
   });
 }
 
 tbcollResult_t tbcollAllGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                                tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollAllGather");
-    c.all_gather(sendbuff, recvbuff, sendcount, dtype_of(datatype));
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    c.all_gather(sendbuff, recvbuff, sendcount, dtype);
   });
 }
 
 tbcollResult_t tbcollReduceScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
                                    tbcollRedOp_t op, tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollReduceScatter");
-    c.reduce_scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), op_of(op));
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as ints: a C enum may hold any value
+  const int op_value = raw(op);
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    reduce_scatter(comm, c, sendbuff, recvbuff, recvcount, dtype, op_value);
   });
 }
 
 tbcollResult_t tbcollReduce(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                             tbcollRedOp_t op, int root, tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollReduce");
-    c.reduce(sendbuff, recvbuff, count, dtype_of(datatype), op_of(op), root);
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as ints: a C enum may hold any value
+  const int op_value = raw(op);
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    reduce(comm, c, sendbuff, recvbuff, count, dtype, op_value, root);
   });
 }
 
 tbcollResult_t tbcollBroadcast(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                                int root, tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollBroadcast");
-    c.broadcast(sendbuff, recvbuff, count, dtype_of(datatype), root);
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    c.broadcast(sendbuff, recvbuff, count, dtype, root);
   });
 }
 
 tbcollResult_t tbcollBcast(void* buff, size_t count, tbcollDataType_t datatype, int root, tbcollComm_t comm) {
-  return tbcollBroadcast(buff, buff, count, datatype, root, comm);
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+  return collective(comm, [=](tbcoll::Communicator& c) { c.broadcast(buff, buff, count, dtype, root); });
 }
 
 tbcollResult_t tbcollBarrier(tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollBarrier");
+  return collective(comm, [=](tbcoll::Communicator& c) {
     c.barrier();
   });
 }
 
 tbcollResult_t tbcollAllToAll(const void* sendbuff, void* recvbuff, size_t count, tbcollDataType_t datatype,
                               tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollAllToAll");
-    c.all_to_all(sendbuff, recvbuff, count, dtype_of(datatype));
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    c.all_to_all(sendbuff, recvbuff, count, dtype);
   });
 }
 
 tbcollResult_t tbcollAllToAllv(const void* sendbuff, void* recvbuff, const size_t sendcounts[], const size_t sdispls[],
                                const size_t recvcounts[], const size_t rdispls[], tbcollDataType_t datatype,
                                tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollAllToAllv");
-    c.all_to_allv(sendbuff, recvbuff, sendcounts, sdispls, recvcounts, rdispls, dtype_of(datatype));
+  if (!in_group()) {
+    return with_comm(comm, [&](tbcoll::Communicator& c) {
+      c.all_to_allv(sendbuff, recvbuff, sendcounts, sdispls, recvcounts, rdispls, dtype_of(datatype));
+    });
+  }
+  // Recorded for tbcollGroupEnd: the arrays are copied (a NULL one stays NULL).
+  return guarded([&] {
+    const size_t n = static_cast<size_t>(counted(comm, [](tbcoll::Communicator& c) { return c.size(); }));
+    auto copy = [n](const size_t* array) {
+      return array == nullptr ? std::optional<std::vector<size_t>>() : std::vector<size_t>(array, array + n);
+    };
+    auto data = [](const std::optional<std::vector<size_t>>& array) { return array ? array->data() : nullptr; };
+    const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+    defer_collective(comm, [=, sc = copy(sendcounts), sd = copy(sdispls), rc = copy(recvcounts),
+                            rd = copy(rdispls)](tbcoll::Communicator& c) {
+      c.all_to_allv(sendbuff, recvbuff, data(sc), data(sd), data(rc), data(rd), dtype);
+    });
   });
 }
 
 tbcollResult_t tbcollGather(const void* sendbuff, void* recvbuff, size_t sendcount, tbcollDataType_t datatype,
                             int root, tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollGather");
-    c.gather(sendbuff, recvbuff, sendcount, dtype_of(datatype), root);
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    c.gather(sendbuff, recvbuff, sendcount, dtype, root);
   });
 }
 
 tbcollResult_t tbcollScatter(const void* sendbuff, void* recvbuff, size_t recvcount, tbcollDataType_t datatype,
                              int root, tbcollComm_t comm) {
-  return with_comm(comm, [&](tbcoll::Communicator& c) {
-    refuse_in_group("tbcollScatter");
-    c.scatter(sendbuff, recvbuff, recvcount, dtype_of(datatype), root);
+  const tbcoll::DataType dtype = dtype_of(datatype);  // captured as the C++ enum: any int is one
+  return collective(comm, [=](tbcoll::Communicator& c) {
+    c.scatter(sendbuff, recvbuff, recvcount, dtype, root);
   });
 }
 
@@ -432,9 +320,7 @@ tbcollResult_t start_async(tbcollRequest_t* request, tbcollComm_t comm, Start&& 
   return guarded([&] {
     if (request == nullptr) throw tbcoll::InvalidArgument("request pointer is NULL");
     *request = nullptr;
-    if (c_group_depth > 0) {
-      throw tbcoll::InvalidUsage("asynchronous call inside tbcollGroupStart/End: groups take send and recv only");
-    }
+    refuse_in_group("an asynchronous call");
     auto handle = std::make_unique<tbcollRequest>();
     handle->work = counted(comm, start);
     handle->comm = comm;
@@ -557,30 +443,6 @@ tbcollResult_t tbcollRequestFree(tbcollRequest_t request) {
   });
 }
 
-
-tbcollResult_t tbcollGroupStart(void) {
-  return guarded([&] { ++c_group_depth; });
-}
-
-tbcollResult_t tbcollGroupEnd(void) {
-  return guarded([&] {
-    if (c_group_depth == 0) throw tbcoll::InvalidUsage("tbcollGroupEnd without tbcollGroupStart");
-    if (--c_group_depth > 0) return;
-    std::vector<tbcollComm_t> comms = std::move(c_group_comms);
-    c_group_comms.clear();
-    // Every communicator leaves the group, even after one failed; the first error is reported.
-    std::exception_ptr first;
-    for (tbcollComm_t comm : comms) {
-      Release leave{comm};  // the reference join_group took
-      try {
-        comm->communicator->group_end();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
-    }
-    if (first) std::rethrow_exception(first);
-  });
-}
 
 tbcollResult_t tbcollSend(const void* sendbuff, size_t count, tbcollDataType_t datatype, int peer,
                           tbcollComm_t comm) {

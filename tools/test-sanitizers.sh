@@ -34,7 +34,7 @@ case "$kind" in
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
     targets=(tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
-    tests='^(Transports/|Async|Split|MeasuredTuningRuns|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
+    tests='^(Transports/|Async|Split|NcclApi|GroupCApi|MeasuredTuningRuns|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
     tests+='Ibverbs(Mesh|Lanes|Rails|SideChannel|ZeroCopyUse)[.]|Devices/IbverbsZeroCopy[.]|RdmaCheck[.]TwoRanks|'
     tests+='Collectives[.]Shm|soak_short|'
     tests+='TransportsAndSizes/Sweep[.][A-Za-z]*/(shm_[2-4]|(tcp|fakeverbs)_[23]|loopback_3)( |$)|'

@@ -39,11 +39,42 @@ TBCOLL_API tbcollResult_t tbcollGetVersion(int* version);
 TBCOLL_API tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* uniqueId);
 /** Collective over nranks ranks: builds a communicator. Blocks until all ranks are connected. */
 TBCOLL_API tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank);
+/** Settings of a communicator for tbcollCommInitRankConfig (as ncclConfig_t): start from
+ *  TBCOLL_CONFIG_INITIALIZER, then set what you need; fields left at TBCOLL_CONFIG_UNDEF_* come from the
+ *  environment as for tbcollCommInitRank. */
+#define TBCOLL_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define TBCOLL_CONFIG_MAGIC 0x7bc011u
+typedef struct {
+  size_t size;           /**< sizeof(tbcollConfig_t): set by the initializer */
+  unsigned int magic;    /**< TBCOLL_CONFIG_MAGIC: set by the initializer */
+  unsigned int version;  /**< 1 */
+  /** 1 or 0 (NCCL's non-blocking init): both accepted; creation here always finishes before the call returns,
+   *  so tbcollInProgress is never returned. */
+  int blocking;
+  /** The transport for every pair ("tcp", "shm", "ibverbs", "loopback"; NCCL's net names "Socket" and "IB" are
+   *  tcp and ibverbs), as TBCOLL_TRANSPORT; NULL: the best per pair. */
+  const char* transport;
+  int timeoutMs;  /**< every blocking call's deadline (ms), as TBCOLL_TIMEOUT; 0: none */
+} tbcollConfig_t;
+#define TBCOLL_CONFIG_INITIALIZER \
+  { sizeof(tbcollConfig_t), TBCOLL_CONFIG_MAGIC, 1, TBCOLL_CONFIG_UNDEF_INT, NULL, TBCOLL_CONFIG_UNDEF_INT }
+/** As tbcollCommInitRank, with settings (config may be NULL: the environment's). A config not made from
+ *  TBCOLL_CONFIG_INITIALIZER, or with a value out of range, is tbcollInvalidArgument naming the field. */
+TBCOLL_API tbcollResult_t tbcollCommInitRankConfig(tbcollComm_t* comm, int nranks, tbcollUniqueId commId, int rank,
+                                                   const tbcollConfig_t* config);
+/** As ncclCommInitAll: ndev communicators of one job whose ranks 0..ndev-1 all live in this process (to be
+ *  driven by ndev threads, or by one thread through groups). devlist is accepted for NCCL's signature: there
+ *  are no devices, so its entries only have to be distinct and non-negative (NULL: 0..ndev-1). */
+TBCOLL_API tbcollResult_t tbcollCommInitAll(tbcollComm_t* comms, int ndev, const int* devlist);
 /** Builds a communicator from TBCOLL_* / OpenMPI / PMI / Slurm environment variables. */
 TBCOLL_API tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm);
 #define TBCOLL_SPLIT_NOCOLOR (-1)
 /** Collective: a communicator per color, ranks ordered by key; color TBCOLL_SPLIT_NOCOLOR gives *newcomm = NULL. */
 TBCOLL_API tbcollResult_t tbcollCommSplit(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm);
+/** As tbcollCommSplit, with NCCL's config argument: NULL or a valid config (checked as tbcollCommInitRankConfig
+ *  does); the new communicators keep the parent's settings. */
+TBCOLL_API tbcollResult_t tbcollCommSplitConfig(tbcollComm_t comm, int color, int key, tbcollComm_t* newcomm,
+                                                const tbcollConfig_t* config);
 /** Releases the communicator: freed at once, or by the last call or group still using it on another thread
  *  (destroy never waits for them). Any call with the handle afterwards, a second destroy or abort included,
  *  returns tbcollInvalidUsage (the library keeps a few bytes per handle for that: it never crashes on one). */
@@ -70,6 +101,30 @@ TBCOLL_API tbcollResult_t tbcollCommRegister(const tbcollComm_t comm, void* buff
 TBCOLL_API tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle);
 TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
+
+/** As ncclMemAlloc: size bytes of zeroed, page-aligned memory of its own pages, the kind tbcollCommRegister takes
+ *  whole (register it for copy-free RDMA sends, as NCCL's user buffer registration asks too). */
+TBCOLL_API tbcollResult_t tbcollMemAlloc(void** ptr, size_t size);
+/** Frees memory tbcollMemAlloc gave (NULL: nothing to do); any other pointer, or one freed already, is
+ *  tbcollInvalidArgument. Registrations of it must be ended first. */
+TBCOLL_API tbcollResult_t tbcollMemFree(void* ptr);
+
+/** Where the scalar of tbcollRedOpCreatePreMulSum lives (as ncclScalarResidence_t). */
+typedef enum {
+  tbcollScalarDevice = 0,        /**< read by every call that uses the operator (memory of this process) */
+  tbcollScalarHostImmediate = 1  /**< read once, before tbcollRedOpCreatePreMulSum returns */
+} tbcollScalarResidence_t;
+/** As ncclRedOpCreatePreMulSum: an operator for comm's all-reduce, reduce and reduce-scatter of datatype that
+ *  multiplies this rank's input by *scalar (a value of datatype), then sums over the ranks (the scalar may differ
+ *  between ranks). *op is tbcollNumOps or above; it is valid on comm only, until tbcollRedOpDestroy. */
+TBCOLL_API tbcollResult_t tbcollRedOpCreatePreMulSum(tbcollRedOp_t* op, void* scalar, tbcollDataType_t datatype,
+                                                     tbcollScalarResidence_t residence, tbcollComm_t comm);
+TBCOLL_API tbcollResult_t tbcollRedOpDestroy(tbcollRedOp_t op, tbcollComm_t comm);
+
+/** For NCCL's stream argument (tbcoll/nccl.h): tbcollSuccess for NULL, else tbcollInvalidArgument, with
+ *  tbcollGetLastError naming `call` (calls here run on the CPU and finish before they return: there is no stream
+ *  to queue them on). */
+TBCOLL_API tbcollResult_t tbcollCheckStream(const void* stream, const char* call);
 
 /** Static description of a result code. */
 TBCOLL_API const char* tbcollGetErrorString(tbcollResult_t result);
@@ -151,11 +206,14 @@ TBCOLL_API tbcollResult_t tbcollTest(tbcollRequest_t request, int* done);
 TBCOLL_API tbcollResult_t tbcollWait(tbcollRequest_t request);
 TBCOLL_API tbcollResult_t tbcollRequestFree(tbcollRequest_t request);
 
-/** As ncclGroupStart/End, for send/recv: calls between them (on this thread) are recorded and run at the
- *  outermost tbcollGroupEnd, which blocks until they all completed. The calls of one communicator run together;
- *  several communicators in one group run one after the other, in the order they joined it, so a group must not
- *  make one communicator's calls wait for another's (use one communicator for such an exchange). Collectives
- *  and splits inside a group are refused (tbcollInvalidUsage). */
+/** As ncclGroupStart/End: calls between them on this thread are recorded and run at the outermost
+ *  tbcollGroupEnd, which blocks until they all completed (their buffers, and tbcollAllToAllv's arrays, must stay
+ *  valid until then). Per communicator, its sends and receives run together (in any order across ranks, a rank
+ *  may send to itself), then its collectives in the order they were called. Several communicators in one group
+ *  run at once, each on a thread of its own, as do tbcollCommInitRank(Config) calls made in the group (*comm is
+ *  set by tbcollGroupEnd): one thread may drive every rank of tbcollCommInitAll's communicators. Errors of the
+ *  recorded calls are returned by tbcollGroupEnd (the first, in the order the communicators joined). Splits,
+ *  tbcollCommFinalize and the *Async calls inside a group are refused (tbcollInvalidUsage). */
 TBCOLL_API tbcollResult_t tbcollGroupStart(void);
 TBCOLL_API tbcollResult_t tbcollGroupEnd(void);
 

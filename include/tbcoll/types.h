@@ -39,7 +39,8 @@ typedef enum {
   tbcollMax = 2,
   tbcollMin = 3,
   tbcollAvg = 4,
-  tbcollNumOps = 5
+  tbcollNumOps = 5,  /**< and the first value of the operators tbcollRedOpCreatePreMulSum makes */
+  tbcollMaxRedOp = 0x7fffffff  /**< the largest value an operator may have (as ncclMaxRedOp): any int fits */
 } tbcollRedOp_t;
 
 #ifdef __cplusplus

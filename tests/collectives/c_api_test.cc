@@ -373,23 +373,26 @@ TEST(CApi, AbortOfAGroupMemberDoesNotFreeItUnderTheGroup) {
   EXPECT_EQ(tbcollCommDestroy(a1), tbcollSuccess);
 }
 
-// Groups take send and recv only: a collective or a split inside one is refused, whatever came before it.
-TEST(CApi, CollectivesInsideAGroupAreRefused) {
+// Collectives inside a group are recorded and run at its end; splits and asynchronous calls are refused there.
+TEST(CApi, CollectivesInsideAGroupRunAtItsEnd) {
   tbcollUniqueId id;
   ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
   tbcollComm_t comm = nullptr;
   ASSERT_EQ(tbcollCommInitRank(&comm, 1, id, 0), tbcollSuccess);
-  float x = 1;
+  float x = 1, y = 0;
   ASSERT_EQ(tbcollGroupStart(), tbcollSuccess);
-  EXPECT_EQ(tbcollAllReduce(&x, &x, 1, tbcollFloat32, tbcollSum, comm), tbcollInvalidUsage);
-  EXPECT_NE(std::string(tbcollGetLastError(comm)).find("tbcollAllReduce inside tbcollGroupStart/End"),
-            std::string::npos) << tbcollGetLastError(comm);
-  EXPECT_EQ(tbcollBarrier(comm), tbcollInvalidUsage);
-  EXPECT_EQ(tbcollBcast(&x, 1, tbcollFloat32, 0, comm), tbcollInvalidUsage);
+  EXPECT_EQ(tbcollAllReduce(&x, &y, 1, tbcollFloat32, tbcollSum, comm), tbcollSuccess);
+  EXPECT_EQ(tbcollBarrier(comm), tbcollSuccess);
+  EXPECT_EQ(tbcollBcast(&x, 1, tbcollFloat32, 0, comm), tbcollSuccess);
+  EXPECT_EQ(y, 0.0f) << "ran before tbcollGroupEnd";
   tbcollComm_t child = nullptr;
   EXPECT_EQ(tbcollCommSplit(comm, 0, 0, &child), tbcollInvalidUsage);
-  EXPECT_EQ(tbcollGroupEnd(), tbcollSuccess);
-  EXPECT_EQ(tbcollAllReduce(&x, &x, 1, tbcollFloat32, tbcollSum, comm), tbcollSuccess) << "usable after the group";
+  EXPECT_NE(std::string(tbcollGetLastError(comm)).find("tbcollCommSplit inside tbcollGroupStart/End"),
+            std::string::npos) << tbcollGetLastError(comm);
+  tbcollRequest_t request = nullptr;
+  EXPECT_EQ(tbcollAllReduceAsync(&x, &x, 1, tbcollFloat32, tbcollSum, comm, &request), tbcollInvalidUsage);
+  EXPECT_EQ(tbcollGroupEnd(), tbcollSuccess) << tbcollGetLastError(comm);
+  EXPECT_EQ(y, 1.0f);
   EXPECT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
 }
 
