@@ -144,6 +144,7 @@ WorkPtr ProcessGroupTbcoll::allreduce(std::vector<at::Tensor>& tensors, const c1
   if (t.is_sparse()) return guarded(timeout_s_, [&] { return sparse_allreduce(t, opts); });
   const Buffer b = buffer_of(t, "allreduce", "the tensor");
   const ReduceOp op = reduce_op(opts.reduceOp, "allreduce", t);
+  premul_scaled(opts.reduceOp, t, /*in_place=*/true);
   return issue(OpType::ALLREDUCE, "tbcoll:all_reduce", bytes_of(b), all_reduce_call(comm_.get(), b, op), tensors,
                tensors, tensors);
 }
@@ -163,6 +164,7 @@ WorkPtr ProcessGroupTbcoll::allreduce_coalesced(std::vector<at::Tensor>& tensors
   at::Tensor flat = flatten(tensors);
   const Buffer b = buffer_of(flat, "allreduce_coalesced", "the tensors");
   const ReduceOp op = reduce_op(opts.reduceOp, "allreduce_coalesced", flat);
+  premul_scaled(opts.reduceOp, flat, /*in_place=*/true);  // flat is a copy
   std::vector<at::Tensor> outputs = tensors;
   std::function<void()> after = [flat, outputs] { unflatten(flat, outputs); };
   return issue(OpType::ALLREDUCE_COALESCED, "tbcoll:all_reduce", bytes_of(b), all_reduce_call(comm_.get(), b, op),
@@ -173,6 +175,7 @@ WorkPtr ProcessGroupTbcoll::reduce(std::vector<at::Tensor>& tensors, const c10d:
   at::Tensor& t = one(tensors, "reduce");
   const Buffer b = buffer_of(t, "reduce", "the tensor");
   const ReduceOp op = reduce_op(opts.reduceOp, "reduce", t);
+  premul_scaled(opts.reduceOp, t, /*in_place=*/true);
   Communicator* comm = comm_.get();
   const int root = static_cast<int>(opts.rootRank);
   return issue(OpType::REDUCE, "tbcoll:reduce", bytes_of(b), [comm, b, op, root](bool queued) {
@@ -296,7 +299,8 @@ WorkPtr ProcessGroupTbcoll::scatter(std::vector<at::Tensor>& outputs, std::vecto
 
 WorkPtr ProcessGroupTbcoll::_reduce_scatter_base(at::Tensor& output, at::Tensor& input,
                                                  const c10d::ReduceScatterOptions& opts) {
-  const Buffer in = buffer_of(input, "_reduce_scatter_base", "the input");
+  at::Tensor scaled = premul_scaled(opts.reduceOp, input, /*in_place=*/false);  // the input itself stays
+  const Buffer in = buffer_of(scaled, "_reduce_scatter_base", "the input");
   const Buffer out = buffer_of(output, "_reduce_scatter_base", "the output");
   if (input.scalar_type() != output.scalar_type() || input.numel() != output.numel() * size_) {
     refuse("_reduce_scatter_base", fmt::format("the input has {} elements; it needs {} x {} (the output's)",
@@ -304,7 +308,7 @@ WorkPtr ProcessGroupTbcoll::_reduce_scatter_base(at::Tensor& output, at::Tensor&
   }
   const ReduceOp op = reduce_op(opts.reduceOp, "_reduce_scatter_base", output);
   return issue(OpType::_REDUCE_SCATTER_BASE, "tbcoll:reduce_scatter_tensor", bytes_of(in),
-               reduce_scatter_call(comm_.get(), in.data, out, op), {input}, {output, input}, {output});
+               reduce_scatter_call(comm_.get(), in.data, out, op), {input}, {output, scaled}, {output});
 }
 
 WorkPtr ProcessGroupTbcoll::reduce_scatter(std::vector<at::Tensor>& outputs,
@@ -318,6 +322,7 @@ WorkPtr ProcessGroupTbcoll::reduce_scatter(std::vector<at::Tensor>& outputs,
   }
   check_like(inputs[0], t, "reduce_scatter", "input");
   at::Tensor flat = flatten(inputs[0]);
+  premul_scaled(opts.reduceOp, flat, /*in_place=*/true);  // flat is a copy
   const Buffer in = buffer_of(flat, "reduce_scatter", "the input");
   const ReduceOp op = reduce_op(opts.reduceOp, "reduce_scatter", t);
   return issue(OpType::REDUCE_SCATTER, "tbcoll:reduce_scatter", bytes_of(in),

@@ -56,6 +56,7 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name, const at::Tensor&
   }
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return ReduceOp::kSum;
+    case c10d::ReduceOp::PREMUL_SUM: return ReduceOp::kSum;  // inputs scaled first: premul_scaled()
     case c10d::ReduceOp::AVG: return ReduceOp::kAvg;
     default: break;
   }
@@ -70,6 +71,19 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name, const at::Tensor&
   const unsigned index = static_cast<unsigned>(op.op_);
   refuse(name, fmt::format("reduction {} is not supported (SUM, AVG, PRODUCT, MIN, MAX)",
                            index < 9 ? names[index] : std::to_string(index)));
+}
+
+at::Tensor premul_scaled(const c10d::ReduceOp& op, at::Tensor& t, bool in_place) {
+  if (op.op_ != c10d::ReduceOp::PREMUL_SUM) return t;
+  const auto* factor = dynamic_cast<const c10d::NCCLPreMulSumSupplement*>(op.supplement_.get());
+  if (factor == nullptr) refuse("PREMUL_SUM", "the op carries no factor (make it with _make_nccl_premul_sum)");
+  if (factor->tensor_factors.empty()) {
+    return in_place ? t.mul_(factor->double_factor) : t.mul(factor->double_factor);
+  }
+  const at::Tensor& f = factor->tensor_factors[0];
+  if (f.numel() != 1) refuse("PREMUL_SUM", fmt::format("the factor tensor has {} elements, not 1", f.numel()));
+  const at::Tensor scalar = f.to(at::kCPU).to(t.scalar_type());
+  return in_place ? t.mul_(scalar) : t.mul(scalar);
 }
 
 at::Tensor& one(std::vector<at::Tensor>& tensors, const char* op) {

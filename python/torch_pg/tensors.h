@@ -24,7 +24,11 @@ struct Buffer {
 Buffer buffer_of(const at::Tensor& t, const char* op, const std::string& what);
 /// tbcoll's op for t's reduction by torch's op; complex tensors take SUM and AVG only (the others are not
 /// elementwise on pairs); bool ones reduce as logical or (SUM, MAX) and and (PRODUCT, MIN).
+/// PREMUL_SUM (torch.distributed._make_nccl_premul_sum) is kSum of inputs pre-multiplied with premul_scaled().
 ReduceOp reduce_op(const c10d::ReduceOp& op, const char* name, const at::Tensor& t);
+/// For PREMUL_SUM: t multiplied by the op's factor (a number, or a one-element tensor), in place when in_place
+/// (a tensor the call overwrites anyway) and else into a new tensor, returned; for any other op, t as it is.
+at::Tensor premul_scaled(const c10d::ReduceOp& op, at::Tensor& t, bool in_place);
 /// The single tensor of a list that must hold one.
 at::Tensor& one(std::vector<at::Tensor>& tensors, const char* op);
 /// Checks every tensor of list has t's dtype and element count; what: "allgather's output".

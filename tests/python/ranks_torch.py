@@ -156,6 +156,30 @@ def asyncs():
 record("async", asyncs)
 
 
+def premul_sum():
+    # NCCL's pre-multiplied sum (what DDP's gradient averaging can ask for): each rank's input times the factor,
+    # summed; a number or a one-element tensor as the factor; all_reduce, reduce and both reduce_scatters.
+    out = []
+    for factor in (0.5, [torch.tensor([0.25])]):
+        op = dist._make_nccl_premul_sum(factor)
+        t = torch.full((7,), float(rank + 1))
+        dist.all_reduce(t, op=op)
+        r = torch.full((3,), float(rank + 2))
+        dist.reduce(r, dst=0, op=op)
+        base_in = torch.arange(2.0 * size) + rank
+        base_out = torch.zeros(2)
+        (dist.reduce_scatter_tensor if hasattr(dist, "reduce_scatter_tensor") else dist._reduce_scatter_base)(
+            base_out, base_in, op=op)
+        list_out = torch.zeros(2)
+        dist.reduce_scatter(list_out, [torch.full((2,), float(i + rank)) for i in range(size)], op=op)
+        out += [t, r if rank == 0 else torch.zeros(3), base_out, list_out, base_in]
+    return out
+
+
+if backend == "tbcoll":
+    record("premul_sum", premul_sum)
+
+
 def overlap():
     # Rank 0 starts an all_reduce that cannot finish before rank 1 joins 0.5 s later: the call returns at once, the
     # Work is not complete, rank 0 computes meanwhile, and wait() returns the right sum.
