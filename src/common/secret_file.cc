@@ -60,6 +60,9 @@ Read read(const std::string& path) {
     out.error = std::string("cannot read it: ") + std::strerror(errno);
   } else if (!S_ISREG(info.st_mode) && !S_ISFIFO(info.st_mode)) {
     out.error = S_ISDIR(info.st_mode) ? "is a directory" : "is not a regular file or a pipe (a device or a socket)";
+  } else if (info.st_uid != geteuid() && info.st_uid != 0) {
+    out.error = "is owned by uid " + std::to_string(info.st_uid) + ", not by this user (uid " +
+                std::to_string(geteuid()) + ") or root: its owner could have chosen the secret";
   } else if ((info.st_mode & 077) != 0) {
     out.error = "is open to group or others (mode " + mode_text(info.st_mode) + "): chmod 600 " + path;
   } else if (S_ISREG(info.st_mode) && static_cast<unsigned long long>(info.st_size) > kMaxSecretBytes) {

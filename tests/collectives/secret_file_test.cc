@@ -77,6 +77,17 @@ TEST(SecretFile, AFileOthersCanReadIsRefusedWithTheFix) {
   EXPECT_EQ(secret_of(dir.file("read-only", "read-only-secret-0123", 0400)), "read-only-secret-0123");
 }
 
+// A 0600 file another user owns is refused: that user chose the secret (and can read it). Root can give a file
+// away, so the test needs root.
+TEST(SecretFile, AFileAnotherUserOwnsIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to give a file to another user";
+  TempDir dir;
+  const std::string theirs = dir.file("theirs", "a-secret-of-twenty-bytes\n", 0600);
+  ASSERT_EQ(chown(theirs.c_str(), 65534, 65534), 0);
+  const std::string error = refusal(theirs);
+  EXPECT_NE(error.find("is owned by uid 65534, not by this user (uid 0) or root"), std::string::npos) << error;
+}
+
 TEST(SecretFile, APipeIsReadUntilItClosesAndASilentOneTimesOut) {
   TempDir dir;
   const std::string fifo = dir.path + "/fifo";
