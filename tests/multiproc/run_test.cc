@@ -432,7 +432,7 @@ TEST(TbcollRun, PassesTokenFromEnvironmentThrough) {
 }
 
 TEST(TbcollRun, ExtraVariablesReachEveryRankButCannotChangeTheRank) {
-  RunResult result = run({"-x", "FOO=bar", "-x", "BAZ=a=b", "-x", "TBCOLL_RANK=7", "-np", "2", "--", "sh", "-c",
+  RunResult result = run({"-x", "FOO=bar", "-x", "BAZ=a=b", "-np", "2", "--", "sh", "-c",
                           "echo \"$FOO|$BAZ|$TBCOLL_RANK\""});
   ASSERT_EQ(result.exit_code, 0) << result.err;
   std::vector<std::string> lines = split_lines(result.out);
@@ -722,6 +722,9 @@ TEST(TbcollRun, BadCommandLinesExit2WithUsage) {
       {"-n"},
       {"--bogus", "-n", "1", "true"},
       {"-x", "NOEQUALS", "-n", "1", "true"},
+      {"-x", "TBCOLL_RANK=7", "-n", "1", "true"},  // tbcoll-run sets it: it would be ignored
+      {"-x", "WORLD_SIZE=3", "-n", "1", "true"},
+      {"--hosts", "-oProxyCommand=touch /tmp/x:1", "true"},  // ssh would take it for an option
       {"--timeout", "0", "-n", "1", "true"},
       {"--timeout", "soon", "-n", "1", "true"},
       {"--timeout", "1e10", "-n", "1", "true"},  // its deadline in nanoseconds would overflow

@@ -35,6 +35,12 @@ TEST(Hosts, CommandLineList) {
     EXPECT_NE(error_of([&] { parse_hosts(bad); }), "no error") << bad;
   }
   EXPECT_NE(error_of([] { parse_hosts("m1:0"); }).find("slots '0'"), std::string::npos);
+  // A name ssh would read as an option (-oProxyCommand=... runs a command) is refused, in every kind of list.
+  EXPECT_NE(error_of([] { parse_hosts("-oProxyCommand=true:1"); }).find("starts with '-'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_hostfile("-oProxyCommand=true slots=1\n", "f"); }).find("starts with '-'"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_hostfile(R"([{"ssh": "-oProxyCommand=true"}])", "h.json"); }).find("starts with '-'"),
+            std::string::npos);
 }
 
 TEST(Hosts, TextHostfile) {

@@ -21,6 +21,7 @@ int parse_slots(const std::string& text, const std::string& where) {
 
 void check_name(const std::string& name, const std::string& where) {
   if (name.empty()) throw HostError(where + ": empty host name");
+  if (name[0] == '-') throw HostError(where + ": host name '" + name + "' starts with '-' (ssh would take it for an option)");
   for (char c : name) {
     if (std::isspace(static_cast<unsigned char>(c)) || c == '\'' || c == '"' || c == ',') {
       throw HostError(where + ": host name '" + name + "' has a space, quote or comma");

@@ -69,7 +69,7 @@ void print_usage(FILE* out) {
       "  --timeout SECONDS   kill the job and exit 124 if it runs longer\n"
       "  -x NAME[=VALUE]     set an extra environment variable in every rank, NAME alone passes ours on\n"
       "                      (repeatable; the variables tbcoll-run sets below, the token excepted,\n"
-      "                      cannot be overridden)\n"
+      "                      are refused: each rank gets its own)\n"
       "  --bind-to core|none pin rank i (local rank i on a host) to the i-th usable CPU, as mpirun does\n"
       "                      (default: core when there are at least as many CPUs as ranks, else none;\n"
       "                      with hosts, only on hosts that run several ranks)\n"
@@ -114,6 +114,11 @@ std::optional<int> apply_option(const std::string& arg, std::string value, Optio
   } else if (arg == "-x") {
     if (value.empty() || value[0] == '=') return usage_error("-x expects NAME=VALUE or NAME, got '" + value + "'");
     if (value.rfind("TBCOLL_SECRET=", 0) == 0) return usage_error(std::string("-x TBCOLL_SECRET=...: ") + kSecretInArgv);
+    const std::string name = value.substr(0, value.find('='));
+    for (const char* set : {"TBCOLL_RANK", "TBCOLL_WORLD_SIZE", "TBCOLL_LOCAL_RANK", "TBCOLL_LOCAL_SIZE", "TBCOLL_ROOT",
+                            "TBCOLL_ROOT_FD", "TBCOLL_HOST_ID", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE"}) {
+      if (name == set) return usage_error("-x " + value + ": tbcoll-run sets " + name + " for every rank itself");
+    }
     if (value.find('=') == std::string::npos) {
       const char* ours = std::getenv(value.c_str());
       if (ours == nullptr) return usage_error("-x " + value + ": " + value + " is not set here");
