@@ -566,8 +566,12 @@ class Launcher {
     }
   }
 
+  // Every rank that ended since the last call is collected first, then one failure is named: a rank killed by a
+  // signal before one that exited with an error status (ranks that lose a peer exit with an error within
+  // milliseconds, and can be collected in the same pass as the peer that was killed), else the lowest rank.
   void reap() {
     int status = 0;
+    std::vector<std::pair<int, int>> failed;  // (rank, status)
     for (pid_t pid; (pid = waitpid(-1, &status, WNOHANG)) > 0;) {
       auto it = rank_of_pid_.find(pid);
       if (it == rank_of_pid_.end() || (!WIFEXITED(status) && !WIFSIGNALED(status))) continue;
@@ -599,18 +603,27 @@ class Launcher {
       }
       // Only the first failure is news; the ones after it are our own doing.
       if ((WIFEXITED(status) && WEXITSTATUS(status) == 0) || aborting_) continue;
-      int code;
-      const std::string where = remote_ ? " (host " + host_name(rank) + ")" : "";
-      if (WIFEXITED(status)) {
-        code = WEXITSTATUS(status);
-        std::fprintf(stderr, "tbcoll-run: rank %d%s exited with status %d\n", r, where.c_str(), code);
-      } else {
-        code = 128 + WTERMSIG(status);
-        std::fprintf(stderr, "tbcoll-run: rank %d killed by signal %d (%s)\n", r, WTERMSIG(status),
-                     strsignal(WTERMSIG(status)));
-      }
-      begin_abort(SIGTERM, code);
+      failed.emplace_back(r, status);
     }
+    if (failed.empty() || aborting_) return;
+    auto cause = std::min_element(failed.begin(), failed.end(), [](const auto& a, const auto& b) {
+      return std::make_pair(!WIFSIGNALED(a.second), a.first) < std::make_pair(!WIFSIGNALED(b.second), b.first);
+    });
+    report_failure(cause->first, cause->second);
+  }
+
+  void report_failure(int r, int status) {
+    int code;
+    const std::string where = remote_ ? " (host " + host_name(ranks_[r]) + ")" : "";
+    if (WIFEXITED(status)) {
+      code = WEXITSTATUS(status);
+      std::fprintf(stderr, "tbcoll-run: rank %d%s exited with status %d\n", r, where.c_str(), code);
+    } else {
+      code = 128 + WTERMSIG(status);
+      std::fprintf(stderr, "tbcoll-run: rank %d killed by signal %d (%s)\n", r, WTERMSIG(status),
+                   strsignal(WTERMSIG(status)));
+    }
+    begin_abort(SIGTERM, code);
   }
 
   void read_stream(Stream& stream) {

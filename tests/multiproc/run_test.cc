@@ -521,6 +521,18 @@ TEST(TbcollRun, RankKilledBySignalStopsTheJob) {
   expect_all_gone(pids);
 }
 
+// A rank SIGKILLed in the middle of all_reduce calls: its peers fail within milliseconds and exit with status 1,
+// often before the launcher collected the killed one; the launcher names the killed rank anyway, every time.
+TEST(TbcollRun, NamesTheKilledRankNotThePeersItTookDown) {
+  for (int run_number = 0; run_number < 6; ++run_number) {
+    RunResult result = run({"-n", "3", "--", TBCOLL_TEST_PROG_PATH, "die", "1"});
+    EXPECT_EQ(result.exit_code, 128 + SIGKILL) << result.err;
+    EXPECT_TRUE(contains(result.err, "tbcoll-run: rank 1 killed by signal 9")) << "run " << run_number << ":\n"
+                                                                                << result.err;
+    EXPECT_EQ(count_of(result.err, "tbcoll-run: rank"), 1) << result.err;
+  }
+}
+
 TEST(TbcollRun, MissingProgramExits127) {
   RunResult result = run({"-n", "2", "--", "/nonexistent/tbcoll-no-such-program", "arg"});
   EXPECT_EQ(result.exit_code, 127);
