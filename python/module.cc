@@ -308,7 +308,16 @@ py::object all_to_all(PyComm& self, py::object send, py::object recv, py::object
 std::vector<size_t> per_rank(const py::object& values, const char* what, size_t n) {
   if (values.is_none()) return {};
   std::vector<size_t> out;
-  for (const auto& v : values) out.push_back(v.cast<size_t>());
+  for (const auto& v : values) {
+    if (!py::isinstance<py::int_>(v) && !py::hasattr(v, "__index__")) {
+      throw InvalidArgument(fmt::format("{} entry {} is {}, not an integer", what, out.size(),
+                                        py::str(py::type::of(v)).cast<std::string>()));
+    }
+    const long long value = py::reinterpret_borrow<py::object>(v).attr("__index__")().cast<long long>();
+    if (value < 0) throw InvalidArgument(fmt::format("{} entry {} is {}: counts and displacements are not negative",
+                                                     what, out.size(), value));
+    out.push_back(static_cast<size_t>(value));
+  }
   if (out.size() != n) {
     throw InvalidArgument(fmt::format("{} has {} entries; it needs one per rank ({})", what, out.size(), n));
   }

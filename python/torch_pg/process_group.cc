@@ -343,7 +343,12 @@ std::vector<size_t> split_counts(const at::Tensor& t, const std::vector<int64_t>
     split.assign(static_cast<size_t>(ranks), rows / ranks);
   }
   int64_t total = 0;
-  for (int64_t s : split) total += s;
+  for (size_t i = 0; i < split.size(); ++i) {
+    if (split[i] < 0) {
+      refuse("alltoall_base", fmt::format("the {} split size {} is {}: sizes are not negative", what, i, split[i]));
+    }
+    total += split[i];
+  }
   if (static_cast<int>(split.size()) != ranks || total != rows) {
     refuse("alltoall_base", fmt::format("the {} split sizes ({} of them, {} rows) do not cover its {} rows in {} "
                                         "blocks", what, split.size(), total, rows, ranks));

@@ -244,6 +244,11 @@ expect(tbcoll.InvalidArgument, lambda: comm.all_reduce(np.zeros(4, np.float32), 
 expect(tbcoll.InvalidArgument, lambda: comm.broadcast(np.zeros(4, np.float32), root=size), ["root"])
 expect(tbcoll.InvalidArgument, lambda: comm.all_reduce([1, 2, 3]), ["list"])
 expect(tbcoll.InvalidArgument, lambda: comm.all_reduce(np.zeros(3, np.float32), dtype="float64"), ["8-byte"])
+expect(tbcoll.InvalidArgument, lambda: comm.all_to_allv(np.zeros(4 * size, np.float32), np.zeros(4 * size, np.float32),
+                                                        [-1] + [1] * (size - 1), [1] * size),
+       ["send_counts entry 0 is -1", "not negative"])
+expect(tbcoll.InvalidArgument, lambda: comm.all_to_allv(np.zeros(4 * size, np.float32), np.zeros(4 * size, np.float32),
+                                                        [1] * size, ["1"] * size), ["recv_counts entry 0 is", "str"])
 
 # ---- ranks that disagree: a MismatchError on every rank within the deadline ---------------------------------------
 m = comm.split(0, rank)
