@@ -58,6 +58,13 @@ tbcoll::c_api::LiveHandles& registrations() {
   static auto* live = new tbcoll::c_api::LiveHandles("registration handle");
   return *live;
 }
+// A communicator's registrations end with it, as NCCL's do: tbcollCommDeregister then has no handle to take.
+void end_registrations(tbcollComm_t comm) {
+  for (const void* handle : registrations().take_all(comm)) {
+    delete static_cast<tbcoll::MemoryRegistration*>(const_cast<void*>(handle));
+  }
+}
+
 tbcoll::c_api::LiveHandles& requests() {
   static auto* live = new tbcoll::c_api::LiveHandles("request");
   return *live;
@@ -121,6 +128,7 @@ tbcollResult_t tbcollCommDestroy(tbcollComm_t comm) {
     if (comm == nullptr) return;
     close_handle(comm, "tbcollCommDestroy");
     leave_group(comm);
+    end_registrations(comm);
     release(comm);  // destroyed now, or by the last call or group still using it
   });
 }
@@ -130,6 +138,7 @@ tbcollResult_t tbcollCommAbort(tbcollComm_t comm) {
     if (comm == nullptr) return;
     close_handle(comm, "tbcollCommAbort");
     leave_group(comm);
+    end_registrations(comm);
     comm->communicator->abort();  // calls running on other threads fail fast now
     release(comm);
   });
@@ -175,6 +184,7 @@ tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle) {
   return guarded([&] {
     if (comm == nullptr) throw tbcoll::InvalidArgument("communicator is NULL");
     if (handle == nullptr) throw tbcoll::InvalidArgument("handle is NULL (not one tbcollCommRegister gave)");
+    counted(comm, [](tbcoll::Communicator&) {}, /*finalized_ok=*/true);  // destroyed: its registrations ended
     registrations().take(handle, comm);
     delete static_cast<tbcoll::MemoryRegistration*>(handle);
   });

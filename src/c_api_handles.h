@@ -5,6 +5,7 @@
 
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -41,6 +42,21 @@ class LiveHandles {
       throw InvalidArgument(fmt::format("{} {} belongs to another communicator than the one given", what_, handle));
     }
     live_.erase(it);
+  }
+
+  /// Takes back every handle made on comm (the caller deletes them).
+  std::vector<const void*> take_all(tbcollComm_t comm) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::vector<const void*> out;
+    for (auto it = live_.begin(); it != live_.end();) {
+      if (it->second == comm) {
+        out.push_back(it->first);
+        it = live_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return out;
   }
 
  private:

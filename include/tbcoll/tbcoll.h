@@ -93,11 +93,12 @@ TBCOLL_API tbcollResult_t tbcollCommFinalize(tbcollComm_t comm);
 TBCOLL_API tbcollResult_t tbcollCommGetAsyncError(tbcollComm_t comm, tbcollResult_t* asyncError);
 /** As ncclCommRegister: registers [buff, buff + size) with the communicator's transports, so sends from it go
  *  without a copy into the transport's buffers (ibverbs); *handle is for tbcollCommDeregister. The memory must stay
- *  mapped until then. Memory no transport could take is not an error (sends from it copy). */
+ *  mapped until then, or until the communicator is destroyed or aborted, which ends its registrations. Memory no
+ *  transport could take is not an error (sends from it copy). */
 TBCOLL_API tbcollResult_t tbcollCommRegister(const tbcollComm_t comm, void* buff, size_t size, void** handle);
 /** As ncclCommDeregister: ends a registration (calls still sending from the memory keep it until they finish). A
- *  handle deregistered already, or not one tbcollCommRegister gave: tbcollInvalidUsage; one of another
- *  communicator: tbcollInvalidArgument (it stays registered). */
+ *  handle deregistered already, or not one tbcollCommRegister gave, or a communicator destroyed already:
+ *  tbcollInvalidUsage; one of another communicator: tbcollInvalidArgument (it stays registered). */
 TBCOLL_API tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* handle);
 TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);

@@ -227,6 +227,22 @@ TEST(CApi, AsynchronousCallsAndRequests) {
   EXPECT_EQ(tbcollRequestFree(nullptr), tbcollSuccess) << "freeing NULL is a no-op, like free()";
 }
 
+// A communicator's registrations end with it: deregistering one afterwards is InvalidUsage naming the destroyed
+// communicator (it returned success), and nothing leaks (the ASan stage checks).
+TEST(CApi, RegistrationsEndWithTheirCommunicator) {
+  tbcollUniqueId id;
+  ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
+  tbcollComm_t comm = nullptr;
+  ASSERT_EQ(tbcollCommInitRank(&comm, 1, id, 0), tbcollSuccess);
+  std::vector<float> data(4096);
+  void* handle = nullptr;
+  ASSERT_EQ(tbcollCommRegister(comm, data.data(), data.size() * sizeof(float), &handle), tbcollSuccess);
+  ASSERT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
+  EXPECT_EQ(tbcollCommDeregister(comm, handle), tbcollInvalidUsage);
+  EXPECT_NE(std::string(tbcollGetLastError(nullptr)).find("destroyed or aborted"), std::string::npos)
+      << tbcollGetLastError(nullptr);
+}
+
 // As ncclCommRegister/ncclCommDeregister: a handle for any memory (transports with nothing to gain from it take
 // none of it), calls from registered memory as from any, and bad arguments named.
 TEST(CApi, RegisterAndDeregisterMemory) {
