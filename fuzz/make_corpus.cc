@@ -168,6 +168,31 @@ void tokenizer() {
   seed("tokenizer", "bytes", std::string("\x00\x00\x00", 3) + std::string("\x01\x7f\x80\xff\t\n", 6));
 }
 
+// C API programs (fuzz/c_api.cc): each step is (selector, communicator pick, fields); the selector's bits 5-7 pick
+// the kind of call. One program per kind, and one that mixes them.
+void c_api() {
+  auto program = [](std::initializer_list<int> kinds, int steps, unsigned salt) {
+    std::string out;
+    unsigned x = salt;
+    for (int i = 0; i < steps; ++i) {
+      const int kind = *(kinds.begin() + i % static_cast<int>(kinds.size()));
+      out += static_cast<char>(kind * 32 + i % 3);
+      out += static_cast<char>(i % 7);
+      for (int field = 0; field < 12; ++field) {
+        x = x * 1103515245u + 12345u;
+        out += static_cast<char>((x >> 16) % (field % 3 == 0 ? 70 : 256));
+      }
+    }
+    return out;
+  };
+  seed("c_api", "collectives", program({0, 1}, 24, 1));
+  seed("c_api", "requests", program({2, 3, 2, 3, 3}, 20, 2));
+  seed("c_api", "memory", program({4}, 24, 3));
+  seed("c_api", "lifetime", program({0, 5, 0, 7}, 24, 4));
+  seed("c_api", "groups", program({6, 0, 1, 6, 2}, 30, 5));
+  seed("c_api", "mixed", program({0, 1, 2, 3, 4, 5, 6, 7}, 48, 6));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -182,5 +207,6 @@ int main(int argc, char** argv) {
   rendezvous();
   gguf();
   tokenizer();
+  c_api();
   return 0;
 }
