@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "tbcoll/error.hpp"
+#include "bootstrap/store_auth.h"
 #include "tbcoll/store.hpp"
 
 namespace tbcoll {
@@ -66,5 +67,9 @@ class InMemoryStore final : public Store {
 }  // namespace
 
 std::shared_ptr<Store> make_in_memory_store() { return std::make_shared<InMemoryStore>(); }
+
+namespace bootstrap {
+bool is_in_memory(const Store& store) { return dynamic_cast<const InMemoryStore*>(&store) != nullptr; }
+}  // namespace bootstrap
 
 }  // namespace tbcoll

@@ -10,10 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "bootstrap/store_auth.h"
 #include "bootstrap/store_protocol.h"
 #include "common/auth.h"
 #include "common/net.h"
 #include "tbcoll/error.hpp"
+#include "bootstrap/store_auth.h"
 #include "tbcoll/store.hpp"
 
 namespace tbcoll {
@@ -189,5 +191,9 @@ std::shared_ptr<Store> connect_tcp_store(const std::string& host_port, const std
                                          const std::string& secret) {
   return std::make_shared<TcpStoreClient>(host_port, token, deadline, secret);
 }
+
+namespace bootstrap {
+bool is_tcp_client(const Store& store) { return dynamic_cast<const TcpStoreClient*>(&store) != nullptr; }
+}  // namespace bootstrap
 
 }  // namespace tbcoll

@@ -1,8 +1,12 @@
 // Set-up phase 1: the rendezvous store and the communicator id (setup.h).
 
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include "bootstrap/open_store.h"
+#include "bootstrap/store_auth.h"
+#include "common/log.h"
 #include "common/net.h"
 #include "setup/setup.h"
 
@@ -32,6 +36,17 @@ Rendezvous open_rendezvous(const Config& config, const env::Settings& settings, 
     }
     out.store = connect_tcp_store(config.root, config.token, deadline, secret);
   }
+  if (config.store && secret.empty() && rank == 0 && !bootstrap::is_in_memory(*config.store) &&
+      !bootstrap::is_tcp_client(*config.store)) {
+    static std::once_flag once;  // once per process: splits and later communicators meet through it too
+    std::call_once(once, [] {
+      log::warn("rank 0: the rendezvous runs through a store tbcoll did not open (torch's TCPStore, a Python store) "
+                "and no job secret is set: whoever reaches that store can rewrite the ranks' records and redirect or "
+                "alter their data. Set TBCOLL_SECRET_FILE or TBCOLL_SECRET on every rank; see docs/security.md");
+    });
+  }
+  // With a secret, records carry a MAC whatever store carries them (store_auth.h).
+  out.store = bootstrap::authenticated(out.store, secret, config.token);
   // Listen on the interface that reaches the rendezvous (127.0.0.1 for in-process stores).
   out.bind_host = out.store->local_address();
   // One communicator id for the handshakes, chosen by rank 0.

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bootstrap/rendezvous.h"
+#include "bootstrap/store_auth.h"
 #include "collectives/harness.h"
 #include "common/auth.h"
 #include "common/net.h"
@@ -112,10 +113,15 @@ Outcome relayed_all_reduce(const std::map<std::string, std::string>& knobs) {
     });
   };
   std::thread rank0(body, 0);
-  // Rank 0's record, rewritten to send rank 1 to the relay before rank 1 reads it.
+  // Rank 0's record, rewritten to send rank 1 to the relay before rank 1 reads it. With the secret, records carry
+  // a MAC a rewrite cannot forge (store_auth.h): the test seals its rewrite with the secret, standing for an
+  // attacker who redirects the traffic on the network instead (ARP, a router), which no record can prevent.
+  const auto secret = knobs.find("TBCOLL_SECRET");
+  const std::shared_ptr<Store> records =
+      secret == knobs.end() ? store : bootstrap::authenticated(store, secret->second, "tbcoll");
   std::string record;
   try {
-    record = bootstrap::text_of(store->get("relayed/peer/0", deadline_after(10)));
+    record = bootstrap::text_of(records->get("relayed/peer/0", deadline_after(10)));
   } catch (const Error& error) {
     rank0.join();
     ADD_FAILURE() << error.what() << " | rank 0: " << out.errors[0];
@@ -125,7 +131,7 @@ Outcome relayed_all_reduce(const std::map<std::string, std::string>& knobs) {
   const size_t end = record.find('\n', at);
   relay = std::make_unique<Relay>(record.substr(at + 8, end - at - 8), 1000);
   const std::string rewritten = record.substr(0, at + 8) + relay->address() + record.substr(end);
-  store->set("relayed/peer/0", bootstrap::bytes_of(rewritten), deadline_after(5));
+  records->set("relayed/peer/0", bootstrap::bytes_of(rewritten), deadline_after(5));
   std::thread rank1(body, 1);
   rank0.join();
   rank1.join();

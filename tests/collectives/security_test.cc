@@ -19,6 +19,7 @@
 #include "common/time.h"
 #include "tbcoll/tbcoll.hpp"
 #include "transports/tcp/wire.h"
+#include "bootstrap/store_auth.h"
 #include "collectives/harness.h"
 
 namespace tbcoll {
@@ -78,14 +79,18 @@ struct WaitingJob {
       }
     };
     body = rank_body;
+    // The test reads and writes records as a rank does: sealed with the job secret when there is one.
+    const auto secret = knobs.find("TBCOLL_SECRET");
+    const std::shared_ptr<Store> records =
+        secret == knobs.end() ? store : bootstrap::authenticated(store, secret->second, "right-token");
     const std::string placeholder = "host=elsewhere\npid=1\nworld=2\ndev.tcp=127.0.0.1:1\n";
-    store->set(prefix + "/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
+    records->set(prefix + "/peer/1", {placeholder.begin(), placeholder.end()}, deadline_after(5));
     rank0 = std::thread(body, 0);
-    const auto text = store->get(prefix + "/peer/0", deadline_after(10));
+    const auto text = records->get(prefix + "/peer/0", deadline_after(10));
     const std::string info(text.begin(), text.end());
     const size_t at = info.find("dev.tcp=");
     if (at != std::string::npos) address = info.substr(at + 8, info.find('\n', at) - at - 8);
-    const auto id = store->get(prefix + "/comm_id", deadline_after(10));
+    const auto id = records->get(prefix + "/comm_id", deadline_after(10));
     comm_id = std::stoull(std::string(id.begin(), id.end()));
   }
   ~WaitingJob() {
