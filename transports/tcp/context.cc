@@ -27,6 +27,7 @@
 #include "common/net.h"
 #include "common/time.h"
 #include "transports/endpoint_list.h"
+#include "transports/tcp/admission.h"
 #include "transports/tcp/context.h"
 #include "transports/tcp/endpoint.h"
 #include "transports/tcp/wire.h"
@@ -57,7 +58,7 @@ void set_buffers(int fd, int bytes) {
 class Context final : public transport::Context {
  public:
   explicit Context(const transport::ContextArgs& args)
-      : args_(args), buffer_bytes_(socket_buffer_bytes(env::Settings(args.knobs))),
+      : args_(args), admission_(args.rank), buffer_bytes_(socket_buffer_bytes(env::Settings(args.knobs))),
         integrity_(env::Settings(args.knobs).get_int("TBCOLL_INTEGRITY") != 0) {
     if (args_.token.size() > kMaxTokenBytes) throw InvalidArgument("[tcp] job token longer than 1024 bytes");
     if (integrity_ && args_.secret.empty()) {
@@ -157,6 +158,7 @@ class Context final : public transport::Context {
   // its own time limit, so connections that never speak cannot hold up the peers behind them.
   struct Pending {
     int fd;
+    Clock::time_point accepted;
     Clock::time_point limit;
     std::vector<uint8_t> in;  // Hello, the token (and nonce), then the connector's proof
     bool challenged = false;  // our nonce and proof went out (a job secret): the connector's proof comes next
@@ -178,14 +180,18 @@ class Context final : public transport::Context {
     while (pending.in.size() < want) {
       uint8_t buf[512];
       ssize_t got = recv(pending.fd, buf, std::min(sizeof(buf), want - pending.in.size()), MSG_DONTWAIT);
-      if (got == 0) return -2;  // closed
-      if (got < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? -1 : -2;
+      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return -1;
+      if (got <= 0) {  // closed, or reset
+        admission_.dropped();
+        return -2;
+      }
       pending.in.insert(pending.in.end(), buf, buf + got);
       if (pending.in.size() == sizeof(Hello)) {
         std::memcpy(&hello, pending.in.data(), sizeof(hello));
         if (hello.magic != kHelloMagic) {
-          log::warn("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})", args_.rank,
-                    hello.magic);
+          admission_.warn(fmt::format("[tcp] rank {}: rejected a connection: not a tbcoll handshake (magic {:#x})",
+                                      args_.rank, hello.magic));
+          admission_.rejected();
           return -2;  // garbage: don't even answer
         }
         if (hello.version != kProtocolVersion) return reject(pending.fd, hello, WelcomeStatus::kBadVersion, who);
@@ -209,7 +215,9 @@ class Context final : public transport::Context {
       Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
       net::write_all(pending.fd, &welcome, sizeof(welcome), pending.limit, who);
     } catch (const Error& error) {
-      log::warn("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank, error.what());
+      admission_.warn(fmt::format("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank,
+                                  error.what()));
+      admission_.dropped();
       return -2;
     }
     if (integrity_) {
@@ -246,7 +254,9 @@ class Context final : public transport::Context {
         net::write_all(pending.fd, out.data(), out.size(), pending.limit, who);
         pending.challenged = true;
       } catch (const Error& error) {
-        log::warn("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank, error.what());
+        admission_.warn(fmt::format("[tcp] rank {}: dropped a connection during the handshake: {}", args_.rank,
+                                    error.what()));
+        admission_.dropped();
       }
       return false;
     }
@@ -269,8 +279,9 @@ class Context final : public transport::Context {
                       : status == WelcomeStatus::kNoSecret ? "it has a job secret and this rank none"
                       : status == WelcomeStatus::kBadSecret ? "wrong proof of the job secret"
                                                             : welcome_status_name(static_cast<uint32_t>(status));
-    log::warn("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank, hello.from_rank,
-              hello.version, why);
+    admission_.warn(fmt::format("[tcp] rank {}: rejected a connection claiming rank {} (protocol {}): {}", args_.rank,
+                                hello.from_rank, hello.version, why));
+    admission_.rejected();
     try {
       Welcome welcome{kHelloMagic, static_cast<uint32_t>(status)};
       net::write_all(fd, &welcome, sizeof(welcome), Clock::now() + std::chrono::milliseconds(100), who);
@@ -281,59 +292,85 @@ class Context final : public transport::Context {
 
   void accept_from(const std::map<int, bool>& expected, std::map<int, int>& fds, Deadline deadline) {
     std::vector<Pending> pending;
-    auto drop_all = [&] {
-      for (Pending& p : pending) close(p.fd);
-    };
     try {
       size_t accepted = 0;
       while (accepted < expected.size()) {
         check_cancelled(args_.cancelled, fmt::format("[tcp] rank {}: accepting peers", args_.rank));
         std::vector<pollfd> pfds{{listen_fd_, POLLIN, 0}};
         for (const Pending& p : pending) pfds.push_back({p.fd, POLLIN, 0});
-        int left = remaining_ms(deadline);
-        if (left <= 0) {
-          std::string missing;
-          for (const auto& [rank, unused] : expected) {
-            if (fds.count(rank) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
-          }
-          throw TimeoutError(fmt::format("[tcp] rank {}: peers {} did not connect before the deadline", args_.rank,
-                                         missing));
-        }
+        const int left = remaining_ms(deadline);
+        if (left <= 0) throw not_connected(expected, fds);
         poll(pfds.data(), pfds.size(), std::min(left, 100));
-        const auto now = Clock::now();
-        for (size_t i = pending.size(); i-- > 0;) {
-          Pending& p = pending[i];
-          int rank = -1;
-          if (pfds[i + 1].revents != 0) rank = advance(p, expected, fds);
-          if (rank == -1 && now >= p.limit) {
-            log::warn("[tcp] rank {}: dropped a connection that sent no complete handshake within {} s", args_.rank,
-                      kHandshakeTimeout.count());
-            rank = -2;
-          }
-          if (rank == -1) continue;
-          if (rank >= 0) {
-            fds[rank] = p.fd;
-            accepted++;
-          } else {
-            close(p.fd);
-          }
-          pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
-        }
-        if ((pfds[0].revents & POLLIN) != 0) {
-          const int fd = net::accept_tcp(listen_fd_);
-          if (fd < 0) continue;
-          set_buffers(fd, buffer_bytes_);
-          pending.push_back({fd, std::min(deadline, Clock::now() + kHandshakeTimeout), {}});
-        }
+        accepted += advance_pending(pending, pfds, expected, fds);
+        if ((pfds[0].revents & POLLIN) != 0) admit(pending, deadline);
       }
     } catch (...) {
-      drop_all();
+      for (Pending& p : pending) close(p.fd);
       throw;
     }
-    drop_all();
+    for (Pending& p : pending) close(p.fd);
+  }
+
+  TimeoutError not_connected(const std::map<int, bool>& expected, const std::map<int, int>& fds) const {
+    std::string missing;
+    for (const auto& [rank, unused] : expected) {
+      if (fds.count(rank) == 0) missing += (missing.empty() ? "" : ", ") + std::to_string(rank);
+    }
+    return TimeoutError(fmt::format("[tcp] rank {}: peers {} did not connect before the deadline{}", args_.rank,
+                                    missing, admission_.describe()));
+  }
+
+  // Moves every pending connection's handshake on (pfds[i + 1] is pending[i]'s); completed ones join fds, failed
+  // and expired ones are closed. Returns how many peers completed.
+  size_t advance_pending(std::vector<Pending>& pending, const std::vector<pollfd>& pfds,
+                         const std::map<int, bool>& expected, std::map<int, int>& fds) {
+    size_t completed = 0;
+    const auto now = Clock::now();
+    for (size_t i = pending.size(); i-- > 0;) {
+      Pending& p = pending[i];
+      int rank = -1;
+      if (pfds[i + 1].revents != 0) rank = advance(p, expected, fds);
+      if (rank == -1 && now >= p.limit) {
+        admission_.warn(fmt::format("[tcp] rank {}: dropped a connection that sent no complete handshake within {} s",
+                                    args_.rank, kHandshakeTimeout.count()));
+        admission_.dropped();
+        rank = -2;
+      }
+      if (rank == -1) continue;
+      if (rank >= 0) {
+        fds[rank] = p.fd;
+        completed++;
+      } else {
+        close(p.fd);
+      }
+      pending.erase(pending.begin() + static_cast<std::ptrdiff_t>(i));
+    }
+    return completed;
+  }
+
+  // Accepts what waits in the backlog, up to a batch, while Admission leaves room (a silent or old connection
+  // evicted at the cap; none accepted when every held one is young: they wait in the backlog).
+  void admit(std::vector<Pending>& pending, Deadline deadline) {
+    for (int batch = 0; batch < 64; ++batch) {
+      const auto now = Clock::now();
+      const int victim = admission_.victim(pending, now);
+      if (victim == -2) return;
+      if (victim >= 0) {
+        close(pending[static_cast<size_t>(victim)].fd);
+        pending.erase(pending.begin() + victim);
+        admission_.dropped();
+        admission_.warn(fmt::format("[tcp] rank {}: {} connections wait for their handshake: dropped the one that "
+                                    "waited longest", args_.rank, Admission::kMaxUnproven));
+      }
+      const int fd = net::accept_tcp(listen_fd_);
+      if (fd < 0) return;
+      set_buffers(fd, buffer_bytes_);
+      pending.push_back({fd, now, std::min(deadline, now + kHandshakeTimeout), {}});
+    }
   }
 
   transport::ContextArgs args_;
+  Admission admission_;  // what the listener lets in while it waits for its peers
   int buffer_bytes_;  // SO_SNDBUF/SO_RCVBUF of data sockets, 0: kernel default
   bool integrity_;    // TBCOLL_INTEGRITY: every message carries a MAC (wire.h)
   std::map<int, std::unique_ptr<Integrity>> integrity_of_;  // peer rank -> its connection's MACs, once handshaken
