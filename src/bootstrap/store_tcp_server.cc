@@ -4,9 +4,11 @@
 //
 // Before a client has authenticated (token, and the secret's proof with one) it costs a descriptor and little
 // else, and anyone who reaches the port can open such connections by the thousand: at most kMaxUnauthenticated
-// are held at once, each for kHelloTimeout at most. At the cap, the oldest is dropped once it has waited
-// kEvictAfter (a client of ours says hello within a round trip of connecting), and until then no more are
-// accepted (they wait in the kernel's backlog). Warnings about such connections are rate-limited
+// are held at once, each for kHelloTimeout at most. At the cap, the oldest that has sent no hello for
+// kEvictSilentAfter is dropped (a client of ours sends its hello as it connects: it is in the socket before the
+// connection is even accepted), else the oldest once it has waited kEvictAfter, and until then no more are
+// accepted (they wait in the kernel's backlog). A flood of silent connections is cycled through at the cap per
+// kEvictSilentAfter, so the ranks behind it get in. Warnings about such connections are rate-limited
 // (kLogBurst per kLogWindow, then one line counting the rest).
 #include <fcntl.h>
 #include <netdb.h>
@@ -46,6 +48,7 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
   static constexpr std::chrono::seconds kHelloTimeout{5};
   static constexpr size_t kMaxUnauthenticated = 128;
   static constexpr std::chrono::seconds kEvictAfter{1};
+  static constexpr std::chrono::milliseconds kEvictSilentAfter{100};
   static constexpr int kLogBurst = 5;
   static constexpr std::chrono::seconds kLogWindow{10};
   // A request's key and value must arrive within this long of its header; they are read (and memory is taken)
@@ -106,13 +109,16 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
     }
 
     Clock::time_point accepted_at() const { return accepted_at_; }
+    bool heard() const { return heard_; }  ///< its hello arrived
     // Dropped to make room for a newer connection (the cap on unauthenticated ones).
     void evict() {
       server_.rejected++;
       leave_unauthenticated();
       hello_timer_.cancel();
-      server_.warn_about_connection(fmt::format("[store] dropped a connection from {}: no hello after {} s while {} "
-                                                "others waited for theirs", peer_name(), kEvictAfter.count(),
+      server_.warn_about_connection(fmt::format("[store] dropped a connection from {}: not through its handshake after {} s while {} "
+                                                "others waited for theirs", peer_name(),
+                                                heard_ ? std::chrono::duration<double>(kEvictAfter).count()
+                                                       : std::chrono::duration<double>(kEvictSilentAfter).count(),
                                                 kMaxUnauthenticated - 1));
       boost::system::error_code ignored;
       socket_.close(ignored);
@@ -137,6 +143,7 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
           hello_timer_.cancel();  // a client gone mid-hello: the session and its descriptor go now
           return;
         }
+        heard_ = true;
         if (hello_.magic != sp::kMagic || hello_.token_len > sp::kMaxTokenBytes) return reject("bad magic", sp::Status::kBadRequest);
         if (hello_.version != sp::kVersion) return reject("protocol version mismatch", sp::Status::kBadVersion);
         const bool client_secret = (hello_.flags & sp::kFlagSecret) != 0;
@@ -403,6 +410,7 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
     bool reading_body_ = false;  // a request's key and value are being read
     uint64_t requests_ = 0;      // requests begun on this connection
     bool authenticated_ = false;
+    bool heard_ = false;  // the hello arrived (a silent connection is the first to go at the cap)
     std::optional<std::string> parked_on_;  // key of a get waiting for its set
     uint64_t parkings_ = 0;                 // gets parked so far: tells a stale watch from the current one
     sp::Hello hello_{};
@@ -416,8 +424,16 @@ struct TBCOLL_LOCAL TcpStoreServer::Impl {
   // shortly) if all are younger.
   bool make_room_for_one() {
     if (unauthenticated.size() < kMaxUnauthenticated) return true;
+    const auto now = Clock::now();
+    for (Session* session : unauthenticated) {  // oldest first
+      if (now - session->accepted_at() < kEvictSilentAfter) break;
+      if (!session->heard()) {
+        session->evict();
+        return true;
+      }
+    }
     Session* oldest = unauthenticated.front();
-    if (Clock::now() - oldest->accepted_at() < kEvictAfter) return false;
+    if (now - oldest->accepted_at() < kEvictAfter) return false;
     oldest->evict();
     return true;
   }

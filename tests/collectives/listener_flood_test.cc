@@ -19,6 +19,7 @@
 
 #include "bootstrap/rendezvous.h"
 #include "collectives/harness.h"
+#include "common/time.h"
 #include "tbcoll/store.hpp"
 
 namespace tbcoll {
@@ -142,6 +143,40 @@ TEST(ListenerFlood, AFloodPastTheDeadlineIsNamed) {
       join(std::make_shared<FloodingStore>(2000, 10, std::chrono::milliseconds(2000)), 1.0);
   EXPECT_NE(errors[0].find("did not connect before the deadline"), std::string::npos) << errors[0];
   EXPECT_NE(errors[0].find("other connection(s) reached this rank's listener"), std::string::npos) << errors[0];
+}
+
+// The rendezvous store under the same flood: 2000 silent connections, then two honest clients 1.5 s later. They
+// get in and are served well before their 8 s deadline (the store used to take new connections at ~128/s, so
+// they waited behind the whole flood).
+TEST(ListenerFlood, TheStoreServesItsRanksBehindAFlood) {
+  TcpStoreServer server("127.0.0.1", 0, "flood-test");
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(server.port()));
+  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  const pid_t child = flood(to, 2000, 10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const auto start = Clock::now();
+  std::vector<std::string> errors(2);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < 2; ++c) {
+    clients.emplace_back([&, c] {
+      errors[c] = test::error_of([&] {
+        const Deadline deadline = deadline_after(8);
+        auto store = connect_tcp_store("127.0.0.1:" + std::to_string(server.port()), "flood-test", deadline);
+        store->set("client/" + std::to_string(c), {static_cast<uint8_t>(c)}, deadline);
+        if (store->get("client/" + std::to_string(1 - c), deadline) != std::vector<uint8_t>{static_cast<uint8_t>(1 - c)}) {
+          throw InvalidUsage("wrong value");
+        }
+      });
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+  EXPECT_LT(seconds, 8.0);
 }
 
 }  // namespace
