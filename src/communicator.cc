@@ -157,6 +157,11 @@ Communicator Communicator::connect(const Config& config, Deadline deadline, cons
               "on every rank (tbcoll-run draws one); see docs/security.md", plan.hosts);
   }
   log_plan(rank, identity.self, plan);
+  if (plan.crowding > 1 && rank == 0 && top_level) {  // once per job, not per split
+    log::warn("rank 0: a machine of this job runs {:.2g} ranks per CPU it lets them use: their waits give the CPU "
+              "up at every poll and each call waits for the scheduler, so calls are many times slower than with one "
+              "rank per CPU. Start at most one rank per CPU (tbcoll-run -n, the hostfile's slots)", plan.crowding);
+  }
   const bootstrap::Published self = identity.self;
   setup::Links links = setup::connect_links(std::move(identity), plan, devices, store, config.prefix, rank, size,
                                             deadline, cancelled);

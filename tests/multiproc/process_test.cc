@@ -102,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Launch, ::testing::Values(2, 3));
 
 // Ranks that share a CPU yield it while they spin (else each hand-off waits for the scheduler), at every poll
 // when there are more ranks than CPUs (two ranks on one CPU); ranks pinned to CPUs of their own do not. The
-// decision is logged at INFO level.
+// decision is logged at INFO level, and more ranks than CPUs is warned about once.
 TEST(Processes, RanksSharingACpuYieldWhileSpinning) {
   const std::vector<int> allowed = tbcoll::platform::allowed_cpus();
   if (allowed.empty()) GTEST_SKIP() << "no CPU affinity on this platform (" << tbcoll::platform::flavour() << ")";
@@ -111,11 +111,13 @@ TEST(Processes, RanksSharingACpuYieldWhileSpinning) {
   EXPECT_EQ(shared.status, 0) << shared.output;
   EXPECT_EQ(count_of(shared.output, ": OK (0 wrong)"), 2) << shared.output;
   EXPECT_EQ(count_of(shared.output, "spinning waits yield at every poll"), 2) << shared.output;
+  EXPECT_EQ(count_of(shared.output, "rank 0: a machine of this job runs 2 ranks per CPU"), 1) << shared.output;
   if (allowed.size() < 2) GTEST_SKIP() << "one CPU: every rank shares it";
   Result own = run_shell(std::string(TBCOLL_RUN_PATH) + " -n 2 --bind-to core -x TBCOLL_DEBUG=INFO -- " +
                    TBCOLL_TEST_PROG_PATH + " check 1");
   EXPECT_EQ(own.status, 0) << own.output;
   EXPECT_EQ(count_of(own.output, "spinning waits never yield"), 2) << own.output;
+  EXPECT_EQ(count_of(own.output, "ranks per CPU it lets them use"), 0) << own.output;
 }
 
 // Two pretend hosts of two ranks each: shm inside a host, tcp across, in one communicator.
