@@ -105,9 +105,10 @@ def run_compiled(where, language, text):
         if language == "cpp" else [cache.get("CMAKE_C_COMPILER", "cc"), "-std=c99"]
     run(f"{where}: compiles", compiler + ["-Wall", "-Werror", "-I", os.path.join(root, "include"), source, "-o",
                                           program, "-L", build, "-ltbcoll", "-Wl,-rpath," + build])
-    if os.path.exists(program):
-        run(f"{where}: runs on 2 ranks", [os.path.join(build, "tbcoll-run"), "-n", "2", "--timeout", "120", "--",
-                                          program])
+    for ranks in ("2", "3"):  # a snippet is right at any rank count, not only the one it was tried with
+        if os.path.exists(program):
+            run(f"{where}: runs on {ranks} ranks", [os.path.join(build, "tbcoll-run"), "-n", ranks, "--timeout", "120",
+                                                    "--", program])
 
 
 def run_python(where, text):
@@ -116,8 +117,9 @@ def run_python(where, text):
         return print(f"SKIP {where}: this build has no Python module ({module})")
     script = os.path.join(scratch, "block.py")
     open(script, "w").write(text + "\n")
-    run(f"{where}: runs on 2 ranks", [os.path.join(build, "tbcoll-run"), "-n", "2", "--timeout", "120", "-x",
-                                      "PYTHONPATH=" + module, "--", "/usr/bin/python3", script])
+    for ranks in ("2", "3"):
+        run(f"{where}: runs on {ranks} ranks", [os.path.join(build, "tbcoll-run"), "-n", ranks, "--timeout", "120",
+                                                "-x", "PYTHONPATH=" + module, "--", "/usr/bin/python3", script])
 
 
 def repository_paths_exist(where, text):

@@ -13,7 +13,7 @@ mv "$work/staged" "$work/moved"
 bin=$work/moved/bin
 unset LD_LIBRARY_PATH DYLD_LIBRARY_PATH
 fail() { echo "run_installed: FAIL: $*" >&2; exit 1; }
-for tool in tbcoll-run tbcoll-info tbcoll-perf tp_inference tp_make_synthetic; do
+for tool in tbcoll-run tbcoll-info tbcoll-perf tp_inference tp_make_synthetic allreduce_example; do
   [ -x "$bin/$tool" ] || fail "$tool is not installed in $bin"
 done
 "$bin/tbcoll-info" > "$work/info.txt" 2>&1 || { cat "$work/info.txt" >&2; fail "installed tbcoll-info does not run"; }
@@ -49,8 +49,18 @@ int main(void) {
 }
 PROGRAM
 # shellcheck disable=SC2086  # the flags are words
-cc -std=c99 -Wall -Werror "$work/port.c" -o "$work/port" $flags -Wl,-rpath,"$(PKG_CONFIG_PATH=$pc_dir pkg-config \
-  --variable=libdir tbcoll)" || fail "a C program does not build with pkg-config's flags"
+cc -std=c99 -Wall -Werror "$work/port.c" -o "$work/port" $flags ||
+  fail "a C program does not build with pkg-config's flags"
 "$bin/tbcoll-run" -n 2 --timeout 60 -- "$work/port" > "$work/port.txt" 2>&1 || { cat "$work/port.txt" >&2; fail "port"; }
 [ "$(grep -c 'sum 8' "$work/port.txt")" -eq 2 ] || { cat "$work/port.txt" >&2; fail "the port's all-reduce"; }
+# A program written for NCCL, built with `pkg-config --cflags --libs tbcoll-nccl` in place of NCCL's flags, runs
+# without LD_LIBRARY_PATH (the flags carry the rpath).
+nccl_flags=$(PKG_CONFIG_PATH=$pc_dir pkg-config --cflags --libs tbcoll-nccl) || fail "pkg-config tbcoll-nccl"
+# shellcheck disable=SC2086  # the flags are words
+cc -std=c99 -Wall -Werror "$(dirname "$0")/../nccl/single_process.c" -o "$work/nccl_single" $nccl_flags ||
+  fail "a program written for NCCL does not build with pkg-config tbcoll-nccl's flags"
+"$work/nccl_single" > "$work/nccl.txt" 2>&1 || { cat "$work/nccl.txt" >&2; fail "the NCCL program"; }
+grep -q '^Success: 0 wrong' "$work/nccl.txt" || { cat "$work/nccl.txt" >&2; fail "the NCCL program's results"; }
+"$bin/tbcoll-run" -n 2 --timeout 60 -- "$bin/allreduce_example" > "$work/example.txt" 2>&1 ||
+  { cat "$work/example.txt" >&2; fail "the installed allreduce_example"; }
 echo "run_installed: PASS (installed tools run from a moved prefix without LD_LIBRARY_PATH; pkg-config builds a C program)"

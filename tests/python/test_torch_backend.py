@@ -7,7 +7,7 @@ import tempfile
 
 import pytest
 
-from conftest import free_port, spawn_ranks, tbcoll_run
+from conftest import env, free_port, spawn_ranks, tbcoll_run
 
 pytest.importorskip("torch")
 
@@ -117,3 +117,29 @@ def test_ddp_on_either_process_group(implementation, tmp_path):
                 p.wait()
     for p, out in zip(procs, outs):
         assert p.returncode == 0 and f"DDP OK {implementation}" in out, out
+
+
+def test_torchrun_as_the_docs_spell_it(tmp_path):
+    """torchrun with the spelling docs/python.md gives for the torch installed here starts both ranks, and the
+    process group meets through torch's store."""
+    import shutil
+    import subprocess
+    import sys
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("no torchrun on PATH")
+    script = tmp_path / "train.py"
+    script.write_text("import torch, torch.distributed as dist\n"
+                      "import tbcoll.torch_backend\n"
+                      "dist.init_process_group('tbcoll')\n"
+                      "t = torch.ones(4) * (dist.get_rank() + 1)\n"
+                      "dist.all_reduce(t)\n"
+                      "print('RANK', dist.get_rank(), 'SUM', t[0].item(), flush=True)\n"
+                      "dist.destroy_process_group()\n")
+    import torch
+    new_spelling = tuple(int(p) for p in torch.__version__.split(".")[:2]) >= (2, 0)
+    options = ["--nproc-per-node", "2"] if new_spelling else ["--nproc_per_node", "2", "--redirects", "1", "--tee", "1"]
+    proc = subprocess.run([torchrun, *options, "--master_port", str(free_port()), str(script)],
+                          env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout
+    assert proc.stdout.count("SUM 3.0") == 2, proc.stdout
