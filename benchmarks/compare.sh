@@ -34,6 +34,7 @@ fi
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for round in $(seq "$rounds"); do
+  echo "compare.sh: round $round of $rounds: tbcoll ($transport, $collective, 8 B to $max_bytes B)" >&2
   "$build/tbcoll-run" -n 2 -- "$build/benchmarks/tbcoll-perf" --transport "$transport" -c "$collective" \
     -b 8 -e "$max_bytes" -f 2 -n "$iterations" --csv "$out/tbcoll.$round.csv" > /dev/null
   if [ "$transport" = shm ] && [ "$collective" = all_reduce ]; then  # the cross-core streaming ceiling
@@ -42,6 +43,7 @@ for round in $(seq "$rounds"); do
   fi
   for peer in "${peers[@]}"; do
     name=${peer%%:*}
+    echo "compare.sh: round $round of $rounds: OpenMPI $name" >&2
     # shellcheck disable=SC2086  # the flavour's arguments are split on purpose
     mpirun --allow-run-as-root -np 2 --bind-to core ${peer#*:} \
       "$build/benchmarks/mpi_allreduce_bench" 8 "$max_bytes" "$iterations" $gather > "$out/$name.$round.txt" \

@@ -169,7 +169,17 @@ long long run_compare(const Options& o, Config config) {
     std::printf("# time = median over up to %d interleaved rounds of each round's median of the slowest rank (us); "
                 "about %.3g s of timed calls per size and algorithm; -: cannot run it\n", o.rounds, o.budget_s);
     std::printf("# x/b: paired ratio to the best forced algorithm, the median over rounds of x's round over the "
-                "best's same round\n");
+                "best's same round; auto chose: what the tuner picked for the size, pick/b: that algorithm's own "
+                "x/b (? when it is not among those compared, e.g. a transport's fast path)\n");
+    int sizes = 0;
+    for (double size = static_cast<double>(o.min_bytes); size <= static_cast<double>(o.max_bytes) * 1.0001;
+         size *= o.factor) {
+      ++sizes;
+    }
+    // Every algorithm's timed calls take about the budget per size, plus a probe call and the set-up of the turns.
+    const double per_size_s = static_cast<double>(names.size()) * o.budget_s * 1.2;
+    std::printf("# expect about %.0f s per size (%zu algorithms x %.3g s), %.0f s for the %d sizes\n", per_size_s,
+                names.size(), o.budget_s, per_size_s * sizes, sizes);
     std::printf("#%11s", "size (B)");
     for (const std::string& name : names) std::printf(" %*s", std::max<int>(9, static_cast<int>(name.size())), name.c_str());
     if (automatic >= 0) std::printf("  %-18s %6s %6s", "auto chose", "auto/b", "pick/b");

@@ -93,6 +93,7 @@ sweep_started=$(date +%s)
       continue
     fi
     rm -f "$out/$name.csv"
+    echo "# $n ranks, link $link: running (its log: $out/$name.log) ..." >&2
     started=$(date +%s)
     load_before=$(uptime | sed 's/.*load average: //')
     if ! TBCOLL_LINK_EMULATION=$(emulation_of "$link") "$build/tbcoll-run" -n "$n" --timeout 7200 -- \
