@@ -36,6 +36,11 @@ from ._tbcoll import (  # noqa: F401  (the public names)
 from . import _tbcoll
 from ._version import __version__  # noqa: F401
 
+# The library took the job secret out of the process environment when it loaded (children do not inherit it);
+# os.environ is Python's own copy, which subprocesses get: it goes too.
+import os as _os
+_os.environ.pop("TBCOLL_SECRET", None)
+
 SUM, PROD, MAX, MIN, AVG = ReduceOp.SUM, ReduceOp.PROD, ReduceOp.MAX, ReduceOp.MIN, ReduceOp.AVG
 
 

@@ -156,6 +156,24 @@ static const Knob& find(const char* name) {
   throw Error(tbcollInternalError, fmt::format("[env] knob {} is not declared in the knob table", name));
 }
 
+namespace {
+
+// Loaded before main() (or before a dlopen returns), while nothing else of the library runs: the environment is
+// changed before any thread of ours reads it.
+std::string* take_secret() {
+  const char* value = std::getenv("TBCOLL_SECRET");
+  if (value == nullptr) return nullptr;
+  auto* kept = new std::string(value);  // for the life of the process
+  unsetenv("TBCOLL_SECRET");
+  return kept;
+}
+
+const std::string* const taken_at_load = take_secret();
+
+}  // namespace
+
+const std::string* secret_taken_at_load() { return taken_at_load; }
+
 std::string get(const char* name) { return Settings().get(name); }
 
 bool is_set(const char* name) { return Settings().is_set(name); }
@@ -187,12 +205,14 @@ std::string Settings::get(const char* name) const {
   auto it = overrides_.find(name);
   if (it != overrides_.end()) return it->second;
   const char* value = std::getenv(name);
+  if (value == nullptr && taken_at_load != nullptr && std::string(name) == "TBCOLL_SECRET") return *taken_at_load;
   return value != nullptr ? std::string(value) : std::string(knob.default_value);
 }
 
 bool Settings::is_set(const char* name) const {
   find(name);
-  return overrides_.count(name) != 0 || std::getenv(name) != nullptr;
+  return overrides_.count(name) != 0 || std::getenv(name) != nullptr ||
+         (taken_at_load != nullptr && std::string(name) == "TBCOLL_SECRET");
 }
 
 long long Settings::get_int(const char* name) const {

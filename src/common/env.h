@@ -29,6 +29,10 @@ double get_double(const char* name);
 const std::vector<Knob>& tool_variables();
 /// True for knobs whose value must never be printed (TBCOLL_SECRET, TBCOLL_TOKEN).
 bool is_secret(const std::string& name);
+/// TBCOLL_SECRET as the process started with it: the library takes it out of the environment when it loads (its
+/// children do not inherit the job secret: a launcher gives them theirs explicitly), and Settings reads it from
+/// here. Null when the process started without one (a value set later is read from the environment as it is).
+const std::string* secret_taken_at_load();
 /// What may be shown of a variable's value: the value itself, or for a secret "(set, N bytes)".
 std::string printable(const std::string& name, const std::string& value);
 /// The TBCOLL_* names in `names` that are neither knobs nor tool variables, each with the closest known name when

@@ -30,6 +30,7 @@
 #error "TBCOLL_RUN_PATH must name the tbcoll-run executable"
 #endif
 
+#include "common/auth.h"
 #include "multiproc/output.h"
 #include "multiproc/segments.h"
 
@@ -423,6 +424,16 @@ TEST(TbcollRun, SecretStaysOffTheCommandLine) {
                          std::string(TBCOLL_RUN_PATH) + " -n 1 --secret-file <(echo from-a-pipe-0123456789) sh -c "
                          "'echo $TBCOLL_SECRET'"});
   EXPECT_EQ(piped.out, "from-a-pipe-0123456789\n") << piped.err;
+}
+
+// The library takes the job secret out of a rank's environment when it loads: the job runs with it, and what the
+// rank starts (a shell, a subprocess of the engine) does not inherit it.
+TEST(TbcollRun, TheSecretDoesNotReachTheRanksChildren) {
+  if (!tbcoll::auth::available()) GTEST_SKIP() << "no libcrypto: no job secret";
+  RunResult result = run({"-n", "2", "--", TBCOLL_TEST_PROG_PATH, "secret_child"}, {"TBCOLL_SECRET=a-secret-for-this-job-0123"});
+  ASSERT_EQ(result.exit_code, 0) << result.err;
+  EXPECT_EQ(count_of(result.out, "CHILD-HAS-NO-SECRET"), 2) << result.out << result.err;
+  EXPECT_EQ(count_of(result.out, ": OK (0 wrong)"), 2) << result.out;
 }
 
 TEST(TbcollRun, PassesTokenFromEnvironmentThrough) {

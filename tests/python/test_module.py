@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import spawn_ranks, tbcoll_run
+from conftest import env, spawn_ranks, tbcoll_run
 
 import tbcoll
 
@@ -212,3 +212,18 @@ def test_version_is_the_projects():
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "CMakeLists.txt")) as f:
         version = f.read().split("project(tbcoll VERSION ")[1].split()[0]
     assert tbcoll.__version__ == version
+
+
+def test_the_secret_leaves_the_environment_once_tbcoll_is_imported():
+    """Children of a process that imported tbcoll do not inherit the job secret: the library took it out of the C
+    environment when it loaded, and the package out of os.environ."""
+    import subprocess
+    import sys
+    code = ("import os, subprocess, tbcoll\n"
+            "print('os.environ:', 'TBCOLL_SECRET' in os.environ)\n"
+            "print('child:', subprocess.run(['sh', '-c', 'echo ${TBCOLL_SECRET+set}'], capture_output=True,"
+            " text=True).stdout.strip() or 'none')\n")
+    out = subprocess.run([sys.executable, "-c", code], env=env(TBCOLL_SECRET="a-secret-for-this-test-0123"),
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "os.environ: False" in out.stdout and "child: none" in out.stdout, out.stdout

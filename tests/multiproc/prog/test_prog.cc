@@ -10,6 +10,7 @@
 //   test_prog steady ROUNDS [RANK MS]  prints "ready" after init; ROUNDS checked all_reduces 5 ms apart (RANK sleeps
 //                                      MS before round 5: a slow peer); prints "done (longest round N ms)" (the
 //                                      fault matrix; the longest all_reduce tells a stall survived)
+//   test_prog secret_child             as check 1, then a child shell says whether TBCOLL_SECRET reached it
 //   test_prog c_split RANK ID          C API, 3 ranks from unique id ID (its text): splits with colour 0 and
 //                                      all-reduces on the child, then splits the child (rank 0 runs elsewhere)
 #include <signal.h>
@@ -199,6 +200,11 @@ int main(int argc, char** argv) {
       { tbcoll::Communicator parent = std::move(comm); }
       std::optional<tbcoll::Communicator> grandchild = child->split(0, -child->rank());
       return check(*grandchild, 1);
+    }
+    if (mode == "secret_child") {  // the job ran with the secret; a child of the rank gets none of it
+      const int wrong = check(comm, 1);
+      const int child = std::system("test -z \"${TBCOLL_SECRET+set}\" && echo CHILD-HAS-NO-SECRET");
+      return wrong != 0 ? wrong : child != 0 ? 3 : 0;
     }
     if (mode == "mismatch") {
       std::vector<float> buf(100, 1.0f);
