@@ -143,3 +143,81 @@ def test_torchrun_as_the_docs_spell_it(tmp_path):
                           env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout
     assert proc.stdout.count("SUM 3.0") == 2, proc.stdout
+
+
+class Relay:
+    """The attacker's relay: listens on loopback, forwards one connection to the tcp address of a peer record and
+    flips one byte of what the connecting side sends after its handshake (a float of the data). `rewritten` is the
+    record pointing at the relay instead."""
+
+    def __init__(self, record):
+        import re
+        import socket
+        import threading
+        text = record.decode("latin-1")
+        match = re.search(r"dev\.tcp=([0-9.]+):([0-9]+)", text)
+        assert match, text
+        self.target = (match.group(1), int(match.group(2)))
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        port = self.listener.getsockname()[1]
+        self.rewritten = (text[:match.start()] + f"dev.tcp=127.0.0.1:{port}" + text[match.end():]).encode("latin-1")
+        threading.Thread(target=self.serve, daemon=True).start()
+
+    def serve(self):
+        import socket
+        import threading
+        client, _ = self.listener.accept()
+        server = socket.create_connection(self.target)
+
+        def pipe(src, dst, flip_at):
+            seen = 0
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    dst.close()
+                    return
+                if seen <= flip_at < seen + len(data):
+                    data = bytearray(data)
+                    data[flip_at - seen] ^= 0x40
+                seen += len(data)
+                dst.sendall(bytes(data))
+        threading.Thread(target=pipe, args=(client, server, 1000), daemon=True).start()
+        pipe(server, client, -1)
+
+
+def test_a_record_rewritten_in_torchs_tcpstore_fails_the_setup_with_a_secret(tmp_path):
+    """torch's TCPStore authenticates no one: a local user who reaches it can rewrite tbcoll's peer record to point
+    rank 1 at a relay that alters the data (the job secret's handshake passes through a relay). With a job secret
+    the records carry MACs: rank 1 refuses the rewritten record naming it, and no rank returns a (wrong) result."""
+    import time
+    from datetime import timedelta
+    import torch.distributed as dist
+    port = free_port()
+    go = tmp_path / "go"
+    procs = spawn_ranks(2, "ranks_torch_tampered.py", port, str(go),
+                        extra_env={"TBCOLL_SECRET": "a-job-secret-for-this-test-0123", "TBCOLL_TRANSPORT": "tcp"})
+    try:
+        attacker = dist.TCPStore("127.0.0.1", port, 2, False, timeout=timedelta(seconds=30))
+        attacker.set_timeout(timedelta(milliseconds=100))
+        key, genuine = None, None
+        deadline = time.monotonic() + 30
+        while key is None and time.monotonic() < deadline:
+            for candidate in ("default_pg/0/tbcoll/peer/0", "default_pg/tbcoll/peer/0", "0/tbcoll/peer/0",
+                              "tbcoll/peer/0"):
+                try:
+                    genuine = attacker.get(candidate)  # waits for the key at most the store's timeout
+                    key = candidate
+                    break
+                except RuntimeError:
+                    pass
+        assert key is not None, "rank 0's record never appeared in the TCPStore"
+        relay = Relay(genuine)
+        attacker.set(key, relay.rewritten)  # rank 1 is sent to the relay, which alters what it forwards
+        go.write_text("")
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert "RESULT" not in outs[0] + outs[1], outs
+    assert "[auth] rendezvous record" in outs[1] and "was not written by a rank of this job" in outs[1], outs[1]
