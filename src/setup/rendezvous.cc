@@ -12,6 +12,28 @@
 
 namespace tbcoll::setup {
 
+namespace {
+
+// A job whose store others can reach (anything but one in this process's memory) and that has no secret: said
+// once per process, since splits and later communicators meet through the same store.
+void warn_without_secret(bool foreign_store, const std::string& where) {
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    if (foreign_store) {
+      log::warn("rank 0: the rendezvous runs through a store tbcoll did not open (torch's TCPStore, a Python store) "
+                "and no job secret is set: whoever reaches that store can rewrite the ranks' records and redirect or "
+                "alter their data. Set TBCOLL_SECRET_FILE or TBCOLL_SECRET on every rank; see docs/security.md");
+    } else {
+      log::warn("rank 0: no job secret (TBCOLL_SECRET): whoever reaches this job's rendezvous store (reached here "
+                "through {}; another user of this machine included) can join with the token, rewrite the ranks' "
+                "records and alter their data. tbcoll-run draws a secret per job; with another launcher, give every "
+                "rank TBCOLL_SECRET_FILE; see docs/security.md", where);
+    }
+  });
+}
+
+}  // namespace
+
 Rendezvous open_rendezvous(const Config& config, const env::Settings& settings, const std::string& secret,
                            Deadline deadline, const std::atomic<bool>* cancelled) {
   Rendezvous out;
@@ -36,14 +58,8 @@ Rendezvous open_rendezvous(const Config& config, const env::Settings& settings, 
     }
     out.store = connect_tcp_store(config.root, config.token, deadline, secret);
   }
-  if (config.store && secret.empty() && rank == 0 && !bootstrap::is_in_memory(*config.store) &&
-      !bootstrap::is_tcp_client(*config.store)) {
-    static std::once_flag once;  // once per process: splits and later communicators meet through it too
-    std::call_once(once, [] {
-      log::warn("rank 0: the rendezvous runs through a store tbcoll did not open (torch's TCPStore, a Python store) "
-                "and no job secret is set: whoever reaches that store can rewrite the ranks' records and redirect or "
-                "alter their data. Set TBCOLL_SECRET_FILE or TBCOLL_SECRET on every rank; see docs/security.md");
-    });
+  if (secret.empty() && rank == 0 && !(config.store && bootstrap::is_in_memory(*config.store))) {
+    warn_without_secret(config.store && !bootstrap::is_tcp_client(*config.store), out.store->local_address());
   }
   // With a secret, records carry a MAC whatever store carries them (store_auth.h).
   out.store = bootstrap::authenticated(out.store, secret, config.token);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -126,6 +127,34 @@ TEST(RecordAuth, AForeignStoreWithoutASecretIsWarnedAbout) {
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(log.find("a store tbcoll did not open"), std::string::npos) << log;
   EXPECT_NE(log.find("TBCOLL_SECRET"), std::string::npos) << log;
+}
+
+// Without a secret, a job meeting through tbcoll's own TCP store (a unique id) warns too: another user of the
+// machine reaches 127.0.0.1. A job with the secret says nothing of the kind.
+TEST(RecordAuth, ATcpStoreWithoutASecretIsWarnedAbout) {
+  auto job = [](const std::map<std::string, std::string>& knobs) {
+    const UniqueId id = UniqueId::create();
+    ::testing::internal::CaptureStderr();
+    std::vector<std::string> errors(2);
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < 2; ++r) {
+      ranks.emplace_back([&, r] {
+        Config config = Config::from_env();
+        config.knobs = knobs;
+        config.timeout_s = 10;
+        errors[r] = test::error_of([&] { Communicator::init(id, r, 2, config); });
+      });
+    }
+    for (std::thread& rank : ranks) rank.join();
+    const std::string log = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(errors, (std::vector<std::string>{"", ""}));
+    return log;
+  };
+  const std::string without = job({});
+  EXPECT_NE(without.find("rank 0: no job secret (TBCOLL_SECRET)"), std::string::npos) << without;
+  if (!auth::available()) GTEST_SKIP() << "no libcrypto: no secret";
+  const std::string with = job({{"TBCOLL_SECRET", "a-job-secret-of-some-length"}});
+  EXPECT_EQ(with.find("no job secret"), std::string::npos) << with;
 }
 
 }  // namespace
