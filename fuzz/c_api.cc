@@ -183,7 +183,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   for (int step = 0; step < 64 && in.left() > 0; ++step) {
     const uint8_t which = in.take<uint8_t>();
     const size_t index = which % s.comms.size();
-    tbcollComm_t comm = in.take<uint8_t>() < 250 ? s.comms[index] : nullptr;
+    const uint8_t which_comm = in.take<uint8_t>();
+    static int not_a_communicator = 0;  // a garbage handle: looked up, never read
+    tbcollComm_t comm = which_comm < 245   ? s.comms[index]
+                        : which_comm < 250 ? reinterpret_cast<tbcollComm_t>(&not_a_communicator)
+                                           : nullptr;
     switch (which / 32 % 8) {
       case 0:
       case 1: collective(in, s, comm); break;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <unordered_set>
 #include <vector>
 
 #include <fmt/format.h>
@@ -28,9 +29,10 @@ namespace {
 
 using namespace tbcoll::c_api;
 
-// Every handle ever made, so none is freed (and leak checkers see them held).
+// Every handle ever made, so none is freed (and leak checkers see them held), and their addresses for lookups.
 std::mutex handles_mutex;
 std::vector<std::unique_ptr<tbcollComm>> handles;
+std::unordered_set<const tbcollComm*> known;
 
 }  // namespace
 
@@ -45,8 +47,23 @@ tbcollComm_t new_handle(tbcoll::Communicator&& communicator) {
   auto handle = std::make_unique<tbcollComm>();
   handle->communicator.emplace(std::move(communicator));
   std::lock_guard<std::mutex> lock(handles_mutex);
+  known.insert(handle.get());
   handles.push_back(std::move(handle));
   return handles.back().get();
+}
+
+void check_known(tbcollComm_t comm) {
+  thread_local tbcollComm_t last_known = nullptr;
+  if (comm == last_known) return;
+  {
+    std::lock_guard<std::mutex> lock(handles_mutex);
+    if (known.count(comm) == 0) {
+      throw tbcoll::InvalidUsage(fmt::format("communicator handle {} is not one this library gave (tbcollCommInitRank, "
+                                             "tbcollCommSplit, ...): a garbage or foreign pointer",
+                                             static_cast<const void*>(comm)));
+    }
+  }
+  last_known = comm;
 }
 
 }  // namespace tbcoll::c_api

@@ -86,7 +86,12 @@ constexpr const char* kGone = "the communicator was destroyed or aborted (tbcoll
                               "its handle cannot be used any more";
 
 // Takes a reference, unless the communicator is gone (InvalidUsage).
+/// Throws InvalidUsage naming comm unless it is a handle this library gave (destroyed ones included: their few
+/// bytes stay), so a garbage pointer is never read. A thread's last good handle is remembered: one compare per call.
+void check_known(tbcollComm_t comm);
+
 inline void retain(tbcollComm_t comm) {
+  check_known(comm);
   int refs = comm->refs.load(std::memory_order_acquire);
   do {
     if (refs == 0) throw tbcoll::InvalidUsage(kGone);

@@ -148,6 +148,17 @@ TEST(CApi, BadHandlesAreErrorsNotCrashes) {
       failure = std::string("second deregister: ") + tbcollGetLastError(comm);
     }
     if (tbcollCommDeregister(comm, garbage) != tbcollInvalidUsage) failure = "garbage registration handle accepted";
+    // A garbage communicator pointer is looked up, never read: InvalidUsage naming it (it crashed, or was called
+    // "finalized").
+    float x = 1;
+    auto* garbage_comm = reinterpret_cast<tbcollComm_t>(&garbage_object);
+    if (tbcollAllReduce(&x, &x, 1, tbcollFloat32, tbcollSum, garbage_comm) != tbcollInvalidUsage ||
+        std::strstr(tbcollGetLastError(nullptr), "is not one this library gave") == nullptr) {
+      failure = std::string("garbage communicator: ") + tbcollGetLastError(nullptr);
+    }
+    if (tbcollCommDestroy(reinterpret_cast<tbcollComm_t>(0x1000)) != tbcollInvalidUsage) {
+      failure = "destroy of an address that is no handle succeeded";
+    }
     // Ranges no mapping can have.
     const uintptr_t near_the_end = UINTPTR_MAX - 4095;
     for (const auto& [base, bytes] : {std::pair<uintptr_t, size_t>{1, 4096},
