@@ -145,33 +145,35 @@ TEST(ListenerFlood, AFloodPastTheDeadlineIsNamed) {
   EXPECT_NE(errors[0].find("other connection(s) reached this rank's listener"), std::string::npos) << errors[0];
 }
 
-// The rendezvous store under the same flood: 2000 silent connections, then two honest clients 1.5 s later. They
-// get in and are served well before their 8 s deadline (the store used to take new connections at ~128/s, so
-// they waited behind the whole flood).
+// The rendezvous store under the same flood: 2000 silent connections on a unique id's store, then a 2-rank job
+// meeting there 1.5 s later. Both ranks finish init and all-reduce right, well before their 8 s deadline (the
+// store used to take new connections at ~128/s, so the ranks waited behind the whole flood and timed out).
 TEST(ListenerFlood, TheStoreServesItsRanksBehindAFlood) {
-  TcpStoreServer server("127.0.0.1", 0, "flood-test");
+  const UniqueId id = UniqueId::create();
+  const std::string root = id.root();
   sockaddr_in to{};
   to.sin_family = AF_INET;
-  to.sin_port = htons(static_cast<uint16_t>(server.port()));
-  inet_pton(AF_INET, "127.0.0.1", &to.sin_addr);
+  to.sin_port = htons(static_cast<uint16_t>(std::stoi(root.substr(root.rfind(':') + 1))));
+  inet_pton(AF_INET, root.substr(0, root.rfind(':')).c_str(), &to.sin_addr);
   const pid_t child = flood(to, 2000, 10);
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   const auto start = Clock::now();
   std::vector<std::string> errors(2);
-  std::vector<std::thread> clients;
-  for (int c = 0; c < 2; ++c) {
-    clients.emplace_back([&, c] {
-      errors[c] = test::error_of([&] {
-        const Deadline deadline = deadline_after(8);
-        auto store = connect_tcp_store("127.0.0.1:" + std::to_string(server.port()), "flood-test", deadline);
-        store->set("client/" + std::to_string(c), {static_cast<uint8_t>(c)}, deadline);
-        if (store->get("client/" + std::to_string(1 - c), deadline) != std::vector<uint8_t>{static_cast<uint8_t>(1 - c)}) {
-          throw InvalidUsage("wrong value");
-        }
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 2; ++r) {
+    ranks.emplace_back([&, r] {
+      errors[r] = test::error_of([&] {
+        Config config = Config::from_env();
+        config.timeout_s = 8;
+        config.transport = "tcp";
+        Communicator comm = Communicator::init(id, r, 2, config);
+        float x = static_cast<float>(r + 1);
+        comm.all_reduce(&x, &x, 1, DataType::kFloat32, ReduceOp::kSum);
+        if (x != 3.0f) throw InvalidUsage("wrong sum");
       });
     });
   }
-  for (std::thread& client : clients) client.join();
+  for (std::thread& rank : ranks) rank.join();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
