@@ -25,8 +25,8 @@ struct State {
   std::vector<void*> allocations;        // tbcollMemAlloc's, freed or not
   std::vector<tbcollRedOp_t> ops;
   int group_depth = 0;
-  unsigned char a[kElements * kWidest * 4] = {};
-  unsigned char b[kElements * kWidest * 4] = {};
+  alignas(16) unsigned char a[kElements * kWidest * 4] = {};  // aligned for every dtype, as real buffers are
+  alignas(16) unsigned char b[kElements * kWidest * 4] = {};
 };
 
 void check(tbcollResult_t result) {
@@ -119,11 +119,11 @@ void memory(tbcoll_fuzz::Reader& in, State& s, tbcollComm_t comm) {
     }
     case 3: return check(tbcollMemFree(pick(in, s.allocations, static_cast<void*>(&garbage_object))));
     default: {
-      float scalar = 2;
+      alignas(8) unsigned char scalar[8] = {0, 0, 0, 64, 0, 0, 0, 64};  // a value of any dtype's width
       tbcollRedOp_t op = tbcollSum;
       const auto dtype = static_cast<tbcollDataType_t>(in.take<uint8_t>() % 11);
       if (in.take<uint8_t>() % 2 == 0) {
-        check(tbcollRedOpCreatePreMulSum(&op, &scalar, dtype, tbcollScalarHostImmediate, comm));
+        check(tbcollRedOpCreatePreMulSum(&op, scalar, dtype, tbcollScalarHostImmediate, comm));
         s.ops.push_back(op);
       } else {
         check(tbcollRedOpDestroy(pick(in, s.ops, static_cast<tbcollRedOp_t>(in.take<uint8_t>())), comm));

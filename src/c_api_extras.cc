@@ -60,7 +60,7 @@ tbcoll::UniqueId id_of(const tbcollUniqueId& comm_id) {
 void scale(void* out, const void* in, size_t count, tbcoll::DataType dtype, const unsigned char* scalar) {
   const size_t es = dtype_size(dtype);
   constexpr size_t kBlock = 512;
-  unsigned char copies[kBlock * 8];
+  alignas(16) unsigned char copies[kBlock * 8];  // read as elements of dtype: aligned for any
   for (size_t i = 0; i < kBlock; ++i) std::memcpy(copies + i * es, scalar, es);
   for (size_t done = 0; done < count; done += kBlock) {
     const size_t n = std::min(kBlock, count - done);
@@ -93,39 +93,35 @@ void all_reduce(tbcollComm_t comm, tbcoll::Communicator& c, const void* send, vo
                 tbcoll::DataType dtype, int op) {
   const std::optional<PreMulScalar> premul = premul_of(comm, op, dtype);
   if (!premul) return c.all_reduce(send, recv, count, dtype, static_cast<tbcoll::ReduceOp>(op));
-  if (send != nullptr && recv != nullptr) {
-    checked_bytes(c.rank(), "all_reduce", count, dtype, 1);
-    scale(recv, send, count, dtype, premul->value);
-    send = recv;
-  }
-  c.all_reduce(send, recv, count, dtype, tbcoll::ReduceOp::kSum);
+  // The buffers are checked before the scaling touches them, as the call would check them.
+  const size_t bytes = checked_bytes(c.rank(), "all_reduce", count, dtype, 1);
+  check_buffer(c.rank(), "all_reduce", "send", send, count);
+  check_buffer(c.rank(), "all_reduce", "recv", recv, count);
+  check_overlap(c.rank(), "all_reduce", send, bytes, recv, bytes, send == recv, "sendbuff == recvbuff");
+  scale(recv, send, count, dtype, premul->value);
+  c.all_reduce(recv, recv, count, dtype, tbcoll::ReduceOp::kSum);
 }
 
 void reduce(tbcollComm_t comm, tbcoll::Communicator& c, const void* send, void* recv, size_t count,
             tbcoll::DataType dtype, int op, int root) {
   const std::optional<PreMulScalar> premul = premul_of(comm, op, dtype);
   if (!premul) return c.reduce(send, recv, count, dtype, static_cast<tbcoll::ReduceOp>(op), root);
-  std::vector<unsigned char> scaled;
-  if (send != nullptr) {
-    scaled.resize(checked_bytes(c.rank(), "reduce", count, dtype, 1));
-    scale(scaled.data(), send, count, dtype, premul->value);
-    send = scaled.data();
-  }
-  c.reduce(send, recv, count, dtype, tbcoll::ReduceOp::kSum, root);
+  const size_t bytes = checked_bytes(c.rank(), "reduce", count, dtype, 1);
+  check_buffer(c.rank(), "reduce", "send", send, count);
+  std::vector<unsigned char> scaled(bytes);
+  scale(scaled.data(), send, count, dtype, premul->value);
+  c.reduce(scaled.data(), recv, count, dtype, tbcoll::ReduceOp::kSum, root);
 }
 
 void reduce_scatter(tbcollComm_t comm, tbcoll::Communicator& c, const void* send, void* recv, size_t recvcount,
                     tbcoll::DataType dtype, int op) {
   const std::optional<PreMulScalar> premul = premul_of(comm, op, dtype);
   if (!premul) return c.reduce_scatter(send, recv, recvcount, dtype, static_cast<tbcoll::ReduceOp>(op));
-  std::vector<unsigned char> scaled;
-  if (send != nullptr) {
-    const size_t n = static_cast<size_t>(c.size());
-    scaled.resize(checked_bytes(c.rank(), "reduce_scatter", recvcount, dtype, n));
-    scale(scaled.data(), send, recvcount * n, dtype, premul->value);
-    send = scaled.data();
-  }
-  c.reduce_scatter(send, recv, recvcount, dtype, tbcoll::ReduceOp::kSum);
+  const size_t n = static_cast<size_t>(c.size());
+  std::vector<unsigned char> scaled(checked_bytes(c.rank(), "reduce_scatter", recvcount, dtype, n));
+  check_buffer(c.rank(), "reduce_scatter", "send", send, recvcount * n);
+  scale(scaled.data(), send, recvcount * n, dtype, premul->value);
+  c.reduce_scatter(scaled.data(), recv, recvcount, dtype, tbcoll::ReduceOp::kSum);
 }
 
 }  // namespace tbcoll::c_api
