@@ -228,6 +228,38 @@ def save(fig, args, name):
     return path
 
 
+def figure(args):
+    """One run's series of every library (benchmarks/readme_figure.sh's CSV: label, size, time_us, busbw_gbs):
+    tbcoll's solid, the others dashed, a single-size series (the hand-written limit) as a star."""
+    by_label = {}
+    for r in read(args.file):
+        by_label.setdefault(r["label"], []).append((int(r["size"]), float(r["time_us"]), float(r["busbw_gbs"])))
+    if not by_label:
+        sys.exit(f"plot.py: {args.file}: no rows")
+    fig, (ax_time, ax_bus) = plt.subplots(1, 2, figsize=(11, 4.4))
+    sizes = []
+    for i, (label, points) in enumerate(by_label.items()):
+        points.sort()
+        style = {"color": f"C{i % 10}"}
+        if len(points) == 1:
+            style.update(marker="*", markersize=12, linestyle="none", zorder=6)
+        elif label.startswith("tbcoll"):
+            style.update(linewidth=2.4, marker="o", markersize=4, zorder=5)
+        else:
+            style.update(linewidth=1.3, linestyle="--", marker="x", markersize=4)
+        draw(ax_time, ax_bus, label, points, style)
+        sizes += [p[0] for p in points]
+    for ax in (ax_time, ax_bus):
+        size_axis(ax, sizes)
+    ax_time.set_yscale("log")
+    ax_time.set_ylabel("time (us)")
+    ax_bus.set_ylabel("busbw (GB/s)")
+    ax_time.legend(fontsize=7)
+    fig.suptitle(args.title or args.file, fontsize=9, wrap=True)
+    fig.tight_layout()
+    return [save(fig, args, "figure")]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -240,13 +272,16 @@ def main():
     d = sub.add_parser("dllama")
     d.add_argument("file")
     d.add_argument("--title")
-    for q in (p, s, d):
+    f = sub.add_parser("figure")
+    f.add_argument("file")
+    f.add_argument("--title")
+    for q in (p, s, d, f):
         q.add_argument("--out", required=True)
         q.add_argument("--format", choices=("png", "svg"), default="png")
         q.add_argument("--prefix", default="")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    commands = {"perf": perf, "sweep": sweep, "dllama": dllama}
+    commands = {"perf": perf, "sweep": sweep, "dllama": dllama, "figure": figure}
     for path in commands[args.command](args):
         print(path)
 
