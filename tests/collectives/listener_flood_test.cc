@@ -1,6 +1,7 @@
 // A flood of silent connections on a rank's tcp data listener during set-up (tcp/admission.h): the honest peer
 // still gets in and the job runs; a flood that outlasts the deadline is named in the error.
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -35,8 +36,9 @@ pid_t flood(const sockaddr_in& to, int connections, int seconds) {
   limit.rlim_cur = limit.rlim_max;
   setrlimit(RLIMIT_NOFILE, &limit);
   for (int i = 0; i < connections; ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) break;
+    fcntl(fd, F_SETFL, O_NONBLOCK);
     connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to));  // EINPROGRESS: completes in the backlog
   }
   const timespec hold{seconds, 0};
