@@ -181,7 +181,7 @@ faults)
     local root=$!
     node_pids[0]=$root
     for i in 0 1 2 3; do logs+=("$work/$name.$i.log"); done
-    for _ in $(seq 400); do
+    for _ in $(seq 1500); do  # up to 30 s: 4 nodes of a q40 model on a loaded 2-CPU machine start slowly
       [ "$(grep -ac 'Pred' "${logs[0]}")" -ge 100 ] && break
       sleep 0.02
     done
