@@ -73,6 +73,27 @@ def series_of(path):
     return [(f"tbcoll {rows[0]['ranks']} ranks {rows[0]['transport']}", "tbcoll", sorted(points))]
 
 
+def labelled_series(path):
+    """{label: [(size, us, busbw GB/s)]} of a CSV with columns label,size,time_us[,busbw_gbs] (busbw nan if absent)."""
+    by_label = {}
+    for r in read(path):
+        busbw = r.get("busbw_gbs") or "nan"
+        by_label.setdefault(r["label"], []).append((int(r["size"]), float(r["time_us"]), float(busbw)))
+    return by_label
+
+
+def finish(fig, ax_time, ax_bus, sizes, title, fontsize):
+    """The axes of a time / busbw pair against size, the legend and the title."""
+    for ax in (ax_time, ax_bus):
+        size_axis(ax, sizes)
+    ax_time.set_yscale("log")
+    ax_time.set_ylabel("time (us)")
+    ax_bus.set_ylabel("busbw (GB/s)")
+    ax_time.legend(fontsize=7)
+    fig.suptitle(title, fontsize=fontsize, wrap=True)
+    fig.tight_layout()
+
+
 def draw(ax_time, ax_bus, label, points, style):
     sizes = [p[0] for p in points]
     ax_time.plot(sizes, [p[1] for p in points], label=label, **style)
@@ -100,22 +121,11 @@ def perf(args):
             sizes += [p[0] for p in points]
             index += 1
     if args.peers:
-        by_label = {}
-        for r in read(args.peers):
-            busbw = r.get("busbw_gbs") or "nan"
-            by_label.setdefault(r["label"], []).append((int(r["size"]), float(r["time_us"]), float(busbw)))
-        for i, (label, points) in enumerate(by_label.items()):
+        for i, (label, points) in enumerate(labelled_series(args.peers).items()):
             draw(ax_time, ax_bus, label, sorted(points), {"color": f"C{(index + i) % 10}", "linestyle": "--",
                                                           "marker": "x"})
             sizes += [p[0] for p in points]
-    for ax in (ax_time, ax_bus):
-        size_axis(ax, sizes)
-    ax_time.set_yscale("log")
-    ax_time.set_ylabel("time (us)")
-    ax_bus.set_ylabel("busbw (GB/s)")
-    ax_time.legend(fontsize=7)
-    fig.suptitle(args.title or "tbcoll-perf", fontsize=10)
-    fig.tight_layout()
+    finish(fig, ax_time, ax_bus, sizes, args.title or "tbcoll-perf", 10)
     return [save(fig, args, "perf")]
 
 
@@ -231,9 +241,7 @@ def save(fig, args, name):
 def figure(args):
     """One run's series of every library (benchmarks/readme_figure.sh's CSV: label, size, time_us, busbw_gbs):
     tbcoll's solid, the others dashed, a single-size series (the hand-written limit) as a star."""
-    by_label = {}
-    for r in read(args.file):
-        by_label.setdefault(r["label"], []).append((int(r["size"]), float(r["time_us"]), float(r["busbw_gbs"])))
+    by_label = labelled_series(args.file)
     if not by_label:
         sys.exit(f"plot.py: {args.file}: no rows")
     fig, (ax_time, ax_bus) = plt.subplots(1, 2, figsize=(11, 4.4))
@@ -249,14 +257,7 @@ def figure(args):
             style.update(linewidth=1.3, linestyle="--", marker="x", markersize=4)
         draw(ax_time, ax_bus, label, points, style)
         sizes += [p[0] for p in points]
-    for ax in (ax_time, ax_bus):
-        size_axis(ax, sizes)
-    ax_time.set_yscale("log")
-    ax_time.set_ylabel("time (us)")
-    ax_bus.set_ylabel("busbw (GB/s)")
-    ax_time.legend(fontsize=7)
-    fig.suptitle(args.title or args.file, fontsize=9, wrap=True)
-    fig.tight_layout()
+    finish(fig, ax_time, ax_bus, sizes, args.title or args.file, 9)
     return [save(fig, args, "figure")]
 
 

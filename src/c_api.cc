@@ -12,7 +12,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -29,10 +29,9 @@ namespace {
 
 using namespace tbcoll::c_api;
 
-// Every handle ever made, so none is freed (and leak checkers see them held), and their addresses for lookups.
+// Every handle ever made, by address (for lookups), so none is freed (and leak checkers see them held).
 std::mutex handles_mutex;
-std::vector<std::unique_ptr<tbcollComm>> handles;
-std::unordered_set<const tbcollComm*> known;
+std::unordered_map<const tbcollComm*, std::unique_ptr<tbcollComm>> handles;
 
 }  // namespace
 
@@ -46,10 +45,10 @@ std::string& last_error() {
 tbcollComm_t new_handle(tbcoll::Communicator&& communicator) {
   auto handle = std::make_unique<tbcollComm>();
   handle->communicator.emplace(std::move(communicator));
+  tbcollComm_t made = handle.get();
   std::lock_guard<std::mutex> lock(handles_mutex);
-  known.insert(handle.get());
-  handles.push_back(std::move(handle));
-  return handles.back().get();
+  handles.emplace(made, std::move(handle));
+  return made;
 }
 
 void check_known(tbcollComm_t comm) {
@@ -57,7 +56,7 @@ void check_known(tbcollComm_t comm) {
   if (comm == last_known) return;
   {
     std::lock_guard<std::mutex> lock(handles_mutex);
-    if (known.count(comm) == 0) {
+    if (handles.count(comm) == 0) {
       throw tbcoll::InvalidUsage(fmt::format("communicator handle {} is not one this library gave (tbcollCommInitRank, "
                                              "tbcollCommSplit, ...): a garbage or foreign pointer",
                                              static_cast<const void*>(comm)));
@@ -107,18 +106,7 @@ tbcollResult_t tbcollGetUniqueId(tbcollUniqueId* unique_id) {
 }
 
 tbcollResult_t tbcollCommInitRank(tbcollComm_t* comm, int nranks, tbcollUniqueId comm_id, int rank) {
-  return guarded([&] {
-    if (comm == nullptr) throw tbcoll::InvalidArgument("comm pointer is NULL");
-    *comm = nullptr;
-    const tbcoll::UniqueId id = tbcoll::UniqueId::from_string(
-        std::string(comm_id.internal, strnlen(comm_id.internal, sizeof(comm_id.internal))));
-    if (nranks < 1) throw tbcoll::InvalidArgument(fmt::format("nranks {} must be at least 1", nranks));
-    if (rank < 0 || rank >= nranks) {
-      throw tbcoll::InvalidArgument(fmt::format("rank {} out of range for nranks {}", rank, nranks));
-    }
-    if (defer_init(comm, [id, rank, nranks] { return tbcoll::Communicator::init(id, rank, nranks); })) return;
-    *comm = new_handle(tbcoll::Communicator::init(id, rank, nranks));
-  });
+  return tbcollCommInitRankConfig(comm, nranks, comm_id, rank, nullptr);  // the environment's settings
 }
 
 tbcollResult_t tbcollCommInitFromEnv(tbcollComm_t* comm) {

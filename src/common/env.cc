@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 
 #include <fmt/format.h>
@@ -205,14 +206,14 @@ std::string Settings::get(const char* name) const {
   auto it = overrides_.find(name);
   if (it != overrides_.end()) return it->second;
   const char* value = std::getenv(name);
-  if (value == nullptr && taken_at_load != nullptr && std::string(name) == "TBCOLL_SECRET") return *taken_at_load;
+  if (value == nullptr && taken_at_load != nullptr && std::strcmp(name, "TBCOLL_SECRET") == 0) return *taken_at_load;
   return value != nullptr ? std::string(value) : std::string(knob.default_value);
 }
 
 bool Settings::is_set(const char* name) const {
   find(name);
   return overrides_.count(name) != 0 || std::getenv(name) != nullptr ||
-         (taken_at_load != nullptr && std::string(name) == "TBCOLL_SECRET");
+         (taken_at_load != nullptr && std::strcmp(name, "TBCOLL_SECRET") == 0);
 }
 
 long long Settings::get_int(const char* name) const {

@@ -98,24 +98,18 @@ TEST(RecordAuth, HonestRecordsPassAndWithoutASecretARewriteGoesUnseen) {
 TEST(RecordAuth, AnotherJobsRecordIsRefused) {
   if (!auth::available()) GTEST_SKIP() << "no libcrypto: no secret";
   auto shared = make_in_memory_store();
-  std::thread other_job([&] {
+  auto rank_of_job = [&](int rank, const char* token) {  // the same secret and store, jobs told apart by token
     Config config;
-    config.rank = 0;
+    config.rank = rank;
     config.world_size = 2;
     config.store = shared;
-    config.token = "job-one";
+    config.token = token;
     config.timeout_s = 2;
     config.knobs["TBCOLL_SECRET"] = "a-job-secret-of-some-length";
-    test::error_of([&] { Communicator::init(config); });  // publishes rank 0's records, then times out
-  });
-  Config config;
-  config.rank = 1;
-  config.world_size = 2;
-  config.store = shared;
-  config.token = "job-two";
-  config.timeout_s = 2;
-  config.knobs["TBCOLL_SECRET"] = "a-job-secret-of-some-length";
-  const std::string error = test::error_of([&] { Communicator::init(config); });
+    return test::error_of([&] { Communicator::init(config); });
+  };
+  std::thread other_job([&] { rank_of_job(0, "job-one"); });  // publishes rank 0's records, then times out
+  const std::string error = rank_of_job(1, "job-two");
   other_job.join();
   EXPECT_NE(error.find("was not written by a rank of this job"), std::string::npos) << error;
 }
