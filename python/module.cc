@@ -135,6 +135,7 @@ class PyWork {
     if (done) keep_ = py::list();
     return done;
   }
+  int source() const { return work_.source(); }
 
  private:
   Work work_;
@@ -447,7 +448,9 @@ PYBIND11_MODULE(_tbcoll, m) {
 
   py::class_<PyWork>(m, "Work", "Handle of an asynchronous call: wait() blocks (GIL released), test() polls.")
       .def("wait", &PyWork::wait, "Blocks until the call finished; raises its error.")
-      .def("test", &PyWork::test, "True once the call finished (raises its error); never blocks.");
+      .def("test", &PyWork::test, "True once the call finished (raises its error); never blocks.")
+      .def_property_readonly("source", &PyWork::source,
+                             "The rank a receive took its message from (irecv, irecv_any) once it finished, else -1.");
 
   py::class_<PyRegistration>(m, "Registration",
                              "Memory registered with a communicator's transports (Communicator.register_memory); "
@@ -521,6 +524,18 @@ PYBIND11_MODULE(_tbcoll, m) {
              return std::make_unique<PyWork>(std::move(work), keep(v, View()));
            }, py::arg("buf"), py::arg("peer"), py::arg("dtype") = py::none(),
            "Non-blocking receive from peer into buf (see isend): wait() or test() on the Work it returns.")
+      .def("irecv_any", [](PyComm& self, py::object buf, py::object dtype) {
+             View v = view_of(buf, "buf", true, optional_dtype(dtype));
+             Work work = self.run("irecv_any", [&](Communicator& c) { return c.irecv_any(v.data, v.count, v.dtype); });
+             return std::make_unique<PyWork>(std::move(work), keep(v, View()));
+           }, py::arg("buf"), py::arg("dtype") = py::none(),
+           "Non-blocking receive from whichever peer sends first (MPI's ANY_SOURCE): the Work's source names it "
+           "once it finished.")
+      .def("recv_any", [](PyComm& self, py::object buf, py::object dtype) {
+             View v = view_of(buf, "buf", true, optional_dtype(dtype));
+             return self.run("recv_any", [&](Communicator& c) { return c.recv_any(v.data, v.count, v.dtype); });
+           }, py::arg("buf"), py::arg("dtype") = py::none(),
+           "Receives into buf from whichever peer sends first; returns that peer's rank.")
       .def("group_start", [](PyComm& self) { self.run("group_start", [](Communicator& c) { c.group_start(); }); })
       .def("group_end", [](PyComm& self) { self.run("group_end", [](Communicator& c) { c.group_end(); }); })
       .def("split", [](PyComm& self, int color, int key) -> py::object {
@@ -624,6 +639,10 @@ PYBIND11_MODULE(_tbcoll, m) {
            })
       .def("_irecv_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype, int peer) {
              Work work = self.run("irecv", [&](Communicator& c) { return c.irecv(ptr(buf), count, dtype, peer); });
+             return std::make_unique<PyWork>(std::move(work), py::list());
+           })
+      .def("_irecv_any_raw", [](PyComm& self, uintptr_t buf, size_t count, DataType dtype) {
+             Work work = self.run("irecv_any", [&](Communicator& c) { return c.irecv_any(ptr(buf), count, dtype); });
              return std::make_unique<PyWork>(std::move(work), py::list());
            });
 

@@ -112,6 +112,12 @@ void Work::wait() const {
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
+int Work::source() const {
+  if (!state_) return -1;
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  return state_->done ? state_->source : -1;
+}
+
 void Work::on_done(std::function<void(std::exception_ptr error)> callback) const {
   if (!state_) {
     callback(nullptr);

@@ -43,6 +43,7 @@ struct TBCOLL_LOCAL Work::State {
   bool done = false;
   bool completing = false;  ///< complete() runs the callbacks; done follows
   std::exception_ptr error;
+  int source = -1;  ///< receives: the rank the message came from (Work::source)
   std::weak_ptr<AsyncQueue::Impl> queue;  // to run the call inline when it is next and not started
   /// Set for calls no thread runs (non-blocking send/recv): makes progress on the caller's thread, test() with
   /// block = false (never blocks), wait() with block = true until done (bounded by the call's deadline). It

@@ -127,7 +127,7 @@ void Communicator::Impl::refuse_call() {
 namespace {
 
 // A collective's tag counts the calls (send/recv tags have the top bit set; a group's run has none).
-uint64_t collective_number(const transport::Tag& tag) { return (tag.tag >> 63) == 0 ? tag.tag : 0; }
+uint64_t collective_number(const transport::Tag& tag) { return !transport::is_p2p_tag(tag.tag) ? tag.tag : 0; }
 
 }  // namespace
 
@@ -138,7 +138,7 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
     // For peers waiting in a fast-path call (and it checks for messages of earlier calls never received: an
     // error that breaks the communicator, as any mismatch). Not send/recv: their tags count per peer pair, so
     // another rank's receive could take ours for its own call.
-    if (links.fast_path != nullptr && (tag.tag >> 63) == 0) links.fast_path->announce(tag);
+    if (links.fast_path != nullptr && !transport::is_p2p_tag(tag.tag)) links.fast_path->announce(tag);
     if (schedule != 0) tag.meta = with_schedule(tag.meta, schedule);
     const TunerConfig& tuning = tuner.config();
     const Deadline deadline = call_timeout.deadline();
@@ -153,7 +153,7 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
 void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice,
                                  const algo::Args& args) {
   if (choice.fast_path_index < 0) {
-    const bool rooted = call.root >= 0 && (tag.tag >> 63) == 0;  // broadcast, reduce, gather, scatter
+    const bool rooted = call.root >= 0 && !transport::is_p2p_tag(tag.tag);  // broadcast, reduce, gather, scatter
     run(call, tag, choice.schedule, [&](algo::Exec& exec) {
       // In a rooted call some ranks only send (a broadcast's root, a reduce's leaves), so no receive of theirs
       // checks the call's signature: ranks that named different roots would each return success with different
@@ -448,7 +448,7 @@ void Communicator::Impl::p2p(bool is_send, void* buf, size_t count, DataType dty
   algo::CallInfo what{name, count, dtype, ReduceOp::kSum, false, peer, "peer"};
   check_usable(what);
   uint64_t& counter = is_send ? calls.p2p_sent[peer] : calls.p2p_received[peer];
-  transport::Tag tag{(uint64_t{1} << 63) | counter++, make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
+  transport::Tag tag{transport::p2p_tag(counter++), make_meta(OpKind::kSendRecv, dtype, ReduceOp::kSum, 0, count)};
   if (calls.group_depth > 0) {
     calls.group_ops.push_back({is_send, buf, bytes, peer, tag});
     return;

@@ -25,6 +25,11 @@ Devices& devices() {
 
 }  // namespace
 
+std::optional<Arrival> Endpoint::probe() {
+  throw InvalidUsage(fmt::format("the transport to peer {} cannot look for arrived messages, so a receive from any "
+                                 "source cannot use it: name the source rank", peer()));
+}
+
 std::vector<std::shared_ptr<Device>> available_devices() {
   Devices& all = devices();
   std::lock_guard<std::mutex> lock(all.mutex);

@@ -30,6 +30,10 @@ struct Tag {
   uint64_t tag = 0;
   uint64_t meta = 0;
 };
+/// The tag of a pair's n-th send/recv message in one direction (the top bit marks send/recv tags).
+constexpr uint64_t p2p_tag(uint64_t n) { return (uint64_t{1} << 63) | n; }
+/// Whether a tag is a send/recv message's (else a collective's).
+constexpr bool is_p2p_tag(uint64_t tag) { return (tag >> 63) != 0; }
 
 /// Whether two signatures describe the same call (the schedule point-to-point messages add is ignored).
 TBCOLL_API bool same_call(uint64_t meta_a, uint64_t meta_b);

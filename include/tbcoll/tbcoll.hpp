@@ -136,6 +136,9 @@ class TBCOLL_API Work {
   /// non-blocking send/recv), before test() and wait() see it finished. The callback must not block nor call into
   /// the communicator. Copies share callbacks.
   void on_done(std::function<void(std::exception_ptr error)> callback) const;
+  /// The rank a receive took its message from (irecv: its peer; irecv_any: the sender it matched), once the
+  /// call finished; -1 before that and for every other call.
+  int source() const;
 
   struct State;
   explicit Work(std::shared_ptr<State> state) : state_(std::move(state)) {}
@@ -273,10 +276,20 @@ class TBCOLL_API Communicator {
   /// progress thread). The Work's deadline counts from this call; failing, it breaks the communicator as a failed
   /// send does.
   Work isend(const void* buf, size_t count, DataType dtype, int peer);
-  /// Non-blocking receive of count elements from peer into buf (see isend). A receive from any peer (MPI's
-  /// ANY_SOURCE) is not offered: messages are matched per pair of ranks, in order, with no probe of which peer
-  /// sends first.
+  /// Non-blocking receive of count elements from peer into buf (see isend).
   Work irecv(void* buf, size_t count, DataType dtype, int peer);
+  /// Non-blocking receive of count elements from whichever peer's send arrives first (MPI's ANY_SOURCE,
+  /// gloo's recv from any rank); Work::source() names it once the call finished. It takes the next message of
+  /// that peer, as irecv(peer) would have, and must match it in count and dtype (else MismatchError naming the
+  /// peer). Peers are looked at in turn, so none is starved. While an irecv from some peer is still pending,
+  /// that peer's next message is the irecv's, not this call's; and until it matched, a collective or receive
+  /// posted meanwhile may take the next message of its peers, so wait for it first unless its sender sends only
+  /// after that call (else that call may fail with MismatchError naming the peer). Refused inside a group, and
+  /// where a transport cannot look for arrived messages (every built-in one can). Its deadline counts from this
+  /// call.
+  Work irecv_any(void* buf, size_t count, DataType dtype);
+  /// Blocking irecv_any: returns the rank the message came from.
+  int recv_any(void* buf, size_t count, DataType dtype);
   /// Asynchronous all_reduce: returns at once; a progress thread of this communicator runs the call, in order
   /// with the other calls. Buffers must stay valid until the Work completed. A blocking call made meanwhile
   /// first waits for the queued ones (calls keep their order on every rank). The thread spins like any wait,

@@ -31,11 +31,11 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
-
-#include <map>
 
 #include "tbcoll/error.hpp"
 #include "tbcoll/collective_fast_path.hpp"
@@ -96,6 +96,12 @@ class TBCOLL_API Request {
   virtual void block(std::chrono::microseconds max_wait) = 0;
 };
 
+/// A message that arrived on an endpoint and no receive has taken yet (Endpoint::probe): its tag and size.
+struct Arrival {
+  Tag tag;
+  size_t bytes = 0;
+};
+
 class TBCOLL_API Endpoint {
  public:
   virtual ~Endpoint() = default;
@@ -111,6 +117,12 @@ class TBCOLL_API Endpoint {
   /// Sends what isend_later() left waiting (without blocking: what the connection does not take now leaves at the
   /// next progress). Default: nothing to do.
   virtual void flush() {}
+  /// Makes progress without blocking, then tells the tag and size of the next message from the peer, without
+  /// taking it, if its first bytes arrived and no receive is posted here (a posted receive takes the next message:
+  /// there is nothing to tell then); nullopt otherwise. A receive from any source looks with it for the peer that
+  /// sent first. Throws as a request's test() does once the endpoint failed. Default: refuses (InvalidUsage), so
+  /// a transport that cannot look leaves receives from any source refused, and nothing else.
+  virtual std::optional<Arrival> probe();
   /// Rank of the peer.
   virtual int peer() const = 0;
 };

@@ -115,6 +115,7 @@ class _Work(dist.Work):
         self._result = result
         self._after = after
         self._waited = False   # wait() was called: whoever holds this Work has what it needs from it
+        self._source = None    # a finished receive's source rank (the tbcoll Work's, kept once it is let go)
 
     def wait(self, timeout=None):
         self._waited = True
@@ -123,6 +124,7 @@ class _Work(dist.Work):
                 self._work.wait()
             except tbcoll.TimeoutError as error:  # torch's backends say "Timed out" (and its tests look for it)
                 raise tbcoll.TimeoutError(f"[tbcoll] Timed out after {self._timeout_s} s: {error}") from None
+            self._source = self._work.source
             self._work = None
         if self._after is not None:
             after, self._after = self._after, None
@@ -131,7 +133,20 @@ class _Work(dist.Work):
         return True
 
     def is_completed(self):
-        return self._work is None or self._work.test()
+        if self._work is None:
+            return True
+        if self._work.test():
+            self._source = self._work.source
+            return True
+        return False
+
+    def _source_rank(self):
+        """The rank a recv's message came from (torch's Work.source_rank; dist.recv without src reads it)."""
+        if self._source is None and self._work is not None and self._work.test():
+            self._source = self._work.source
+        if self._source is None or self._source < 0:
+            raise RuntimeError("[tbcoll] the source rank is only known for a finished recv's Work")
+        return self._source
 
     def _finished(self):
         try:
@@ -319,7 +334,9 @@ class ProcessGroupTbcoll(dist.ProcessGroup):
         return self._track(_Work(work, tensors, tensors))
 
     def recv_anysource(self, tensors, tag=0):
-        raise tbcoll.InvalidArgument("tbcoll backend: recv from any source is not supported; name the source rank")
+        t = _one(tensors, "recv")
+        work = self._comm._irecv_any_raw(t.data_ptr(), t.numel(), _check(t, "recv's tensor"))
+        return self._track(_Work(work, tensors, tensors))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
         n = self._size

@@ -424,8 +424,11 @@ WorkPtr ProcessGroupTbcoll::recv(std::vector<at::Tensor>& tensors, int src, int 
   return make_work(OpType::RECV, "tbcoll:recv", std::move(work), tensors, tensors, tensors, nullptr, src);
 }
 
-WorkPtr ProcessGroupTbcoll::recvAnysource(std::vector<at::Tensor>&, int) {
-  refuse("recv from any source", "not supported: tbcoll matches messages per pair of ranks; name the source rank");
+WorkPtr ProcessGroupTbcoll::recvAnysource(std::vector<at::Tensor>& tensors, int /*tag*/) {
+  const Buffer b = buffer_of(one(tensors, "recv"), "recv", "the tensor");
+  deferred::flush();
+  Work work = guarded(timeout_s_, [&] { return comm_->irecv_any(b.data, b.count, b.dtype); });
+  return make_work(OpType::RECVANYSOURCE, "tbcoll:recvAnySource", std::move(work), tensors, tensors, tensors);
 }
 
 WorkPtr ProcessGroupTbcoll::barrier(const c10d::BarrierOptions&) {

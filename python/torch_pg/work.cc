@@ -114,8 +114,9 @@ std::exception_ptr WorkTbcoll::exception() const {
 }
 
 int WorkTbcoll::sourceRank() const {
-  TORCH_CHECK(source_rank_ >= 0, "[tbcoll] sourceRank() is only known for a recv's Work");
-  return source_rank_;
+  const int source = source_rank_ >= 0 ? source_rank_ : work_.source();  // a recv from any source: once finished
+  TORCH_CHECK(source >= 0, "[tbcoll] sourceRank() is only known for a recv's Work (from any source: once finished)");
+  return source;
 }
 
 std::vector<at::Tensor> WorkTbcoll::result() { return outputs_; }

@@ -191,6 +191,22 @@ if size > 1:
         pass
     sent.wait()
     check(got, np.full(300001, float(left), np.float32), "irecv before isend ring")
+    # From any source: every rank in turn hears from every other (recv_any, then irecv_any), each naming its sender.
+    for receiver in range(size):
+        if rank != receiver:
+            comm.send(np.full(4, rank, np.int64), receiver)
+            comm.send(np.full(4, rank, np.int64), receiver)
+            continue
+        heard = []
+        for _ in range(size - 1):
+            r = np.zeros(4, np.int64)
+            source = comm.recv_any(r)
+            check(r, np.full(4, source, np.int64), "recv_any")
+            work = comm.irecv_any(r)
+            work.wait()
+            check(r, np.full(4, work.source, np.int64), "irecv_any")
+            heard += [source, work.source]
+        assert sorted(heard) == sorted(2 * [p for p in range(size) if p != rank]), heard
 
 # ---- torch tensors through DLPack, bf16 included -------------------------------------------------------------------
 try:

@@ -60,6 +60,24 @@ for r in reqs:
 assert got[-1].item() == left
 print(f"OK {rank} batch_isend_irecv", flush=True)
 
+# Receives from any source: every rank in turn hears from every other; dist.recv and irecv's Work name the sender.
+for receiver in range(size):
+    if rank != receiver:
+        dist.send(torch.full((3,), float(rank)), receiver)
+        dist.send(torch.full((3,), float(rank)), receiver)
+        continue
+    heard = []
+    for _ in range(size - 1):
+        t = torch.zeros(3)
+        source = dist.recv(t)
+        assert t.tolist() == [float(source)] * 3, (source, t)
+        work = dist.irecv(t)
+        work.wait()
+        assert t.tolist() == [float(work._source_rank())] * 3, (work._source_rank(), t)
+        heard += [source, work._source_rank()]
+    assert sorted(heard) == sorted(2 * [r for r in range(size) if r != rank]), heard
+print(f"OK {rank} recv from any source", flush=True)
+
 # Coalesced calls: several tensors in one all-reduce, one all-gather.
 a, b = torch.full((3,), float(rank)), torch.full((5,), 1.0, dtype=torch.float32)
 dist.all_reduce_coalesced([a, b])
@@ -74,7 +92,6 @@ for call, words in [(lambda: dist.all_reduce(torch.ones(2, dtype=torch.int32), o
                      [("allreduce", "all_reduce"), "BAND"]),
                     (lambda: dist.reduce_scatter(torch.zeros(2), [torch.ones(2)] * size, op=dist.ReduceOp.BOR),
                      ["reduce_scatter", "BOR"]),
-                    (lambda: dist.recv(torch.zeros(1)), ["recv from any source"]),
                     (lambda: dist.all_reduce(torch.ones(2, dtype=torch.int16)),
                      [("allreduce", "all_reduce"), ("dtype Short", "dtype torch.int16")]),
                     (lambda: dist.broadcast(torch.ones(4)[::2], 0), ["broadcast", "not contiguous"])]:

@@ -94,9 +94,6 @@ KNOWN = {
 
 # Tests that pass on gloo but cannot on another backend, and why. Not run for it.
 CANNOT = {
-    "test_send_recv_any_source": "recv from any source: tbcoll matches messages per pair of ranks (refused)",
-    "test_send_recv_any_source_autograd_profiler": "recv from any source (refused, as above)",
-    "test_send_recv_any_source_torch_profiler": "recv from any source (refused, as above)",
 }
 
 # The subgroup tests: they build a group of ranks 1 and 2 (_init_group_test) or split the world in subgroups.

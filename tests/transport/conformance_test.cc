@@ -143,6 +143,62 @@ TEST_P(Conformance, LaterSendsKeepTheirPlaceAndLeave) {
   }
 }
 
+// probe() tells the next message's tag and size without taking it, never a message a posted receive takes, and
+// never blocks: what a receive from any source picks its peer by.
+TEST_P(Conformance, ProbeTellsTheNextMessageWithoutTakingIt) {
+  Endpoint& from = *pair_.endpoints[0];
+  Endpoint& to = *pair_.endpoints[1];
+  EXPECT_FALSE(to.probe()) << "nothing was sent";
+  const std::vector<uint8_t> small(5, 7);
+  std::vector<uint8_t> large(3 << 20);
+  for (size_t i = 0; i < large.size(); ++i) large[i] = static_cast<uint8_t>(i * 13);
+  auto first = from.isend(small.data(), small.size(), {p2p_tag(0), 11});
+  auto second = from.isend(large.data(), large.size(), {p2p_tag(1), 12});
+  auto look = [&](const char* what) {
+    auto deadline = deadline_after(10);
+    std::optional<Arrival> seen;
+    while (!(seen = to.probe())) {
+      first->test();
+      second->test();
+      if (Clock::now() > deadline) ADD_FAILURE() << what << " never seen";
+      if (Clock::now() > deadline) break;
+    }
+    return seen;
+  };
+  std::optional<Arrival> seen = look("the first message");
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->tag.tag, p2p_tag(0));
+  EXPECT_EQ(seen->tag.meta, 11u);
+  EXPECT_EQ(seen->bytes, small.size());
+  seen = to.probe();  // looking again takes nothing
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->tag.meta, 11u);
+  std::vector<uint8_t> got_small(5, 0), got_large(large.size(), 0);
+  auto took_first = to.irecv(got_small.data(), got_small.size(), {p2p_tag(0), 11});
+  // The first message is the posted receive's: a probe now tells nothing, or (the receive completed on the way) the
+  // second message.
+  seen = to.probe();
+  if (seen) {
+    EXPECT_EQ(seen->tag.meta, 12u);
+  }
+  wait(*took_first);
+  EXPECT_EQ(got_small, small);
+  seen = look("the second message");
+  ASSERT_TRUE(seen);
+  EXPECT_EQ(seen->tag.tag, p2p_tag(1));
+  EXPECT_EQ(seen->bytes, large.size());
+  auto took_second = to.irecv(got_large.data(), got_large.size(), {p2p_tag(1), 12});
+  auto deadline = deadline_after(20);
+  for (bool done = false; !done;) {  // both sides move at every turn
+    const bool received = took_second->test();
+    const bool sent = second->test();
+    done = received && sent;
+    ASSERT_LT(Clock::now(), deadline);
+  }
+  EXPECT_EQ(got_large, large);
+  EXPECT_FALSE(to.probe()) << "both were taken";
+}
+
 TEST_P(Conformance, TestNeverBlocksWhenNothingArrived) {
   uint8_t byte = 0;
   auto request = pair_.endpoints[0]->irecv(&byte, 1, {1, 1});

@@ -89,6 +89,15 @@ class DelayedEndpoint final : public Endpoint {
   std::unique_ptr<Request> irecv(void* buf, size_t bytes, Tag tag) override {
     return std::make_unique<DelayedReceive>(this, inner_->irecv(buf, bytes, tag), bytes);
   }
+  /// The inner endpoint's arrival: a receive from any source picks its peer by when the bytes really came; the
+  /// receive it then posts waits out the emulated link as any other.
+  std::optional<Arrival> probe() override {
+    if (!pending_.empty()) return std::nullopt;  // receives posted
+    std::optional<Arrival> arrival;
+    guard([&] { arrival = inner_->probe(); });
+    throw_failure_when_due();
+    return arrival;
+  }
   int peer() const override { return inner_->peer(); }
 
   void add(DelayedReceive* receive) { pending_.push_back(receive); }

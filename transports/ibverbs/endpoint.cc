@@ -175,6 +175,16 @@ std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, tra
   return std::move(request);
 }
 
+std::optional<transport::Arrival> Endpoint::probe() {
+  progress();
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_locked();
+  if (recvs_posted_ != recv_base_) return std::nullopt;  // receives posted
+  const auto early = unexpected_.find(recvs_posted_);
+  if (early == unexpected_.end()) return std::nullopt;
+  return transport::Arrival{early->second->tag, early->second->bytes};
+}
+
 void Endpoint::mismatch_locked(const transport::Tag& expected, size_t expected_bytes, const transport::Tag& got,
                                size_t got_bytes) {
   std::string what = fmt::format(

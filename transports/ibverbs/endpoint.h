@@ -84,6 +84,8 @@ class Endpoint final : public transport::Endpoint {
 
   std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
   std::unique_ptr<transport::Request> irecv(void* buf, size_t bytes, transport::Tag tag) override;
+  /// An unexpected message's first frame (any rail, any offset: each carries the message's tag and size).
+  std::optional<transport::Arrival> probe() override;
   int peer() const override { return peer_; }
   uint64_t comm_id() const { return comm_id_; }
   int rails() const { return static_cast<int>(rails_.size()); }

@@ -152,4 +152,18 @@ std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, tra
   return std::make_unique<RecvRequest>(inbox_, ticket, buf, bytes, tag, rank_, peer_);
 }
 
+std::optional<transport::Arrival> Endpoint::probe() {
+  std::lock_guard<std::mutex> lock(inbox_->mutex);
+  if (inbox_->recv_tickets_issued != inbox_->next_recv_ticket) return std::nullopt;  // receives posted
+  if (inbox_->messages.empty()) {
+    if (inbox_->closed) {
+      throw IoError(fmt::format("[loopback] rank {}: connection to peer {} closed (peer aborted or gone)", rank_,
+                                peer_));
+    }
+    return std::nullopt;
+  }
+  const Mailbox::Message& next = inbox_->messages.front();
+  return transport::Arrival{next.tag, next.bytes.size()};
+}
+
 }  // namespace tbcoll::loopback

@@ -46,6 +46,7 @@ class Endpoint final : public transport::Endpoint {
   ~Endpoint() override;
   std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
   std::unique_ptr<transport::Request> irecv(void* buf, size_t bytes, transport::Tag tag) override;
+  std::optional<transport::Arrival> probe() override;
   int peer() const override { return peer_; }
   void abort();
 

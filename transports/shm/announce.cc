@@ -41,7 +41,7 @@ void check_queued(const Queue& queue, int rank, int peer, const transport::Tag& 
   const uint64_t head = queue.head.load(std::memory_order_acquire);
   for (uint64_t i = tail; i != head; ++i) {  // published frames stay put until we advance tail
     const FrameHeader& frame = queue.frames[i % kFrames].header;
-    const bool collective = (frame.tag >> 63) == 0;  // send/recv tags have the top bit set
+    const bool collective = !transport::is_p2p_tag(frame.tag);
     if (frame.first != 1 || !collective) continue;
     if (frame.tag >= tag.tag) return;  // collective messages queue in call order: no earlier one behind it
     throw InvalidUsage(fmt::format(

@@ -45,8 +45,9 @@ std::unique_ptr<transport::Request> Endpoint::irecv(void* buf, size_t bytes, tra
 
 void Endpoint::check_peer() {
   if (remote_->closed.load(std::memory_order_acquire) != 0) {
-    // Frames the peer published before it closed (release; acquired above) are still ours to read.
-    if (!recvs_.empty() && in_->head.load(std::memory_order_acquire) != in_tail_) return;
+    // Frames the peer published before it closed (release; acquired above) are still ours to read (a receive's,
+    // or a probe's to see).
+    if (in_->head.load(std::memory_order_acquire) != in_tail_) return;
     fail(fmt::format("[shm] rank {}: peer {} closed its end (aborted or finished)", rank_, peer_));
   }
   if (own_->closed.load(std::memory_order_relaxed) != 0) {
@@ -133,6 +134,18 @@ bool Endpoint::progress_recvs() {
     recvs_.pop_front();
   }
   return moved;
+}
+
+std::optional<transport::Arrival> Endpoint::probe() {
+  progress();
+  if (!recvs_.empty()) return std::nullopt;
+  if (in_->head.load(std::memory_order_acquire) == in_tail_) return std::nullopt;
+  const Frame& frame = in_->frames[in_tail_ % kFrames];
+  if (frame.header.first != 1) {
+    fail(fmt::format("[shm] rank {}: corrupt queue from peer {} (message continues where one should start)", rank_,
+                     peer_));
+  }
+  return transport::Arrival{{frame.header.tag, frame.header.meta}, frame.header.message_bytes};
 }
 
 void Endpoint::check_peer_call() {

@@ -91,6 +91,21 @@ void Endpoint::progress() {
   progress_recvs();
 }
 
+std::optional<transport::Arrival> Endpoint::probe() {
+  progress();
+  if (!recvs_.empty()) return std::nullopt;
+  // The next header comes into the staging buffer, where the receive that takes it will find it.
+  while (staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
+    if (!fill_staging()) return std::nullopt;
+  }
+  MessageHeader header;
+  std::memcpy(&header, staging_.data() + staging_begin_, sizeof(header));
+  if (header.magic != kMessageMagic) {
+    fail(fmt::format("[tcp] rank {}: garbage from peer {} (bad message magic {:#x})", rank_, peer_, header.magic));
+  }
+  return transport::Arrival{{header.tag, header.meta}, header.bytes};
+}
+
 // Queued sends leave together, up to kSendsPerWrite per sendmsg (header, payload and, in the integrity mode, tag
 // of each, from where the last write stopped). isend_later messages alone in the queue wait: for a send behind
 // them, a flush(), or more than kLaterAtMost of them.
@@ -275,7 +290,7 @@ void Endpoint::check_blocked_send() {
   // of a large broadcast used to wait for the deadline here).
   const Operation& op = *sends_.front();
   // Only collectives: send/recv tags count per direction, so the peer's own first send carries ours too.
-  if ((op.tag.tag >> 63) != 0) return;
+  if (transport::is_p2p_tag(op.tag.tag)) return;
   MessageHeader header{};
   if (staging_end_ - staging_begin_ >= sizeof(header)) {
     std::memcpy(&header, staging_.data() + staging_begin_, sizeof(header));

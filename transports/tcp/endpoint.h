@@ -47,6 +47,7 @@ class Endpoint final : public transport::Endpoint {
   std::unique_ptr<transport::Request> irecv(void* buf, size_t bytes, transport::Tag tag) override;
   std::unique_ptr<transport::Request> isend_later(transport::Tag tag) override;
   void flush() override;
+  std::optional<transport::Arrival> probe() override;
   int peer() const override { return peer_; }
 
   /// Moves bytes without blocking; throws IoError/MismatchError (and the endpoint stays broken).
