@@ -10,7 +10,8 @@
 //   Mirror/all_reduce_forced  the same with TBCOLL_ALGO naming the algorithm: the tuner's choice left out
 //   MirrorFastPath/all_reduce the same over a transport whose whole-collective fast path copies send to recv:
 //                          the layers above the shm one-shot's exchange (checks, tag, guard, deadline, notices'
-//                          watch, the virtual call), without the exchange
+//                          watch, flight recorder, the virtual call), without the exchange; _no_flight: the
+//                          flight recorder off (TBCOLL_FLIGHT_CALLS=0), what it costs per call
 //   Layer/...              the pieces on their own: the tuner's choice, an Exec's set-up and empty wait, a
 //                          deadline, the asynchronous queue's drain when nothing is queued
 //
@@ -19,6 +20,7 @@
 
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -161,7 +163,8 @@ struct MirrorPair {
   std::unique_ptr<Communicator> rank0, rank1;
 };
 
-MirrorPair mirror_pair(const std::string& algo, const char* transport = "mirror") {
+MirrorPair mirror_pair(const std::string& algo, const char* transport = "mirror",
+                       std::map<std::string, std::string> knobs = {}) {
   static const bool registered = [] {
     transport::register_device(std::make_shared<MirrorDevice>(false));
     transport::register_device(std::make_shared<MirrorDevice>(true));
@@ -176,6 +179,7 @@ MirrorPair mirror_pair(const std::string& algo, const char* transport = "mirror"
     c.store = store;
     c.transport = transport;
     c.algo = algo;
+    c.knobs = knobs;
     return c;
   };
   MirrorPair pair;
@@ -230,9 +234,10 @@ void BM_Mirror(benchmark::State& state, Call which, const char* algo) {
   }
 }
 
-// Rank 0 of two over "mirror-fast": an all_reduce the tuner gives the transport's fast path.
-void BM_MirrorFastPath(benchmark::State& state) {
-  MirrorPair pair = mirror_pair("", "mirror-fast");
+// Rank 0 of two over "mirror-fast": an all_reduce the tuner gives the transport's fast path; flight: the flight
+// recorder on (the default) or off.
+void BM_MirrorFastPath(benchmark::State& state, bool flight) {
+  MirrorPair pair = mirror_pair("", "mirror-fast", {{"TBCOLL_FLIGHT_CALLS", flight ? "1024" : "0"}});
   std::vector<float> send(64, 1.0f), recv(64);
   for (auto _ : state) {
     call(*pair.rank0, Call::kAllReduce, send.data(), recv.data());
@@ -255,7 +260,8 @@ BENCHMARK_CAPTURE(BM_Mirror, all_gather, Call::kAllGather, "");
 BENCHMARK_CAPTURE(BM_Mirror, reduce_scatter, Call::kReduceScatter, "");
 BENCHMARK_CAPTURE(BM_Mirror, all_to_all, Call::kAllToAll, "");
 BENCHMARK_CAPTURE(BM_Mirror, barrier, Call::kBarrier, "");
-BENCHMARK(BM_MirrorFastPath)->Name("MirrorFastPath/all_reduce");
+BENCHMARK_CAPTURE(BM_MirrorFastPath, all_reduce, true)->Name("MirrorFastPath/all_reduce");
+BENCHMARK_CAPTURE(BM_MirrorFastPath, all_reduce_no_flight, false)->Name("MirrorFastPath/all_reduce_no_flight");
 
 // The tuner's choice for an 8 B all_reduce of two ranks, by the cost model (every row priced).
 void BM_Layer_TunerChoose(benchmark::State& state) {

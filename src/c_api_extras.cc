@@ -292,4 +292,28 @@ tbcollResult_t tbcollCheckStream(const void* stream, const char* call) {
   });
 }
 
+tbcollResult_t tbcollCommSetCallObserver(tbcollComm_t comm, tbcollCallObserver_t observer, void* user) {
+  return guarded([&] {
+    counted(comm, [&](tbcoll::Communicator& c) {
+      if (observer == nullptr) {
+        c.set_call_observer(nullptr);
+        return;
+      }
+      c.set_call_observer([observer, user](const tbcoll::CallEvent& e) {
+        const tbcollCallEvent_t event{e.phase == tbcoll::CallEvent::Phase::kBegin ? 0 : 1,
+                                      e.seq,
+                                      e.name,
+                                      e.count,
+                                      static_cast<tbcollDataType_t>(e.dtype),
+                                      static_cast<tbcollRedOp_t>(e.op),
+                                      e.root,
+                                      e.algorithm,
+                                      e.ok ? 1 : 0,
+                                      e.seconds};
+        observer(&event, user);
+      });
+    });
+  });
+}
+
 }  // extern "C"

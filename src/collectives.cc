@@ -152,6 +152,7 @@ void Communicator::Impl::run(const algo::CallInfo& call, transport::Tag tag, uns
 
 void Communicator::Impl::execute(const algo::CallInfo& call, transport::Tag tag, const Choice& choice,
                                  const algo::Args& args) {
+  flight.will_run(choice.name.c_str());
   if (choice.fast_path_index < 0) {
     const bool rooted = call.root >= 0 && !transport::is_p2p_tag(tag.tag);  // broadcast, reduce, gather, scatter
     run(call, tag, choice.schedule, [&](algo::Exec& exec) {
@@ -193,7 +194,7 @@ void Communicator::Impl::settle_checks(bool all) {
     DeferredCheck& oldest = deferred_checks.front();
     const bool wait = all || deferred_checks.size() > kMaxDeferredChecks;
     bool complete = false;
-    guard(oldest.call, oldest.number, [&] {
+    guard_errors(oldest.call, oldest.number, [&] {  // an earlier call's: not a call of its own
       complete = oldest.request->test();
       if (wait && !complete) {  // this rank's own check may be waiting to leave with a later message
         for (transport::Endpoint* endpoint : links.peers) {
@@ -246,6 +247,7 @@ void Communicator::Impl::run_prepared(Prepared& call) {
   fast.tag = {++calls.collective_seq, call.checked.meta};
   prepared_watch.tag = fast.tag.tag;
   prepared_watch.deadline = Deadline::min();
+  flight.will_run(call.choice->name.c_str());
   guard(call.what, fast.tag.tag, [&] { call.fast->run(fast); });
 }
 
@@ -279,6 +281,19 @@ void Communicator::Impl::execute_checked(const algo::CallInfo& call, transport::
 
 template <typename Body>
 void Communicator::Impl::guard(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
+  flight::CallRecord* record = flight.begin(call, call_number != 0 ? call_number : calls.collective_seq,
+                                            call_number != 0);
+  try {
+    guard_errors(call, call_number, std::forward<Body>(body));
+  } catch (...) {
+    flight.end(record, false);
+    throw;
+  }
+  flight.end(record, true);
+}
+
+template <typename Body>
+void Communicator::Impl::guard_errors(const algo::CallInfo& call, uint64_t call_number, Body&& body) {
   // Every kSettleFrom calls while checks wait (a test of one is a system call on tcp), and whenever too many wait.
   if (!deferred_checks.empty() && !settling_checks &&
       (++calls.since_settled >= kSettleFrom || deferred_checks.size() > kMaxDeferredChecks)) {

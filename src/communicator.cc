@@ -43,7 +43,11 @@ Communicator::Impl::Impl(const Config& config_, int instance_, setup::Rendezvous
       rendezvous(std::move(rendezvous_)),
       links(std::move(links_)),
       emulation(std::move(emulation_)),
-      tuner(std::move(tuner_)) {
+      tuner(std::move(tuner_)),
+      flight(env::Settings(config_.knobs), config_.rank, config_.world_size, rendezvous.comm_id,
+             links.transport_names) {
+  request_table.figures = flight.peers();
+  request_table.stalled_on = flight.stalled_on();
   calls.p2p_sent.assign(static_cast<size_t>(size), 0);
   calls.p2p_received.assign(static_cast<size_t>(size), 0);
   if (rendezvous.store) notices.attach(rendezvous.store, config.prefix, rank);
@@ -60,7 +64,10 @@ Communicator::Impl::Impl(const Config& config_, int instance_, setup::Rendezvous
   log::info("rank {}: waits: {}", rank, wait_policy.describe());
 }
 
-void Communicator::Impl::mark_broken(const std::string& reason) { health.mark(reason); }
+void Communicator::Impl::mark_broken(const std::string& reason) {
+  health.mark(reason);
+  flight.failed(reason);
+}
 
 void Communicator::Impl::throw_broken(const algo::CallInfo& call) {
   throw InvalidUsage(
@@ -107,6 +114,7 @@ void log_plan(int rank, const bootstrap::Published& self, const setup::LinkPlan&
 // Told before the connections close: a peer whose call then fails on the closed connection looks for the reason
 // (Notices::await_reason) and finds it. Call 0: another thread may be in any call; this rank takes part in none.
 void abort_with(Communicator::Impl& c, const std::string& message) {
+  c.flight.failed(message, /*aborted=*/true);
   c.mark_broken(message);
   c.notices.publish(Notices::Kind::kBroken, 0, fmt::format("rank {}: {}", c.rank, message), Notices::kLateBudget);
   for (const auto& context : c.links.contexts) context->abort();
@@ -315,6 +323,17 @@ void Communicator::abort() { abort_with(impl(), "aborted by the user"); }
 void Communicator::abort(const std::string& reason) { abort_with(impl(), "aborted: " + reason); }
 
 bool Communicator::broken() const { return impl().health.broken(); }
+
+void Communicator::set_call_observer(std::function<void(const CallEvent& event)> observer) {
+  Impl& c = impl();
+  if (!c.async.idle()) {
+    throw InvalidUsage(fmt::format("rank {}: set_call_observer while asynchronous calls are queued: wait for them "
+                                   "first", c.rank));
+  }
+  c.flight.observe(std::move(observer));
+}
+
+std::string Communicator::flight_file() const { return impl().flight.path(); }
 
 struct MemoryRegistration::State {
   std::vector<std::unique_ptr<transport::Registration>> registrations;  // one per transport that took the memory

@@ -17,6 +17,7 @@
 #include "collective_traits.h"
 #include "common/time.h"
 #include "async.h"
+#include "flight/recorder.h"
 #include "notices.h"
 #include "p2p_async.h"
 #include "setup/setup.h"
@@ -96,6 +97,8 @@ struct TBCOLL_LOCAL Communicator::Impl {
   /// How this communicator's waits pass the time (TBCOLL_WAIT) and what they learnt; its driving thread's.
   transport::WaitPolicy wait_policy;
   std::unique_ptr<P2pInFlight> p2p_in_flight;  ///< isend/irecv posted and unfinished; made by the first
+  /// The last calls, per-peer figures and, once broken, why (flight/recorder.h): written as calls begin and end.
+  flight::Recorder flight;
 
   void mark_broken(const std::string& reason);
   /// Asynchronous calls are refused between group_start and group_end (the group records send/recv only).
@@ -210,10 +213,14 @@ struct TBCOLL_LOCAL Communicator::Impl {
   void all_to_allv(const void* send, void* recv, const AllToAllvLayout& layout, DataType dtype);
   /// send (is_send) or recv of count elements with peer; buf is only read for a send.
   void p2p(bool is_send, void* buf, size_t count, DataType dtype, int peer);
+  /// Runs body as one call the flight recorder keeps (guard_errors within).
+  /// call_number: the collective's tag (0 for send/recv and groups).
+  template <typename Body>
+  void guard(const algo::CallInfo& call, uint64_t call_number, Body&& body);
   /// Runs body, turning its errors into errors that name the call, and marking the communicator broken.
   /// call_number: the collective's tag (0 for send/recv), for the notice a failure publishes.
   template <typename Body>
-  void guard(const algo::CallInfo& call, uint64_t call_number, Body&& body);
+  void guard_errors(const algo::CallInfo& call, uint64_t call_number, Body&& body);
 
   /// A rooted call's check of its neighbours' signatures (execute()): the empty message from its left neighbour
   /// that had not arrived, or the one to its right neighbour that had not left (on tcp it waits to go with a later

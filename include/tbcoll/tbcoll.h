@@ -103,6 +103,25 @@ TBCOLL_API tbcollResult_t tbcollCommDeregister(const tbcollComm_t comm, void* ha
 TBCOLL_API tbcollResult_t tbcollCommCount(const tbcollComm_t comm, int* count);
 TBCOLL_API tbcollResult_t tbcollCommUserRank(const tbcollComm_t comm, int* rank);
 
+/** A call as tbcollCommSetCallObserver's observer sees it (tbcoll::CallEvent in C++). */
+typedef struct {
+  int phase;                /**< 0: the call begins, 1: it ended */
+  unsigned long long seq;   /**< collectives: their number, the same on every rank; others: collectives before */
+  const char* name;         /**< "all_reduce", "send", ... */
+  size_t count;
+  tbcollDataType_t datatype;
+  tbcollRedOp_t op;         /**< meaningful for reductions only */
+  int root;                 /**< root, or peer of send/recv; -1: none */
+  const char* algorithm;    /**< the schedule or fast path ("" for none) */
+  int ok;                   /**< phase 1: 1 if the call succeeded */
+  double seconds;           /**< phase 1: how long it took */
+} tbcollCallEvent_t;
+typedef void (*tbcollCallObserver_t)(const tbcollCallEvent_t* event, void* user);
+/** Calls observer(event, user) as each later call of comm begins and ends, on the thread that runs it (an engine's
+ *  profiler puts tbcoll's calls on its own timeline); NULL stops it. It must be quick and must not call into the
+ *  communicator. Not while asynchronous calls are queued (tbcollInvalidUsage). */
+TBCOLL_API tbcollResult_t tbcollCommSetCallObserver(tbcollComm_t comm, tbcollCallObserver_t observer, void* user);
+
 /** As ncclMemAlloc: size bytes of zeroed, page-aligned memory of its own pages, the kind tbcollCommRegister takes
  *  whole (register it for copy-free RDMA sends, as NCCL's user buffer registration asks too). */
 TBCOLL_API tbcollResult_t tbcollMemAlloc(void** ptr, size_t size);

@@ -123,6 +123,25 @@ class TBCOLL_API UniqueId {
   std::string text_;
 };
 
+/// A call as an observer sees it (Communicator::set_call_observer): told as it begins and as it ends, on the
+/// thread that runs it (the caller's, or the progress thread for asynchronous calls).
+struct CallEvent {
+  enum class Phase { kBegin, kEnd };
+  Phase phase = Phase::kBegin;
+  /// Collectives: their number, the same on every rank (1, 2, ...); send, recv and groups: the number of
+  /// collectives before them.
+  uint64_t seq = 0;
+  const char* name = "";  ///< "all_reduce", "send", "group_end", ...
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  bool has_op = false;  ///< op applies (reductions)
+  int root = -1;  ///< rooted collectives: the root; send/recv: the peer; else -1
+  const char* algorithm = "";  ///< the schedule or fast path that ran it ("" where there is none: send/recv)
+  bool ok = true;       ///< kEnd: whether the call succeeded
+  double seconds = 0;   ///< kEnd: how long it took
+};
+
 /// Handle of an asynchronous call (like c10d's Work). Copyable; every copy refers to the same call.
 class TBCOLL_API Work {
  public:
@@ -336,6 +355,13 @@ class TBCOLL_API Communicator {
   void abort(const std::string& reason);
   /// True after abort() or an error that left the connections in an unknown state.
   bool broken() const;
+
+  /// Calls observer(event) as each later call begins and ends (an engine's profiler puts them on its own
+  /// timeline); an empty function stops it. The observer must be quick and must not call into the communicator.
+  /// Not while calls are queued (InvalidUsage): set it from the thread that drives the communicator.
+  void set_call_observer(std::function<void(const CallEvent& event)> observer);
+  /// The flight recorder's file of this rank (TBCOLL_FLIGHT_DIR; tbcoll-doctor reads it), "" when it is off.
+  std::string flight_file() const;
 
   struct Impl;
   friend struct CommunicatorAccess;

@@ -9,6 +9,7 @@
 
 #include "common/cpu.h"
 #include "common/enforce.h"
+#include "flight/flight_file.h"
 
 namespace tbcoll::algo {
 
@@ -96,6 +97,12 @@ size_t Exec::post(int peer, bool is_send, void* buf, size_t bytes, transport::Ta
   TBCOLL_ENFORCE(peer >= 0 && peer < size_ && peer != rank_ && peers_[peer] != nullptr);
   if (pending_sends_[peer].empty() && pending_recvs_[peer].empty()) active_peers_.push_back(peer);
   std::deque<size_t>& pending = is_send ? pending_sends_[peer] : pending_recvs_[peer];
+  if (table_.figures != nullptr) {  // one writer: plain loads and stores
+    flight::PeerFigures& figures = table_.figures[peer];
+    std::atomic<uint64_t>& moved = is_send ? figures.sent_bytes : figures.received_bytes;
+    moved.store(moved.load(std::memory_order_relaxed) + bytes, std::memory_order_relaxed);
+    figures.messages.store(figures.messages.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   const size_t limit = max_message_[peer];
   auto* at = static_cast<uint8_t*>(buf);
   size_t left = bytes;
@@ -148,10 +155,14 @@ void Exec::wait(size_t id) {
   wait_.begin(start);
   bool spinning = true, flushed = false;
   unsigned iterations = 0;
+  auto now = start;
   while (true) {
     sweep();
-    if (done_[id]) return;
-    auto now = Clock::now();
+    if (done_[id]) {
+      if (now != start) count_wait(requests_[id].peer, now - start);  // waited beyond the first look
+      return;
+    }
+    now = Clock::now();
     if (now >= deadline_) timed_out(id);
     if (!flushed && now - start >= kFlushAfter) {
       // A long wait: what waits to leave with a later message (a rooted call's check of its neighbour) goes now,
@@ -221,8 +232,17 @@ std::unique_ptr<transport::Request> Exec::detach(size_t id) {
   return std::move(pending.request);
 }
 
+void Exec::count_wait(int peer, Clock::duration waited) {
+  if (table_.figures == nullptr) return;
+  flight::PeerFigures& figures = table_.figures[peer];
+  const auto us = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(waited).count());
+  figures.wait_us.store(figures.wait_us.load(std::memory_order_relaxed) + us, std::memory_order_relaxed);
+  figures.waits.store(figures.waits.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
 void Exec::timed_out(size_t id) {
   const RequestTable::Pending& pending = requests_[id];
+  if (table_.stalled_on != nullptr) table_.stalled_on->store(pending.peer, std::memory_order_relaxed);
   // The caller (Communicator::Impl::guard) puts the rank and the call in front.
   throw TimeoutError(fmt::format("timed out waiting for peer {} ({} of {} B)", pending.peer,
                                  pending.is_send ? "send" : "receive", pending.bytes));

@@ -3,6 +3,7 @@
 // Algorithms are written against this alone: they never see transports or communicators.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -62,6 +63,12 @@ struct Args {
 
 /// Request bookkeeping of one call. Owned by the communicator and reused, so a small collective does not
 /// allocate its containers again on every call.
+}  // namespace tbcoll::algo
+namespace tbcoll::flight {
+struct PeerFigures;
+}  // namespace tbcoll::flight
+namespace tbcoll::algo {
+
 struct RequestTable {
   struct Pending {
     std::unique_ptr<transport::Request> request;
@@ -80,6 +87,10 @@ struct RequestTable {
   /// Called once in a wait that lasts Exec::kFlushAfter: the communicator looks at what earlier calls left
   /// unfinished (deferred checks), which may be what keeps this one waiting. Kept across calls; may be empty.
   std::function<void()> on_long_wait;
+  /// The flight recorder's figures by peer (bytes, messages, waits) and where a timed-out wait names its peer;
+  /// null when it is off.
+  flight::PeerFigures* figures = nullptr;
+  std::atomic<int32_t>* stalled_on = nullptr;
 
   void reset(int world_size);
 };
@@ -136,6 +147,8 @@ class Exec {
   void look_at_peers();  // the watch, past a spin phase
   size_t post(int peer, bool is_send, void* buf, size_t bytes, transport::Tag tag);
   [[noreturn]] void timed_out(size_t id);
+  // Adds a wait on peer that lasted beyond its first look to the flight recorder's figures.
+  void count_wait(int peer, std::chrono::steady_clock::duration waited);
 
   int rank_;
   int size_;

@@ -238,6 +238,32 @@ TEST(CApi, AsynchronousCallsAndRequests) {
   EXPECT_EQ(tbcollRequestFree(nullptr), tbcollSuccess) << "freeing NULL is a no-op, like free()";
 }
 
+// An observer set through the C API sees each call begin and end with its number and signature; NULL stops it.
+TEST(CApi, CallObserverSeesEachCall) {
+  struct Seen {
+    std::vector<std::string> events;
+  };
+  run_c_ranks(2, [&](const int rank, tbcollComm_t comm, std::string& failure, const Fail& fail) {
+    Seen seen;
+    const tbcollCallObserver_t observer = [](const tbcollCallEvent_t* e, void* user) {
+      static_cast<Seen*>(user)->events.push_back(std::string(e->phase == 0 ? "begin " : "end ") + e->name + " #" +
+                                                 std::to_string(e->seq) + " " + std::to_string(e->count) +
+                                                 (e->phase == 1 && e->ok != 1 ? " failed" : ""));
+    };
+    tbcollResult_t rc = tbcollSuccess;
+    if ((rc = tbcollCommSetCallObserver(comm, observer, &seen)) != tbcollSuccess) return fail("observer", rc);
+    std::vector<float> x(10, 1.0f);
+    if ((rc = tbcollAllReduce(x.data(), x.data(), x.size(), tbcollFloat32, tbcollSum, comm)) != tbcollSuccess) {
+      return fail("all_reduce", rc);
+    }
+    if ((rc = tbcollCommSetCallObserver(comm, nullptr, nullptr)) != tbcollSuccess) return fail("no observer", rc);
+    if ((rc = tbcollBarrier(comm)) != tbcollSuccess) return fail("barrier", rc);
+    const std::vector<std::string> expected = {"begin all_reduce #1 10", "end all_reduce #1 10"};
+    if (seen.events != expected) failure = "rank " + std::to_string(rank) + " saw " + std::to_string(seen.events.size());
+  });
+  EXPECT_EQ(tbcollCommSetCallObserver(nullptr, nullptr, nullptr), tbcollInvalidArgument);
+}
+
 // A communicator's registrations end with it: deregistering one afterwards is InvalidUsage naming the destroyed
 // communicator (it returned success), and nothing leaks (the ASan stage checks).
 TEST(CApi, RegistrationsEndWithTheirCommunicator) {
