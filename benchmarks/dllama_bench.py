@@ -3,7 +3,7 @@
 
   benchmarks/dllama_bench.py [--build build] [--rounds 5] [--nodes 2,4] [--models tiny,syn-q40,syn-f32]
       [--syncs socket,socket-blocking,tbcoll,tbcoll-tcp] [--placements host,netns] [--loads quiet,busy]
-      [--csv FILE] [--work DIR]
+      [--csv FILE] [--work DIR] [--split]
 
 Builds dllama with tbcoll's synchronizer (integrations/distributed-llama/build.sh) and runs `dllama inference`
 (greedy, from BOS, --nthreads 1 per node) for every combination of:
@@ -20,15 +20,21 @@ Each round runs every combination once (the machine's drift hits them all alike)
 the rounds (min-max in brackets) of tokens/s, measured by the wall clock between the root's first and last token
 lines, and of the time the root's thread spent in syncs per token (DLLAMA_SYNC_STATS), and each tbcoll row's
 ratio to dllama's better own mode in the same model, nodes, placement and load. --csv writes every run.
+--split: tbcoll's runs also write their calls' traces (TBCOLL_TRACE), and the root's sync time per token is split in
+two: waiting (in a call before the last node entered it) and transfer (the rest of the call), per call from the
+nodes' begin times (one clock: the nodes share this host's). Tracing reads a precise clock twice a call.
 Needs Debian's python3-numpy for the models (PYTHON, default /usr/bin/python3), and root for netns.
 """
 import argparse
 import csv
 import datetime
+import glob
+import json
 import os
 import platform
 import re
 import shlex
+import shutil
 import socket
 import statistics
 import subprocess
@@ -104,9 +110,35 @@ def listening(port, ns):
     return f":{port} " in out
 
 
+def trace_split(directory, steps):
+    """(waiting, transfer) us per token of the root's collectives, from the ranks' traces in directory: a call's
+    waiting is from the root's begin to the last rank's (at most its duration), its transfer the rest."""
+    tracks = {}
+    for path in glob.glob(os.path.join(directory, "*.trace.json")):
+        with open(path) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X" and e["name"] not in
+                      ("send", "recv", "group_end")]
+        if events:
+            tracks[events[0]["pid"]] = {e["args"]["seq"]: (e["ts"], e["dur"]) for e in events}
+    if 0 not in tracks or len(tracks) < 2:
+        return float("nan"), float("nan")
+    waiting = transfer = 0.0
+    for seq, (begin, duration) in tracks[0].items():
+        last = max((t[seq][0] for t in tracks.values() if seq in t), default=begin)
+        wait = min(max(0.0, last - begin), duration)
+        waiting += wait
+        transfer += duration - wait
+    return waiting / steps, transfer / steps
+
+
 def one_run(args, dllama, model, prefix, nodes, sync, place, namespaces):
-    """Runs one inference; returns (tokens/s, sync us per token)."""
+    """Runs one inference; returns (tokens/s, sync us per token, waiting us per token, transfer us per token); the
+    last two NaN unless --split and tbcoll."""
     env = dict(os.environ, DLLAMA_SYNC_STATS="1")
+    traces = None
+    if args.split and sync.startswith("tbcoll") and nodes > 1:
+        traces = tempfile.mkdtemp(prefix="dllama-trace-", dir=args.work)
+        env["TBCOLL_TRACE"] = traces
     env.pop("TBCOLL_TRANSPORT", None)
     base, *knobs = sync.split("/")
     if base == "tbcoll-tcp":
@@ -139,11 +171,19 @@ def one_run(args, dllama, model, prefix, nodes, sync, place, namespaces):
                                                 "--net-turbo", "0" if sync == "socket-blocking" else "1"]
         if layout:
             cmd = ["ip", "netns", "exec", ns_of(0)] + cmd
-        return time_root(cmd, env, spec["steps"])
+        tok_s, sync_us = time_root(cmd, env, spec["steps"])
+        if traces is None:
+            return tok_s, sync_us, float("nan"), float("nan")
+        deadline = time.monotonic() + 5  # the workers write theirs as the root leaves them
+        while len(glob.glob(os.path.join(traces, "*.trace.json"))) < 2 * nodes and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return (tok_s, sync_us) + trace_split(traces, spec["steps"])
     finally:
         for w in workers:
             w.kill()
             w.wait()
+        if traces:
+            shutil.rmtree(traces, ignore_errors=True)
 
 
 def time_root(cmd, env, steps):
@@ -180,8 +220,9 @@ def summarise(results, args):
     print(f"\n# dllama sync: {datetime.datetime.now():%Y-%m-%d %H:%M}, {machine()}")
     print(f"# command: {' '.join(shlex.quote(a) for a in sys.argv)}")
     print(f"# {args.rounds} interleaved rounds; medians (min-max); vs own = tbcoll tok/s over dllama's better own mode")
-    print("| model | nodes | placement | load | sync | tok/s | sync us/token | vs own |")
-    print("|---|---|---|---|---|---|---|---|")
+    split = " waiting / transfer us/token |" if args.split else ""
+    print(f"| model | nodes | placement | load | sync | tok/s | sync us/token | vs own |{split}")
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if args.split else ""))
     groups = {}
     for key, runs in results.items():
         groups.setdefault(key[:4], {})[key[4]] = runs
@@ -192,8 +233,13 @@ def summarise(results, args):
             tok = [r[0] for r in runs]
             sync_us = [r[1] for r in runs]
             ratio = f"{statistics.median(tok) / own:.2f}x" if own and sync.startswith("tbcoll") else ""
+            parts = ""
+            if args.split:
+                waits, moves = [r[2] for r in runs], [r[3] for r in runs]
+                parts = (f" {statistics.median(waits):,.1f} / {statistics.median(moves):,.1f} |"
+                         if sync.startswith("tbcoll") else " |")
             print(f"| {group[0]} | {group[1]} | {group[2]} | {group[3]} | {sync} | {statistics.median(tok):,.0f} "
-                  f"({min(tok):,.0f}-{max(tok):,.0f}) | {statistics.median(sync_us):,.1f} | {ratio} |")
+                  f"({min(tok):,.0f}-{max(tok):,.0f}) | {statistics.median(sync_us):,.1f} | {ratio} |{parts}")
 
 
 def main():
@@ -207,6 +253,7 @@ def main():
     ap.add_argument("--loads", default="quiet,busy")
     ap.add_argument("--csv")
     ap.add_argument("--work", default=None, help="models and logs (default: BUILD/dllama-bench)")
+    ap.add_argument("--split", action="store_true", help="tbcoll's sync time split into waiting and transfer")
     args = ap.parse_args()
     args.work = args.work or os.path.join(args.build, "dllama-bench")
     os.makedirs(args.work, exist_ok=True)
@@ -229,16 +276,19 @@ def main():
                 if load == "busy":
                     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
                 try:
-                    tok_s, sync_us = one_run(args, dllama, model, paths[model], nodes, sync, place, namespaces)
+                    tok_s, sync_us, wait_us, move_us = one_run(args, dllama, model, paths[model], nodes, sync,
+                                                               place, namespaces)
                 finally:
                     if spinner:
                         spinner.kill()
                         spinner.wait()
-                results[config].append((tok_s, sync_us))
+                results[config].append((tok_s, sync_us, wait_us, move_us))
                 rows.append(dict(round=round_index, model=model, nodes=nodes, placement=place, load=load, sync=sync,
-                                 tok_s=f"{tok_s:.1f}", sync_us_per_token=f"{sync_us:.2f}"))
+                                 tok_s=f"{tok_s:.1f}", sync_us_per_token=f"{sync_us:.2f}",
+                                 waiting_us_per_token=f"{wait_us:.2f}", transfer_us_per_token=f"{move_us:.2f}"))
+                split = f" (waiting {wait_us:,.1f}, transfer {move_us:,.1f})" if wait_us == wait_us else ""
                 print(f"round {round_index + 1}/{args.rounds}: {model} {nodes} nodes {place} {load} {sync}: "
-                      f"{tok_s:,.0f} tok/s, sync {sync_us:,.1f} us/token", flush=True)
+                      f"{tok_s:,.0f} tok/s, sync {sync_us:,.1f} us/token{split}", flush=True)
     finally:
         if namespaces:
             namespaces.close()

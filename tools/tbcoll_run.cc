@@ -23,8 +23,10 @@
 // `stty tostop` does not stop them at their first line. Signals reach the single poll() loop through a self-pipe;
 // children are reaped with waitpid(WNOHANG); tagged output is written only when the target has room, so a
 // stalled reader never blocks the loop. When the job is over, shared-memory segments of ranks that died during
-// set-up are removed. Targets poll() cannot watch (terminals and devices on macOS: POLLNVAL) are written with
-// blocking writes. Deliberately standalone: POSIX, the standard library, the platform layer and that header-only
+// set-up are removed. Local ranks write their flight files (src/flight/flight_file.h) into a directory of the
+// job's (TBCOLL_FLIGHT_DIR, unless set); when the job fails, tbcoll-doctor's verdict on them follows our own
+// messages (tools/run/flight.h). Targets poll() cannot watch (terminals and devices on macOS: POLLNVAL) are written
+// with blocking writes. Deliberately standalone: POSIX, the standard library, the platform layer and that header-only
 // sweep only.
 
 #include <arpa/inet.h>
@@ -54,6 +56,7 @@
 #include "platform/platform.h"
 #include "tools/run/agent.h"
 #include "tools/run/common.h"
+#include "tools/run/flight.h"
 #include "tools/run/options.h"
 #include "tools/run/sweeper.h"
 
@@ -114,8 +117,12 @@ struct Rank {
 
 class Launcher {
  public:
-  explicit Launcher(Options opts)
-      : opts_(std::move(opts)), ranks_(opts_.world_size), launcher_pid_(getpid()), remote_(opts_.hosts.has_value()) {
+  Launcher(Options opts, const char* argv0)
+      : opts_(std::move(opts)),
+        ranks_(opts_.world_size),
+        launcher_pid_(getpid()),
+        remote_(opts_.hosts.has_value()),
+        argv0_(argv0) {
     if (remote_) {
       const std::vector<int> placed = tbcoll::run::place_ranks(*opts_.hosts, opts_.world_size);
       for (int r = 0; r < opts_.world_size; ++r) ranks_[r].host = placed[static_cast<size_t>(r)];
@@ -124,6 +131,13 @@ class Launcher {
   }
 
   int run() {
+    const int code = run_job();
+    finish_flight_files(code);
+    return code;
+  }
+
+ private:
+  int run_job() {
     if (!install_signal_handlers() || !setup_environment()) return kExitLauncherError;
     for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
       if (isatty(fd) && tcgetpgrp(fd) == getpgrp()) foreground_ = true;
@@ -157,7 +171,6 @@ class Launcher {
     return exit_code_.value_or(0);
   }
 
- private:
   static Clock::duration seconds(double value) {
     return std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(value));
   }
@@ -227,7 +240,36 @@ class Launcher {
     setenv("TBCOLL_LOCAL_SIZE", size.c_str(), 1);
     setenv("TBCOLL_ROOT", root.c_str(), 1);
     torch_master_port_ = tbcoll::run::free_port("127.0.0.1");
+    // The ranks' flight files (tools/run/flight.h): a directory of this job's, unless the user chose one.
+    if (const char* chosen = std::getenv("TBCOLL_FLIGHT_DIR"); chosen != nullptr && *chosen != '\0') {
+      flight_dir_ = chosen;
+    } else if (!(flight_dir_ = tbcoll::run::make_flight_dir()).empty()) {
+      own_flight_dir_ = true;
+      setenv("TBCOLL_FLIGHT_DIR", flight_dir_.c_str(), 1);
+    }
     return true;
+  }
+
+  // A failed job: what the ranks' flight files say (remote: where they are). Our directory goes when the ranks
+  // left nothing in it.
+  void finish_flight_files(int code) {
+    const bool failed = code != 0 && !rank_of_pid_.empty();
+    const bool agent_ran = std::any_of(ranks_.begin(), ranks_.end(), [](const Rank& rank) { return rank.ready; });
+    if (remote_ && failed && agent_ran) {
+      std::vector<std::pair<std::string, std::vector<int>>> ranks_of_host;
+      for (int r = 0; r < opts_.world_size; ++r) {
+        auto it = std::find_if(ranks_of_host.begin(), ranks_of_host.end(),
+                               [&](const auto& entry) { return entry.first == host_name(ranks_[r]); });
+        if (it == ranks_of_host.end()) it = ranks_of_host.insert(ranks_of_host.end(), {host_name(ranks_[r]), {}});
+        it->second.push_back(r);
+      }
+      const char* dir = std::getenv("TBCOLL_FLIGHT_DIR");
+      const std::string note = tbcoll::run::remote_flight_note(ranks_of_host, dir != nullptr ? dir : "");
+      std::fprintf(stderr, "tbcoll-run: %s\n", note.c_str());
+    }
+    if (remote_ || flight_dir_.empty()) return;
+    if (failed && tbcoll::run::has_flight_files(flight_dir_)) tbcoll::run::report_flight_files(flight_dir_, argv0_);
+    if (own_flight_dir_) tbcoll::run::remove_if_empty(flight_dir_);
   }
 
   // Remote: what agent r is told before it starts its rank (tools/run/common.h): the hostfile's variables, the -x
@@ -787,6 +829,9 @@ class Launcher {
   int torch_master_port_ = 0;  // MASTER_PORT for torch's store (env://), free on 127.0.0.1 at start
   int sweeper_fd_ = -1;     // write end of the sweeper's pipe (tools/run/sweeper.h); closed when we exit
   bool remote_;              // ranks on hosts, through agents
+  const char* argv0_;              // how we were started: tbcoll-doctor is looked for beside it
+  std::string flight_dir_;         // local ranks' TBCOLL_FLIGHT_DIR: ours, or the user's; empty: their default
+  bool own_flight_dir_ = false;    // made for this job: removed when the ranks leave it empty
   bool agents_signalled_ = false;  // remote abort: the agent commands got SIGTERM after the agents' grace
   std::optional<Clock::time_point> connect_deadline_;  // remote: every agent must have said it runs by then
   bool foreground_ = false;  // the launcher runs in the foreground of the terminal its output goes to
@@ -819,5 +864,5 @@ int main(int argc, char** argv) {
   if (argc > 1 && std::strcmp(argv[1], "--agent") == 0) return tbcoll::run::run_agent(argc, argv);
   Options opts;
   if (std::optional<int> code = tbcoll::run::parse_args(argc, argv, opts)) return *code;
-  return Launcher(std::move(opts)).run();
+  return Launcher(std::move(opts), argv[0]).run();
 }

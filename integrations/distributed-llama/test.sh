@@ -82,6 +82,13 @@ start_worker() {
   fail "worker on port $port did not listen: $(cat "$log")"
 }
 stop_workers() {
+  # A run that traces (TBCOLL_TRACE): the workers write theirs as the root leaves them; give them a few seconds.
+  if [ -n "${await_traces:-}" ]; then
+    for ((i = 0; i < 50; i++)); do
+      [ "$(ls "$await_traces"/*.trace.json 2> /dev/null | wc -l)" -ge "$await_count" ] && break
+      sleep 0.1
+    done
+  fi
   for pid in "${pids[@]}"; do kill -9 "$pid" 2> /dev/null; done
   for pid in "${pids[@]}"; do wait "$pid" 2> /dev/null; done
   pids=()
@@ -142,6 +149,12 @@ text)
   same tbcoll4gather "$reference"
   generate tbcoll2reduce 2 tbcoll "$work/s260k" DLLAMA_TBCOLL_SLICES=reduce
   same tbcoll2reduce "$reference"
+  # Traced (TBCOLL_TRACE): each node's calls as Chrome trace JSON, one track per rank, the same collectives.
+  await_traces=$work/trace await_count=4  # two communicators (data and control) of two ranks
+  generate tbcoll2trace 2 tbcoll "$work/s260k" TBCOLL_TRACE="$work/trace"
+  same tbcoll2trace "$reference"
+  "$python" "$here/check_trace.py" "$work/trace" 2 || fail "tbcoll2trace: the traces"
+  await_traces=""
   # A prompt: the prefill runs batches of rows (one call per sync for the whole batch).
   for nodes in 2 4; do
     generate "prompt_socket$nodes" "$nodes" socket "$work/s260k" --prompt "Once upon a time there was a dog" --steps 96

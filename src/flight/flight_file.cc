@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstddef>
+#include <cstdlib>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -221,6 +222,13 @@ std::vector<std::string> files_in(const std::string& dir) {
   ::closedir(listing);
   std::sort(paths.begin(), paths.end());
   return paths;
+}
+
+std::string default_dir() {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  while (base.size() > 1 && base.back() == '/') base.pop_back();
+  return fmt::format("{}/tbcoll-flight-{}", base, static_cast<unsigned>(getuid()));
 }
 
 }  // namespace tbcoll::flight

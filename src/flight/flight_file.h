@@ -40,8 +40,8 @@ struct alignas(64) CallRecord {
   /// collectives before them (they run between collectives seq and seq + 1); peer says with whom.
   uint64_t seq;
   uint64_t count;
-  char name[16];       ///< "all_reduce", "send", ... NUL-padded
-  char algorithm[16];  ///< the schedule or fast path that ran it ("" before it was chosen)
+  char name[24];       ///< "all_reduce", "send", ... NUL-padded
+  char algorithm[24];  ///< the schedule or fast path that ran it ("" for send/recv), NUL-padded
   int32_t root;        ///< rooted collectives: the root; send/recv: the peer; else -1
   uint8_t dtype;       ///< tbcoll::DataType
   uint8_t op;          ///< tbcoll::ReduceOp
@@ -143,7 +143,11 @@ struct Dump {
 /// another version, truncated).
 Dump read_file(const std::string& path);
 
-/// The files of a directory that are flight files (by name: "*.flight"), sorted.
+/// Where flight files go without TBCOLL_FLIGHT_DIR: ${TMPDIR:-/tmp}/tbcoll-flight-<uid>.
+std::string default_dir();
+
+/// The files of a directory that are flight files (by name: "*.flight"), sorted. Throws InvalidArgument for a
+/// directory it cannot read.
 std::vector<std::string> files_in(const std::string& dir);
 
 }  // namespace tbcoll::flight

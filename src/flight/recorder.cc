@@ -32,13 +32,6 @@ int64_t unix_us_now() {
       .count();
 }
 
-std::string default_dir() {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string base = tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
-  while (base.size() > 1 && base.back() == '/') base.pop_back();
-  return fmt::format("{}/tbcoll-flight-{}", base, static_cast<unsigned>(getuid()));
-}
-
 // Makes dir (and its parent) if missing, private to the user where this call makes it.
 void make_dir(const std::string& dir) {
   const size_t slash = dir.find_last_of('/');
@@ -86,7 +79,7 @@ Recorder::Recorder(const env::Settings& settings, int rank, int size, uint64_t c
   precise_ = tracing_;
   unix_offset_us_ = unix_us_now() - steady_us(std::chrono::steady_clock::now());
   if (calls == 0 || size < 2) return;  // one rank makes no calls worth recording
-  const std::string dir = settings.is_set("TBCOLL_FLIGHT_DIR") ? settings.get("TBCOLL_FLIGHT_DIR") : default_dir();
+  const std::string dir = settings.is_set("TBCOLL_FLIGHT_DIR") ? settings.get("TBCOLL_FLIGHT_DIR") : flight::default_dir();
   path_ = fmt::format("{}/tbcoll-{:016x}-rank{}.flight", dir, comm_id, rank);
   capacity_ = static_cast<uint32_t>(calls);
   mapped_bytes_ = file_bytes(size, capacity_);
@@ -133,8 +126,8 @@ Recorder::~Recorder() {
   if (state == State::kLive || state == State::kFinished) unlink(path_.c_str());
 }
 
-void Recorder::copy_cached(char (&into)[16], const char* text, Cached& cache) noexcept {
-  if (text != cache.source) {  // names and algorithms are string constants: a repeated call copies 16 bytes
+void Recorder::copy_cached(char (&into)[kText], const char* text, Cached& cache) noexcept {
+  if (text != cache.source) {  // names and algorithms are string constants: a repeated call copies kText bytes
     cache.source = text;
     std::memset(cache.bytes, 0, sizeof(cache.bytes));
     std::strncpy(cache.bytes, text, sizeof(cache.bytes) - 1);

@@ -64,11 +64,13 @@ class Recorder {
   }
 
  private:
+  static constexpr size_t kText = sizeof(CallRecord::name);  ///< bytes of a record's name and algorithm
+  static_assert(sizeof(CallRecord::algorithm) == kText, "one text size");
   struct Cached {
-    const char* source = nullptr;  ///< the text last copied, and its 16 bytes
-    char bytes[16] = {};
+    const char* source = nullptr;  ///< the text last copied, and its bytes
+    char bytes[kText] = {};
   };
-  static void copy_cached(char (&into)[16], const char* text, Cached& cache) noexcept;
+  static void copy_cached(char (&into)[kText], const char* text, Cached& cache) noexcept;
   static CallKind kind_of(const char* name) noexcept;
   void tell(CallEvent::Phase phase, bool ok, double seconds) noexcept;
   void write_trace() noexcept;

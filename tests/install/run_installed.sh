@@ -13,11 +13,12 @@ mv "$work/staged" "$work/moved"
 bin=$work/moved/bin
 unset LD_LIBRARY_PATH DYLD_LIBRARY_PATH
 fail() { echo "run_installed: FAIL: $*" >&2; exit 1; }
-for tool in tbcoll-run tbcoll-info tbcoll-perf tp_inference tp_make_synthetic allreduce_example; do
+for tool in tbcoll-run tbcoll-info tbcoll-doctor tbcoll-perf tp_inference tp_make_synthetic allreduce_example; do
   [ -x "$bin/$tool" ] || fail "$tool is not installed in $bin"
 done
 "$bin/tbcoll-info" > "$work/info.txt" 2>&1 || { cat "$work/info.txt" >&2; fail "installed tbcoll-info does not run"; }
 grep -q TBCOLL_SOCKET_IFNAME "$work/info.txt" || fail "tbcoll-info lists no TBCOLL_SOCKET_IFNAME"
+"$bin/tbcoll-doctor" --version | grep -q '^tbcoll-doctor ' || fail "installed tbcoll-doctor does not run"
 "$bin/tbcoll-run" -n 2 --timeout 120 -- "$bin/tbcoll-perf" -b 8 -e 4096 -n 5 -w 1 > "$work/perf.txt" 2>&1 ||
   { cat "$work/perf.txt" >&2; fail "installed tbcoll-run + tbcoll-perf"; }
 if [ -n "$model" ] && [ -f "$model" ]; then

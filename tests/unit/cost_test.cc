@@ -351,6 +351,25 @@ TEST(LinkEmulationSettings, PresetsCustomAndErrors) {
 
 // dilate=k: latency x k and bandwidth / k, in the figures the emulation and the cost model read and in the
 // description every output shows; the link's own figures are kept, the preset's name too.
+// peers= limits the emulation to the links from those ranks: one slow pair of a job.
+TEST(LinkEmulationSettings, PeersLimitTheLinksEmulated) {
+  using transport::parse_link_emulation;
+  const auto pair = parse_link_emulation("latency_us=3000,peers=1+3", 0);
+  EXPECT_TRUE(pair.applies_to(1));
+  EXPECT_TRUE(pair.applies_to(3));
+  EXPECT_FALSE(pair.applies_to(0));
+  EXPECT_EQ(pair.describe(), "custom: +3000 us one way, no bandwidth cap (only from peers 1, 3)");
+  EXPECT_TRUE(parse_link_emulation("tb5-tcp", 0).applies_to(7)) << "no peers: every link";
+  for (const char* bad : {"latency_us=5,peers=", "latency_us=5,peers=a", "latency_us=5,peers=1+", "latency_us=5,peers=-2"}) {
+    try {
+      parse_link_emulation(bad, 0);
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const InvalidArgument& error) {
+      EXPECT_NE(std::string(error.what()).find("peers="), std::string::npos) << error.what();
+    }
+  }
+}
+
 TEST(LinkEmulationSettings, DilationScalesLatencyAndBandwidthAlike) {
   using transport::parse_link_emulation;
   const auto plain = parse_link_emulation("tb5-rdma", 0);

@@ -27,7 +27,9 @@ class EmulatedContext final : public Context {
   std::string address_for(const PeerAddress& peer) override { return inner_->address_for(peer); }
   std::vector<std::unique_ptr<Endpoint>> connect(const std::vector<PeerAddress>& peers, Deadline deadline) override {
     std::vector<std::unique_ptr<Endpoint>> endpoints = inner_->connect(peers, deadline);
-    for (auto& endpoint : endpoints) endpoint = with_emulation(std::move(endpoint), link_, waiting_);
+    for (auto& endpoint : endpoints) {
+      if (link_.applies_to(endpoint->peer())) endpoint = with_emulation(std::move(endpoint), link_, waiting_);
+    }
     return endpoints;
   }
   void abort() override { inner_->abort(); }

@@ -1,9 +1,11 @@
 #include "transports/delay/emulation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "tbcoll/error.hpp"
 
@@ -23,8 +25,17 @@ const std::vector<LinkEmulation>& link_presets() {
   return presets;
 }
 
+bool LinkEmulation::applies_to(int peer) const {
+  return peers.empty() || std::find(peers.begin(), peers.end(), peer) != peers.end();
+}
+
 std::string LinkEmulation::describe() const {
   if (!on()) return "off";
+  if (!peers.empty()) {
+    LinkEmulation every = *this;
+    every.peers.clear();
+    return fmt::format("{} (only from peers {})", every.describe(), fmt::join(peers, ", "));
+  }
   const double gbps = gbit_per_s / dilation;
   std::string cap = gbit_per_s > 0
                         ? fmt::format("{:g} Gbit/s ({:.{}f} GB/s) per direction per peer", gbps, gbps / 8,
@@ -74,6 +85,26 @@ void check_dilated(const LinkEmulation& link, const std::string& text) {
   }
 }
 
+// "1+3" -> {1, 3}: ranks, each 0 or more, joined by '+'.
+std::vector<int> peer_list(const std::string& text, const std::string& value) {
+  std::vector<int> peers;
+  size_t start = 0;
+  while (true) {
+    const size_t plus = std::min(value.find('+', start), value.size());
+    const std::string item = value.substr(start, plus - start);
+    char* end = nullptr;
+    const long peer = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || end == nullptr || *end != '\0' || peer < 0 || peer > (1 << 20)) {
+      throw InvalidArgument(fmt::format("[env] TBCOLL_LINK_EMULATION={:?}: peers={:?} is not a list of ranks joined "
+                                        "by '+' (peers=1+3)", text, value));
+    }
+    peers.push_back(static_cast<int>(peer));
+    if (plus >= value.size()) break;
+    start = plus + 1;
+  }
+  return peers;
+}
+
 std::string preset_names() {
   std::string names;
   for (const LinkEmulation& preset : link_presets()) names += (names.empty() ? "" : ", ") + preset.name;
@@ -112,6 +143,12 @@ LinkEmulation parse_link_emulation(const std::string& text, long long delay_us) 
       }
     } else {
       const std::string key = item.substr(0, equals), value = item.substr(equals + 1);
+      if (key == "peers") {
+        link.peers = peer_list(text, value);
+        first = false;
+        if (comma >= text.size()) break;
+        continue;
+      }
       if (key == "dilate") {
         link.dilation = figure(key, value, 1, kMaxDilation, "1 to 10000: latency x N, bandwidth / N");
         first = false;
@@ -124,7 +161,7 @@ LinkEmulation parse_link_emulation(const std::string& text, long long delay_us) 
         link.gbit_per_s = figure(key, value, kMinGbps, kMaxGbps, "0.001 to 1000000 Gbit/s; leave gbps out for no cap");
       } else {
         throw InvalidArgument(
-            fmt::format("[env] TBCOLL_LINK_EMULATION={:?}: unknown key {:?} (latency_us, gbps, dilate)", text, key));
+            fmt::format("[env] TBCOLL_LINK_EMULATION={:?}: unknown key {:?} (latency_us, gbps, dilate, peers)", text, key));
       }
       if (link.name.empty()) link.name = "custom";
       link.assumes.clear();  // a changed preset no longer assumes what the preset says

@@ -6,6 +6,8 @@
 //   TBCOLL_LINK_EMULATION=tb5-tcp,gbps=10          a preset with one figure changed
 //   TBCOLL_LINK_EMULATION=tb5-rdma,dilate=100      the preset's link slowed down 100x: 500 us, 0.6 Gbit/s
 //   TBCOLL_LINK_DELAY_US=300                       latency only (the older knob; same as latency_us=300)
+//   TBCOLL_LINK_EMULATION=gbps=1,peers=1+3         only the links from ranks 1 and 3 to this one (a slow pair of a
+//                                                  job: set it on both ends; the cost model prices every link alike)
 //
 // gbps is in gigabits per second, as link speeds are quoted (Thunderbolt 5: 80 Gbit/s); absent: no cap.
 // Ranges: latency_us 0 to 1e6 (one second), gbps 0.001 to 1e6, dilate 1 to 10000, and the dilated link within
@@ -28,8 +30,11 @@ struct LinkEmulation {
   double gbit_per_s = 0;  ///< bandwidth cap per direction per peer, before dilation; 0: none
   double dilation = 1;    ///< time dilation k >= 1: latency x k, bandwidth / k (1: none)
   std::string assumes;    ///< for presets: where the figures come from
+  std::vector<int> peers;  ///< the peers whose links to this rank are emulated; empty: every peer
 
   bool on() const { return latency_us > 0 || gbit_per_s > 0; }
+  /// Whether the link from peer to this rank is emulated.
+  bool applies_to(int peer) const;
   /// The one-way latency the link adds, dilated, in seconds.
   double one_way_seconds() const { return latency_us * dilation * 1e-6; }
   /// Seconds per byte on the emulated link, dilated (0 without a cap).
