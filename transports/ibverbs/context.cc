@@ -23,7 +23,12 @@ class Context final : public transport::Context {
   Context(std::vector<std::shared_ptr<Port>> ports, ContextAddress self, size_t stripe_bytes,
           const transport::ContextArgs& args)
       : ports_(std::move(ports)), self_(std::move(self)), stripe_bytes_(stripe_bytes), args_(args) {
-    for (const auto& port : ports_) self_.ports.push_back(port->address());
+    bool apple = false;
+    for (const auto& port : ports_) {
+      self_.ports.push_back(port->address());
+      apple = apple || port->local().apple;
+    }
+    pace_ = Pace::from(env::Settings(args.knobs), apple);
   }
 
   std::string address() const override { return encode(self_); }
@@ -86,7 +91,7 @@ class Context final : public transport::Context {
         log::info("[ibverbs] rank {}: peer {} over {} ({} queue pair{})", args_.rank, peer.rank, rails,
                   mode_name(peer.connections[0]->mode()), peer.rails.size() > 1 ? "s, striped" : "");
         out.push_back(endpoints_.add<transport::Endpoint>(std::make_unique<Endpoint>(
-            std::move(peer.connections), args_.rank, peer.rank, args_.comm_id, stripe_bytes_, registry_)));
+            std::move(peer.connections), args_.rank, peer.rank, args_.comm_id, stripe_bytes_, registry_, pace_)));
       }
     }
     return out;
@@ -99,6 +104,7 @@ class Context final : public transport::Context {
   }
 
  private:
+  Pace pace_;  // how the endpoints' waits pass the time (TBCOLL_IB_SPIN_US, TBCOLL_IB_NAP_US)
   struct Peer {
     int rank;
     std::vector<Rail> rails;

@@ -74,14 +74,30 @@ class LanesPerRail {
 
 }  // namespace
 
+Pace Pace::from(const env::Settings& settings, bool apple) {
+  Pace pace;
+  const std::string spin = settings.get("TBCOLL_IB_SPIN_US");
+  const long long spin_us = spin == "auto" ? (apple ? -1 : 200) : settings.get_int("TBCOLL_IB_SPIN_US");
+  const long long nap_us = settings.get_int("TBCOLL_IB_NAP_US");
+  if (spin_us < -1 || nap_us < 1 || nap_us > 10000) {
+    throw InvalidArgument(fmt::format("[ibverbs] TBCOLL_IB_SPIN_US={} / TBCOLL_IB_NAP_US={}: the spin is -1 (always) or "
+                                      "0 us and up, a nap 1 to 10000 us", spin, nap_us));
+  }
+  pace.spin_after_traffic =
+      spin_us < 0 ? std::chrono::microseconds::max() : std::chrono::microseconds(spin_us);
+  pace.nap = std::chrono::microseconds(nap_us);
+  return pace;
+}
+
 Endpoint::Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id,
-                   size_t stripe_bytes, std::shared_ptr<const Registry> registry)
+                   size_t stripe_bytes, std::shared_ptr<const Registry> registry, Pace pace)
     : rails_(std::move(rails)),
       rank_(rank),
       peer_(peer),
       comm_id_(comm_id),
       stripe_bytes_(stripe_bytes),
-      registry_(std::move(registry)) {
+      registry_(std::move(registry)),
+      pace_(pace) {
   rail_cursor_.assign(rails_.size() * wire::kLanes, 0);
   for (size_t rail = 0; rail < rails_.size(); ++rail) rails_[rail]->attach(comm_id_, this, static_cast<int>(rail));
 }
@@ -288,8 +304,11 @@ void Endpoint::block(std::chrono::microseconds max_wait) {
       seen_traffic_ = traffic;
       seen_traffic_at_ = now;
     }
-    if (now - seen_traffic_at_ >= kSpinAfterTraffic) {
-      std::this_thread::sleep_for(std::min<Clock::duration>(until - now, kNap));
+    // (max(): never; compared as such, since max() microseconds overflow in nanoseconds)
+    const bool quiet = pace_.spin_after_traffic != std::chrono::microseconds::max() &&
+                       now - seen_traffic_at_ >= pace_.spin_after_traffic;
+    if (quiet) {
+      std::this_thread::sleep_for(std::min<Clock::duration>(until - now, pace_.nap));
       return;
     }
     std::this_thread::yield();  // ranks sharing a CPU: let the one we wait for run

@@ -22,6 +22,7 @@
 #include <optional>
 #include <vector>
 
+#include "common/env.h"
 #include "tbcoll/transport.hpp"
 #include "transports/ibverbs/connection.h"
 #include "transports/ibverbs/registry.h"
@@ -73,13 +74,25 @@ struct Operation : transport::QueuedOperation {
   std::atomic<bool> request_live{false};
 };
 
+/// How block() passes the time while nothing moves (TBCOLL_IB_SPIN_US, TBCOLL_IB_NAP_US).
+struct Pace {
+  /// block() polls, yielding the CPU between polls, while traffic passed within this; then it naps. max(): it
+  /// polls always (never naps).
+  std::chrono::microseconds spin_after_traffic{200};
+  std::chrono::microseconds nap{50};
+  /// The knobs, else their defaults: on Apple's librdma poll always, as JACCL and llama.cpp's Apple transport do
+  /// (tensor-parallel ranks often wait longer than 200 us for each other, and every nap would add to the token);
+  /// elsewhere 200 us after the last traffic (well beyond a round trip), then naps of 50 us.
+  static Pace from(const env::Settings& settings, bool apple);
+};
+
 class Endpoint final : public transport::Endpoint {
  public:
   /// rails: the connections to the peer, one per cable (at least one); stripe_bytes: from this size a message is
   /// cut across the rails.
   /// registry: the context's registered memory (may be null: every send is copied).
   Endpoint(std::vector<std::shared_ptr<Connection>> rails, int rank, int peer, uint64_t comm_id, size_t stripe_bytes,
-           std::shared_ptr<const Registry> registry = nullptr);
+           std::shared_ptr<const Registry> registry = nullptr, Pace pace = {});
   ~Endpoint() override;
 
   std::unique_ptr<transport::Request> isend(const void* buf, size_t bytes, transport::Tag tag) override;
@@ -95,11 +108,10 @@ class Endpoint final : public transport::Endpoint {
   /// moved on them.
   bool progress();
   /// Waits up to max_wait for something to move on the rails: polls them, yielding the CPU between polls, while
-  /// traffic passed within the last kSpinAfterTraffic (well beyond a Thunderbolt round trip, so a reply or the
-  /// next slot is never slept through), and only then naps briefly. Never throws: test() reports failures.
+  /// traffic passed within the pace's spin_after_traffic (so a reply or the next slot is never slept through), and
+  /// only then naps for the pace's nap. Never throws: test() reports failures.
   void block(std::chrono::microseconds max_wait);
-  static constexpr auto kSpinAfterTraffic = std::chrono::microseconds(200);
-  static constexpr auto kNap = std::chrono::microseconds(50);
+  const Pace& pace() const { return pace_; }
   /// Fails pending and later operations here, and tells the peer's endpoint. Any thread.
   void abort();
   /// A request dropped before completion: the stream is out of sync from here on. A send's zero-copy slots
@@ -146,6 +158,7 @@ class Endpoint final : public transport::Endpoint {
   uint64_t comm_id_;
   size_t stripe_bytes_;
   std::shared_ptr<const Registry> registry_;
+  Pace pace_;
   std::mutex mutex_;
   std::deque<std::shared_ptr<Operation>> sends_;  // numbers send_base_, send_base_ + 1, ...
   uint64_t send_base_ = 0;
