@@ -16,11 +16,12 @@ namespace {
 void usage(std::FILE* to) {
   std::fprintf(
       to,
-      "usage: tbcoll-rdma-check [--mode uc|rc] [--device NAME] [--no-limits] [--round-trips N]\n"
+      "usage: tbcoll-rdma-check [--mode uc|rc] [--device NAME] [--limits|--no-limits] [--round-trips N]\n"
       "                         [--bandwidth-bytes B] [--messages N] [--sweep-max B] [--message-timeout S]\n"
       "                         [--allreduce-iterations N] [--allreduce-bytes B]\n"
       "  One rank: this host's devices (port state, GID table, MTU, the IPv4 address behind the GID) and\n"
-      "  limits (queue pairs, registrations, outstanding receives). Two ranks: also the link between them\n"
+      "  limits (queue pairs, registrations, outstanding receives; opt-in on Apple's Thunderbolt: --limits).\n"
+      "  Two ranks: also the link between them\n"
       "  with plain verbs (a send sweep 4 KiB..16 MiB with every byte checked, latency, bandwidth) and a\n"
       "  2-rank all_reduce over the ibverbs transport.\n"
       "    tbcoll-run -n 2 -- tbcoll-rdma-check                      (both ranks on this host)\n"
@@ -29,6 +30,12 @@ void usage(std::FILE* to) {
       "  --mode       queue pairs: uc (default; all Apple's Thunderbolt stack offers) or rc (RoCE, InfiniBand)\n"
       "  --device     the RDMA device: NAME for both ranks, or RANK0,RANK1 (a cable's two ends have different\n"
       "               names: rdma_en3,rdma_en2); default: the one on a subnet both ranks' ports share\n"
+      "  --limits     probe the device's limits (queue pairs, registrations, outstanding receives), each up to\n"
+      "               what tbcoll takes there (its queue pair budget: the device's max_qp, at most 10 on Apple's\n"
+      "               Thunderbolt; a registration per link plus the callers' share of max_mr), then free them.\n"
+      "               Default: on, but off on Apple's Thunderbolt (librdma, rdma_enN), where it is opt-in and\n"
+      "               the receives are not probed (that needs a queue pair looped back to the device itself)\n"
+      "  --no-limits  never probe the limits\n"
       "  --skip-without-rdma   exit 77 (a skip to test harnesses) when the only failures are ranks without RDMA\n"
       "  sizes take K/M suffixes. Exit status 0 when every check passed, 1 otherwise, 2 for bad usage.\n");
 }
@@ -103,7 +110,9 @@ int main(int argc, char** argv) {
           throw tbcoll::InvalidArgument("--device takes NAME or RANK0,RANK1, not '" + options.device + "'");
         }
       } else if (arg == "--no-limits") {
-        options.limits = false;
+        options.limits = tbcoll::rdma_check::Options::Limits::kOff;
+      } else if (arg == "--limits") {
+        options.limits = tbcoll::rdma_check::Options::Limits::kOn;
       } else if (arg == "--skip-without-rdma") {
         skip_without_rdma = true;
       } else if (arg == "--round-trips") {

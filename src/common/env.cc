@@ -58,7 +58,7 @@ const std::vector<Knob>& knobs() {
       {"TBCOLL_IB_RAILS", "1", "ibverbs without a device matrix: how many cables (devices on a subnet shared with the peer) a peer is reached over at most, each a rail"},
       {"TBCOLL_IB_STRIPE_BYTES", "65536", "ibverbs messages from this size are cut across a peer's rails (several cables); smaller ones go on one"},
       {"TBCOLL_IB_POST_BATCH", "0", "ibverbs work requests posted per ibv_post_send (one doorbell) at most, 1-32; 0: 1 on Apple's librdma (lists untried there), 16 elsewhere"},
-      {"TBCOLL_IB_MAX_QPS", "auto", "ibverbs queue pairs per device in a process (two per peer and rail: small frames and bulk slots): auto = 10 on Apple's rdma_enN devices, no limit elsewhere; past it, peers use tcp (TBCOLL_IB_MODE=auto) or init fails naming it"},
+      {"TBCOLL_IB_MAX_QPS", "auto", "ibverbs queue pairs per device in a process (two per peer and rail: small frames and bulk slots): auto = the device's max_qp (ibv_query_device), at most 10 on Apple's rdma_enN devices (10 there, no limit elsewhere, when it reports none); past it, peers use tcp (TBCOLL_IB_MODE=auto) or init fails naming it"},
       {"TBCOLL_IB_SLOT_BYTES", "0", "ibverbs bulk slot size, a multiple of 4096 from 16 KiB to 1 MiB (a connection uses the smaller of its ends'); 0: 512 KiB, or none (4 KiB frames only) on Apple's librdma before macOS 26.3"},
       {"TBCOLL_IB_SPIN_US", "auto", "ibverbs waits past the core's spin (TBCOLL_SPIN_US): how long after the last traffic they keep polling (yielding the CPU between polls) before they nap, us; -1: always; auto: always on Apple's librdma (as JACCL and llama.cpp poll), 200 elsewhere"},
       {"TBCOLL_IB_NAP_US", "50", "ibverbs waits: how long a nap lasts once they stop polling, 1 to 10000 us"},

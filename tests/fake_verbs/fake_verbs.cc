@@ -70,6 +70,7 @@ class Timed {
 };
 
 thread_local int g_thread_host = -1;
+std::atomic<uint64_t> g_generation{0};  // reset()s so far: opened devices of an earlier fabric are never reused
 
 // Locks the fabric for one VerbsApi call, counts it and times it (locking included).
 class Call {
@@ -375,6 +376,10 @@ ibv_qp* create_qp(ibv_pd* verbs, ibv_qp_init_attr* attr) {
   qp->send_cq = send_cq;
   qp->recv_cq = recv_cq;
   qp->cap = cap;
+  if (fabric.options.max_granted_wr != 0) {
+    qp->cap.max_send_wr = std::min(cap.max_send_wr, fabric.options.max_granted_wr);
+    qp->cap.max_recv_wr = std::min(cap.max_recv_wr, fabric.options.max_granted_wr);
+  }
   qp->cap.max_send_sge = std::max<uint32_t>(1, cap.max_send_sge);
   qp->cap.max_recv_sge = std::max<uint32_t>(1, cap.max_recv_sge);
   qp->sig_all = attr->sq_sig_all != 0;
@@ -586,6 +591,12 @@ int poll_cq(ibv_cq* verbs, int entries, ibv_wc* wc) {
   return n;
 }
 
+bool open_scope(std::string* scope) {
+  if (g_thread_host < 0) return false;
+  *scope = "fabric " + std::to_string(g_generation.load()) + " host " + std::to_string(g_thread_host);
+  return true;
+}
+
 int ipv4_prefix(const uint8_t ipv4[4]) {
   Call call("ipv4_prefix");
   for (const auto& [key, port] : call.fabric().ports) {
@@ -620,6 +631,7 @@ const VerbsApi kApi = [] {
   api.post_recv = post_recv;
   api.poll_cq = poll_cq;
   api.ipv4_prefix = ipv4_prefix;
+  api.open_scope = open_scope;
   return api;
 }();
 
@@ -629,6 +641,7 @@ void reset(const Options& options) {
   {
     std::lock_guard<std::mutex> lock(g_mutex);
     g_fabric = make_fabric(options);
+    ++g_generation;
     g_provider_ticks = 0;
   }
   g_resumed.notify_all();  // (a call a pause held sees no context of its own any more)

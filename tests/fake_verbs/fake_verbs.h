@@ -134,6 +134,10 @@ struct Options {
   /// one registration on Apple's stack), 2^40 permissive. A longer registration is taken, as Apple's was, and
   /// counted (Counters::oversized_registrations): a transport must not ask for one.
   uint64_t max_mr_bytes = 0;
+  /// create_qp grants at most this many send and receive work requests (max_send_wr, max_recv_wr written back into
+  /// the caller's ibv_qp_init_attr, and enforced as the queue's depth), as a provider that grants less than asked
+  /// does; 0: what was asked (within the limits above).
+  uint32_t max_granted_wr = 0;
 };
 
 /// A fresh fabric with these options: every earlier device, context and resource is gone (tests call it first).
@@ -151,7 +155,9 @@ struct ScopedFabric {
 const VerbsApi* verbs();
 
 /// The host the calling thread's contexts open on from now on (a rank's Mac); -1 (the default): a host of its own
-/// for each context.
+/// for each context. The table's VerbsApi::open_scope names that host (and the fabric since the last reset()), so
+/// the transport opens each device once per host, as once per process on a real one; with no host it says every
+/// opening is a host of its own.
 void set_thread_host(int host);
 
 // ---- fault injection: each applies to the next sends posted anywhere in the fabric (or on

@@ -84,7 +84,7 @@ TEST(RdmaCheck, PreflightListsPortGidsMtuAndTheIpv4Address) {
   two.devices = 2;
   fake::ScopedFabric fabric(two);
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   const Outcome outcome = one_rank(options);
   const std::string& report = outcome.report;
   EXPECT_TRUE(has(report, "verbs library: fake")) << report;
@@ -106,7 +106,7 @@ TEST(RdmaCheck, PreflightFindsTheGidAtAnotherIndex) {
   at2.ipv4_gid_index = 2;
   fake::ScopedFabric fabric(at2);
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   const std::string report = one_rank(options).report;
   EXPECT_TRUE(has(report, "GID[2] ::ffff:10.9.0.")) << report;
   EXPECT_TRUE(has(report, "IPv4-mapped GID at index 2")) << report;
@@ -156,6 +156,7 @@ TEST(RdmaCheck, NoVerbsLibraryIsNotAvailable) {
 
 // ---- limit probes ----------------------------------------------------------------------------------------------
 
+// Caps above the device's limits (given, not derived), the looped-back pair asked for: each probe finds its limit.
 TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
   fake::Options limits;
   limits.max_qps = 7;
@@ -163,7 +164,12 @@ TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
   limits.max_outstanding_recvs = 20;
   fake::ScopedFabric fabric(limits);
   fake::clear_calls();
-  const LimitReport report = probe_limits(*fake::verbs(), "", Mode::kUc);
+  LimitCaps above;
+  above.queue_pairs = 64;
+  above.registrations = 256;
+  above.receives = 256;
+  above.loopback = 1;
+  const LimitReport report = probe_limits(*fake::verbs(), "", Mode::kUc, above);
   EXPECT_EQ(report.device, "rdma_en0");
   EXPECT_EQ(report.queue_pairs.accepted, 7);
   EXPECT_EQ(report.registrations.accepted, 50);
@@ -177,7 +183,7 @@ TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
   EXPECT_TRUE(has(report.receives.stopped, "the 21st failed: ibv_post_recv"));
   EXPECT_TRUE(has(report.receives.stopped, "more receives outstanding than the device accepts"));
   auto calls = fake::calls();
-  EXPECT_EQ(calls["open_device"], calls["close_device"]);
+  EXPECT_EQ(calls["open_device"], calls["close_device"]) << "a thread on no host of the fake opens for itself";
   EXPECT_EQ(calls["alloc_pd"], calls["dealloc_pd"]);
   EXPECT_EQ(calls["create_cq"], calls["destroy_cq"]);
   EXPECT_EQ(calls["create_qp"] - 1, calls["destroy_qp"]) << "every queue pair made is destroyed (one create failed)";
@@ -187,16 +193,72 @@ TEST(RdmaCheck, LimitProbesFindTheDevicesLimitsAndFreeEverything) {
   EXPECT_TRUE(has(text, "FAIL limits rdma_en0: fewer than the 32 outstanding receives")) << text;
 }
 
-TEST(RdmaCheck, LimitProbesOfAppleDefaultsInTheReport) {
+// By default (no --limits) Apple's Thunderbolt is not probed at all: nothing is created.
+TEST(RdmaCheck, LimitProbesAreOptInOnApplesThunderbolt) {
   fake::ScopedFabric fabric;
+  fake::clear_calls();
   const Outcome outcome = one_rank(quick());
-  EXPECT_TRUE(has(outcome.report, "queue pairs (uc): 10 accepted; the 11th failed")) << outcome.report;
-  EXPECT_TRUE(has(outcome.report, "memory registrations (4 KiB each): 100 accepted; the 101st failed"))
-      << outcome.report;
-  EXPECT_TRUE(has(outcome.report, "outstanding receives (4 KiB each, one queue pair): 32 accepted; the 33rd failed"))
-      << outcome.report;
-  EXPECT_TRUE(has(outcome.report, "PASS limits rdma_en0: room for tbcoll")) << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "SKIP limits rdma_en0: opt-in on Apple's Thunderbolt (--limits)")) << outcome.report;
+  EXPECT_FALSE(has(outcome.report, "queue pairs (uc)")) << outcome.report;
+  EXPECT_EQ(fake::calls()["create_qp"], 0u);
+  EXPECT_EQ(fake::calls()["reg_mr"], 0u);
   EXPECT_EQ(outcome.failed, 0) << outcome.report;
+}
+
+// --limits on Apple's: up to the transport's budget (10 queue pairs, its registrations: one per link and the
+// callers' 64 of max_mr 100), no looped-back pair, so the device is never driven to a refusal.
+TEST(RdmaCheck, LimitProbesOfAppleStopAtWhatTbcollTakes) {
+  fake::ScopedFabric fabric;
+  fake::clear_calls();
+  Options options = quick();
+  options.limits = Options::Limits::kOn;
+  const Outcome outcome = one_rank(options);
+  EXPECT_TRUE(has(outcome.report, "queue pairs (uc): 10 accepted (the probe's cap, what tbcoll takes here"))
+      << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "memory registrations (4 KiB each): 74 accepted (the probe's cap")) << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "outstanding receives (4 KiB each, one queue pair): not probed")) << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "PASS limits rdma_en0: room for tbcoll (up to 5 peers on this device)"))
+      << outcome.report;
+  EXPECT_FALSE(has(outcome.report, "failed:")) << outcome.report;
+  EXPECT_EQ(fake::calls()["create_qp"], 10u) << "no looped-back pair";
+  EXPECT_EQ(fake::calls()["modify_qp"], 0u);
+  EXPECT_EQ(fake::calls()["reg_mr"], 74u);
+  EXPECT_EQ(outcome.failed, 0) << outcome.report;
+}
+
+// Off Apple the probes run by default, up to the device's max_qp (at most 64) and the transport's registrations,
+// with the looped-back pair for the receives (up to the 32 a link posts).
+TEST(RdmaCheck, LimitProbesOffAppleRunByDefaultUpToTheTransportsBudget) {
+  fake::Options roce = fake::Options{};
+  roce.apple_strict = false;
+  roce.max_qps = 20;
+  roce.max_mrs = 60;
+  fake::ScopedFabric fabric(roce);
+  fake::clear_calls();
+  const Outcome outcome = one_rank(quick());
+  EXPECT_TRUE(has(outcome.report, "queue pairs (uc): 20 accepted (the probe's cap")) << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "memory registrations (4 KiB each): 44 accepted (the probe's cap")) << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "outstanding receives (4 KiB each, one queue pair): 32 accepted (the probe's cap"))
+      << outcome.report;
+  EXPECT_TRUE(has(outcome.report, "PASS limits roce0")) << outcome.report;
+  EXPECT_EQ(outcome.failed, 0) << outcome.report;
+}
+
+// One process (a host of the fake) opens its device once, for the preflight, the limit probes, the link and the
+// all_reduce over the transport alike, and keeps it open.
+TEST(RdmaCheck, EveryCheckUsesTheProcesssOneOpenedDevice) {
+  fake::Options cabled;
+  cabled.cables = {{0, 0, 1, 0}};
+  fake::ScopedFabric fabric(cabled);
+  fake::clear_calls();
+  Options options = quick();
+  options.limits = Options::Limits::kOn;
+  const std::vector<Outcome> outcomes = two_ranks(options, /*on_hosts=*/true);
+  EXPECT_EQ(outcomes[0].failed, 0) << outcomes[0].report;
+  EXPECT_TRUE(has(outcomes[0].report, "PASS all_reduce over fakeverbs")) << outcomes[0].report;
+  EXPECT_EQ(fake::calls()["open_device"], 2u) << "one per host";
+  EXPECT_EQ(fake::calls()["close_device"], 0u);
+  EXPECT_EQ(fake::calls()["alloc_pd"], 2u) << "one protection domain per opened device";
 }
 
 TEST(RdmaCheck, RcLimitProbeOnAppleSaysUcOnly) {
@@ -250,7 +312,7 @@ TEST(RdmaCheck, TheLinkIsTheCableBothRanksShareASubnetOn) {
   cabled.cables = {{0, 0, 2, 0}, {0, 1, 1, 0}};
   fake::ScopedFabric fabric(cabled);
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   std::vector<Outcome> outcomes = two_ranks(options, true);
   EXPECT_TRUE(has(outcomes[0].report, "PASS link: rank 0 rdma_en1 <-> rank 1 rdma_en0")) << outcomes[0].report;
   EXPECT_TRUE(has(outcomes[0].report, "PASS all_reduce over fakeverbs")) << outcomes[0].report;
@@ -275,7 +337,7 @@ TEST(RdmaCheck, TwoRanksInRcModeOnARoceLikeDevice) {
   fake::ScopedFabric fabric(roce);
   Options options = quick();
   options.mode = Mode::kRc;
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   const std::vector<Outcome> outcomes = two_ranks(options);
   EXPECT_TRUE(has(outcomes[0].report, "PASS send sweep 4 KiB..16 MiB - 4 KiB")) << outcomes[0].report;
   EXPECT_TRUE(has(outcomes[0].report, "PASS latency: RC SEND one way")) << outcomes[0].report;
@@ -286,7 +348,7 @@ TEST(RdmaCheck, TwoRanksInRcModeOnARoceLikeDevice) {
 TEST(RdmaCheck, DroppedMessageFailsTheSweepNamingIt) {
   fake::ScopedFabric fabric;
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   options.before_phase = [](const std::string& phase) {
     if (phase == "sweep") fake::drop_next_sends(1);
   };
@@ -304,7 +366,7 @@ TEST(RdmaCheck, DroppedMessageFailsTheSweepNamingIt) {
 TEST(RdmaCheck, CorruptedMessageFailsTheSweepNamingTheByte) {
   fake::ScopedFabric fabric;
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   options.sweep_min = 65536;
   options.before_phase = [](const std::string& phase) {
     if (phase == "sweep") fake::corrupt_next_sends(1);
@@ -318,7 +380,7 @@ TEST(RdmaCheck, CorruptedMessageFailsTheSweepNamingTheByte) {
 TEST(RdmaCheck, ErrorCompletionFailsTheSweepWithWhatItMeans) {
   fake::ScopedFabric fabric;
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   options.before_phase = [](const std::string& phase) {
     if (phase == "sweep") fake::fail_next_send_completion(IBV_WC_LOC_LEN_ERR);
   };
@@ -331,7 +393,7 @@ TEST(RdmaCheck, ErrorCompletionFailsTheSweepWithWhatItMeans) {
 TEST(RdmaCheck, QueuePairLimitAtSetUpFailsTheLinkWithItsFix) {
   fake::ScopedFabric fabric;
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   options.before_phase = nullptr;
   fake::fail_next_create_qp(EBUSY);
   const std::string report = two_ranks(options)[0].report;
@@ -343,7 +405,7 @@ TEST(RdmaCheck, QueuePairLimitAtSetUpFailsTheLinkWithItsFix) {
 TEST(RdmaCheck, RcOnAppleFailsWithUcOnly) {
   fake::ScopedFabric fabric;
   Options options = quick();
-  options.limits = false;
+  options.limits = Options::Limits::kOff;
   options.mode = Mode::kRc;
   options.timeout_s = 1;  // the all_reduce's set-up fails too, at its deadline
   const std::string report = two_ranks(options)[0].report;

@@ -67,8 +67,19 @@ std::string local_checks(const Options& options, const Site& site, bool* usable_
     return port.usable && (device.empty() || port.device == device);
   });
   *usable_out = usable;
-  if (!options.limits) {
+  // The device the probes would take: the one named, else the first usable.
+  std::string probed = device;
+  for (const ibverbs::PortReport& port : report.ports) {
+    if (probed.empty() && port.usable) probed = port.device;
+  }
+  const bool apple = site.verbs != nullptr && ibverbs::apple_device(*site.verbs, probed);
+  if (options.limits == Options::Limits::kOff) {
     out += "SKIP limits: --no-limits\n";
+  } else if (options.limits == Options::Limits::kAuto && apple && usable) {
+    out += fmt::format("SKIP limits {}: opt-in on Apple's Thunderbolt (--limits): each probe takes queue pairs and "
+                       "registrations up to what tbcoll uses, and Apple's stack has been seen to degrade after many "
+                       "such cycles\n",
+                       probed);
   } else if (!usable) {
     out += device.empty() || !report.available ? "SKIP limits: no usable device\n"
                                                : fmt::format("SKIP limits: {} is not a usable device here\n", device);

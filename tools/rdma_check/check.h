@@ -22,7 +22,9 @@ struct Options {
   /// 0's and rank 1's (the two ends of a cable have different names)
   std::string device;
   std::string transport = "ibverbs";  ///< of the all_reduce check (the tests register "fakeverbs")
-  bool limits = true;
+  /// The limit probes (preflight.h probe_limits, each up to what tbcoll takes on the device): kAuto runs them
+  /// everywhere but on Apple's Thunderbolt (librdma, rdma_enN devices), where they are opt-in (--limits).
+  enum class Limits { kAuto, kOn, kOff } limits = Limits::kAuto;
   size_t sweep_min = 4096;
   size_t sweep_max = size_t{16} << 20;  ///< clamped to the largest message the link sends (Apple: 16 MiB - 4 KiB)
   size_t latency_bytes = 8;

@@ -59,6 +59,7 @@ struct LimitProbe {
   int cap = 0;          ///< the probe stopped here without a failure
   std::string stopped;  ///< the verb's error and its fix when it stopped before the cap
   std::string error;    ///< the probe could not run at all
+  std::string skipped;  ///< why it was not run (not a failure)
 };
 
 struct LimitReport {
@@ -66,15 +67,24 @@ struct LimitReport {
   LimitProbe queue_pairs, registrations, receives;
 };
 
+/// How far the probes go: what tbcoll itself takes on the device, no further (each probe uses up what it tests
+/// until it frees it, and Apple's stack has been seen to degrade after many cycles: mlx 3207, exo 1847). 0 / -1:
+/// derived from the device (limit_caps).
 struct LimitCaps {
-  int queue_pairs = 64;
-  int registrations = 256;
-  int receives = 256;  ///< 4 KiB receives outstanding on one queue pair
+  int queue_pairs = 0;    ///< the transport's queue pair budget there (auto_queue_pair_budget: <= 10 on Apple), <= 64
+  int registrations = 0;  ///< one per link (a queue pair budget's worth) + the callers' share of max_mr, <= 256
+  int receives = 0;       ///< Connection::kSmallDepth: what a link keeps posted on its small lane
+  int loopback = -1;      ///< receives probed on two of the device's queue pairs connected to each other: 1, 0, or
+                          ///< -1: not on Apple's Thunderbolt (tbcoll never loops a queue pair back there)
 };
 
+/// The caps for `device` (opened_device, query_device), with the given fields kept where they are set.
+LimitCaps limit_caps(const VerbsApi& verbs, const std::string& device, const LimitCaps& given = {});
+
 /// How many queue pairs (of `mode`), 4 KiB memory registrations and outstanding 4 KiB receives the device
-/// accepts, each up to its cap; everything created is freed. device "" = the first usable one. Never throws for
-/// what the device refuses (that is the result); IoError when no device is usable.
+/// accepts, each up to its cap (limit_caps); everything created is freed, on the process's opened device (probe.h).
+/// device "" = the first usable one. Never throws for what the device refuses (that is the result); IoError when
+/// no device is usable.
 LimitReport probe_limits(const VerbsApi& verbs, const std::string& device, Mode mode, const LimitCaps& caps = {});
 
 /// The report's text: a line per probe.

@@ -289,8 +289,7 @@ void RawLink::release() {
   if (send_cq_ != nullptr) verbs_->destroy_cq(send_cq_);
   if (recv_cq_ != nullptr) verbs_->destroy_cq(recv_cq_);
   if (mr_ != nullptr) verbs_->dereg_mr(mr_);
-  if (pd_ != nullptr) verbs_->dealloc_pd(pd_);
-  if (context_ != nullptr) verbs_->close_device(context_);
+  opened_.reset();  // the process's opened device stays open (probe.h); a caller's own closes here
   data_qp_ = credit_qp_ = nullptr;
   send_cq_ = recv_cq_ = nullptr;
   mr_ = nullptr;
@@ -312,11 +311,12 @@ void RawLink::open_port() {
   port_ = found.port;
   local_mtu_ = found.mtu;
   const std::string who = fmt::format("rank {}", options_.rank);
-  errno = 0;
-  context_ = open_device_named(v, device_);
-  if (context_ == nullptr) {
-    throw IoError(fmt::format("{}: {}", who, hints::describe(hints::Verb::kOpenDevice, errno, {device_, false})));
+  try {
+    opened_ = opened_device(v, device_);  // the process's (probe.h), as the transport's ports use it
+  } catch (const IoError& error) {
+    throw IoError(fmt::format("{}: {}", who, error.what()));
   }
+  context_ = opened_->context;
   if (!find_ipv4_gid(v, context_, port_, &gid_index_, &gid_)) {  // this context's own view of the port
     throw IoError(fmt::format("{}: {}: no IPv4-mapped GID: {}", who, device_, hints::no_ipv4_gid_fix(device_)));
   }
@@ -337,9 +337,11 @@ void RawLink::setup() {
   auto fail = [&](hints::Verb verb, int error) {
     throw IoError(fmt::format("rank {}: {}", options_.rank, hints::describe(verb, error, where)));
   };
-  errno = 0;
-  pd_ = v.alloc_pd(context_);
-  if (pd_ == nullptr) fail(hints::Verb::kAllocPd, errno);
+  try {
+    pd_ = opened_->protection_domain();
+  } catch (const IoError& error) {
+    throw IoError(fmt::format("rank {}: {}", options_.rank, error.what()));
+  }
   send_cq_ = v.create_cq(context_, kCqEntries, nullptr, nullptr, 0);
   if (send_cq_ == nullptr) fail(hints::Verb::kCreateCq, errno);
   recv_cq_ = v.create_cq(context_, kCqEntries, nullptr, nullptr, 0);

@@ -102,6 +102,7 @@ class RawLink {
   RawLinkOptions options_;
   PeerExchange exchange_;
   std::string device_, peer_device_;
+  std::shared_ptr<OpenDevice> opened_;  // holds context_ and pd_ (probe.h opened_device)
   ibv_context* context_ = nullptr;
   ibv_pd* pd_ = nullptr;
   ibv_cq* send_cq_ = nullptr;

@@ -74,6 +74,7 @@ Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, 
   try {
     create_lane(lanes_[wire::kSmall], wire::kFrameBytes, kSmallDepth, memory_.data());
     if (bulk_) create_lane(lanes_[wire::kBulk], slot_bytes_, bulk_depth_, memory_.data() + small_bytes);
+    bulk_depth_ = bulk_ ? lanes_[wire::kBulk].depth : 0;  // what the device granted
     errno = 0;
     mr_ = v.reg_mr(local_.pd, memory_.data(), memory_.size(), kAccessFlags);
     if (mr_ == nullptr) {
@@ -92,9 +93,7 @@ Connection::Connection(const LocalPort& local, Mode mode, std::string peer_key, 
 void Connection::create_lane(Lane& lane, size_t slot_bytes, int depth, uint8_t* memory) {
   const VerbsApi& v = *local_.verbs;
   lane.stride = lane.slot_bytes = slot_bytes;
-  lane.depth = depth;
   lane.memory = memory;
-  for (int slot = 2 * depth - 1; slot >= depth; --slot) lane.free_send_slots.push_back(slot);
   ibv_qp_init_attr init{};
   init.send_cq = cq_;
   init.recv_cq = cq_;
@@ -110,6 +109,30 @@ void Connection::create_lane(Lane& lane, size_t slot_bytes, int depth, uint8_t* 
                               hints::describe(hints::Verb::kCreateQp, errno, {local_.device, mode_ == Mode::kRc}),
                               mode_name(mode_)));
   }
+  // What the provider granted (written back into init.cap; 0: it did not say): a queue shorter than asked makes a
+  // shallower lane (the hello announces its depth), one too short for the lane an error naming both.
+  const uint32_t frames = frames_of(slot_bytes);
+  const uint32_t asked = static_cast<uint32_t>(depth) * frames;
+  const uint32_t send_wr = init.cap.max_send_wr != 0 ? init.cap.max_send_wr : asked;
+  const uint32_t recv_wr = init.cap.max_recv_wr != 0 ? init.cap.max_recv_wr : asked;
+  const int granted = static_cast<int>(std::min({send_wr, recv_wr, asked}) / frames);
+  if (granted < depth) {
+    const bool small = &lane == &lanes_[wire::kSmall];
+    const int needed = small ? kMinSmallDepth : 1;
+    if (granted < needed) {
+      throw IoError(fmt::format(
+          "[ibverbs] {}: ibv_create_qp granted max_send_wr {} and max_recv_wr {} for the {} lane, asked {}: below the "
+          "{} {} of {} B it needs ({} work requests; Apple counts 4 KiB frames)",
+          local_.device, send_wr, recv_wr, small ? "small" : "bulk", asked, needed, small ? "frames" : "slot",
+          slot_bytes, static_cast<uint32_t>(needed) * frames));
+    }
+    log::info("[ibverbs] {}: the {} lane's queue pair holds {} of {} B (asked {}): the device granted {} send and {} "
+              "receive work requests",
+              local_.device, small ? "small" : "bulk", granted, slot_bytes, depth, send_wr, recv_wr);
+    depth = granted;
+  }
+  lane.depth = depth;
+  for (int slot = 2 * depth - 1; slot >= depth; --slot) lane.free_send_slots.push_back(slot);
   ibv_qp_attr attr{};
   attr.qp_state = IBV_QPS_INIT;
   attr.pkey_index = 0;
@@ -157,7 +180,7 @@ wire::Hello Connection::hello(const std::string& key) const {
   hello.lid = local_.lid;
   hello.mtu = static_cast<uint8_t>(local_.mtu);
   hello.mode = static_cast<uint8_t>(static_cast<uint8_t>(local_.mode) | (local_.auto_mode ? 0x10 : 0));
-  hello.recv_depth = kSmallDepth;
+  hello.recv_depth = static_cast<uint32_t>(lanes_[wire::kSmall].depth);
   hello.bulk_depth = static_cast<uint32_t>(bulk_depth_);
   hello.slot_bytes = static_cast<uint32_t>(local_.slot_bytes);
   return hello;

@@ -87,6 +87,9 @@ enum class Piece { kNone, kCopied, kZeroCopy, kNeedsNote };
 class Connection {
  public:
   static constexpr int kSmallDepth = 32;  ///< small receives posted (Apple: more than ~32 fails on some versions)
+  /// The fewest small receives a connection works with, where the device grants a shorter queue than kSmallDepth
+  /// (credits go back every depth / 2 frames): below it, the connection is refused naming the granted depths.
+  static constexpr int kMinSmallDepth = 8;
   static constexpr int kMaxPostBatch = 32;
 
   /// Creates the queue pairs (INIT, of type mode; the bulk lane's only with `bulk`) and their registered buffers.

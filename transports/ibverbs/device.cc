@@ -1,9 +1,11 @@
 // ibverbs device: offered when the system's verbs library loads and a device has an active port with an
-// IPv4-mapped GID; one port per rank and device (port.h), shared by the rank's communicators.
+// IPv4-mapped GID; one port per rank and device (port.h), shared by the rank's communicators, and one opened device
+// per process (probe.h): the start-up probe opens it, every later probe, port and communicator reuses it.
 #include "transports/ibverbs/device.h"
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -60,19 +62,25 @@ DeviceMatrix matrix_of(const std::string& spec) {
   return load_device_matrix(spec);
 }
 
-// Queue pairs a device allows per process: TBCOLL_IB_MAX_QPS, or for auto 10 on Apple's Thunderbolt devices
-// (rdma_enN; the 11th fails with EBUSY) and no limit of ours elsewhere (the device says EBUSY/ENOMEM itself).
-InvalidArgument over_budget(int rank, const std::string& device, int peers, int limit) {
+// Apple's Thunderbolt devices (rdma_enN) take about 10 queue pairs per process: the 11th fails with EBUSY, whatever
+// the device reports. The budget for auto never goes above it there.
+constexpr int kAppleQueuePairs = 10;
+
+InvalidArgument over_budget(int rank, const std::string& device, int peers, int limit, int max_qp) {
   return InvalidArgument(fmt::format(
-      "[ibverbs] rank {}: {} would need {} queue pairs (one per peer), over its limit of {} (TBCOLL_IB_MAX_QPS; "
-      "Apple's Thunderbolt allows about 10 per device): with TBCOLL_IB_MODE=auto the peers past the limit use tcp, "
-      "or give the pairs other cables in a device matrix",
-      rank, device, peers, limit));
+      "[ibverbs] rank {}: {} would need {} queue pairs (one per peer), over its limit of {} ({}; Apple's "
+      "Thunderbolt allows about 10 per device): with TBCOLL_IB_MODE=auto the peers past the limit use tcp, or give "
+      "the pairs other cables in a device matrix",
+      rank, device, peers, limit,
+      max_qp > 0 ? fmt::format("the device reports max_qp {}; TBCOLL_IB_MAX_QPS", max_qp) : "TBCOLL_IB_MAX_QPS"));
 }
 
-int qp_budget(const env::Settings& settings, const std::string& device) {
+// Queue pairs a device allows per process: TBCOLL_IB_MAX_QPS, or for auto the device's own max_qp
+// (ibv_query_device), at most 10 on Apple's rdma_enN; where it reports none, 10 there and no limit of ours
+// elsewhere (the device says EBUSY/ENOMEM itself).
+int qp_budget(const env::Settings& settings, const std::string& device, int max_qp) {
   const std::string text = settings.get("TBCOLL_IB_MAX_QPS");
-  if (text == "auto") return device.rfind("rdma_en", 0) == 0 ? 10 : 0;
+  if (text == "auto") return auto_queue_pair_budget(device, max_qp);
   const long long value = settings.get_int("TBCOLL_IB_MAX_QPS");
   if (value < 0 || value > 1000000) {
     throw InvalidArgument(fmt::format("[env] TBCOLL_IB_MAX_QPS={}: use auto, 0 (no limit) or a count", value));
@@ -185,10 +193,14 @@ class Device final : public transport::Device {
     } else {
       used = route_by_subnet(settings, &self);
     }
-    for (const std::string& device : used) self.budget[device] = qp_budget(settings, device);
-    if (!options.auto_mode && self.kind != ContextAddress::Kind::kSubnets) check_budgets(self, args);
     std::vector<std::shared_ptr<Port>> ports;
-    for (const std::string& device : used) ports.push_back(port_for(presence, device, options));
+    std::map<std::string, int> max_qps;  // what each device reports
+    for (const std::string& device : used) {
+      ports.push_back(port_for(presence, device, options));
+      max_qps[device] = ports.back()->max_qp();
+      self.budget[device] = qp_budget(settings, device, ports.back()->max_qp());
+    }
+    if (!options.auto_mode && self.kind != ContextAddress::Kind::kSubnets) check_budgets(self, args, max_qps);
     return make_context(std::move(ports), std::move(self), static_cast<size_t>(stripe_bytes), args);
   }
 
@@ -237,13 +249,14 @@ class Device final : public transport::Device {
 
   // A forced mode: a device whose budget the peers over it would pass is an error naming it (auto: those peers
   // use the next transport, routes.h).
-  static void check_budgets(const ContextAddress& self, const transport::ContextArgs& args) {
+  static void check_budgets(const ContextAddress& self, const transport::ContextArgs& args,
+                            const std::map<std::string, int>& max_qps) {
     for (const auto& [device, limit] : self.budget) {
       int peers = self.kind == ContextAddress::Kind::kEveryPeer ? args.world_size - 1 : 0;
       for (const auto& [peer, names] : self.routes) {
         peers += std::count(names.begin(), names.end(), device) > 0 ? 1 : 0;
       }
-      if (limit > 0 && peers > limit) throw over_budget(args.rank, device, peers, limit);
+      if (limit > 0 && peers > limit) throw over_budget(args.rank, device, peers, limit, max_qps.at(device));
     }
   }
 
@@ -274,6 +287,12 @@ class Device final : public transport::Device {
 };
 
 }  // namespace
+
+int auto_queue_pair_budget(const std::string& device, int max_qp) {
+  const bool apple = device.rfind("rdma_en", 0) == 0;
+  if (max_qp <= 0) return apple ? kAppleQueuePairs : 0;
+  return apple ? std::min(max_qp, kAppleQueuePairs) : max_qp;
+}
 
 std::shared_ptr<transport::Device> make_device(const VerbsApi* verbs, std::string name, bool same_process_only) {
   return std::make_shared<Device>(verbs, std::move(name), same_process_only);

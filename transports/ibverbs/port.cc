@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <thread>
@@ -51,15 +52,12 @@ bool has_rc(const VerbsApi& verbs, const LocalPort& local) {
 Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string& device, const PortOptions& options)
     : verbs_(verbs), options_(options) {
   const std::string& name = device;
-  local_.context = open_device_named(verbs_, name);
-  if (local_.context == nullptr) throw IoError(fmt::format("[ibverbs] {}: cannot open the device", name));
-  // The port as this context sees it (each context of a fake fabric is a port of its own).
+  device_ = opened_device(verbs_, name);  // the process's: opened by its first probe, kept open
+  local_.context = device_->context;
+  // The port as the device sees it now (each context of a fake fabric is a port of its own).
   std::string why_not;
   const Found found = inspect_port(verbs_, local_.context, name, &why_not);
-  if (!why_not.empty()) {
-    verbs_.close_device(local_.context);
-    throw IoError("[ibverbs] " + why_not);
-  }
+  if (!why_not.empty()) throw IoError("[ibverbs] " + why_not);
   local_.verbs = &verbs_;
   local_.device = found.name;
   local_.port = found.port;
@@ -67,21 +65,24 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
   local_.gid = found.gid;
   local_.lid = found.lid;
   local_.mtu = found.mtu;
-  local_.pd = verbs_.alloc_pd(local_.context);
-  if (local_.pd == nullptr) {
-    verbs_.close_device(local_.context);
-    throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {found.name})));
-  }
-  device_ = std::make_shared<OpenDevice>(&verbs_, local_.context, local_.pd);
+  local_.pd = device_->protection_domain();
   local_.auto_mode = options_.auto_mode;
   const bool apple = apple_device(verbs_, found.name);
   local_.apple = apple;
   const bool librdma = verbs_.provider.find("librdma") != std::string::npos;
-  ibv_device_attr attr{};
-  if (verbs_.query_device(local_.context, &attr) != 0) attr = ibv_device_attr{};
-  const RegistrationLimits limits = registration_limits(apple, librdma, attr.max_mr, attr.max_mr_size);
-  device_->registration_limit = limits.count;
-  device_->max_registration_bytes = limits.bytes;
+  {
+    // Once per opened device: its registrations are counted across every port of the process.
+    ibv_device_attr attr{};
+    if (verbs_.query_device(local_.context, &attr) != 0) attr = ibv_device_attr{};
+    max_qp_ = std::max(0, attr.max_qp);
+    std::lock_guard<std::mutex> lock(device_->mutex);
+    if (!device_->configured) {
+      const RegistrationLimits limits = registration_limits(apple, librdma, attr.max_mr, attr.max_mr_size);
+      device_->registration_limit = limits.count;
+      device_->max_registration_bytes = limits.bytes;
+      device_->configured = true;
+    }
+  }
   // Lists of work requests in one ibv_post_send: untried on Apple's librdma, so one at a time there by default.
   local_.post_batch = options_.post_batch > 0 ? options_.post_batch : librdma ? 1 : 16;
   int major = 0, minor = 0;
@@ -115,12 +116,7 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
 Port::~Port() {
   connections_.clear();  // queue pairs and MRs before their PD and device
   if (listen_fd_ >= 0) close(listen_fd_);
-  device_.reset();  // closed now, or once the last registration on it is let go
-}
-
-OpenDevice::~OpenDevice() {
-  verbs->dealloc_pd(pd);
-  verbs->close_device(context);
+  device_.reset();  // the process's stays open; a port's own closes now, or once its last registration goes
 }
 
 std::string Port::address() const {

@@ -23,21 +23,6 @@
 
 namespace tbcoll::ibverbs {
 
-/// An opened device and its protection domain, closed when the last holder lets go: the port, and the caller's
-/// registrations on it (registry.h), which a send in flight may keep beyond the port's life.
-struct OpenDevice {
-  const VerbsApi* verbs = nullptr;
-  ibv_context* context = nullptr;
-  ibv_pd* pd = nullptr;
-  std::atomic<int> caller_registrations{0};  ///< live registrations of callers' memory (registry.h)
-  int registration_limit = 0;          ///< callers' registrations it takes at most (0: no limit of ours)
-  uint64_t max_registration_bytes = 0;  ///< the longest caller registration (0: no limit of ours)
-  OpenDevice(const VerbsApi* verbs, ibv_context* context, ibv_pd* pd) : verbs(verbs), context(context), pd(pd) {}
-  ~OpenDevice();
-  OpenDevice(const OpenDevice&) = delete;
-  OpenDevice& operator=(const OpenDevice&) = delete;
-};
-
 struct PortOptions {
   Mode mode = Mode::kUc;
   bool auto_mode = false;   ///< TBCOLL_IB_MODE=auto: RC if the device creates an RC queue pair, else UC
@@ -61,8 +46,9 @@ struct PortAddress {
 
 class Port {
  public:
-  /// Opens `device` (which must be usable: probe_all) for the rank `presence`. With options.auto_mode, creates an
-  /// RC queue pair once to learn whether the device has RC (Apple's refuses it).
+  /// Takes the process's opened `device` (probe.h opened_device: opened once, shared by every port of the process)
+  /// for the rank `presence`; it must be usable (probe_all). With options.auto_mode, creates an RC queue pair once
+  /// to learn whether the device has RC (Apple's refuses it).
   Port(const VerbsApi& verbs, const std::string& presence, const std::string& device, const PortOptions& options);
   ~Port();
   Port(const Port&) = delete;
@@ -75,6 +61,8 @@ class Port {
   /// The opened device, its protection domain and settings (what its connections are made with).
   const LocalPort& local() const { return local_; }
   const std::shared_ptr<OpenDevice>& open_device() const { return device_; }
+  /// The device's max_qp (ibv_query_device; 0 when it says nothing): the queue pair budget's ceiling (device.cc).
+  int max_qp() const { return max_qp_; }
   /// What peers need to reach this port: "<key>|<host>:<port>|<device>|<mode>", mode "uc", "rc", "uc+auto"...
   std::string address() const;
   /// Splits an address; InvalidArgument if malformed.
@@ -105,11 +93,12 @@ class Port {
   const VerbsApi& verbs_;
   PortOptions options_;
   LocalPort local_;
-  std::shared_ptr<OpenDevice> device_;  // local_.context and pd, closed after the connections
+  std::shared_ptr<OpenDevice> device_;  // local_.context and pd: the process's (kept open), or this port's alone
   std::string key_;
   int listen_fd_ = -1;
   std::string listen_address_;
   std::atomic<bool> bulk_lanes_{true};
+  int max_qp_ = 0;
   bool frames_only_ = false;  ///< no bulk slots on this port (Apple before macOS 26.3, or a small max_msg_sz)
   std::mutex mutex_;
   std::map<std::string, std::shared_ptr<Connection>> connections_;  // by peer key

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -35,7 +37,7 @@ bool allowed(const std::vector<std::string>& names, const std::string& name) {
 }
 
 // A cabled, active port that cannot be used (no IPv4 address behind it) sends its traffic over tcp instead: worth a
-// warning, once per device and process (the devices are probed more than once at start-up).
+// warning, once per device and process (its ports are queried again by every communicator's probe).
 void warn_once_unaddressed(const std::string& why_not, const std::string& device) {
   static std::mutex mutex;
   static std::set<std::string> warned;
@@ -44,7 +46,56 @@ void warn_once_unaddressed(const std::string& why_not, const std::string& device
   log::warn("[ibverbs] {} (its peers are reached another way, tcp if nothing else)", why_not);
 }
 
+// The process's opened devices, by (verbs table, scope, name). Never destroyed: at exit the OS closes the devices,
+// and no static destructor runs verbs (the provider's own statics may be gone by then).
+struct OpenedDevices {
+  std::mutex mutex;
+  std::map<std::tuple<const VerbsApi*, std::string, std::string>, std::shared_ptr<OpenDevice>> devices;
+};
+
+OpenedDevices& opened_devices() {
+  static OpenedDevices* const devices = new OpenedDevices;  // NOLINT: leaked on purpose (see above)
+  return *devices;
+}
+
+std::shared_ptr<OpenDevice> open_new(const VerbsApi& verbs, const std::string& name) {
+  errno = 0;
+  ibv_context* context = open_device_named(verbs, name);
+  if (context == nullptr) {
+    const int error = errno;
+    throw IoError(fmt::format("[ibverbs] {}", error == ENODEV ? fmt::format("{}: no such RDMA device", name)
+                                                              : hints::describe(hints::Verb::kOpenDevice, error,
+                                                                                {name, false})));
+  }
+  return std::make_shared<OpenDevice>(&verbs, name, context);
+}
+
 }  // namespace
+
+OpenDevice::~OpenDevice() {
+  if (pd != nullptr) verbs->dealloc_pd(pd);
+  verbs->close_device(context);
+}
+
+ibv_pd* OpenDevice::protection_domain() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (pd != nullptr) return pd;
+  errno = 0;
+  pd = verbs->alloc_pd(context);
+  if (pd == nullptr) throw IoError(fmt::format("[ibverbs] {}", hints::describe(hints::Verb::kAllocPd, errno, {name})));
+  return pd;
+}
+
+std::shared_ptr<OpenDevice> opened_device(const VerbsApi& verbs, const std::string& name) {
+  std::string scope;
+  if (verbs.open_scope != nullptr && !verbs.open_scope(&scope)) return open_new(verbs, name);
+  OpenedDevices& opened = opened_devices();
+  // Under the lock for the whole opening: two threads asking at once get one context.
+  std::lock_guard<std::mutex> lock(opened.mutex);
+  std::shared_ptr<OpenDevice>& device = opened.devices[{&verbs, scope, name}];
+  if (!device) device = open_new(verbs, name);
+  return device;
+}
 
 bool ipv4_mapped(const ibv_gid& gid) {
   for (int i = 0; i < 10; ++i) {
@@ -135,14 +186,17 @@ std::vector<Found> probe_all(const VerbsApi& verbs, const std::vector<std::strin
   for (int d = 0; d < devices.count; ++d) {
     const std::string name = verbs.get_device_name(devices.list[d]);
     if (!allowed(allowed_names, name)) continue;
-    ibv_context* context = verbs.open_device(devices.list[d]);
-    if (context == nullptr) {
-      seen.push_back(fmt::format("{}: cannot open ({})", name, std::strerror(errno)));
+    std::shared_ptr<OpenDevice> device;
+    try {
+      device = opened_device(verbs, name);
+    } catch (const IoError& error) {
+      std::string what = error.what();
+      if (what.rfind("[ibverbs] ", 0) == 0) what.erase(0, 10);
+      seen.push_back(fmt::format("{}: cannot open: {}", name, what));
       continue;
     }
     std::string why_not;
-    const Found found = inspect_port(verbs, context, name, &why_not);
-    verbs.close_device(context);
+    const Found found = inspect_port(verbs, device->context, name, &why_not);
     if (!why_not.empty()) {
       if (found.active) warn_once_unaddressed(why_not, name);
       seen.push_back(why_not);

@@ -56,6 +56,12 @@ struct VerbsApi {
   /// port's IPv4-mapped GID), -1 when none does. It tells which subnet a port's cable is on. The system's reads
   /// the host's interfaces; a fake fabric answers for its own addresses.
   int (*ipv4_prefix)(const uint8_t ipv4[4]) = nullptr;
+
+  /// Not a verb: who shares an opened device (probe.h, opened_device). Null, as the system's table has it: the
+  /// process (each device opened once and kept open until exit). A fake fabric whose threads stand for hosts names
+  /// the calling thread's host in *scope and returns true; false: every opening is a host of its own, so the opened
+  /// device is the caller's alone and closed once it lets go.
+  bool (*open_scope)(std::string* scope) = nullptr;
 };
 
 /// The errno a verb that returns an int failed with: its return value (positive or negative), or errno where it
