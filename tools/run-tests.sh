@@ -15,6 +15,10 @@
 #                (tools/test-sanitizers.sh tsan)
 #   fuzz         every fuzz target 5 s under libFuzzer + ASan + UBSan (tools/fuzz.sh 5; the corpus replays run in
 #                every build's ctest)
+#   mlx          MLX (CPU, Python bindings) built with tbcoll's distributed backend into build/mlx, then the
+#                backend's C++ test and MLX's own distributed tests at 2 and 3 ranks under tbcoll-run, and a rank
+#                killed or stopped mid all_sum (integrations/mlx/test.sh build all; 5-7 min from a cold ccache on 2
+#                busy cores, under 1 min from a warm one)
 #
 #   tools/run-tests.sh [STAGE...]   (default: all of them; `ctest -L fast` in build/ is the quick local run)
 # Exits non-zero if any stage failed; all stages run either way.
@@ -29,7 +33,7 @@ export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
 # (tools/test-rdma-qemu.sh skips outside CI); tools/setup.sh installs what it needs.
 export CI=${CI:-true}
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(suite portability posix clang arm64 asan tsan fuzz)
+[ ${#stages[@]} -gt 0 ] || stages=(suite portability posix clang arm64 asan tsan fuzz mlx)
 failed=()
 summary=()
 start=$SECONDS
@@ -80,7 +84,8 @@ for stage in "${stages[@]}"; do
     asan) run_stage asan tools/test-sanitizers.sh asan ;;
     tsan) run_stage tsan tools/test-sanitizers.sh tsan ;;
     fuzz) run_stage fuzz tools/fuzz.sh 5 ;;
-    *) echo "run-tests: unknown stage $stage (suite portability posix clang arm64 asan tsan fuzz)"; exit 2 ;;
+    mlx) run_stage mlx integrations/mlx/test.sh build all ;;
+    *) echo "run-tests: unknown stage $stage (suite portability posix clang arm64 asan tsan fuzz mlx)"; exit 2 ;;
   esac
 done
 echo "==== summary (logs in $logs/)"

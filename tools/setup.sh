@@ -26,6 +26,10 @@ packages+=(python3-dev pybind11-dev python3-numpy python3-pytest python3-torch l
 # integrations/distributed-llama: patch applies its change to dllama's sources (make and g++ are build-essential's,
 # numpy is above); stdbuf (coreutils) and ss (iproute2) serve its test.
 packages+=(patch)
+# integrations/mlx (the mlx stage of tools/run-tests.sh): what MLX's CPU build would download, from Debian instead:
+# OpenBLAS and LAPACKE (its CPU kernels), nlohmann's json, and robin-map for nanobind (the Python bindings; fmt,
+# python3-dev and numpy are above).
+packages+=(libopenblas-dev liblapacke-dev nlohmann-json3-dev robin-map-dev)
 # benchmarks/plot.py (the benchmark pictures of docs/, and their test): Debian's matplotlib.
 packages+=(python3-matplotlib)
 sudo_cmd=""

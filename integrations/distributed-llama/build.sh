@@ -22,15 +22,7 @@ if [ -z "$src" ]; then
 fi
 [ -f "$src/src/app.cpp" ] || { echo "build.sh: $src is not a dllama source tree (no src/app.cpp)" >&2; exit 2; }
 
-if [ -n "${TBCOLL_PREFIX:-}" ]; then
-  include=$TBCOLL_PREFIX/include
-  lib=$TBCOLL_PREFIX/lib
-else
-  include=$project/include
-  lib=$(cd "${TBCOLL_BUILD:-$project/build}" && pwd)
-fi
-[ -f "$include/tbcoll/tbcoll.hpp" ] || { echo "build.sh: no tbcoll headers in $include" >&2; exit 2; }
-ls "$lib"/libtbcoll.so* > /dev/null 2>&1 || { echo "build.sh: no libtbcoll.so in $lib (build tbcoll first)" >&2; exit 2; }
+. "$project/integrations/tbcoll_paths.sh"  # include, lib
 
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
