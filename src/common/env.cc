@@ -1,6 +1,7 @@
 #include "common/env.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -146,14 +147,18 @@ void warn_running_alone() {
             "with tbcoll-run -n N, mpirun, srun or torchrun; TBCOLL_WORLD_SIZE=1 runs one rank without this warning");
 }
 
+namespace {
+std::atomic<bool> environment_checked{false};
+}  // namespace
+
 void warn_unknown_variables() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    for (const std::string& unknown : unknown_variables(platform::environment_names())) {
-      log::warn("[env] {} is not a tbcoll variable and is ignored (tbcoll-info lists them)", unknown);
-    }
-  });
+  if (environment_checked.exchange(true)) return;  // once per process: its environment does not change
+  for (const std::string& unknown : unknown_variables(platform::environment_names())) {
+    log::warn("[env] {} is not a tbcoll variable and is ignored (tbcoll-info lists them)", unknown);
+  }
 }
+
+void check_environment_again() { environment_checked = false; }
 
 static const Knob& find(const char* name) {
   for (const Knob& knob : knobs()) {

@@ -47,6 +47,8 @@ void warn_running_alone();
 /// Warns once per process (log::warn) about every TBCOLL_* variable of the environment that is not a known name:
 /// a misspelt knob would otherwise be ignored without a word.
 void warn_unknown_variables();
+/// For tests: the next warn_unknown_variables() looks at the environment again.
+void check_environment_again();
 
 /// A communicator's view of the knobs: its overrides (Config::knobs) first, then the environment, then the
 /// defaults. Cheap to copy; read at set-up, never on a call's path.

@@ -84,6 +84,7 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
                         {"rank 0 (the store) killed after init", Fault::kKillRootAfterInit, 0, false},
                         {"rank 0 (the store) killed during init", Fault::kKillRootDuringInit, 0, false},
                         {"connection reset (ss -K of a rank's sockets)", Fault::kReset, 1, false}};
+  std::string not_run;  // a case this machine cannot inject: the test counts as skipped (the others still ran)
   for (const Case& c : cases) {
     if (c.fault == Fault::kReset && transport != "tcp") continue;  // shm has no connection to reset
     SCOPED_TRACE(transport + ": " + c.name);
@@ -149,8 +150,8 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
       case Fault::kSlowPeer: break;
       case Fault::kReset:
         if (reset_connections_of(victim) == 0) {
-          std::printf("[ skipped ] %s: cannot destroy sockets here (ss -K needs root and CONFIG_INET_DIAG_DESTROY)\n",
-                      c.name);
+          not_run = std::string(c.name) + ": cannot destroy sockets here (ss -K needs root and a kernel with "
+                                          "CONFIG_INET_DIAG_DESTROY)";
           for (pid_t pid : pids) kill(pid, SIGKILL);
           for (pid_t pid : pids) waitpid(pid, nullptr, 0);
           continue;
@@ -161,7 +162,7 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
     std::vector<int> status(n, -1);
     std::vector<double> seconds(n, 0);
     const auto give_up = Clock::now() + std::chrono::seconds(20);
-    for (int left = (c.fault == Fault::kKillRootDuringInit ? n : n); left > 0 && Clock::now() < give_up;) {
+    for (int left = n; left > 0 && Clock::now() < give_up;) {
       int st = 0;
       const pid_t done = waitpid(-1, &st, WNOHANG);
       if (done <= 0) {
@@ -212,6 +213,7 @@ TEST_P(FaultMatrix, EveryRankFailsWithinTheDeadlineOrSucceeds) {
     if (c.fault == Fault::kKillRootDuringInit) tbcoll::shm::remove_stale_segments();
     EXPECT_EQ(segments_of(pids), std::vector<std::string>{}) << "shared memory left behind";
   }
+  if (!not_run.empty()) GTEST_SKIP() << not_run << " (every other case ran)";
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, FaultMatrix,

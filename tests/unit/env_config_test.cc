@@ -133,13 +133,14 @@ TEST(EnvNames, MisspeltVariablesAreFoundWithASuggestion) {
 TEST(EnvNames, TheEnvironmentIsCheckedOnceAtFromEnv) {
   CleanEnv clean;
   setenv("TBCOLL_TIMEUOT", "3", 1);
+  env::check_environment_again();  // once per process: another test of this process may have been first
   ::testing::internal::CaptureStderr();
   Config::from_env();
+  Config::from_env();
   const std::string said = ::testing::internal::GetCapturedStderr();
-  // Once per process: another test of this process may have been first (ctest runs each test alone).
-  if (said.empty()) GTEST_SKIP() << "an earlier test of this process checked the environment";
-  EXPECT_NE(said.find("TBCOLL_TIMEUOT (did you mean TBCOLL_TIMEOUT?) is not a tbcoll variable"), std::string::npos)
-      << said;
+  const std::string warning = "TBCOLL_TIMEUOT (did you mean TBCOLL_TIMEOUT?) is not a tbcoll variable";
+  ASSERT_NE(said.find(warning), std::string::npos) << said;
+  EXPECT_EQ(said.find(warning, said.find(warning) + 1), std::string::npos) << "said twice: " << said;
 }
 
 TEST(EnvNames, SecretsAreNeverPrintable) {
