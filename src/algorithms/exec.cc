@@ -186,7 +186,7 @@ void Exec::wait(size_t id) {
       requests_[id].request->block(std::min(left, std::chrono::microseconds(1000)));
     } else if (yield_now(wait_.yield(), ++iterations, 256)) {
       // Ranks that may share a CPU: let the peer we wait for run. On a crowded machine at every poll: a poll of
-      // a socket is a system call, so 256 of them held the CPU ~250 us from a peer that had work to do
+      // a socket is a system call, so 256 of them hold the CPU ~250 us from a peer that has work to do
       // (8 ranks on 2 CPUs, tcp: recursive doubling's 4-byte all-reduce 810 us yielding every 256 polls,
       // 150 us at every poll).
       sched_yield();

@@ -188,7 +188,7 @@ class WindowDevice final : public WrappedDevice {
 };
 
 // Mesh posts its receives mesh_depth() chunks ahead per peer (kMeshWindowBytes), so a link that moves a message
-// only into a posted receive can keep a bandwidth-delay product in flight; it used to keep 2. The results stay
+// only into a posted receive can keep a bandwidth-delay product in flight (2 would not). The results stay
 // right as the slots wrap round, in place too.
 TEST(AllReduceAlgorithms, MeshKeepsItsWindowOfReceivesPosted) {
   register_wrapped<WindowDevice>();

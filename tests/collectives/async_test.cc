@@ -97,7 +97,8 @@ TEST(AsyncErrors, AnErrorReachesTheWorkAndLaterCallsFailFast) {
 }
 
 // A split waits for the queued calls before its deadline starts: their time is theirs. Rank 0's queue takes
-// ~1.6 s against a 1 s timeout, each call well in time (the split used to time out in the child's set-up).
+// ~1.6 s against a 1 s timeout, each call well in time (counted against the split, it would time the split out
+// in the child's set-up).
 TEST(AsyncSplit, QueuedCallsDoNotEatTheSplitsTime) {
   for (const std::string& transport : test_transports()) {
     run_ranks(2, {transport, "", 1}, [&](Communicator& comm) {
@@ -120,7 +121,7 @@ TEST(AsyncSplit, QueuedCallsDoNotEatTheSplitsTime) {
 }
 
 // A forced algorithm that cannot run a call (oneshot beyond its 64 KiB slots) is refused by the async call itself,
-// as by the blocking one, naming the call; the communicator stays usable (it used to fail in the queue, breaking
+// as by the blocking one, naming the call; the communicator stays usable (failing in the queue would break
 // the communicator).
 TEST(AsyncErrors, ForcedAlgorithmThatCannotRunIsRefusedBeforeQueuing) {
   run_ranks(2, {"shm", "oneshot", 10}, [&](Communicator& comm) {
@@ -139,7 +140,7 @@ TEST(AsyncErrors, ForcedAlgorithmThatCannotRunIsRefusedBeforeQueuing) {
   });
 }
 
-// Every call on a moved-from communicator is a clear error (it used to dereference null).
+// Every call on a moved-from communicator is a clear error, never a null dereference.
 TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
   run_ranks(1, {"loopback", ""}, [&](Communicator& comm) {
     Communicator moved = std::move(comm);
@@ -156,7 +157,7 @@ TEST(AsyncErrors, MovedFromCommunicatorIsAnError) {
 }
 
 // Bad arguments are refused before anything is queued, so the calls queued after them stay in step with the
-// peers' (rank 0 used to run its second call as the peer's first: wrong data, no error).
+// peers' (otherwise rank 0 would run its second call as the peer's first: wrong data, no error).
 TEST(AsyncErrors, BadArgumentsAreRefusedBeforeQueuing) {
   for (const std::string& transport : test_transports()) {
     // Every rank refuses the same calls (a call refused on some ranks only fails the others: errors_test), with

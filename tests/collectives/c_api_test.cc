@@ -148,7 +148,7 @@ TEST(CApi, BadHandlesAreErrorsNotCrashes) {
       failure = std::string("second deregister: ") + tbcollGetLastError(comm);
     }
     if (tbcollCommDeregister(comm, garbage) != tbcollInvalidUsage) failure = "garbage registration handle accepted";
-    // A garbage communicator pointer is looked up, never read: InvalidUsage naming it (it crashed, or was called
+    // A garbage communicator pointer is looked up, never read: InvalidUsage naming it (not a crash, nor
     // "finalized").
     float x = 1;
     auto* garbage_comm = reinterpret_cast<tbcollComm_t>(&garbage_object);
@@ -340,8 +340,8 @@ TEST(CApi, SingleRankAndAbort) {
 }
 
 // The watchdog pattern: another thread aborts a call that waits for a peer that never comes. The call fails at
-// once, and the communicator is freed only after it has left (it used to be freed under the running call: an
-// all-reduce, a group's send/recv at tbcollGroupEnd, a split).
+// once, and the communicator is freed only after it has left, never under the running call (an all-reduce, a
+// group's send/recv at tbcollGroupEnd, a split).
 void abort_while_blocked(const char* what, const std::function<tbcollResult_t(tbcollComm_t)>& call) {
   SCOPED_TRACE(what);
   tbcollUniqueId id;
@@ -393,8 +393,8 @@ TEST(CApi, AbortFromAnotherThreadEndsTheRunningCallBeforeFreeing) {
 }
 
 // A watchdog aborts the communicators of a group while tbcollGroupEnd is blocked in the first one's part: the
-// second, idle one used to be freed at once, and tbcollGroupEnd then ran its part on freed memory. A group member
-// now holds a reference until the group ends: both aborts return at once, the group fails fast, and the last
+// second, idle one must not be freed at once, or tbcollGroupEnd would run its part on freed memory. A group member
+// holds a reference until the group ends: both aborts return at once, the group fails fast, and the last
 // one to let go frees each communicator.
 TEST(CApi, AbortOfAGroupMemberDoesNotFreeItUnderTheGroup) {
   setenv("TBCOLL_TIMEOUT", "20", 1);
@@ -451,7 +451,7 @@ TEST(CApi, CollectivesInsideAGroupRunAtItsEnd) {
 
 // Rank 0's process hosts the store of a unique id. It leaves a split (no colour) and destroys its communicator
 // while ranks 1 and 2, in other processes, still need the store for their child's split: the store keeps running
-// while they are connected (it used to stop with rank 0's communicator).
+// while they are connected, not stopping with rank 0's communicator.
 TEST(CApi, UniqueIdStoreServesOtherProcessesAfterRankZeroLeft) {
   tbcollUniqueId id;
   ASSERT_EQ(tbcollGetUniqueId(&id), tbcollSuccess);
@@ -489,8 +489,8 @@ int thread_count() {
   return threads;
 }
 
-// The store server of a unique id stops with the last communicator made from it (each used to keep a thread
-// and four descriptors until the process exited).
+// The store server of a unique id stops with the last communicator made from it (else each would keep a thread
+// and four descriptors until the process exits).
 TEST(CApi, UniqueIdServersStopWithTheirCommunicators) {
   const int before = thread_count();
   for (int round = 0; round < 40; ++round) {
@@ -532,7 +532,7 @@ TEST(CApiNcclNames, TypeAliasesAreNcclsValues) {
   EXPECT_EQ(tbcollCommDestroy(comm), tbcollSuccess);
 }
 
-// A handle after tbcollCommAbort or tbcollCommDestroy: every call says so (it used to read freed memory).
+// A handle after tbcollCommAbort or tbcollCommDestroy: every call says so, and none reads freed memory.
 TEST(CApiHandles, CallsAfterAbortOrDestroyFailCleanly) {
   for (const bool abort : {true, false}) {
     SCOPED_TRACE(abort ? "abort" : "destroy");

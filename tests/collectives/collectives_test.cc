@@ -267,7 +267,7 @@ TEST(Collectives, EmulatedLinkDelaysEveryMessage) {
 // while the receiver already waits for them all, complete about one delay L after the last was sent. Checked as a
 // property, not a speed: the emulated delays are floors that no load can lower, and an emulation that paid them
 // one after another takes at least 10 L; one that started the delay of a message arriving while an earlier one
-// waited out its own only once that one completed (the bug this test was written for) at least 2 L; a right one
+// waited out its own only once that one completed (the fault this test guards against) at least 2 L; a right one
 // about L + 20 ms. So: at least L every time, under 2 L in one of three tries (a busy host would have to add some
 // L - 20 ms = 280 ms to every try to fail a right emulation).
 TEST(Collectives, EmulatedLinkDelaysOfMessagesInFlightOverlap) {

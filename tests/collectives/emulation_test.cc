@@ -109,9 +109,9 @@ TEST(LinkEmulation, BandwidthCapLimitsALargeTransfer) {
 // and a real link delivers them before the close. 8 messages at once (the receiver waiting for them all, as in
 // the bandwidth test above), then one more that the receiver asks for only after those, together with one the
 // sender never sent: all that was sent arrives intact, a latency after the receiver could take it, and only then
-// the close, on every transport. (The emulation used to report the close at once, while the last message was still
-// on the link; and loopback reported it to a receive the emulation looked at out of turn, which failed the
-// bandwidth test without its barrier in 5 of 38 runs on a busy host.)
+// the close, on every transport. (The emulation must not report the close at once, while the last message is still
+// on the link, nor look at a receive out of turn: loopback reports the close to such a receive, which would fail
+// the bandwidth test without its barrier in about 5 of 38 runs on a busy host.)
 TEST(LinkEmulation, MessagesSentBeforeTheSenderLeavesAreDelivered) {
   constexpr double kLatency = 50e-3;
   constexpr size_t kMessages = 8, kBytes = 64 << 10, kLastBytes = 100;

@@ -43,7 +43,7 @@ TEST(Errors, BadArgumentsAreRejectedBeforeAnyCommunication) {
     EXPECT_THROW(comm.reduce_scatter(buf.data(), nullptr, 4, DataType::kFloat32, ReduceOp::kMax), InvalidArgument);
     EXPECT_THROW(comm.reduce_scatter(buf.data(), buf.data(), SIZE_MAX / 4, DataType::kFloat32, ReduceOp::kMax),
                  InvalidArgument);
-    // Buffers that overlap other than in place (they used to give wrong, rank-dependent results silently).
+    // Buffers that overlap other than in place (run, they would give wrong, rank-dependent results silently).
     std::vector<float> big(64);
     float* at = big.data();
     EXPECT_NE(error_of([&] { comm.all_reduce(at, at + 1, 8, DataType::kFloat32, ReduceOp::kSum); })
@@ -130,9 +130,9 @@ TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
   });
 }
 
-// Ranks that each name themselves the root of a broadcast only send, so no receive checks the call: each used
-// to return with its own data, and on shm no later call failed either. Now every rank fails, at the broadcast
-// or at its next call, long before the deadline. Small messages (tree, then one-shot all-reduces on shm) and
+// Ranks that each name themselves the root of a broadcast only send, so no receive checks the call: unchecked,
+// each would return with its own data, and on shm no later call would fail either. Every rank fails, at the
+// broadcast or at its next call, long before the deadline. Small messages (tree, then one-shot all-reduces on shm) and
 // messages larger than what the transports buffer (senders block: shm, and tcp at 64 MiB).
 TEST_P(Mismatch, BroadcastsWithDifferentRootsAreReported) {
   const std::string transport = GetParam();
@@ -242,7 +242,7 @@ TEST_P(Mismatch, RefusedOnSomeRanksFailsTheOthersPromptly) {
 }
 
 // MPI_IN_PLACE (the address 1 in Open MPI and MPICH) is refused naming in-place usage, never dereferenced
-// (it used to crash the shm transport with SIGSEGV); a rank that passed it tells the others.
+// (dereferenced, it would crash the shm transport with SIGSEGV); a rank that passed it tells the others.
 TEST_P(Mismatch, MpiInPlaceMarkerIsRefusedNamingInPlaceUsage) {
   const std::string transport = GetParam();
   void* const mpi_in_place = reinterpret_cast<void*>(1);
@@ -399,7 +399,8 @@ TEST(Errors, ShmPeerThatRanTheCallPointToPointAndMovedOnIsSpotted) {
 }
 
 // Ranks whose point-to-point schedules differ are told, even where the messages have the same sizes (2 ranks,
-// one element: the direct exchange and the ring send the same bytes, and each rank used to reduce other data).
+// one element: the direct exchange and the ring send the same bytes, and untold, each rank would reduce other
+// data).
 TEST(Errors, RanksTunedToDifferentSchedulesAreTold) {
   for (const std::string& transport : test_transports()) {
     std::vector<std::string> messages(2);
@@ -417,8 +418,8 @@ TEST(Errors, RanksTunedToDifferentSchedulesAreTold) {
 }
 
 // TBCOLL_TRANSPORT=shm on rank 0 only: rank 0 reaches everyone over shm, ranks 1 and 2 each other in process.
-// The fast path is decided from every pair, so no rank takes it alone (rank 0 used to, and the first small
-// all-reduce failed as "tuned differently").
+// The fast path is decided from every pair, so no rank takes it alone (if rank 0 did, the first small
+// all-reduce would fail as "tuned differently").
 TEST(Errors, TransportForcedOnOneRankOnlyStillWorks) {
   auto store = make_in_memory_store();
   std::vector<std::string> errors(3);
@@ -446,7 +447,7 @@ TEST(Errors, TransportForcedOnOneRankOnlyStillWorks) {
   for (int rank = 0; rank < 3; ++rank) EXPECT_EQ(errors[rank], "") << "rank " << rank;
 }
 
-// Ranks started with different world sizes are told at init (they used to meet only a timeout, later).
+// Ranks started with different world sizes are told at init, not left to meet a timeout later.
 TEST(Errors, RanksWithDifferentWorldSizesAreToldAtInit) {
   auto store = make_in_memory_store();
   std::vector<std::string> errors(2);
@@ -564,7 +565,8 @@ TEST(Errors, InitWithADeadlineEndsThere) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
-// A timeout too large for the clock's nanosecond count (someone meaning "never") used to wrap into the past.
+// A timeout too large for the clock's nanosecond count (someone meaning "never") means no deadline: it must not
+// wrap into the past.
 TEST(Errors, HugeTimeoutsMeanNoDeadline) {
   for (double timeout : {1e10, std::numeric_limits<double>::infinity()}) {
     run_ranks(2, {"tcp", "", timeout}, [&](Communicator& comm) {
@@ -600,7 +602,7 @@ TEST(Errors, TcpBufferSizeOutOfRangeIsRefused) {
   unsetenv("TBCOLL_TCP_BUFFER_BYTES");
 }
 
-// A chunk size beyond the range is refused by name (near 2^62 it used to wrap the ring's scratch size).
+// A chunk size beyond the range is refused by name (near 2^62 it would wrap the ring's scratch size).
 TEST(Errors, ChunkSizeOutOfRangeIsRefused) {
   for (const char* value : {"4611686018427387904", "100", "-1"}) {
     setenv("TBCOLL_CHUNK_BYTES", value, 1);

@@ -80,8 +80,8 @@ TEST_P(Group, DestroyingACommunicatorFinishesItsQueuedCalls) {
 }
 
 // Each rank sends first, then receives: rank 0 a message larger than the socket buffers, rank 1 a small one. Legal
-// (sends are buffered or progress while waiting); both directions' first send/recv tags are equal. tcp used to
-// take the peer's small message for a mismatched call while its own large send waited.
+// (sends are buffered or progress while waiting); both directions' first send/recv tags are equal. tcp must
+// not take the peer's small message for a mismatched call while its own large send waits.
 TEST_P(Group, LargeSendCrossingASmallOneIsNoMismatch) {
   run_ranks(2, {GetParam(), "", 30}, [&](Communicator& comm) {
     std::vector<float> big(size_t{1} << 24, static_cast<float>(comm.rank() + 1));
@@ -101,7 +101,7 @@ TEST_P(Group, LargeSendCrossingASmallOneIsNoMismatch) {
 INSTANTIATE_TEST_SUITE_P(Transports, Group, ::testing::ValuesIn(test_transports()));
 
 // Send/recv tags count per peer pair, so they must not be announced like a collective's sequence number: rank 2,
-// waiting for rank 0's second message, used to take rank 0's announced first receive (tag 0 of another pair,
+// waiting for rank 0's second message, would take rank 0's announced first receive (tag 0 of another pair,
 // another size) for a mismatch of its own call and fail a correct program.
 TEST(PointToPoint, OtherPairsCallsAreNoMismatch) {
   for (const std::string& transport : test_transports()) {

@@ -46,8 +46,8 @@ struct TransportWorld {
 };
 
 /// How gtest prints a TransportWorld, in failures and in --gtest_list_tests, from which ctest names the tests:
-/// without it the struct's raw bytes were printed, a heap address among them, so the ctest names changed with
-/// every build (and ctest's recorded durations, which order a -j run, never matched them again).
+/// without it gtest prints the struct's raw bytes, a heap address among them, so the ctest names would change
+/// with every build (and ctest's recorded durations, which order a -j run, would never match them again).
 inline void PrintTo(const TransportWorld& param, std::ostream* os) {
   *os << param.transport << ", " << param.world_size << (param.world_size == 1 ? " rank" : " ranks");
 }

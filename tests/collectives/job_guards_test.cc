@@ -28,7 +28,7 @@ TEST(JobGuards, AHugeWorldSizeFailsBeforeAllocating) {
   Config config;
   config.rank = 1;
   config.world_size = 16777216;
-  config.root = "127.0.0.1:1";  // nobody there: the old code allocated, then failed to connect at the deadline
+  config.root = "127.0.0.1:1";  // nobody there: allocating first would only fail to connect at the deadline
   config.timeout_s = 3;
   const size_t before = resident_bytes();
   const auto start = Clock::now();

@@ -148,8 +148,8 @@ TEST(ListenerFlood, AFloodPastTheDeadlineIsNamed) {
 }
 
 // The rendezvous store under the same flood: 2000 silent connections on a unique id's store, then a 2-rank job
-// meeting there 1.5 s later. Both ranks finish init and all-reduce right, well before their 8 s deadline (the
-// store used to take new connections at ~128/s, so the ranks waited behind the whole flood and timed out).
+// meeting there 1.5 s later. Both ranks finish init and all-reduce right, well before their 8 s deadline (a
+// store that took new connections at ~128/s would keep the ranks behind the whole flood until they timed out).
 TEST(ListenerFlood, TheStoreServesItsRanksBehindAFlood) {
   const UniqueId id = UniqueId::create();
   const std::string root = id.root();

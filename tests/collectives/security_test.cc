@@ -197,7 +197,7 @@ TEST(Security, StoreSurvivesAbusiveClients) {
   memory->add("counter", INT64_MIN, deadline_after(5));
   EXPECT_THROW(memory->add("counter", -1, deadline_after(5)), InvalidArgument);
 
-  // Request headers announcing 16 MiB values with no value behind them: the server used to allocate (and zero)
+  // Request headers announcing 16 MiB values with no value behind them: the server must not allocate (and zero)
   // each value on the header alone.
   const size_t before = resident_bytes();
   std::vector<int> clients;

@@ -48,7 +48,7 @@ TEST_P(Split, GroupsByColorOrdersByKeyAndWorks) {
 }
 
 // abort() from another thread ends a split waiting in the child's set-up: here rank 1 takes part in the split's
-// exchange of colours (an all_gather of two int32, as split runs it), then stalls. The split used to wait for
+// exchange of colours (an all_gather of two int32, as split runs it), then stalls. The split must not wait for
 // its whole timeout, and a watchdog's tbcollCommAbort with it.
 TEST_P(Split, AbortEndsASplitWaitingInTheChildsSetUp) {
   std::atomic<bool> done{false};

@@ -12,7 +12,7 @@
 namespace tbcoll::test {
 namespace {
 
-// Unique ids now advertise the machine's first non-loopback interface: the tests of this binary keep their
+// Unique ids advertise the machine's first non-loopback interface: the tests of this binary keep their
 // rendezvous on loopback (none of them sets TBCOLL_SOCKET_IFNAME itself), except those below, which only listen.
 class LoopbackIds : public ::testing::Environment {
  public:

@@ -70,7 +70,7 @@ TEST(IbverbsWire, PayloadSumCatchesAnyFlippedBit) {
       }
     }
   }
-  // The case the fuzzer found for the old fold (halves xor-ed): words summing to 2^63 - 1, then one bit more.
+  // A case a fold of xor-ed halves misses: words summing to 2^63 - 1, then one bit more.
   uint64_t words[2] = {0x7fffffffffffffffull, 0};
   const uint32_t before = wire::payload_sum(reinterpret_cast<const uint8_t*>(words), sizeof(words));
   words[1] = 1;

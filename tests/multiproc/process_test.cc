@@ -231,8 +231,8 @@ INSTANTIATE_TEST_SUITE_P(Transports, KilledRank,
                          ::testing::ValuesIn(tbcoll::test::test_transports_between_processes()));
 
 // A rank killed during set-up, after creating its segment (unlinked only once every peer mapped it), while rank 2
-// never arrives: rank 0 fails at the deadline and removes the dead rank's segment on its way out (it used to stay
-// until the next set-up on the machine).
+// never arrives: rank 0 fails at the deadline and removes the dead rank's segment on its way out (not
+// leaving it until the next set-up on the machine).
 TEST(Processes, RankKilledDuringSetUpLeavesNoSegments) {
   const int n = 3, victim = 1, absent = 2;
   std::string root = "127.0.0.1:" + std::to_string(free_port());
@@ -290,7 +290,7 @@ TEST(Tools, InfoListsEveryKnobAndTransport) {
 
 // Under torchrun (or any env:// launcher) a program of ours finds its rank, size and rendezvous in torch's RANK,
 // WORLD_SIZE, MASTER_ADDR and MASTER_PORT; MASTER_PORT itself is held by torch's store (here: this test), so
-// tbcoll's rendezvous takes the next port. (Each process used to become rank 0 of 1, silently.)
+// tbcoll's rendezvous takes the next port. (Otherwise each process would become rank 0 of 1, silently.)
 TEST(Processes, TorchsEnvironmentMakesAJob) {
   int port = 0;
   const int held = tbcoll::test::listen_below_ephemeral(port);  // the next port, tbcoll's, is free too

@@ -569,7 +569,7 @@ TEST(TbcollRun, TimeoutKillsTheJobAndExits124) {
 }
 
 // With --tag-output the launcher writes the ranks' output itself: a reader that stops reading must not stop the
-// launcher from enforcing the timeout (it used to block in write() until the reader went on).
+// launcher from enforcing the timeout (the launcher must not block in write() until the reader goes on).
 TEST(TbcollRun, StalledReaderDoesNotHoldUpTheTimeout) {
   Launcher launcher({"--tag-output", "--timeout", "1", "-n", "1", "--", "sh", "-c", "yes"});
   ASSERT_TRUE(launcher.wait_exit_without_reading(8)) << "still running with its stdout unread";
@@ -601,7 +601,7 @@ bool wait_for_state(const std::vector<pid_t>& pids, char state) {
 }
 
 // On a terminal with `stty tostop`, the ranks (each in a process group of its own) write as the foreground job
-// the launcher is; they used to stop at their first line until the job timed out.
+// the launcher is, rather than being stopped at their first line until the job times out.
 TEST(TbcollRun, RanksWriteToATostopTerminal) {
   if (std::system("command -v script > /dev/null 2>&1") != 0) GTEST_SKIP() << "script(1) not installed";
   const std::string command = "timeout 30 script -qec \"stty tostop; " + std::string(TBCOLL_RUN_PATH) +

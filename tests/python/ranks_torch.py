@@ -178,7 +178,7 @@ def premul_sum():
 
 if backend == "tbcoll":
     record("premul_sum", premul_sum)
-    try:  # a negative split size is named (it was printed as 18446744073709551612)
+    try:  # a negative split size is named as negative, not wrapped to 18446744073709551612
         dist.all_to_all_single(torch.zeros(size), torch.zeros(size), [size + 1] + [-1] + [1] * (size - 2),
                                [1] * size)
         raise AssertionError("a negative split size was taken")

@@ -312,7 +312,7 @@ TEST_P(Conformance, TwoContextsOfOnePairKeepTheirTrafficApart) {
 INSTANTIATE_TEST_SUITE_P(Transports, Conformance, ::testing::ValuesIn(test::test_transports()));
 
 // Loopback endpoints attach to their mailboxes without waiting for the peer: a sender may send and be destroyed
-// before its receiver exists (a rank whose last call only sends). The message used to go with the mailbox.
+// before its receiver exists (a rank whose last call only sends). The message must not go with the mailbox.
 TEST(Loopback, MessageWaitsForAReceiverThatAttachesAfterTheSenderLeft) {
   std::shared_ptr<Device> device = find_device("loopback");
   ASSERT_NE(device, nullptr);

@@ -222,7 +222,8 @@ TEST(CostModel, StagedBuffersPastTheCacheCostTwice) {
   }
 }
 
-// The tuner picks the issue-15 algorithms by the model, and only by it: TBCOLL_TUNER=ranges keeps direct and ring.
+// The tuner picks the algorithms beyond direct and ring (halving_doubling, recursive_doubling) by the model, and
+// only by it: TBCOLL_TUNER=ranges keeps direct and ring.
 TEST(CostModel, TheModelPicksAmongEveryAlgorithm) {
   CostParams tcp = links(31, 0);  // tcp, its messages and bytes made dear by 4 ranks per CPU
   tcp.intra.overhead = tcp.inter.overhead = 2.5e-6 * 4;
@@ -387,8 +388,8 @@ TEST(LinkEmulationSettings, DilationScalesLatencyAndBandwidthAlike) {
   EXPECT_EQ(parse_link_emulation("10gbe,dilate=1", 0).describe(), parse_link_emulation("10gbe", 0).describe());
 }
 
-// Out-of-range figures are refused, naming the key: latency_us=1e300 and gbps=0 used to be taken and apply no
-// delay (a duration that overflowed; a cap of 0 read as none).
+// Out-of-range figures are refused, naming the key: latency_us=1e300 and gbps=0, if taken, would apply no
+// delay (a duration that overflows; a cap of 0 read as none).
 TEST(LinkEmulationSettings, OutOfRangeFiguresAreRefused) {
   using transport::parse_link_emulation;
   const std::pair<const char*, const char*> refused[] = {

@@ -106,8 +106,8 @@ std::string wait_for(Request& request, Clock::time_point* when) {
 }
 
 // The peer sends three messages and destroys its communicator between two looks of the receiver, which had posted
-// its three receives: they all complete, a latency after they arrived. (The emulation used to look at the later
-// receives too before the first one had its message; the scripted transport, like loopback, answers such a
+// its three receives: they all complete, a latency after they arrived. (The emulation must not look at the later
+// receives before the first one has its message: the scripted transport, like loopback, answers such a
 // look with the close.)
 TEST(EmulatedLinkClose, MessagesSentBeforeTheCloseAreDelivered) {
   ScriptedPeer peer;

@@ -8,10 +8,10 @@
 // of a job or one the OS interrupted, costs its block one pair, and a change of load weighs on both ways alike).
 //
 // What is timed is a block's wall time, the clock read once at the first call of each block: per call number,
-// the rate at which the ranks get through calls, gaps between calls included. Timing each call on its own
-// measured something else: the ranks run in lock step, so what one call costs shows up in the peer's next wait as
-// much as in its own time, calls that alternated one by one credited each way with the other's effect (the ranks
-// learnt opposite ways and flipped every period), and two clock reads per call changed the timing they measured.
+// the rate at which the ranks get through calls, gaps between calls included. Timing each call on its own would
+// measure something else: the ranks run in lock step, so what one call costs shows up in the peer's next wait as
+// much as in its own time, calls that alternate one by one credit each way with the other's effect (the ranks
+// learn opposite ways and flip every period), and two clock reads per call change the timing they measure.
 // The schedule follows the call number, the same on every rank, so the ranks try each way together and, timing
 // the same blocks, choose alike.
 #pragma once
@@ -28,7 +28,7 @@ class PrefetchLearner {
   // decision comes after 2048 flagged calls; a machine whose cores moved is noticed within a period).
   static constexpr uint64_t kPeriod = uint64_t{1} << 18;
   // Blocks long enough for the ranks to settle into a way's rhythm: in blocks of 32 calls the prefetch's gain
-  // (half the time per call on two vCPUs of one core) did not show at all; in blocks of 256 it does.
+  // (half the time per call on two vCPUs of one core) does not show at all; in blocks of 256 it does.
   static constexpr uint64_t kBlock = 256;  ///< call numbers timed together, all run one way
   static constexpr uint64_t kBlocks = 8;   ///< timed blocks at the start of a period: even ones without, odd with
 

@@ -287,7 +287,7 @@ void Endpoint::progress_recvs() {
 void Endpoint::check_blocked_send() {
   // Only sends wait, the socket is full, and the peer sent a message under our send's tag: if its signature
   // differs, the peer runs another call and will not receive ours (ranks that each named themselves the root
-  // of a large broadcast used to wait for the deadline here).
+  // of a large broadcast would otherwise wait here for the deadline).
   const Operation& op = *sends_.front();
   // Only collectives: send/recv tags count per direction, so the peer's own first send carries ours too.
   if (transport::is_p2p_tag(op.tag.tag)) return;
