@@ -213,6 +213,50 @@ TEST_P(Conformance, TestNeverBlocksWhenNothingArrived) {
   EXPECT_EQ(byte, 1);
 }
 
+// block() sleeps while nothing can move, also when an isend_later message waits for a later send (it wants no
+// room in the connection: a wait that returned at once for it would spin in system calls), and the data ends the
+// sleep. Counted, not timed: a sleeping wait makes tens of calls in 30 ms, a spinning one thousands.
+TEST_P(Conformance, BlockSleepsWhileOnlyADeferredSendWaits) {
+  uint8_t byte = 0, none = 0;
+  auto request = pair_.endpoints[0]->irecv(&byte, 1, {2, 2});
+  auto later = pair_.endpoints[0]->isend_later({1, 1});
+  int calls = 0;
+  for (auto until = Clock::now() + std::chrono::milliseconds(30); Clock::now() < until; ++calls) {
+    EXPECT_FALSE(request->test());
+    request->block(std::chrono::microseconds(1000));
+  }
+  EXPECT_LT(calls, 300) << "block() returned at once " << calls << " times in 30 ms";
+  auto checked = pair_.endpoints[1]->irecv(&none, 0, {1, 1});
+  uint8_t one = 1;
+  auto send = pair_.endpoints[1]->isend(&one, 1, {2, 2});
+  pair_.endpoints[0]->flush();
+  wait(*send);
+  wait(*request);
+  wait(*later);
+  wait(*checked);
+  EXPECT_EQ(byte, 1);
+}
+
+// A message that arrived with an earlier one (one read took both) is not slept for: 50 block() calls return
+// in far less than the 50 ms that 50 sleeps of a 1 ms slice would take.
+TEST_P(Conformance, BlockReturnsAtOnceForAMessageAlreadyHere) {
+  uint8_t first = 0, second = 0, one = 1, two = 2;
+  auto a = pair_.endpoints[1]->isend(&one, 1, {1, 1});
+  auto b = pair_.endpoints[1]->isend(&two, 1, {2, 2});
+  wait(*a);
+  wait(*b);
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));  // both arrived
+  auto got_first = pair_.endpoints[0]->irecv(&first, 1, {1, 1});
+  wait(*got_first);
+  auto got_second = pair_.endpoints[0]->irecv(&second, 1, {2, 2});
+  const auto start = Clock::now();
+  for (int i = 0; i < 50; ++i) got_second->block(std::chrono::microseconds(1000));
+  EXPECT_LT(Clock::now() - start, std::chrono::milliseconds(40));
+  wait(*got_second);
+  EXPECT_EQ(first, 1);
+  EXPECT_EQ(second, 2);
+}
+
 TEST_P(Conformance, SizeAndSignatureMismatchesAreDetected) {
   std::vector<uint8_t> data(100, 1), got(100);
   auto send = pair_.endpoints[0]->isend(data.data(), 100, {5, 0xabc});

@@ -1,6 +1,6 @@
-// TCP endpoint: one non-blocking socket per peer, driven by the caller's thread (no I/O thread, so small
-// messages cost one send and one receive system call). Sends and receives queue FIFO; progress() moves as
-// many bytes as the socket takes without blocking. Payloads above kDirectReadBytes are read straight into
+// TCP endpoint: one socket per peer (every transfer non-blocking), driven by the caller's thread (no I/O thread,
+// so small messages cost one send and one receive system call). Sends and receives queue FIFO; progress() moves
+// as many bytes as the socket takes without blocking. Payloads above kDirectReadBytes are read straight into
 // the user's buffer; smaller ones come through a staging buffer so one recv() can take header and payload.
 // In the integrity mode (wire.h) a send's tag is computed when it is queued and leaves right after its payload; a
 // receive's is computed as the bytes arrive and checked before the receive completes (a mismatch breaks the
@@ -52,7 +52,8 @@ class Endpoint final : public transport::Endpoint {
 
   /// Moves bytes without blocking; throws IoError/MismatchError (and the endpoint stays broken).
   void progress();
-  /// Waits (poll) up to max_wait for the socket to become readable/writable for the queued work.
+  /// Waits up to max_wait for the socket to become readable/writable for the queued work: in recv() itself
+  /// (kSleepSlice at most) when only receives wait, else in poll().
   void block(std::chrono::microseconds max_wait);
   /// Shuts the socket down; pending and later operations fail. Any thread.
   void abort();
@@ -65,6 +66,9 @@ class Endpoint final : public transport::Endpoint {
   bool fill_staging();
   void check_header(Operation& op, const MessageHeader& header);
   void check_blocked_send();
+  void sleep_for_data();
+  /// Only isend_later messages are queued, and they wait (for a send behind them, a flush, or more of them).
+  bool sends_wait_for_later() const;
   bool check_tag(Operation& op);
   size_t trailer_bytes() const { return integrity_ ? kTagBytes : 0; }
   [[noreturn]] void fail(const std::string& message);
@@ -77,6 +81,8 @@ class Endpoint final : public transport::Endpoint {
   /// not wait for a flush.
   static constexpr size_t kLaterAtMost = 3;
   static constexpr size_t kDirectReadBytes = 16 * 1024;
+  /// SO_RCVTIMEO: how long one sleep in recv() lasts at most (a waiting call's slices are this long).
+  static constexpr std::chrono::microseconds kSleepSlice{1000};
 
   int fd_;
   int rank_;
@@ -88,6 +94,7 @@ class Endpoint final : public transport::Endpoint {
   std::vector<uint8_t> staging_;
   size_t staging_begin_ = 0;
   size_t staging_end_ = 0;
+  bool sleep_in_recv_ = false;  ///< the socket blocks, with SO_RCVTIMEO = kSleepSlice: block() sleeps in recv()
   std::string broken_;  ///< non-empty once failed: the reason
   std::atomic<bool> aborted_{false};
   std::unique_ptr<Integrity> integrity_;
