@@ -216,6 +216,7 @@ void P2pInFlight::drive(const std::shared_ptr<Op>& op, bool block) {
       }
     } else if (yield_now(wait.yield(), ++polls, 256)) {
       sched_yield();
+      wait.yielded();
     }
   }
 }

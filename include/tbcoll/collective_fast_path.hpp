@@ -9,6 +9,7 @@
 // Threads: one thread at a time drives a fast path (the communicator's caller, or its progress thread).
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -68,20 +69,22 @@ enum class SpinYield : uint8_t {
 /// How a communicator's waits spend the time until their data comes (TBCOLL_WAIT). One per communicator, used by
 /// the thread that drives its calls (one at a time). A wait that does not end at once calls begin() at its first
 /// clock read, spins while spinning(now) says so (at each clock read; yielding as yield() says), then sleeps in
-/// the transport in bounded slices (a futex, poll on a socket). A wait that ends before its first clock read asks
-/// nothing.
+/// the transport in bounded slices (a futex, a socket's recv or poll). A wait that ends before its first clock
+/// read asks nothing.
 ///
-/// Auto spins up to TBCOLL_SPIN_US, then sleeps. Its default depends on what ends a sleep. Between ranks that all
-/// meet over shm the peer's futex wake does, and inside a real engine (distributed-llama, 2 nodes) spinning 300 us
-/// and then sleeping matched or beat both spinning and sleeping at once, quiet and beside a busy process, for
-/// small syncs and for long compute-bound waits alike. Over tcp the same spin-then-sleep lost 2x beside a busy
-/// process (docs/benchmarks.md, waiting: spin or sleep), so there auto spins for as long as a peer may be merely
-/// late (20 ms) and sleeps only for a peer that went quiet (an engine between requests). Spinning waits yield at
-/// every poll when there are more ranks than cores (SpinYield).
+/// Auto spins up to TBCOLL_SPIN_US, then sleeps: 300 us between ranks that all meet over shm (the peer's futex
+/// wake ends a sleep), 20 ms otherwise (a peer that is merely late; sleeping sooner pays a wake-up per call on a
+/// quiet machine). It adapts to a busy machine, where a spin holds a CPU that the late peer or the engine's own
+/// threads need: a spin sees contention when its clock reads jump by kPreemptedGap (it lost its CPU; kYieldedGap
+/// across a sched_yield: another thread ran), or when, past kLookAfter, a look at the machine (every kLookEvery,
+/// where the system tells at once) finds more threads runnable than there are CPUs. Seen twice within
+/// kConfirmWithin (once is a passing task), contention ends the spin, and for kContendedFor after the last sign
+/// auto sleeps at once. The spin's cost is a comparison per clock read and a system call per kLookEvery of a
+/// spin longer than kLookAfter; waits that end sooner pay nothing.
 class TBCOLL_API WaitPolicy {
  public:
   enum class Mode : uint8_t {
-    kAuto,   ///< spin up to the spin cap (TBCOLL_SPIN_US), then sleep
+    kAuto,   ///< spin up to the spin cap (TBCOLL_SPIN_US), then sleep; sleep at once while the CPUs are contended
     kSpin,   ///< spin (yielding as yield() says) until the data comes or the deadline passes
     kBlock,  ///< sleep at the first clock read (after ~1 us of polls)
   };
@@ -95,17 +98,48 @@ class TBCOLL_API WaitPolicy {
   std::chrono::microseconds spin_cap() const { return cap_; }
   /// At a wait's first clock read: starts its spin phase.
   void begin(Clock::time_point now) {
-    spin_until_ = mode_ == Mode::kBlock ? now : now + (mode_ == Mode::kSpin ? kSpinPhase : cap_);
+    last_read_ = now;
+    next_look_ = now + kLookAfter;
+    if (mode_ != Mode::kAuto) {
+      spin_until_ = mode_ == Mode::kBlock ? now : now + kSpinPhase;
+    } else {
+      spin_until_ = now < contended_until_ ? now : now + cap_;
+    }
   }
-  /// Whether the wait keeps spinning at this clock read.
-  bool spinning(Clock::time_point now) const { return now < spin_until_; }
+  /// Whether the wait keeps spinning at this clock read (under auto, contention seen ends the spin).
+  bool spinning(Clock::time_point now) {
+    if (mode_ == Mode::kAuto) {
+      if (now - last_read_ >= (yielded_ ? kYieldedGap : kPreemptedGap)) sign_of_contention(now, now - last_read_, 0);
+      if (now >= next_look_) look_at_machine(now);
+    }
+    last_read_ = now;
+    yielded_ = false;
+    return now < spin_until_;
+  }
+  /// The wait called sched_yield after its last clock read: if the next read comes kYieldedGap or more later,
+  /// another thread ran on this CPU meanwhile (a yield with nothing else to run returns in a microsecond or two).
+  void yielded() { yielded_ = true; }
+  /// What a look at the machine asks: how many threads are runnable (-1: the system does not tell), on how
+  /// many CPUs. platform::runnable_threads() and the online CPUs unless set (tests give their own).
+  using MachineProbe = int (*)();
+  void set_machine_probe(MachineProbe probe, int cpus) {
+    probe_ = probe;
+    cpus_ = cpus;
+  }
   /// False under kSpin: past a spin phase (1 ms), a wait looks at its peers and watch, then begins another.
   bool sleeps() const { return mode_ != Mode::kSpin; }
-  /// "auto (spin up to 20000 us, then sleep)", "spin", "block".
+  /// "auto (spin up to 20000 us, then sleep; ...)", "spin", "block".
   std::string describe() const;
   static const char* name(Mode mode);
 
   static constexpr std::chrono::microseconds kSpinPhase{1000};  ///< kSpin: between looks at the peers
+  /// A spin's clock reads come every microsecond or so; a gap this long means the thread was not running.
+  static constexpr std::chrono::microseconds kPreemptedGap{200};
+  static constexpr std::chrono::microseconds kYieldedGap{20};
+  static constexpr std::chrono::microseconds kLookAfter{100};
+  static constexpr std::chrono::microseconds kLookEvery{1000};
+  static constexpr std::chrono::milliseconds kConfirmWithin{5};
+  static constexpr std::chrono::milliseconds kContendedFor{100};
   /// TBCOLL_SPIN_US=auto: 300 us where every peer is over shm, 20 ms otherwise.
   static std::chrono::microseconds auto_spin_cap(bool all_shm) {
     return std::chrono::microseconds(all_shm ? 300 : 20000);
@@ -116,6 +150,21 @@ class TBCOLL_API WaitPolicy {
   std::chrono::microseconds cap_{20000};
   SpinYield yield_ = SpinYield::kNowAndThen;
   Clock::time_point spin_until_{};
+  Clock::time_point last_read_{};
+  Clock::time_point next_look_{};
+  Clock::time_point last_sign_{};        ///< the last sign of contention
+  Clock::time_point contended_until_{};  ///< auto sleeps at once until then
+  MachineProbe probe_ = nullptr;         ///< null: platform::runnable_threads()
+  int cpus_ = 0;                         ///< 0: the online CPUs
+  bool yielded_ = false;                 ///< yielded() since the last clock read
+  bool told_ = false;                    ///< contention was logged (once per communicator, at INFO)
+
+  /// A spin's look at the machine (platform::runnable_threads): a sign of contention when more threads are
+  /// runnable than there are CPUs.
+  void look_at_machine(Clock::time_point now);
+  /// A sign at `now`: the spin lost `lost` (a clock gap), or `runnable` threads want the CPUs. The second within
+  /// kConfirmWithin ends the spin and makes waits sleep at once for kContendedFor.
+  void sign_of_contention(Clock::time_point now, Clock::duration lost, int runnable);
 };
 
 /// A callback a wait calls now and then while it sleeps (never while it spins): it throws to end the wait. Refers

@@ -190,6 +190,7 @@ void Exec::wait(size_t id) {
       // (8 ranks on 2 CPUs, tcp: recursive doubling's 4-byte all-reduce 810 us yielding every 256 polls,
       // 150 us at every poll).
       sched_yield();
+      wait_.yielded();
     }
   }
 }

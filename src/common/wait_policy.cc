@@ -1,6 +1,10 @@
 // The communicator's wait policy (tbcoll/collective_fast_path.hpp).
+#include <thread>
+
 #include <fmt/format.h>
 
+#include "common/log.h"
+#include "platform/platform.h"
 #include "tbcoll/collective_fast_path.hpp"
 
 namespace tbcoll::transport {
@@ -15,7 +19,31 @@ const char* WaitPolicy::name(Mode mode) {
 
 std::string WaitPolicy::describe() const {
   if (mode_ != Mode::kAuto) return name(mode_);
-  return fmt::format("auto (spin up to {} us, then sleep)", cap_.count());
+  return fmt::format("auto (spin up to {} us, then sleep; sleep at once on busy CPUs)", cap_.count());
+}
+
+void WaitPolicy::look_at_machine(Clock::time_point now) {
+  next_look_ = now + kLookEvery;
+  static const int online = static_cast<int>(std::thread::hardware_concurrency());
+  const int cpus = cpus_ > 0 ? cpus_ : online;
+  const int runnable = probe_ != nullptr ? probe_() : platform::runnable_threads();
+  if (cpus > 0 && runnable > cpus) sign_of_contention(now, Clock::duration::zero(), runnable);
+}
+
+void WaitPolicy::sign_of_contention(Clock::time_point now, Clock::duration lost, int runnable) {
+  const bool confirmed = now - last_sign_ < kConfirmWithin;
+  last_sign_ = now;
+  if (!confirmed) return;
+  contended_until_ = now + kContendedFor;
+  spin_until_ = now;
+  if (told_) return;
+  told_ = true;
+  const std::string sign =
+      runnable > 0 ? fmt::format("{} threads runnable on {} CPUs", runnable,
+                                 cpus_ > 0 ? cpus_ : static_cast<int>(std::thread::hardware_concurrency()))
+                   : fmt::format("a spinning wait lost its CPU for {} us",
+                                 std::chrono::duration_cast<std::chrono::microseconds>(lost).count());
+  log::info("waits: the CPUs are contended ({}): waits sleep at once while that lasts", sign);
 }
 
 }  // namespace tbcoll::transport

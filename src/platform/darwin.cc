@@ -122,6 +122,7 @@ std::string network_domain() { return ""; }  // one network stack per machine, a
 std::string shm_domain() { return kernel_id(); }  // every process of the machine can open a user's segments
 
 std::vector<int> allowed_cpus() { return {}; }  // no affinity on macOS
+int runnable_threads() { return -1; }  // load averages only (vm.loadavg): too slow to follow a wait
 bool bind_to_cpu(int) { return false; }
 bool unbind_from_cpus() { return false; }
 void prefer_fast_cores() { pthread_set_qos_class_self_np(QOS_CLASS_USER_INTERACTIVE, 0); }

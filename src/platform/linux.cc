@@ -166,6 +166,20 @@ std::vector<int> allowed_cpus() {
   return cpus;
 }
 
+int runnable_threads() {
+  const int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[128];
+  const ssize_t got = read(fd, text, sizeof(text) - 1);
+  close(fd);
+  if (got <= 0) return -1;
+  text[got] = '\0';
+  double one = 0, five = 0, fifteen = 0;
+  int running = 0, total = 0;
+  if (std::sscanf(text, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total) != 5) return -1;
+  return running;
+}
+
 bool bind_to_cpu(int cpu) {
   if (cpu < 0 || cpu >= CPU_SETSIZE) return false;
   cpu_set_t one;

@@ -150,6 +150,10 @@ bool bind_to_cpu(int cpu);
 /// Lets the calling thread run on every online CPU again (undoes bind_to_cpu and an inherited pinning); false
 /// where the system has no affinity.
 bool unbind_from_cpus();
+/// Threads runnable on the whole machine right now (running or waiting for a CPU), the caller included: the first
+/// figure of /proc/loadavg's "R/T" on Linux (about 3 us: open, read, close); -1 where the system does not tell
+/// at once (macOS and posix give load averages only). For a spinning wait to see whether others want the CPUs.
+int runnable_threads();
 /// Asks the scheduler to keep the calling thread, a spinning waiter, on fast cores (macOS QoS class
 /// user-interactive keeps it on performance cores). No-op where there is nothing to ask.
 void prefer_fast_cores();

@@ -65,6 +65,7 @@ std::string shm_domain() {
 }
 
 std::vector<int> allowed_cpus() { return {}; }
+int runnable_threads() { return -1; }
 bool bind_to_cpu(int) { return false; }
 bool unbind_from_cpus() { return false; }
 void prefer_fast_cores() {}

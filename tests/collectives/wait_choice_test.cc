@@ -23,14 +23,16 @@ std::string wait_of(const std::string& transport, const std::map<std::string, st
 }
 
 TEST(WaitChoice, AutoSpinsBrieflyOverShmAndLongOverTcp) {
-  EXPECT_EQ(wait_of("shm"), "auto (spin up to 300 us, then sleep)");
-  EXPECT_EQ(wait_of("tcp"), "auto (spin up to 20000 us, then sleep)");
-  EXPECT_EQ(wait_of("loopback"), "auto (spin up to 20000 us, then sleep)");
+  EXPECT_EQ(wait_of("shm"), "auto (spin up to 300 us, then sleep; sleep at once on busy CPUs)");
+  EXPECT_EQ(wait_of("tcp"), "auto (spin up to 20000 us, then sleep; sleep at once on busy CPUs)");
+  EXPECT_EQ(wait_of("loopback"), "auto (spin up to 20000 us, then sleep; sleep at once on busy CPUs)");
 }
 
 TEST(WaitChoice, TheKnobSetsTheSpinWhateverTheTransport) {
-  EXPECT_EQ(wait_of("shm", {{"TBCOLL_SPIN_US", "700"}}), "auto (spin up to 700 us, then sleep)");
-  EXPECT_EQ(wait_of("tcp", {{"TBCOLL_SPIN_US", "700"}}), "auto (spin up to 700 us, then sleep)");
+  EXPECT_EQ(wait_of("shm", {{"TBCOLL_SPIN_US", "700"}}),
+            "auto (spin up to 700 us, then sleep; sleep at once on busy CPUs)");
+  EXPECT_EQ(wait_of("tcp", {{"TBCOLL_SPIN_US", "700"}}),
+            "auto (spin up to 700 us, then sleep; sleep at once on busy CPUs)");
   EXPECT_EQ(wait_of("shm", {{"TBCOLL_WAIT", "spin"}}), "spin");
 }
 

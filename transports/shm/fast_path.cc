@@ -142,7 +142,10 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
     if (spinning) {
       if (policy != nullptr ? policy->spinning(now) : now < spin_until) {
         // Let who shares the CPU run: at every clock read (128 polls) when the machine has more ranks than CPUs.
-        if (yield_now(spin_yield_, i, 4096)) sched_yield();
+        if (yield_now(spin_yield_, i, 4096)) {
+          sched_yield();
+          if (policy != nullptr) policy->yielded();
+        }
         continue;
       }
       spinning = false;
