@@ -2,7 +2,8 @@
 """distributed-llama's own sync against tbcoll's, side by side, in interleaved rounds.
 
   benchmarks/dllama_bench.py [--build build] [--rounds 5] [--nodes 2,4] [--models tiny,syn-q40,syn-f32]
-      [--syncs socket,socket-blocking,tbcoll,tbcoll-tcp] [--placements host,netns] [--loads quiet,busy]
+      [--syncs socket,socket-blocking,socket-root-blocking,tbcoll,tbcoll-tcp] [--placements host,netns]
+      [--loads quiet,busy]
       [--csv FILE] [--work DIR] [--split]
 
 Builds dllama with tbcoll's synchronizer (integrations/distributed-llama/build.sh) and runs `dllama inference`
@@ -10,7 +11,9 @@ Builds dllama with tbcoll's synchronizer (integrations/distributed-llama/build.s
   model      tiny: stories260K (latency-bound: 12 small syncs a token); syn-q40 / syn-f32: a synthetic Llama of
              dim 2048, 8 layers (make_synthetic.py; compute-bound), Q80 or f32 syncs
   nodes      the root and N-1 workers
-  sync       socket: dllama's own TCP, busy-polling (its default, --net-turbo 1); socket-blocking: --net-turbo 0;
+  sync       socket: dllama's own TCP, busy-polling (its default, --net-turbo 1); socket-blocking: --net-turbo 0
+             on every node; socket-root-blocking: on the root alone (the workers busy-poll: each node reads the flag
+             for itself, and a worker's default is 1);
              tbcoll: --sync tbcoll, tbcoll's choice per pair (shm on one host); tbcoll-tcp: TBCOLL_TRANSPORT=tcp;
              either followed by /NAME=VALUE knobs (tbcoll/wait=block: TBCOLL_WAIT=block)
   placement  host: every node on this machine's network; netns: two network namespaces joined by veth as two
@@ -52,6 +55,7 @@ MODELS = {
     "syn-q40": {"steps": 48, "float": "q80", "weights": "q40"},
     "syn-f32": {"steps": 24, "float": "f32", "weights": "f32"},
 }
+OWN_MODES = ("socket", "socket-blocking", "socket-root-blocking")  # dllama's own sync, as its flags set it
 NS_ADDRESSES = {"A": "10.233.0.1", "B": "10.233.0.2"}
 
 
@@ -154,8 +158,11 @@ def one_run(args, dllama, model, prefix, nodes, sync, place, namespaces):
         for i in range(1, nodes):
             port = free_port()
             prefix_cmd = ["ip", "netns", "exec", ns_of(i)] if layout else []
-            workers.append(subprocess.Popen(prefix_cmd + [dllama, "worker", "--port", str(port), "--nthreads", "1"],
-                                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            worker = [dllama, "worker", "--port", str(port), "--nthreads", "1"]
+            if sync == "socket-blocking":
+                worker += ["--net-turbo", "0"]
+            workers.append(subprocess.Popen(prefix_cmd + worker, env=env, stdout=subprocess.DEVNULL,
+                                            stderr=subprocess.DEVNULL))
             deadline = time.monotonic() + 10
             while not listening(port, ns_of(i)):
                 if time.monotonic() > deadline or workers[-1].poll() is not None:
@@ -168,7 +175,7 @@ def one_run(args, dllama, model, prefix, nodes, sync, place, namespaces):
                "--temperature", "0", "--nthreads", "1"]
         if nodes > 1:
             cmd += ["--workers"] + addresses + ["--sync", "tbcoll" if sync.startswith("tbcoll") else "socket",
-                                                "--net-turbo", "0" if sync == "socket-blocking" else "1"]
+                                                "--net-turbo", "0" if sync in OWN_MODES[1:] else "1"]
         if layout:
             cmd = ["ip", "netns", "exec", ns_of(0)] + cmd
         tok_s, sync_us = time_root(cmd, env, spec["steps"])
@@ -227,7 +234,7 @@ def summarise(results, args):
     for key, runs in results.items():
         groups.setdefault(key[:4], {})[key[4]] = runs
     for group, syncs in groups.items():
-        own = max((statistics.median(r[0] for r in syncs[s]) for s in ("socket", "socket-blocking") if s in syncs),
+        own = max((statistics.median(r[0] for r in syncs[s]) for s in OWN_MODES if s in syncs),
                   default=None)
         for sync, runs in syncs.items():
             tok = [r[0] for r in runs]
@@ -248,7 +255,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--nodes", default="2,4")
     ap.add_argument("--models", default="tiny,syn-q40,syn-f32")
-    ap.add_argument("--syncs", default="socket,socket-blocking,tbcoll,tbcoll-tcp")
+    ap.add_argument("--syncs", default="socket,socket-blocking,socket-root-blocking,tbcoll,tbcoll-tcp")
     ap.add_argument("--placements", default="host,netns")
     ap.add_argument("--loads", default="quiet,busy")
     ap.add_argument("--csv")

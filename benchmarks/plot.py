@@ -203,7 +203,7 @@ def dllama(args):
         for i, sync in enumerate(("tbcoll", "tbcoll-tcp")):
             xs, ys, labels = [], [], []
             for g, group in enumerate(groups):
-                own = [median(runs[group + (load, s)]) for s in ("socket", "socket-blocking")
+                own = [median(runs[group + (load, s)]) for s in ("socket", "socket-blocking", "socket-root-blocking")
                        if group + (load, s) in runs]
                 if not own or group + (load, sync) not in runs:
                     continue
