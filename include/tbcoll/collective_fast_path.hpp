@@ -140,6 +140,9 @@ class TBCOLL_API WaitPolicy {
   static constexpr std::chrono::microseconds kLookEvery{1000};
   static constexpr std::chrono::milliseconds kConfirmWithin{5};
   static constexpr std::chrono::milliseconds kContendedFor{100};
+  /// A sleeping wait calls its Watch only once it has lasted this long: a late peer's data mostly comes sooner,
+  /// and the watch's look at the peers' notices (a store round trip, which allocates) is for peers that failed.
+  static constexpr std::chrono::microseconds kWatchAfter{1000};
   /// TBCOLL_SPIN_US=auto: 300 us where every peer is over shm, 20 ms otherwise.
   static std::chrono::microseconds auto_spin_cap(bool all_shm) {
     return std::chrono::microseconds(all_shm ? 300 : 20000);
@@ -167,7 +170,8 @@ class TBCOLL_API WaitPolicy {
   void sign_of_contention(Clock::time_point now, Clock::duration lost, int runnable);
 };
 
-/// A callback a wait calls now and then while it sleeps (never while it spins): it throws to end the wait. Refers
+/// A callback a wait calls now and then while it sleeps (never while it spins, nor in its first
+/// WaitPolicy::kWatchAfter): it throws to end the wait. Refers
 /// to a callable it does not own (valid for the call it is given to), so passing one costs no allocation.
 class Watch {
  public:

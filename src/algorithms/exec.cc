@@ -174,7 +174,7 @@ void Exec::wait(size_t id) {
     }
     if (spinning && !wait_.spinning(now)) spinning = false;
     if (!spinning) {
-      look_at_peers();
+      if (now - start >= transport::WaitPolicy::kWatchAfter) look_at_peers();
       if (!wait_.sleeps()) {  // TBCOLL_WAIT=spin: looked, and spinning on
         wait_.begin(now);
         spinning = true;

@@ -38,12 +38,15 @@ void WaitPolicy::sign_of_contention(Clock::time_point now, Clock::duration lost,
   spin_until_ = now;
   if (told_) return;
   told_ = true;
-  const std::string sign =
-      runnable > 0 ? fmt::format("{} threads runnable on {} CPUs", runnable,
-                                 cpus_ > 0 ? cpus_ : static_cast<int>(std::thread::hardware_concurrency()))
-                   : fmt::format("a spinning wait lost its CPU for {} us",
-                                 std::chrono::duration_cast<std::chrono::microseconds>(lost).count());
-  log::info("waits: the CPUs are contended ({}): waits sleep at once while that lasts", sign);
+  // Formatted only when INFO is on: waits allocate nothing otherwise.
+  if (log::level() < log::Level::kInfo) return;
+  if (runnable > 0) {
+    log::info("waits: the CPUs are contended ({} threads runnable on {} CPUs): waits sleep at once while that lasts",
+              runnable, cpus_ > 0 ? cpus_ : static_cast<int>(std::thread::hardware_concurrency()));
+  } else {
+    log::info("waits: the CPUs are contended (a spinning wait lost its CPU for {} us): waits sleep at once while "
+              "that lasts", std::chrono::duration_cast<std::chrono::microseconds>(lost).count());
+  }
 }
 
 }  // namespace tbcoll::transport

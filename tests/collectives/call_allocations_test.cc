@@ -59,16 +59,21 @@ TEST(CallAllocations, SmallCallsOverSharedMemoryAllocateNothing) {
       std::vector<float> send(2, 1.0f), recv(2);
       for (int i = 0; i < 100; ++i) comm.all_reduce(send.data(), recv.data(), 2, DataType::kFloat32, ReduceOp::kSum);
       comm.barrier();
-      if (comm.rank() == 0) {
-        allocations = 0;
-        counting = true;
-      }
+      // Counting starts once both ranks are out of the barrier (whose first call may still be growing its
+      // request table on the other thread), and before either calls again.
       ready.fetch_add(1);
       while (ready.load() < 2) {
       }
+      if (comm.rank() == 0) {
+        allocations = 0;
+        counting = true;
+        ready.fetch_add(1);
+      }
+      while (ready.load() < 3) {
+      }
       for (int i = 0; i < 1000; ++i) comm.all_reduce(send.data(), recv.data(), 2, DataType::kFloat32, ReduceOp::kSum);
       ready.fetch_add(1);
-      while (ready.load() < 4) {
+      while (ready.load() < 5) {
       }
       if (comm.rank() == 0) counting = false;
       EXPECT_EQ(recv[0], 2.0f);
