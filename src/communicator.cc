@@ -18,6 +18,7 @@
 #include "common/time.h"
 #include "platform/platform.h"
 #include "setup/setup.h"
+#include "transports/set_up_devices.h"
 #include "tune_file.h"
 
 namespace tbcoll {

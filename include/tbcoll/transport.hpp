@@ -219,21 +219,39 @@ class TBCOLL_API Device {
 /// registered. The same objects for the whole process.
 TBCOLL_API std::vector<std::shared_ptr<Device>> available_devices();
 
-/// The devices of one communicator's set-up: available_devices(), each wrapped in the link emulation that the
-/// communicator's knobs (Config::knobs) or the environment ask for (TBCOLL_LINK_EMULATION, TBCOLL_LINK_DELAY_US).
-/// A wrapped device reports the emulated link in its capabilities (latency_us includes it, link_bandwidth_gbps is
-/// its cap) and its contexts offer no fast path. Throws InvalidArgument for a bad emulation setting.
-struct SetUpDevices {
-  std::vector<std::shared_ptr<Device>> devices;
-  bool emulated = false;
-  std::string emulation = "off";        ///< what is emulated, as logs and tools show it
-  std::string emulation_token = "off";  ///< a canonical text of it, for records of what was measured on it
-};
-TBCOLL_API SetUpDevices devices_for(const std::map<std::string, std::string>& knobs);
-
 /// Adds a transport built outside the library (a test's, a plug-in's) at `position` in the best-first order
 /// (SIZE_MAX: last). Communicators created afterwards may use it; TBCOLL_TRANSPORT can name it. Throws
 /// InvalidArgument if a device of that name exists. Thread-safe.
 TBCOLL_API void register_device(std::shared_ptr<Device> device, size_t position = SIZE_MAX);
+
+// ---- transport plug-ins ----------------------------------------------------------------------------------------
+
+/// The version of the interface this header declares (Device, Context, Endpoint, Request, Registration and their
+/// argument structs). It changes whenever any of them changes in a way a transport built against the old one would
+/// misread. A plug-in states the version it was built with, and the library loads only its own (as NCCL's net
+/// plug-ins name theirs, ncclNet_v8): C++ classes across a shared object's edge hold only between builds of one
+/// interface, compiler and standard library.
+constexpr int kInterfaceVersion = 1;
+
+/// What a transport plug-in, a shared object built outside the library, exports under kPluginSymbol:
+///
+///   extern "C" const tbcoll::transport::Plugin* tbcoll_transport_plugin();
+///
+/// returning an object that lives as long as the process.
+struct Plugin {
+  int interface_version = kInterfaceVersion;  ///< the kInterfaceVersion the plug-in was built with
+  const char* name = nullptr;  ///< its transport's name (its Device's name(); TBCOLL_TRANSPORT names it)
+  /// Its device, or null when it cannot run on this machine (then it is left out, as a built-in transport whose
+  /// hardware is missing). Called once per load.
+  std::shared_ptr<Device> (*create_device)() = nullptr;
+};
+constexpr const char* kPluginSymbol = "tbcoll_transport_plugin";
+
+/// Loads a transport plug-in and registers its device at `position` (as register_device). Returns the transport's
+/// name, or "" when its device cannot run here. Throws InvalidArgument naming the file when it cannot be loaded,
+/// exports no kPluginSymbol, states another interface version, names no transport, or names one that exists.
+/// TBCOLL_TRANSPORT_PLUGINS (shared objects separated by ':') loads plug-ins the same way, last in the order,
+/// before the first communicator's set-up.
+TBCOLL_API std::string load_plugin(const std::string& path, size_t position = SIZE_MAX);
 
 }  // namespace tbcoll::transport

@@ -1,6 +1,7 @@
 // Set-up phase 2: this rank's identity, its contexts and its published record (setup.h).
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 
 #include <fmt/format.h>
@@ -55,6 +56,15 @@ Identity publish_identity(const Config& config, const env::Settings& settings, c
   self.kernel = platform::kernel_id();
   self.cpus = allowed_cpus();
   self.world_size = size;
+  if (!config.transport.empty() && std::none_of(devices.begin(), devices.end(), [&](const auto& device) {
+        return device->name() == config.transport;
+      })) {
+    std::string names;
+    for (const auto& device : devices) names += (names.empty() ? "" : ", ") + device->name();
+    throw InvalidArgument(fmt::format("rank {}: TBCOLL_TRANSPORT={:?} names no transport of this process: {} "
+                                      "(RDMA, InfiniBand and RoCE are ibverbs; a plug-in joins them through "
+                                      "TBCOLL_TRANSPORT_PLUGINS)", rank, config.transport, names));
+  }
   for (const auto& device : devices) {
     if (!config.transport.empty() && device->name() != config.transport) continue;
     const transport::Capabilities caps = device->capabilities();

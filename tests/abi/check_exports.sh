@@ -11,7 +11,7 @@ symbols=$(nm -DC --defined-only "$lib" | cut -d' ' -f3-)
 [ -n "$symbols" ] || { echo "check_exports: $lib exports nothing"; exit 1; }
 # The public C++ names: tbcoll::X where X is a class or function of include/tbcoll (capitalised classes and the
 # free functions listed), and tbcoll::transport's plug-in interface.
-public='tbcoll::([A-Z][A-Za-z]*(::|\(| |$)|(dtype_size|is_floating_point|is_unsigned|to_string|parse_dtype|parse_op|op_kind_name|make_in_memory_store|connect_tcp_store)(\(|\[)|transport::([A-Z][A-Za-z]*|available_devices|devices_for|register_device|same_call|describe_signature)(::|\(|\[|$))'
+public='tbcoll::([A-Z][A-Za-z]*(::|\(| |$)|(dtype_size|is_floating_point|is_unsigned|to_string|parse_dtype|parse_op|op_kind_name|make_in_memory_store|connect_tcp_store)(\(|\[)|transport::([A-Z][A-Za-z]*|available_devices|register_device|load_plugin|same_call|describe_signature)(::|\(|\[|$))'
 bad=$(grep -vE "^tbcoll[A-Z][A-Za-z]*\$|^((typeinfo|typeinfo name|vtable) for )?$public" <<< "$symbols" || true)
 bad+=$(grep -E '^((typeinfo|typeinfo name|vtable) for )?tbcoll::[A-Za-z]+::(Impl|State)(::|$)' <<< "$symbols" || true)
 if [ -n "$bad" ]; then

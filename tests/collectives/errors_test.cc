@@ -84,6 +84,23 @@ TEST(Errors, InitRejectsBadConfig) {
   EXPECT_NE(error_of([&] { Communicator::init(config); }).find("unknown algorithm"), std::string::npos);
 }
 
+TEST(Transports, AnUnknownNameListsTheRegisteredOnes) {
+  const std::vector<std::string> errors = init_errors(2, [](int rank) {
+    Config config;
+    config.rank = rank;
+    config.world_size = 2;
+    config.transport = "infiniband";
+    return config;
+  });
+  std::string names;
+  for (const std::string& name : test_transports()) names += (names.empty() ? "" : ", ") + name;
+  for (const std::string& error : errors) {
+    EXPECT_NE(error.find("TBCOLL_TRANSPORT=\"infiniband\" names no transport of this process: " + names),
+              std::string::npos) << error;
+    EXPECT_NE(error.find("RDMA, InfiniBand and RoCE are ibverbs"), std::string::npos) << error;
+  }
+}
+
 class Mismatch : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Mismatch, DifferentCountsOrDtypesAreReported) {
