@@ -14,11 +14,11 @@
 #include "common/auth.h"
 #include "common/cpu.h"
 #include "common/env.h"
+#include "common/set_up_devices.h"
 #include "common/log.h"
 #include "common/time.h"
 #include "platform/platform.h"
 #include "setup/setup.h"
-#include "transports/set_up_devices.h"
 #include "tune_file.h"
 
 namespace tbcoll {

@@ -143,7 +143,9 @@ struct ContextArgs {
   /// This rank's identity (PeerInfo::instance included).
   PeerInfo self;
   /// The job secret (TBCOLL_SECRET), "" for none: with one, every connection proves both ways that it knows it
-  /// (src/common/auth.h) before anything else it sends is trusted.
+  /// before anything else it sends is trusted (the built-in transports: src/common/auth.h). The public headers
+  /// offer no helper for that yet: a plug-in proves it its own way, or keeps its connections where only the job's
+  /// user can reach them (tests/plugin's unixsock: a socket in a 0700 directory), and its documentation says which.
   std::string secret;
 };
 

@@ -16,19 +16,25 @@ namespace {
 
 // Loaded at start-up: INSTANTIATE_TEST_SUITE_P's lists (test_transports()) are read when the tests register, in
 // main, after every static initialiser of the binary has run.
-const std::string loaded = transport::load_plugin(TBCOLL_MAILBOX_PLUGIN);
+const std::string loaded[] = {transport::load_plugin(TBCOLL_MAILBOX_PLUGIN),
+                               transport::load_plugin(TBCOLL_UNIXSOCK_PLUGIN)};
 
 TEST(Plugin, ItsTransportIsRegisteredUnderItsName) {
-  EXPECT_EQ(loaded, "mailbox");
+  EXPECT_EQ(loaded[0], "mailbox");
+  EXPECT_EQ(loaded[1], "unixsock");
   std::vector<std::string> names = test_transports();
-  EXPECT_NE(std::find(names.begin(), names.end(), "mailbox"), names.end());
+  for (const char* name : {"mailbox", "unixsock"}) {
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  }
 }
 
-TEST(Plugin, CommunicatorsRunOverIt) {
+class PluginTransport : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PluginTransport, CommunicatorsRunOverIt) {
   RankOptions options;
-  options.transport = "mailbox";
+  options.transport = GetParam();
   run_ranks(3, options, [](Communicator& comm) {
-    EXPECT_EQ(comm.transport_name((comm.rank() + 1) % comm.size()), "mailbox");
+    EXPECT_EQ(comm.transport_name((comm.rank() + 1) % comm.size()), GetParam());
     std::vector<float> data(1001, static_cast<float>(comm.rank() + 1));
     comm.all_reduce(data.data(), data.data(), data.size(), DataType::kFloat32, ReduceOp::kSum);
     for (float x : data) ASSERT_EQ(x, 6.0f);
@@ -42,6 +48,7 @@ TEST(Plugin, CommunicatorsRunOverIt) {
     comm.barrier();
   });
 }
+INSTANTIATE_TEST_SUITE_P(Plugin, PluginTransport, ::testing::Values("mailbox", "unixsock"));
 
 TEST(Plugin, AnotherInterfaceVersionIsRefusedNamingBoth) {
   const std::string error = error_of([] { transport::load_plugin(TBCOLL_WRONG_VERSION_PLUGIN); });
@@ -74,8 +81,10 @@ std::string info_with_plugins(const std::string& plugins) {
 }
 
 TEST(Plugin, TheEnvironmentLoadsIt) {
-  const std::string listed = info_with_plugins(TBCOLL_MAILBOX_PLUGIN);
-  EXPECT_NE(listed.find("mailbox"), std::string::npos) << listed;
+  const std::string listed = info_with_plugins(std::string(TBCOLL_MAILBOX_PLUGIN) + ":" + TBCOLL_UNIXSOCK_PLUGIN);
+  EXPECT_NE(listed.find("\n  mailbox    ~"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("\n  unixsock   ~"), std::string::npos) << listed;
+  EXPECT_EQ(listed.find("cannot be loaded"), std::string::npos) << listed;
   const std::string refused = info_with_plugins(TBCOLL_WRONG_VERSION_PLUGIN);
   EXPECT_NE(refused.find("was built for transport interface version"), std::string::npos) << refused;
 }

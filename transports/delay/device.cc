@@ -1,4 +1,4 @@
-// The link emulation as a device wrapper (devices_for in transports/set_up_devices.h): each device of the set-up wrapped
+// The link emulation as a device wrapper (devices_for in common/set_up_devices.h): each device of the set-up wrapped
 // so that its endpoints look like the emulated link (delay.h), its capabilities say what that link costs (the
 // cost model prices it like any link), and its contexts offer no whole-collective fast path (a fast path would
 // bypass the endpoints, and the emulation with them).
@@ -10,10 +10,10 @@
 #include <fmt/format.h>
 
 #include "common/env.h"
+#include "common/set_up_devices.h"
 #include "tbcoll/transport.hpp"
 #include "transports/delay/delay.h"
 #include "transports/delay/emulation.h"
-#include "transports/set_up_devices.h"
 
 namespace tbcoll::transport {
 namespace {

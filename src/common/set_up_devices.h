@@ -1,5 +1,7 @@
-// The devices of one communicator's set-up (implemented with the link emulation, transports/delay): what the core
-// asks for before it makes its contexts. Internal to the library: plug-ins see available_devices() alone.
+// The devices of one communicator's set-up: what the core asks for before it makes its contexts. Declared here for
+// the core, defined by the transports (with the link emulation, transports/delay/device.cc): the core's one call
+// into transports/ besides the registry's public available_devices(). Internal to the library: plug-ins see
+// available_devices() alone.
 #pragma once
 
 #include <map>
