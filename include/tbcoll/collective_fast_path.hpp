@@ -75,8 +75,9 @@ enum class SpinYield : uint8_t {
 /// Auto spins up to TBCOLL_SPIN_US, then sleeps: 300 us between ranks that all meet over shm (the peer's futex
 /// wake ends a sleep), 20 ms otherwise (a peer that is merely late; sleeping sooner pays a wake-up per call on a
 /// quiet machine). It adapts to a busy machine, where a spin holds a CPU that the late peer or the engine's own
-/// threads need: a spin sees contention when its clock reads jump by kPreemptedGap (it lost its CPU; kYieldedGap
-/// across a sched_yield: another thread ran), or when, past kLookAfter, a look at the machine (every kLookEvery,
+/// threads need: a spin sees contention when its clock reads jump by kPreemptedGap (kYieldedGap across a
+/// sched_yield) and the thread lost its CPU meanwhile (involuntary context switches, where the system counts them
+/// per thread; elsewhere the gap alone), or when, past kLookAfter, a look at the machine (every kLookEvery,
 /// where the system tells at once) finds more threads runnable than there are CPUs. Seen twice within
 /// kConfirmWithin (once is a passing task), contention ends the spin, and for kContendedFor after the last sign
 /// auto sleeps at once. The spin's cost is a comparison per clock read and a system call per kLookEvery of a
@@ -99,6 +100,7 @@ class TBCOLL_API WaitPolicy {
   /// At a wait's first clock read: starts its spin phase.
   void begin(Clock::time_point now) {
     last_read_ = now;
+    yielded_ = false;
     next_look_ = now + kLookAfter;
     if (mode_ != Mode::kAuto) {
       spin_until_ = mode_ == Mode::kBlock ? now : now + kSpinPhase;
@@ -109,7 +111,7 @@ class TBCOLL_API WaitPolicy {
   /// Whether the wait keeps spinning at this clock read (under auto, contention seen ends the spin).
   bool spinning(Clock::time_point now) {
     if (mode_ == Mode::kAuto) {
-      if (now - last_read_ >= (yielded_ ? kYieldedGap : kPreemptedGap)) sign_of_contention(now, now - last_read_, 0);
+      if (now - last_read_ >= (yielded_ ? kYieldedGap : kPreemptedGap)) gap(now);
       if (now >= next_look_) look_at_machine(now);
     }
     last_read_ = now;
@@ -120,7 +122,8 @@ class TBCOLL_API WaitPolicy {
   /// another thread ran on this CPU meanwhile (a yield with nothing else to run returns in a microsecond or two).
   void yielded() { yielded_ = true; }
   /// What a look at the machine asks: how many threads are runnable (-1: the system does not tell), on how
-  /// many CPUs. platform::runnable_threads() and the online CPUs unless set (tests give their own).
+  /// many CPUs. platform::runnable_threads() and the online CPUs unless set. Tests give their own, and then
+  /// every clock gap counts as a sign (the thread's real switch count is not asked).
   using MachineProbe = int (*)();
   void set_machine_probe(MachineProbe probe, int cpus) {
     probe_ = probe;
@@ -140,8 +143,9 @@ class TBCOLL_API WaitPolicy {
   static constexpr std::chrono::microseconds kLookEvery{1000};
   static constexpr std::chrono::milliseconds kConfirmWithin{5};
   static constexpr std::chrono::milliseconds kContendedFor{100};
-  /// A sleeping wait calls its Watch only once it has lasted this long: a late peer's data mostly comes sooner,
-  /// and the watch's look at the peers' notices (a store round trip, which allocates) is for peers that failed.
+  /// A schedule's sleeping wait (algo::Exec) looks at the peers' notices only once it has lasted this long: a
+  /// late peer's data mostly comes sooner, and the look (a store round trip, which allocates) is for peers that
+  /// failed.
   static constexpr std::chrono::microseconds kWatchAfter{1000};
   /// TBCOLL_SPIN_US=auto: 300 us where every peer is over shm, 20 ms otherwise.
   static std::chrono::microseconds auto_spin_cap(bool all_shm) {
@@ -159,19 +163,23 @@ class TBCOLL_API WaitPolicy {
   Clock::time_point contended_until_{};  ///< auto sleeps at once until then
   MachineProbe probe_ = nullptr;         ///< null: platform::runnable_threads()
   int cpus_ = 0;                         ///< 0: the online CPUs
+  long switches_ = -1;                   ///< platform::involuntary_switches() at the last gap
   bool yielded_ = false;                 ///< yielded() since the last clock read
   bool told_ = false;                    ///< contention was logged (once per communicator, at INFO)
 
   /// A spin's look at the machine (platform::runnable_threads): a sign of contention when more threads are
   /// runnable than there are CPUs.
   void look_at_machine(Clock::time_point now);
+  /// A clock gap at `now`: a sign of contention if the thread lost its CPU meanwhile (platform::
+  /// involuntary_switches grew; where the system does not count them, every gap is a sign), not if the wait was
+  /// working (a sweep that moved megabytes).
+  void gap(Clock::time_point now);
   /// A sign at `now`: the spin lost `lost` (a clock gap), or `runnable` threads want the CPUs. The second within
   /// kConfirmWithin ends the spin and makes waits sleep at once for kContendedFor.
   void sign_of_contention(Clock::time_point now, Clock::duration lost, int runnable);
 };
 
-/// A callback a wait calls now and then while it sleeps (never while it spins, nor in its first
-/// WaitPolicy::kWatchAfter): it throws to end the wait. Refers
+/// A callback a wait calls now and then while it sleeps (never while it spins): it throws to end the wait. Refers
 /// to a callable it does not own (valid for the call it is given to), so passing one costs no allocation.
 class Watch {
  public:

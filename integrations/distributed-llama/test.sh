@@ -52,7 +52,7 @@ dllama=$build/dllama/dllama
 "$python" "$here/convert_gguf.py" "$model/stories260K.gguf" "$work/s260k" > /dev/null || fail "converting stories260K"
 unset TBCOLL_TRANSPORT TBCOLL_TIMEOUT TBCOLL_HOST_ID DLLAMA_TBCOLL_SLICES TBCOLL_RANK TBCOLL_WORLD_SIZE TBCOLL_ROOT
 
-port=$((20000 + $$ % 20000))
+port=$((20000 + $$ % 10000))  # below Linux's ephemeral ports (32768 up), which other programs' sockets take
 host_ids=""
 # in_ns NS COMMAND...: COMMAND in namespace NS ("" for this one).
 in_ns() {
@@ -64,20 +64,29 @@ in_ns() {
 start_worker() {
   local ns=$1 log=$2
   shift 2
-  port=$((port + 1))
-  # (not through a function: $! must be the worker itself, ip netns exec and env exec what they run)
-  if [ -n "$ns" ]; then
-    ip netns exec "$ns" env "$@" "$dllama" worker --port "$port" --nthreads 1 > "$log" 2>&1 &
-  else
-    env "$@" "$dllama" worker --port "$port" --nthreads 1 > "$log" 2>&1 &
-  fi
-  pids+=($!)
-  worker_port=$port
-  # dllama does not retry a refused connection: wait for the listening socket (a probe would be taken for the
-  # root, so look at the socket table).
-  for _ in $(seq 200); do
-    in_ns "$ns" ss -ltn | grep -q ":$port " && return 0
-    sleep 0.05
+  local attempt
+  for attempt in 1 2 3 4 5; do  # a port another program holds: the next one
+    port=$((port + 1))
+    # (not through a function: $! must be the worker itself, ip netns exec and env exec what they run)
+    if [ -n "$ns" ]; then
+      ip netns exec "$ns" env "$@" "$dllama" worker --port "$port" --nthreads 1 > "$log" 2>&1 &
+    else
+      env "$@" "$dllama" worker --port "$port" --nthreads 1 > "$log" 2>&1 &
+    fi
+    local pid=$!
+    worker_port=$port
+    # dllama does not retry a refused connection: wait for the listening socket (a probe would be taken for the
+    # root, so look at the socket table).
+    for _ in $(seq 200); do
+      if in_ns "$ns" ss -ltn | grep -q ":$port "; then
+        pids+=("$pid")
+        return 0
+      fi
+      kill -0 "$pid" 2> /dev/null || break
+      sleep 0.05
+    done
+    wait "$pid" 2> /dev/null
+    grep -q "Cannot bind port" "$log" || break
   done
   fail "worker on port $port did not listen: $(cat "$log")"
 }
@@ -123,8 +132,8 @@ generate() {
   [ ${#addresses[@]} -gt 0 ] && args+=(--workers "${addresses[@]}" --sync "$sync")
   local in_root=()
   [ -n "$place" ] && in_root=(ip netns exec "$(ns_of "${place:0:1}")")
-  timeout 120 "${in_root[@]}" env "${envs[@]}" ${host_ids:+${place:+TBCOLL_HOST_ID=${place:0:1}}} "$dllama" inference "${args[@]}" > "$work/$name.out" 2>&1 ||
-    fail "$name: dllama exited $?: $(tail -5 "$work/$name.out"; tail -3 "$work/$name.worker"*.log 2> /dev/null)"
+  timeout 120 "${in_root[@]}" env "${envs[@]}" ${host_ids:+${place:+TBCOLL_HOST_ID=${place:0:1}}} "$dllama" inference "${args[@]}" > "$work/$name.out" 2> "$work/$name.err" ||
+    fail "$name: dllama exited $?: $(tail -5 "$work/$name.out" "$work/$name.err"; tail -3 "$work/$name.worker"*.log 2> /dev/null)"
   stop_workers
   python3 "$here/extract_text.py" < "$work/$name.out" > "$work/$name.txt" || fail "$name: no text"
   echo "dllama test: $name: $(grep -a -A2 '^Prediction' "$work/$name.out" | tail -1 | tr -s ' ')"
@@ -275,12 +284,12 @@ netns)
   same netns_socket2 "$reference"
   generate netns_tbcoll2 2 tbcoll "$work/s260k" --place AB TBCOLL_DEBUG=INFO
   same netns_tbcoll2 "$reference"
-  grep -aq "rank 0/2: connected (all peers via self,tcp)" "$work/netns_tbcoll2.out" ||
-    fail "2 hosts: the root is not on tcp: $(grep -a connected "$work/netns_tbcoll2.out")"
+  grep -aq "rank 0/2: connected (all peers via self,tcp)" "$work/netns_tbcoll2.err" ||
+    fail "2 hosts: the root is not on tcp: $(grep -a connected "$work/netns_tbcoll2.err")"
   generate netns_tbcoll4 4 tbcoll "$work/s260k" --place AABB TBCOLL_DEBUG=INFO
   same netns_tbcoll4 "$reference"
   grep -aq "rank 0/4: connected (peers via self,shm,tcp,tcp)" \
-    "$work/netns_tbcoll4.out" || fail "2 x 2: the root not on shm and tcp: $(grep -a connected "$work/netns_tbcoll4.out")"
+    "$work/netns_tbcoll4.err" || fail "2 x 2: the root not on shm and tcp: $(grep -a connected "$work/netns_tbcoll4.err")"
   ;;
 *)
   fail "unknown part $part (text, faults or netns)"

@@ -30,6 +30,13 @@ void WaitPolicy::look_at_machine(Clock::time_point now) {
   if (cpus > 0 && runnable > cpus) sign_of_contention(now, Clock::duration::zero(), runnable);
 }
 
+void WaitPolicy::gap(Clock::time_point now) {
+  const long switches = probe_ != nullptr ? -1 : platform::involuntary_switches();
+  const bool lost_cpu = switches < 0 || switches_ < 0 || switches != switches_;
+  switches_ = switches;
+  if (lost_cpu) sign_of_contention(now, now - last_read_, 0);
+}
+
 void WaitPolicy::sign_of_contention(Clock::time_point now, Clock::duration lost, int runnable) {
   const bool confirmed = now - last_sign_ < kConfirmWithin;
   last_sign_ = now;

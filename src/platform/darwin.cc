@@ -103,6 +103,8 @@ int open_socket(int family, int type, int protocol, bool nonblocking) {
 }
 int accept_socket(int listening_fd, bool nonblocking) { return generic::accept_socket(listening_fd, nonblocking); }
 int send_flags() { return 0; }  // SO_NOSIGPIPE is set on every socket
+bool dontwait_covers_sends() { return false; }
+long involuntary_switches() { return -1; }  // no per-thread count through getrusage
 bool is_listening_socket(int fd) { return generic::is_listening_socket(fd); }  // no SO_ACCEPTCONN for getsockopt
 
 std::string kernel_id() {

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -107,6 +108,7 @@ int accept_socket(int listening_fd, bool nonblocking) {
 }
 
 int send_flags() { return MSG_NOSIGNAL; }
+bool dontwait_covers_sends() { return true; }
 
 bool is_listening_socket(int fd) {
   int listening = 0, type = 0;
@@ -178,6 +180,11 @@ int runnable_threads() {
   int running = 0, total = 0;
   if (std::sscanf(text, "%lf %lf %lf %d/%d", &one, &five, &fifteen, &running, &total) != 5) return -1;
   return running;
+}
+
+long involuntary_switches() {
+  rusage usage{};
+  return getrusage(RUSAGE_THREAD, &usage) == 0 ? usage.ru_nivcsw : -1;
 }
 
 bool bind_to_cpu(int cpu) {

@@ -98,6 +98,10 @@ int open_socket(int family, int type, int protocol, bool nonblocking);
 int accept_socket(int listening_fd, bool nonblocking);
 /// Flags for send/sendmsg on our sockets: MSG_NOSIGNAL where it exists, else 0 (the socket has SO_NOSIGPIPE).
 int send_flags();
+/// Whether MSG_DONTWAIT keeps every send and receive from blocking on a socket in blocking mode (Linux). XNU
+/// honours it on receives only: a send there blocks on a full socket whatever the flag, so a socket that must
+/// never block in send stays non-blocking.
+bool dontwait_covers_sends();
 /// True when fd is a stream socket that accepts connections. Where the system cannot tell (macOS has no
 /// SO_ACCEPTCONN for getsockopt) a stream socket bound to a port and without a peer is put into the listening
 /// state, which is what its caller wants anyway.
@@ -154,6 +158,10 @@ bool unbind_from_cpus();
 /// figure of /proc/loadavg's "R/T" on Linux (about 3 us: open, read, close); -1 where the system does not tell
 /// at once (macOS and posix give load averages only). For a spinning wait to see whether others want the CPUs.
 int runnable_threads();
+/// Times the calling thread lost its CPU while it could run (involuntary context switches: preempted, or yielded
+/// to another thread), since it started: getrusage(RUSAGE_THREAD) on Linux; -1 where the system does not count
+/// per thread. Tells a spin's clock gap that was another thread's turn from one spent working.
+long involuntary_switches();
 /// Asks the scheduler to keep the calling thread, a spinning waiter, on fast cores (macOS QoS class
 /// user-interactive keeps it on performance cores). No-op where there is nothing to ask.
 void prefer_fast_cores();

@@ -40,6 +40,8 @@ int open_socket(int family, int type, int protocol, bool nonblocking) {
 }
 int accept_socket(int listening_fd, bool nonblocking) { return generic::accept_socket(listening_fd, nonblocking); }
 int send_flags() { return generic::send_flags(); }
+bool dontwait_covers_sends() { return false; }  // not a POSIX promise
+long involuntary_switches() { return -1; }  // RUSAGE_THREAD is not POSIX
 bool is_listening_socket(int fd) { return generic::is_listening_socket(fd); }
 
 std::string kernel_id() { return generic::host_kernel_id(); }

@@ -122,7 +122,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
   transport::WaitPolicy* policy = wait_policy_;
   if (counter.load(std::memory_order_acquire) >= target) return;
   // The spin phase starts at the first clock read, 128 polls in: a wait that ends sooner reads no clock.
-  Clock::time_point spin_until{}, started{};
+  Clock::time_point spin_until{};
   bool begun = false, spinning = true;
   for (unsigned i = 1;; ++i) {
     if (counter.load(std::memory_order_acquire) >= target) return;
@@ -130,7 +130,6 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
     auto now = Clock::now();
     if (!begun) {
       begun = true;
-      started = now;
       if (policy != nullptr) {
         policy->begin(now);
       } else {
@@ -161,7 +160,7 @@ void FastPath::wait_for(const std::atomic<uint64_t>& counter, uint64_t target, s
       if (counter.load(std::memory_order_acquire) >= target) return;
       throw;
     }
-    if (watch_ && now - started >= transport::WaitPolicy::kWatchAfter) watch_();
+    if (watch_) watch_();
     if (policy != nullptr && !policy->sleeps()) {  // TBCOLL_WAIT=spin: checked, and spinning on
       policy->begin(now);
       spinning = true;

@@ -19,9 +19,11 @@ namespace tbcoll::tcp {
 
 Endpoint::Endpoint(int fd, int rank, int peer, std::unique_ptr<Integrity> integrity)
     : fd_(fd), rank_(rank), peer_(peer), staging_(kStagingBytes), integrity_(std::move(integrity)) {
-  // Every transfer passes MSG_DONTWAIT, so the socket itself may block: a wait for data then sleeps in recv(),
-  // bounded by SO_RCVTIMEO, which wakes with the data in hand (poll() and a recv() after it cost a system call
-  // and a wake-up path more, ~1.5x the time per exchange on a busy machine).
+  // Every transfer passes MSG_DONTWAIT, so where that flag covers sends too (Linux) the socket itself may block:
+  // a wait for data then sleeps in recv(), bounded by SO_RCVTIMEO, which wakes with the data in hand (poll() and a
+  // recv() after it cost a system call and a wake-up path more, ~1.5x the time per exchange on a busy machine).
+  // Elsewhere the socket stays non-blocking and waits poll().
+  if (!platform::dontwait_covers_sends()) return;
   const int flags = fcntl(fd_, F_GETFL, 0);
   timeval slice{0, static_cast<decltype(timeval::tv_usec)>(kSleepSlice.count())};
   sleep_in_recv_ = flags >= 0 && fcntl(fd_, F_SETFL, flags & ~O_NONBLOCK) == 0 &&

@@ -53,7 +53,7 @@ class Endpoint final : public transport::Endpoint {
   /// Moves bytes without blocking; throws IoError/MismatchError (and the endpoint stays broken).
   void progress();
   /// Waits up to max_wait for the socket to become readable/writable for the queued work: in recv() itself
-  /// (kSleepSlice at most) when only receives wait, else in poll().
+  /// (a kSleepSlice) when only receives wait and the socket blocks, else in poll().
   void block(std::chrono::microseconds max_wait);
   /// Shuts the socket down; pending and later operations fail. Any thread.
   void abort();
@@ -81,7 +81,8 @@ class Endpoint final : public transport::Endpoint {
   /// not wait for a flush.
   static constexpr size_t kLaterAtMost = 3;
   static constexpr size_t kDirectReadBytes = 16 * 1024;
-  /// SO_RCVTIMEO: how long one sleep in recv() lasts at most (a waiting call's slices are this long).
+  /// SO_RCVTIMEO: how long one sleep in recv() lasts (a waiting call's slices are this long; the kernel may round
+  /// it up to a scheduler tick).
   static constexpr std::chrono::microseconds kSleepSlice{1000};
 
   int fd_;
@@ -95,6 +96,7 @@ class Endpoint final : public transport::Endpoint {
   size_t staging_begin_ = 0;
   size_t staging_end_ = 0;
   bool sleep_in_recv_ = false;  ///< the socket blocks, with SO_RCVTIMEO = kSleepSlice: block() sleeps in recv()
+                                ///< (only where MSG_DONTWAIT covers sends: platform::dontwait_covers_sends)
   std::string broken_;  ///< non-empty once failed: the reason
   std::atomic<bool> aborted_{false};
   std::unique_ptr<Integrity> integrity_;
