@@ -53,6 +53,12 @@ int main(int argc, char** argv) {
   }
   std::printf("tbcoll %s\nplatform layer %s, reduce kernels %s\n\ntransports in this build (best first):\n",
               TBCOLL_VERSION, tbcoll::platform::flavour(), tbcoll::reduce::isa_name(tbcoll::reduce::best_isa()));
+  try {
+    tbcoll::transport::available_devices();  // loads TBCOLL_TRANSPORT_PLUGINS: a plug-in refused is named here
+  } catch (const tbcoll::Error& error) {
+    std::fprintf(stderr, "tbcoll-info: %s\n", error.what());
+    return 1;
+  }
   for (const auto& device : tbcoll::transport::available_devices()) {
     auto caps = device->capabilities();
     std::printf("  %-10s ~%.1f us, ~%.1f GB/s%s\n", device->name().c_str(), caps.latency_us, caps.bandwidth_gbps,

@@ -11,8 +11,7 @@
 namespace tbcoll::transport {
 namespace {
 
-// The built-in devices, then the plug-ins TBCOLL_TRANSPORT_PLUGINS names (a plug-in that cannot be loaded fails
-// the first look at the devices, so a communicator's set-up names it; the next look tries again).
+// The built-in devices, and those registered at run time (register_device, plug-ins).
 struct Devices {
   std::mutex mutex;
   std::vector<std::shared_ptr<Device>> list;
@@ -21,16 +20,10 @@ struct Devices {
     for (auto device : {make_loopback_device(), make_shm_device(), make_ibverbs_device(), make_tcp_device()}) {
       if (device) list.push_back(device);
     }
-    const std::string plugins = env::get("TBCOLL_TRANSPORT_PLUGINS");
-    for (size_t at = 0; at < plugins.size();) {
-      const size_t end = std::min(plugins.find(':', at), plugins.size());
-      if (end > at) add(load(plugins.substr(at, end - at)));
-      at = end + 1;
-    }
   }
 
+  // Under mutex.
   void add(std::shared_ptr<Device> device, size_t position = SIZE_MAX) {
-    if (!device) return;
     for (const auto& existing : list) {
       if (existing->name() == device->name()) {
         throw InvalidArgument(fmt::format("a transport named {:?} is registered already", device->name()));
@@ -38,39 +31,97 @@ struct Devices {
     }
     list.insert(list.begin() + static_cast<std::ptrdiff_t>(std::min(position, list.size())), std::move(device));
   }
-
-  // Opens a plug-in and makes its device (null: it cannot run here). The shared object stays loaded: its code
-  // runs for as long as the process may use the device.
-  static std::shared_ptr<Device> load(const std::string& path) {
-    void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle == nullptr) {
-      throw InvalidArgument(fmt::format("transport plug-in {}: cannot be loaded: {}", path, dlerror()));
-    }
-    using Entry = const Plugin* (*)();
-    auto entry = reinterpret_cast<Entry>(dlsym(handle, kPluginSymbol));
-    const Plugin* plugin = entry != nullptr ? entry() : nullptr;
-    if (plugin == nullptr) {
-      throw InvalidArgument(fmt::format("transport plug-in {}: exports no {}() giving a tbcoll::transport::Plugin",
-                                        path, kPluginSymbol));
-    }
-    const std::string name = plugin->name != nullptr ? plugin->name : "";
-    if (plugin->interface_version != kInterfaceVersion) {
-      throw InvalidArgument(fmt::format("transport plug-in {} ({:?}) was built for transport interface version {}; "
-                                        "this library has version {}: rebuild it against this library's headers",
-                                        path, name, plugin->interface_version, kInterfaceVersion));
-    }
-    if (name.empty() || plugin->create_device == nullptr) {
-      throw InvalidArgument(fmt::format("transport plug-in {}: its Plugin names no transport or no create_device",
-                                        path));
-    }
-    std::shared_ptr<Device> device = plugin->create_device();
-    if (device && device->name() != name) {
-      throw InvalidArgument(fmt::format("transport plug-in {}: its Plugin says {:?} but its device is named {:?}",
-                                        path, name, device->name()));
-    }
-    return device;
-  }
 };
+
+Devices& devices();
+
+[[noreturn]] void refuse(void* handle, const std::string& path, const std::string& why) {
+  if (handle != nullptr) dlclose(handle);
+  throw InvalidArgument(fmt::format("transport plug-in {}: {}", path, why));
+}
+
+// Puts the library's own symbols in the process's global scope, where a plug-in's undefined references to them
+// (the interface's type information) are looked up: a program that opened libtbcoll with RTLD_LOCAL (Python's
+// extension modules) would otherwise leave them out of reach.
+void share_library_symbols() {
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<void*>(&available_devices), &self) == 0 || self.dli_fname == nullptr) return;
+  if (void* again = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL)) dlclose(again);
+}
+
+// Opens a plug-in and makes its device (null: it cannot run here). The shared object stays loaded while its
+// device may be used (for the process's life); a refused one is closed.
+std::shared_ptr<Device> open_plugin(const std::string& path) {
+  share_library_symbols();
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) refuse(nullptr, path, fmt::format("cannot be loaded: {}", dlerror()));
+  using Entry = const Plugin* (*)();
+  auto entry = reinterpret_cast<Entry>(dlsym(handle, kPluginSymbol));
+  const Plugin* plugin = entry != nullptr ? entry() : nullptr;
+  if (plugin == nullptr) {
+    refuse(handle, path, fmt::format("exports no {}() giving a tbcoll::transport::Plugin", kPluginSymbol));
+  }
+  if (plugin->interface_version != kInterfaceVersion) {
+    refuse(handle, path, fmt::format("was built for transport interface version {}; this library has version {}: "
+                                     "rebuild it against this library's headers", plugin->interface_version,
+                                     kInterfaceVersion));
+  }
+  const std::string name = plugin->name != nullptr ? plugin->name : "";
+  if (name.empty() || plugin->create_device == nullptr) {
+    refuse(handle, path, "its Plugin names no transport or no create_device");
+  }
+  std::shared_ptr<Device> device;
+  try {
+    device = plugin->create_device();
+  } catch (const std::exception& error) {
+    refuse(handle, path, fmt::format("create_device failed: {}", error.what()));
+  }
+  if (device && device->name() != name) {
+    refuse(handle, path, fmt::format("its Plugin says {:?} but its device is named {:?}", name, device->name()));
+  }
+  return device;
+}
+
+// Registers a plug-in's device; a name that is taken is refused naming the file.
+std::string register_plugin(const std::string& path, size_t position) {
+  std::shared_ptr<Device> device = open_plugin(path);
+  if (!device) return "";
+  std::string name = device->name();
+  Devices& all = devices();
+  std::lock_guard<std::mutex> lock(all.mutex);
+  try {
+    all.add(std::move(device), position);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(fmt::format("transport plug-in {}: {}", path, error.what()));
+  }
+  return name;
+}
+
+// TBCOLL_TRANSPORT_PLUGINS, loaded at the first look at the devices (once; a refusal is thrown to that look and
+// the next one tries again). Outside the registry's construction, so a plug-in's create_device may itself look
+// at the devices (a wrapping transport): on the loading thread such a look sees the built-in ones.
+void load_environment_plugins() {
+  static std::mutex mutex;
+  static bool loaded = false;
+  thread_local bool loading = false;
+  if (loading) return;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (loaded) return;
+  loading = true;
+  try {
+    const std::string plugins = env::get("TBCOLL_TRANSPORT_PLUGINS");
+    for (size_t at = 0; at < plugins.size();) {
+      const size_t end = std::min(plugins.find(':', at), plugins.size());
+      if (end > at) register_plugin(plugins.substr(at, end - at), SIZE_MAX);
+      at = end + 1;
+    }
+  } catch (...) {
+    loading = false;
+    throw;
+  }
+  loading = false;
+  loaded = true;
+}
 
 Devices& devices() {
   static Devices instance;
@@ -85,6 +136,7 @@ std::optional<Arrival> Endpoint::probe() {
 }
 
 std::vector<std::shared_ptr<Device>> available_devices() {
+  load_environment_plugins();
   Devices& all = devices();
   std::lock_guard<std::mutex> lock(all.mutex);
   return all.list;
@@ -94,17 +146,13 @@ void register_device(std::shared_ptr<Device> device, size_t position) {
   if (!device) throw InvalidArgument("register_device: no device");
   Devices& all = devices();
   std::lock_guard<std::mutex> lock(all.mutex);
-  all.add(std::move(device), position);
+  try {
+    all.add(std::move(device), position);
+  } catch (const InvalidArgument& error) {
+    throw InvalidArgument(fmt::format("register_device: {}", error.what()));
+  }
 }
 
-std::string load_plugin(const std::string& path, size_t position) {
-  Devices& all = devices();
-  std::shared_ptr<Device> device = Devices::load(path);
-  if (!device) return "";
-  std::string name = device->name();
-  std::lock_guard<std::mutex> lock(all.mutex);
-  all.add(std::move(device), position);
-  return name;
-}
+std::string load_plugin(const std::string& path, size_t position) { return register_plugin(path, position); }
 
 }  // namespace tbcoll::transport

@@ -198,7 +198,8 @@ Settings::Settings(std::map<std::string, std::string> overrides) : overrides_(st
   // Knobs with a Config field of their own, or that act on the whole process: not settable per communicator.
   static const char* const kNotPerCommunicator[] = {"TBCOLL_RANK",      "TBCOLL_WORLD_SIZE", "TBCOLL_ROOT",
                                                     "TBCOLL_ROOT_FD",   "TBCOLL_TOKEN",      "TBCOLL_TIMEOUT",
-                                                    "TBCOLL_TRANSPORT", "TBCOLL_ALGO",       "TBCOLL_DEBUG"};
+                                                    "TBCOLL_TRANSPORT", "TBCOLL_ALGO",       "TBCOLL_DEBUG",
+                                                    "TBCOLL_TRANSPORT_PLUGINS"};
   for (const auto& [name, value] : overrides_) {
     bool known = false;
     for (const Knob& knob : knobs()) known = known || name == knob.name;

@@ -4,6 +4,8 @@
 // loader's refusals name the file and what is wrong; TBCOLL_TRANSPORT_PLUGINS loads the same way.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -64,11 +66,15 @@ TEST(Plugin, WhatIsNoPluginIsRefusedNamingTheFile) {
   EXPECT_NE(missing.find("transport plug-in /nonexistent/transport.so: cannot be loaded"), std::string::npos)
       << missing;
   const std::string twice = error_of([] { transport::load_plugin(TBCOLL_MAILBOX_PLUGIN); });
-  EXPECT_NE(twice.find("a transport named \"mailbox\" is registered already"), std::string::npos) << twice;
+  EXPECT_NE(twice.find(std::string("transport plug-in ") + TBCOLL_MAILBOX_PLUGIN +
+                       ": a transport named \"mailbox\" is registered already"),
+            std::string::npos)
+      << twice;
 }
 
 // The environment's way: tbcoll-info, a program of the installed library, lists the plug-in's transport, and a
 // plug-in it cannot load is named.
+// What tbcoll-info prints, then "exit N".
 std::string info_with_plugins(const std::string& plugins) {
   const std::string command = "TBCOLL_TRANSPORT_PLUGINS='" + plugins + "' " TBCOLL_INFO_PATH " 2>&1";
   std::string out;
@@ -76,8 +82,8 @@ std::string info_with_plugins(const std::string& plugins) {
   if (pipe == nullptr) return out;
   char line[512];
   while (std::fgets(line, sizeof(line), pipe) != nullptr) out += line;
-  pclose(pipe);
-  return out;
+  const int status = pclose(pipe);
+  return out + "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
 }
 
 TEST(Plugin, TheEnvironmentLoadsIt) {
@@ -85,8 +91,13 @@ TEST(Plugin, TheEnvironmentLoadsIt) {
   EXPECT_NE(listed.find("\n  mailbox    ~"), std::string::npos) << listed;
   EXPECT_NE(listed.find("\n  unixsock   ~"), std::string::npos) << listed;
   EXPECT_EQ(listed.find("cannot be loaded"), std::string::npos) << listed;
+  EXPECT_NE(listed.find("exit 0"), std::string::npos) << listed;
   const std::string refused = info_with_plugins(TBCOLL_WRONG_VERSION_PLUGIN);
-  EXPECT_NE(refused.find("was built for transport interface version"), std::string::npos) << refused;
+  EXPECT_NE(refused.find("tbcoll-info: transport plug-in " TBCOLL_WRONG_VERSION_PLUGIN
+                         ": was built for transport interface version"),
+            std::string::npos)
+      << refused;
+  EXPECT_NE(refused.find("exit 1"), std::string::npos) << refused << " (a refusal is an error, not a crash)";
 }
 
 }  // namespace

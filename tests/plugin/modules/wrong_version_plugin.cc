@@ -1,12 +1,13 @@
 // A transport plug-in that states another interface version than the headers it was built with: the library must
 // refuse to load it (load_plugin throws InvalidArgument naming the file) and never call its create_device.
+#include <cstdlib>
 #include <memory>
 
 #include "tbcoll/transport.hpp"
 
 namespace {
 
-std::shared_ptr<tbcoll::transport::Device> create_device() { return nullptr; }
+std::shared_ptr<tbcoll::transport::Device> create_device() { std::abort(); }  // the library must not call it
 
 }  // namespace
 
