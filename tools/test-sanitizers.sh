@@ -25,7 +25,8 @@ shift || true
 case "$kind" in
   asan)
     flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -g1"
-    targets=(tbcoll_unit_tests tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
+    targets=(tbcoll_unit_tests tbcoll_collective_tests tbcoll_plugin_tests tbcoll_soak tbcoll_test_prog tbcoll-run
+             tbcoll-info)
     tests='^(soak_short|TransportsAndSizes/(Sweep|AlgorithmSweep)[.][A-Za-z]*/[a-z]*_[1-4]|ExchangeSizes/|'
     tests+='ExchangeErrors[.]RanksThatOnlyWait|Modes/IbverbsFaultMatrix[.])'
     labels='unit|collectives'
@@ -33,8 +34,8 @@ case "$kind" in
     ;;
   tsan)
     flags="-fsanitize=thread -fno-omit-frame-pointer -g1"
-    targets=(tbcoll_collective_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
-    tests='^(Transports/|Async|Split|NcclApi|GroupCApi|MeasuredTuningRuns|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
+    targets=(tbcoll_collective_tests tbcoll_plugin_tests tbcoll_soak tbcoll_test_prog tbcoll-run tbcoll-info)
+    tests='^(Transports/|Plugin/|Async|Split|NcclApi|GroupCApi|MeasuredTuningRuns|FakeVerbs|IbverbsFake|Modes/IbverbsFaultMatrix|PeerExchange|Security|'
     tests+='Ibverbs(Mesh|Lanes|Rails|SideChannel|ZeroCopyUse)[.]|Devices/IbverbsZeroCopy[.]|RdmaCheck[.]TwoRanks|'
     tests+='Collectives[.]Shm|soak_short|'
     tests+='TransportsAndSizes/Sweep[.][A-Za-z]*/(shm_[2-4]|(tcp|fakeverbs)_[23]|loopback_3)( |$)|'
