@@ -26,6 +26,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
+from dllama_bench import OWN_MODES  # noqa: E402  (this folder: the harness's names for dllama's own syncs)
+
 BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
        "reduce_scatter": lambda n: (n - 1) / n}
 TUNED = ("auto", "measured")
@@ -203,7 +205,7 @@ def dllama(args):
         for i, sync in enumerate(("tbcoll", "tbcoll-tcp")):
             xs, ys, labels = [], [], []
             for g, group in enumerate(groups):
-                own = [median(runs[group + (load, s)]) for s in ("socket", "socket-blocking", "socket-root-blocking")
+                own = [median(runs[group + (load, s)]) for s in OWN_MODES
                        if group + (load, s) in runs]
                 if not own or group + (load, sync) not in runs:
                     continue

@@ -22,10 +22,19 @@ std::string WaitPolicy::describe() const {
   return fmt::format("auto (spin up to {} us, then sleep; sleep at once on busy CPUs)", cap_.count());
 }
 
+namespace {
+
+// The CPUs a look at the machine compares its runnable threads with: the probe's, else the online ones.
+int cpus_of(int probe_cpus) {
+  static const int online = static_cast<int>(std::thread::hardware_concurrency());
+  return probe_cpus > 0 ? probe_cpus : online;
+}
+
+}  // namespace
+
 void WaitPolicy::look_at_machine(Clock::time_point now) {
   next_look_ = now + kLookEvery;
-  static const int online = static_cast<int>(std::thread::hardware_concurrency());
-  const int cpus = cpus_ > 0 ? cpus_ : online;
+  const int cpus = cpus_of(cpus_);
   const int runnable = probe_ != nullptr ? probe_() : platform::runnable_threads();
   if (cpus > 0 && runnable > cpus) sign_of_contention(now, Clock::duration::zero(), runnable);
 }
@@ -49,7 +58,7 @@ void WaitPolicy::sign_of_contention(Clock::time_point now, Clock::duration lost,
   if (log::level() < log::Level::kInfo) return;
   if (runnable > 0) {
     log::info("waits: the CPUs are contended ({} threads runnable on {} CPUs): waits sleep at once while that lasts",
-              runnable, cpus_ > 0 ? cpus_ : static_cast<int>(std::thread::hardware_concurrency()));
+              runnable, cpus_of(cpus_));
   } else {
     log::info("waits: the CPUs are contended (a spinning wait lost its CPU for {} us): waits sleep at once while "
               "that lasts", std::chrono::duration_cast<std::chrono::microseconds>(lost).count());

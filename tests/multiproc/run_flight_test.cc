@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "multiproc/output.h"
 #include "unit/flight_writer.h"
 
 #ifndef TBCOLL_RUN_PATH
@@ -48,16 +49,9 @@ struct Result {
 // launcher: the tbcoll-run to start (a copy, say).
 Result run(const std::string& environment, const std::string& arguments,
            const std::string& launcher = TBCOLL_RUN_PATH) {
-  Result result;
-  const std::string command =
-      "env -u TBCOLL_FLIGHT_DIR " + environment + " " + launcher + " " + arguments + " 2>&1 </dev/null";
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  const test::CommandOutput out =
+      test::run_command("env -u TBCOLL_FLIGHT_DIR " + environment + " " + launcher + " " + arguments + " </dev/null");
+  return Result{out.status, out.text};
 }
 
 std::vector<std::string> entries(const std::string& dir) {

@@ -4,13 +4,12 @@
 // loader's refusals name the file and what is wrong; TBCOLL_TRANSPORT_PLUGINS loads the same way.
 #include <gtest/gtest.h>
 
-#include <sys/wait.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <string>
 
 #include "collectives/harness.h"
+#include "multiproc/output.h"
 #include "tbcoll/transport.hpp"
 
 namespace tbcoll::test {
@@ -76,14 +75,8 @@ TEST(Plugin, WhatIsNoPluginIsRefusedNamingTheFile) {
 // plug-in it cannot load is named.
 // What tbcoll-info prints, then "exit N".
 std::string info_with_plugins(const std::string& plugins) {
-  const std::string command = "TBCOLL_TRANSPORT_PLUGINS='" + plugins + "' " TBCOLL_INFO_PATH " 2>&1";
-  std::string out;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return out;
-  char line[512];
-  while (std::fgets(line, sizeof(line), pipe) != nullptr) out += line;
-  const int status = pclose(pipe);
-  return out + "exit " + std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  const CommandOutput out = run_command("TBCOLL_TRANSPORT_PLUGINS='" + plugins + "' " TBCOLL_INFO_PATH);
+  return out.text + "exit " + std::to_string(out.status);
 }
 
 TEST(Plugin, TheEnvironmentLoadsIt) {

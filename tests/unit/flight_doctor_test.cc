@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flight/flight_file.h"
+#include "multiproc/output.h"
 #include "tbcoll/error.hpp"
 #include "tools/doctor/report.h"
 #include "tools/doctor/verdict.h"
@@ -491,20 +492,10 @@ TEST(FlightFileRead, ListsTheFlightFilesOfADirectory) {
 
 // ---- tbcoll-doctor, the program ---------------------------------------------------------------------------
 
-struct Output {
-  int status = -1;
-  std::string text;  // stdout and stderr
-};
+using Output = test::CommandOutput;
 
 Output doctor_run(const std::string& arguments) {
-  Output out;
-  FILE* pipe = popen((std::string(TBCOLL_DOCTOR_PATH) + " " + arguments + " 2>&1").c_str(), "r");
-  if (pipe == nullptr) return out;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0;) out.text.append(buffer, n);
-  const int status = pclose(pipe);
-  out.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return out;
+  return test::run_command(std::string(TBCOLL_DOCTOR_PATH) + " " + arguments);
 }
 
 // The stalled job of the verdict tests as files: ranks 0, 1, 3 failed in #1532 after 30 s, rank 2 never entered.

@@ -176,18 +176,25 @@ void Endpoint::flush() {
   progress_sends();
 }
 
-bool Endpoint::fill_staging() {
+ssize_t Endpoint::read_into_staging(int flags) {
   if (staging_begin_ == staging_end_) staging_begin_ = staging_end_ = 0;
   if (staging_begin_ > 0 && staging_end_ - staging_begin_ < sizeof(MessageHeader)) {
     std::memmove(staging_.data(), staging_.data() + staging_begin_, staging_end_ - staging_begin_);
     staging_end_ -= staging_begin_;
     staging_begin_ = 0;
   }
-  ssize_t got = recv(fd_, staging_.data() + staging_end_, staging_.size() - staging_end_, MSG_DONTWAIT);
-  if (got > 0) {
-    staging_end_ += static_cast<size_t>(got);
-    return true;
+  if (staging_end_ == staging_.size()) {  // full: progress() has bytes to take first
+    errno = EAGAIN;
+    return -1;
   }
+  const ssize_t got = recv(fd_, staging_.data() + staging_end_, staging_.size() - staging_end_, flags);
+  if (got > 0) staging_end_ += static_cast<size_t>(got);
+  return got;
+}
+
+bool Endpoint::fill_staging() {
+  const ssize_t got = read_into_staging(MSG_DONTWAIT);
+  if (got > 0) return true;
   if (got == 0) fail(fmt::format("[tcp] rank {}: peer {} closed the connection", rank_, peer_));
   if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return false;
   fail(fmt::format("[tcp] rank {}: receive from peer {} failed: {}", rank_, peer_, strerror(errno)));
@@ -299,14 +306,6 @@ void Endpoint::progress_recvs() {
   }
 }
 
-// Sleeps in recv() (at most SO_RCVTIMEO) for what arrives next, into the staging buffer; progress() then takes
-// it as it takes what fill_staging() reads. End of stream and errors are left for progress() to report.
-void Endpoint::sleep_for_data() {
-  if (staging_begin_ == staging_end_) staging_begin_ = staging_end_ = 0;
-  if (staging_end_ == staging_.size()) return;  // full: progress() has bytes to take first
-  const ssize_t got = recv(fd_, staging_.data() + staging_end_, staging_.size() - staging_end_, 0);
-  if (got > 0) staging_end_ += static_cast<size_t>(got);
-}
 
 void Endpoint::check_blocked_send() {
   // Only sends wait, the socket is full, and the peer sent a message under our send's tag: if its signature
@@ -340,7 +339,9 @@ void Endpoint::block(std::chrono::microseconds max_wait) {
   // A message already in the staging buffer (read with an earlier one) is not waited for.
   if (!recvs_.empty() && staging_end_ - staging_begin_ >= sizeof(MessageHeader)) return;
   if (!recvs_.empty() && !sends_want_room && sleep_in_recv_ && max_wait >= kSleepSlice && !aborted_) {
-    sleep_for_data();
+    // Sleeps in recv() (a SO_RCVTIMEO slice) for what arrives next; progress() takes it as it takes what
+    // fill_staging() reads, and reports an end of stream or an error.
+    read_into_staging(0);
     return;
   }
   pollfd pfd{fd_, 0, 0};

@@ -66,7 +66,9 @@ class Endpoint final : public transport::Endpoint {
   bool fill_staging();
   void check_header(Operation& op, const MessageHeader& header);
   void check_blocked_send();
-  void sleep_for_data();
+  /// Compacts the staging buffer and receives into it with `flags` (MSG_DONTWAIT, or 0 to sleep in recv()):
+  /// recv()'s result (-1 with EAGAIN when the buffer is full).
+  ssize_t read_into_staging(int flags);
   /// Only isend_later messages are queued, and they wait (for a send behind them, a flush, or more of them).
   bool sends_wait_for_later() const;
   bool check_tag(Operation& op);
