@@ -315,20 +315,27 @@ std::pair<uint64_t, uint64_t> through(Pair& pair, size_t bytes) {
 
 // Whole slots while a slot's worth is left, a padded one for a remainder of half a slot or more, frames for the
 // rest and for small messages; every slot sent full into a receive of its size (the strict fabric counts frames).
+// On a noted link (zero-copy on at both ends, the default off Apple's librdma) each slot also sends a note frame.
 TEST(IbverbsLanes, LargeMessagesGoInFullSlotsSmallOnesAndTailsInFrames) {
-  fake::ScopedFabric fabric(devices(1));
-  auto pair = connect_pair({});
-  const Connection& link = pair->ib(0).rail(0);
-  ASSERT_TRUE(link.bulk());
-  EXPECT_EQ(link.slot_bytes(), 512u * 1024);
-  const size_t slot = link.slot_payload();
-  EXPECT_EQ(through(*pair, 8), std::make_pair(uint64_t{0}, uint64_t{1}));
-  EXPECT_EQ(through(*pair, slot / 2), std::make_pair(uint64_t{0}, uint64_t{(slot / 2 + 4031) / 4032}));
-  EXPECT_EQ(through(*pair, 3 * slot + 100), std::make_pair(uint64_t{3}, uint64_t{1})) << "the tail in a frame";
-  EXPECT_EQ(through(*pair, 2 * slot + slot / 2 + 100), std::make_pair(uint64_t{3}, uint64_t{0}))
-      << "half a slot or more: a padded slot";
-  EXPECT_EQ(through(*pair, (size_t{16} << 20) + 5), std::make_pair(uint64_t{(size_t{16} << 20) / slot}, uint64_t{1}));
-  EXPECT_EQ(fake::counters().length_errors, 0u);
+  for (const char* zero_copy : {"1", "0"}) {
+    SCOPED_TRACE(std::string("TBCOLL_IB_ZERO_COPY=") + zero_copy);
+    fake::ScopedFabric fabric(devices(1));
+    auto pair = connect_pair({{"TBCOLL_IB_ZERO_COPY", zero_copy}});
+    const Connection& link = pair->ib(0).rail(0);
+    ASSERT_TRUE(link.bulk());
+    EXPECT_EQ(link.noted(), std::string(zero_copy) == "1");
+    EXPECT_EQ(link.slot_bytes(), 512u * 1024);
+    const size_t slot = link.slot_payload();
+    EXPECT_EQ(slot, link.slot_bytes() - sizeof(wire::Header));
+    // (slots, frames) for `slots` slots and `tail` frames of data.
+    auto sent = [&](uint64_t slots, uint64_t tail) { return std::make_pair(slots, tail + (link.noted() ? slots : 0)); };
+    EXPECT_EQ(through(*pair, 8), sent(0, 1));
+    EXPECT_EQ(through(*pair, slot / 2), sent(0, (slot / 2 + 4031) / 4032));
+    EXPECT_EQ(through(*pair, 3 * slot + 100), sent(3, 1)) << "the tail in a frame";
+    EXPECT_EQ(through(*pair, 2 * slot + slot / 2 + 100), sent(3, 0)) << "half a slot or more: a padded slot";
+    EXPECT_EQ(through(*pair, (size_t{16} << 20) + 5), sent((size_t{16} << 20) / slot, 1));
+    EXPECT_EQ(fake::counters().length_errors, 0u);
+  }
 }
 
 TEST(IbverbsLanes, TheSlotIsTheSmallerOfBothEnds) {

@@ -3,6 +3,7 @@
 // and a permissive device; the bytes that arrive, which slots went zero-copy, a lost slot, a registration dropped
 // while a send uses it, a device's registration budget spent, and the communicator's and C API's registration.
 #include <chrono>
+#include <future>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -22,9 +23,12 @@ namespace {
 
 using ZeroCopyPair = fake::EndpointPair;
 
+// Zero-copy on at both ends (TBCOLL_IB_ZERO_COPY=1: by default only RC links have it, and the strict fabric's are
+// UC, as Apple's).
 std::unique_ptr<ZeroCopyPair> zero_copy_pair(const fake::Options& options,
-                                             const std::map<std::string, std::string>& knobs = {}) {
+                                             std::map<std::string, std::string> knobs = {}) {
   fake::reset(options);
+  knobs.emplace("TBCOLL_IB_ZERO_COPY", "1");
   return fake::connect_endpoint_pair(knobs);
 }
 
@@ -135,8 +139,8 @@ TEST(IbverbsZeroCopyUse, MemoryOutsideARegistrationIsCopied) {
   EXPECT_EQ(zero_copy_slots(*pair), 0u);
 }
 
-// UC drops a zero-copy slot without a word: the next one's length gives the gap away, and the receive fails
-// instead of taking the next slot's bytes for the lost one's.
+// UC drops a zero-copy slot without a word and the next one lands in its place: the sum its note carries gives the
+// gap away, and the receive fails instead of taking the next slot's bytes for the lost one's.
 TEST(IbverbsZeroCopyUse, ALostSlotFailsTheReceive) {
   auto pair = zero_copy_pair(apple_fabric());
   const std::vector<uint8_t> memory = random_bytes(size_t{4} << 20, 5);
@@ -149,7 +153,7 @@ TEST(IbverbsZeroCopyUse, ALostSlotFailsTheReceive) {
   send_all(*pair, {{memory.data(), memory.size()}}, &error);
   EXPECT_GT(zero_copy_slots(*pair), before);
   EXPECT_EQ(fake::counters().dropped_injected, 1u);
-  EXPECT_NE(error.find("zero-copy slot of"), std::string::npos) << error;
+  EXPECT_NE(error.find("does not hold what its note says"), std::string::npos) << error;
 }
 
 // The caller may drop its registration while a send still goes from it: the send keeps it (the adapter reads the
@@ -211,6 +215,84 @@ TEST(IbverbsZeroCopyUse, ANoteThatComesBeforeItsSlotWaitsForIt) {
     ASSERT_EQ(0, std::memcmp(arrived[i].data(), messages[i].first, messages[i].second)) << "message " << i;
   }
   EXPECT_GE(zero_copy_slots(*pair), 8u);
+}
+
+// A link sends zero-copy only when both ends offered it (TBCOLL_IB_ZERO_COPY): with one end off, its slots keep
+// their headers (no notes), and registered memory is copied like any other.
+TEST(IbverbsZeroCopyUse, BothEndsMustOfferIt) {
+  for (const auto& [rank0, rank1] : {std::pair<const char*, const char*>{"0", "1"}, {"1", "0"}, {"1", "1"}}) {
+    SCOPED_TRACE(std::string("rank 0 ") + rank0 + ", rank 1 " + rank1);
+    fake::reset(apple_fabric());
+    auto pair = fake::connect_endpoint_pair({{"TBCOLL_IB_ZERO_COPY", rank0}}, {{"TBCOLL_IB_ZERO_COPY", rank1}});
+    const bool both = std::string(rank0) == "1" && std::string(rank1) == "1";
+    EXPECT_EQ(pair->ib(0).rail(0).noted(), both);
+    EXPECT_EQ(pair->ib(1).rail(0).noted(), both);
+    const std::vector<uint8_t> memory = random_bytes((size_t{3} << 20) + 100, 12);
+    auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+    ASSERT_TRUE(registration);
+    const auto arrived = send_all(*pair, {{memory.data() + 5, memory.size() - 5}});
+    ASSERT_EQ(0, std::memcmp(arrived[0].data(), memory.data() + 5, memory.size() - 5));
+    EXPECT_EQ(zero_copy_slots(*pair) > 0, both);
+  }
+}
+
+// By default zero-copy is on where a link is RC (nothing lost, no sums) and off on UC, where each zero-copy slot
+// carries its sum (a pass over it on each side, more than the copy it saves).
+TEST(IbverbsZeroCopyUse, ByDefaultOnRcLinksOnly) {
+  for (bool strict : {true, false}) {
+    SCOPED_TRACE(strict ? "UC (Apple's rules)" : "RC (permissive)");
+    fake::reset(strict ? apple_fabric() : roce_fabric());
+    auto pair = fake::connect_endpoint_pair();
+    EXPECT_EQ(pair->ib(0).rail(0).mode(), strict ? Mode::kUc : Mode::kRc);
+    EXPECT_EQ(pair->ib(0).rail(0).noted(), !strict);
+  }
+}
+
+// On Apple's librdma zero-copy is off until asked for (tbcoll-rdma-check verifies it on the machine first): the
+// fake stands in for that provider here, with slots forced on (before macOS 26.3 there are none by default).
+TEST(IbverbsZeroCopyUse, OffOnApplesStackUntilAskedFor) {
+  VerbsApi librdma = *fake::verbs();
+  librdma.provider = "librdma";
+  for (const char* knob : {"auto", "1"}) {
+    SCOPED_TRACE(std::string("TBCOLL_IB_ZERO_COPY=") + knob);
+    fake::reset(apple_fabric());
+    const std::map<std::string, std::string> knobs{{"TBCOLL_IB_ZERO_COPY", knob}, {"TBCOLL_IB_SLOT_BYTES", "524288"}};
+    auto device = make_device(&librdma, "pair", /*same_process_only=*/true);
+    std::unique_ptr<transport::Context> contexts[2];
+    for (int r = 0; r < 2; ++r) {
+      transport::ContextArgs args{r, 2, "pair", "127.0.0.1", 1, 10};
+      args.self = {r, "pair-host", 1, r};
+      args.knobs = knobs;
+      contexts[r] = device->create_context(args);
+    }
+    const Deadline deadline = deadline_after(10);
+    auto other =
+        std::async(std::launch::async, [&] { return contexts[1]->connect({{0, contexts[0]->address()}}, deadline); });
+    auto endpoint = std::move(contexts[0]->connect({{1, contexts[1]->address()}}, deadline).at(0));
+    auto peer = std::move(other.get().at(0));
+    EXPECT_EQ(dynamic_cast<Endpoint&>(*endpoint).rail(0).noted(), std::string(knob) == "1");
+  }
+}
+
+// Zero-copy slots start on 16 KiB boundaries and are sent whole, however the message lies in the registration:
+// the bytes before the first boundary go in frames.
+TEST(IbverbsZeroCopyUse, SlotsGoFromAlignedAddressesOnly) {
+  auto pair = zero_copy_pair(apple_fabric());
+  const std::vector<uint8_t> memory = random_bytes(size_t{4} << 20, 13);
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(memory.data());
+  const size_t to_boundary = (wire::kZeroCopyAlign - base % wire::kZeroCopyAlign) % wire::kZeroCopyAlign;
+  for (size_t skew : {size_t{1}, size_t{4096}, wire::kZeroCopyAlign - 1, wire::kZeroCopyAlign}) {
+    SCOPED_TRACE(skew);
+    const uint8_t* start = memory.data() + to_boundary + skew;
+    const size_t bytes = (size_t{2} << 20) + 333;
+    const uint64_t before = zero_copy_slots(*pair);
+    const auto arrived = send_all(*pair, {{start, bytes}});
+    ASSERT_EQ(0, std::memcmp(arrived[0].data(), start, bytes));
+    EXPECT_GE(zero_copy_slots(*pair) - before, 3u) << "whole 512 KiB slots from the first boundary on";
+  }
+  EXPECT_EQ(fake::counters().length_errors, 0u);
 }
 
 // Callers get the device's max_mr (ibv_query_device; Apple's about 100) less kLinkRegistrations: every link takes
@@ -283,6 +365,7 @@ TEST(IbverbsZeroCopyUse, RegistrationsAreRoundedToWholePages) {
 TEST(IbverbsZeroCopyUse, ACommunicatorRegistersWithItsTransports) {
   fake::ScopedFabric fabric(apple_fabric());
   test::RankOptions options{"fakeverbs", "", 20};
+  options.knobs["TBCOLL_IB_ZERO_COPY"] = "1";
   test::run_ranks(2, options, [&](Communicator& comm) {
     const size_t count = (size_t{3} << 20) / sizeof(float) + 7;
     std::vector<float> data(count), sum(count);
@@ -296,8 +379,9 @@ TEST(IbverbsZeroCopyUse, ACommunicatorRegistersWithItsTransports) {
     if (comm.rank() == 0) comm.send(data.data(), count, DataType::kFloat32, 1);
     if (comm.rank() == 1) comm.recv(sum.data(), count, DataType::kFloat32, 0);
     comm.barrier();
-    EXPECT_GE(fake::counters().watched_bytes_sent, count * sizeof(float) - (size_t{1} << 19))
-        << "the send went from the registered memory itself (all but its tail)";
+    EXPECT_GE(fake::counters().watched_bytes_sent, count * sizeof(float) - (size_t{1} << 19) - wire::kZeroCopyAlign)
+        << "the send went from the registered memory itself (all but its head, up to the first 16 KiB boundary, "
+           "and its tail)";
     comm.all_reduce(data.data(), sum.data(), count, DataType::kFloat32, ReduceOp::kSum);
     for (size_t i = 0; i < count; i += 997) ASSERT_EQ(sum[i], static_cast<float>(2 * (i % 1000) + 1)) << i;
     std::vector<float> got(count);

@@ -183,6 +183,7 @@ wire::Hello Connection::hello(const std::string& key) const {
   hello.recv_depth = static_cast<uint32_t>(lanes_[wire::kSmall].depth);
   hello.bulk_depth = static_cast<uint32_t>(bulk_depth_);
   hello.slot_bytes = static_cast<uint32_t>(local_.slot_bytes);
+  if (offers_zero_copy()) hello.flags |= wire::kHelloNotedBulk;
   return hello;
 }
 
@@ -236,9 +237,9 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
                               mode_name(agreed)));
   }
   const bool peer_bulk = peer.bulk_qp_num != 0;
-  if (peer.recv_depth < 2 || (peer_bulk && (peer.bulk_depth < 1 || peer.bulk_depth >= wire::kZeroCopyCode))) {
-    throw IoError(fmt::format("{}: the peer posts {} frames and {} slots (at least 2, and 1 to {})", who,
-                              peer.recv_depth, peer.bulk_depth, wire::kZeroCopyCode - 1));
+  if (peer.recv_depth < 2 || (peer_bulk && peer.bulk_depth < 1)) {
+    throw IoError(fmt::format("{}: the peer posts {} frames and {} slots (at least 2, and 1)", who, peer.recv_depth,
+                              peer.bulk_depth));
   }
   if (bulk_ && !peer_bulk) {  // the peer's device had no room for a second queue pair: frames only
     local_.verbs->destroy_qp(lanes_[wire::kBulk].qp);
@@ -247,6 +248,7 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   }
   // Both ends take the smaller slot: a slot and its receive then span the same frames.
   slot_bytes_ = std::min<size_t>(slot_bytes_, peer.slot_bytes);
+  noted_ = bulk_ && offers_zero_copy() && (peer.flags & wire::kHelloNotedBulk) != 0;
   lanes_[wire::kBulk].slot_bytes = slot_bytes_;
   connect_lane(lanes_[wire::kSmall], peer.qp_num, peer, who);
   if (bulk_) connect_lane(lanes_[wire::kBulk], peer.bulk_qp_num, peer, who);
@@ -268,7 +270,8 @@ void Connection::establish(const wire::Hello& peer, Deadline deadline, const std
   }
   last_frame_at_ = platform::coarse_now();
   log::info("[ibverbs] {}: link to {}: {}", local_.device, peer_key_,
-            bulk_ ? fmt::format("4 KiB frames and {} KiB slots", slot_bytes_ >> 10)
+            bulk_ ? fmt::format("4 KiB frames and {} KiB slots{}", slot_bytes_ >> 10,
+                                noted_ ? " (noted: zero-copy from registered memory)" : "")
                   : std::string("4 KiB frames only (an end has no bulk lane: no room for a second queue pair, or slots off: "
                                 "Apple before macOS 26.3, or TBCOLL_IB_SLOT_BYTES)"));
 }
@@ -429,13 +432,18 @@ bool Connection::poll_locked() {
 
 void Connection::on_received(int lane_index, int slot, uint32_t bytes) {
   Lane& lane = lanes_[lane_index];
-  if (lane_index == wire::kBulk && bytes != lane.slot_bytes) {
-    on_zero_copy_slot(slot, bytes);
+  // byte_len is only a bound (Apple's provider may round it): what a frame holds, its header says.
+  if (bytes > lane.slot_bytes) {
+    fail_locked(fmt::format("[ibverbs] {}: a receive of {} B from {} says {} B arrived", local_.device,
+                            lane.slot_bytes, peer_key_, bytes));
+  }
+  if (lane_index == wire::kBulk && noted_) {
+    on_noted_slot(slot, bytes);
     return;
   }
   const uint8_t* frame = lane.slot(slot);
   wire::Header header;
-  if (!wire::decode_frame(frame, bytes, &header)) {
+  if (!wire::decode_frame(frame, lane.slot_bytes, &header)) {
     fail_locked(fmt::format("[ibverbs] {}: a damaged frame from {} ({} B): the link delivered corrupt data",
                             local_.device, peer_key_, bytes));
   }
@@ -468,16 +476,10 @@ void Connection::deliver_locked(const wire::Header& header, const uint8_t* paylo
   early_[header.comm_id].push_back(std::move(frame));
 }
 
-void Connection::on_zero_copy_slot(int slot, uint32_t bytes) {
+void Connection::on_noted_slot(int slot, uint32_t bytes) {
+  (void)bytes;  // checked against the receive's size: nothing else is read from it
   Lane& lane = lanes_[wire::kBulk];
-  // Its length says its sequence number: another one than expected means slots were lost before it.
-  if (bytes != wire::zero_copy_length(lane.slot_bytes, lane.recv_seq)) {
-    fail_locked(fmt::format("[ibverbs] {}: slots from {} were lost (a zero-copy slot of {} B where slot {} would "
-                            "be {} B): the link dropped data, which UC queue pairs do not resend",
-                            local_.device, peer_key_, bytes, lane.recv_seq,
-                            wire::zero_copy_length(lane.slot_bytes, lane.recv_seq)));
-  }
-  const uint32_t seq = lane.recv_seq++;
+  const uint32_t seq = lane.recv_seq++;  // a queue pair delivers in order: the slot's number is its place
   ++lane.frames_in;
   frames_came_ = true;
   auto note = notes_.find(seq);
@@ -485,13 +487,38 @@ void Connection::on_zero_copy_slot(int slot, uint32_t bytes) {
     held_slots_.emplace(seq, slot);  // its note is still on the way
     return;
   }
-  const wire::Header header = note->second;
+  const auto [note_header, slot_note] = note->second;
   notes_.erase(note);
-  place_zero_copy_slot(header, slot);
+  place_noted_slot(note_header, slot_note, slot);
 }
 
-void Connection::place_zero_copy_slot(const wire::Header& header, int slot) {
-  deliver_locked(header, lanes_[wire::kBulk].slot(slot));
+void Connection::place_noted_slot(const wire::Header& note_header, const wire::SlotNote& note, int slot) {
+  const uint8_t* at = lanes_[wire::kBulk].slot(slot);
+  // UC drops a slot without a word, and the next one then takes its place: a copied slot's header then has another
+  // number than the note's, a zero-copy slot's bytes another sum.
+  auto lost = [&] {
+    fail_locked(fmt::format("[ibverbs] {}: slot {} from {} does not hold what its note says (message {}, offset {}): "
+                            "the link lost or damaged a slot, which UC queue pairs do not resend",
+                            local_.device, note.bulk_seq, peer_key_, note_header.message, note_header.offset));
+  };
+  wire::Header header;
+  const uint8_t* payload = at;
+  if ((note.flags & wire::kNoteHeadered) != 0) {
+    if (!wire::decode_frame(at, lanes_[wire::kBulk].slot_bytes, &header) || header.seq != note.bulk_seq ||
+        header.kind != static_cast<uint8_t>(wire::FrameKind::kData)) {
+      lost();
+    }
+    lanes_[wire::kSmall].credits += header.credits;
+    lanes_[wire::kBulk].credits += header.bulk_credits;
+    payload = at + sizeof(wire::Header);
+  } else {
+    if ((note.flags & wire::kNoteSummed) != 0 && wire::payload_sum(at, note.bytes) != note.sum) lost();
+    header = note_header;
+    header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
+    header.payload = note.bytes;
+    header.flags = static_cast<uint8_t>(header.flags & ~wire::kSummed);
+  }
+  deliver_locked(header, payload);
   post_recv(wire::kBulk, slot);
   ++lanes_[wire::kBulk].owed;
 }
@@ -502,23 +529,20 @@ void Connection::on_note(const wire::Header& note_header, const uint8_t* payload
   if (note_header.payload == sizeof(note)) std::memcpy(&note, payload, sizeof(note));
   // The slot it announces: arrived and held, or one of the next the peer may have in flight.
   const bool held = held_slots_.count(note.bulk_seq) != 0;
-  if (!bulk_ || note_header.payload != sizeof(note) || note.bytes > wire::zero_copy_payload(bulk.slot_bytes) ||
+  if (!noted_ || note_header.payload != sizeof(note) || note.bytes > bulk.slot_bytes ||
       (!held && (note.bulk_seq - bulk.recv_seq >= static_cast<uint32_t>(bulk.depth) ||
                  notes_.count(note.bulk_seq) != 0))) {
     fail_locked(fmt::format("[ibverbs] {}: a note from {} names slot {} of {} B, which is not coming (expected "
                             "slot {} next)",
                             local_.device, peer_key_, note.bulk_seq, note.bytes, bulk.recv_seq));
   }
-  wire::Header header = note_header;
-  header.kind = static_cast<uint8_t>(wire::FrameKind::kData);
-  header.payload = note.bytes;
   if (!held) {
-    notes_.emplace(note.bulk_seq, header);
+    notes_.emplace(note.bulk_seq, std::make_pair(note_header, note));
     return;
   }
   const int slot = held_slots_.at(note.bulk_seq);
   held_slots_.erase(note.bulk_seq);
-  place_zero_copy_slot(header, slot);
+  place_noted_slot(note_header, note, slot);
 }
 
 Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
@@ -528,36 +552,45 @@ Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
   return nullptr;
 }
 
+bool Connection::pump_noted_piece(Endpoint* endpoint, int rail, int slot, bool* more) {
+  Lane& bulk = lanes_[wire::kBulk];
+  uint8_t* piece = bulk.slot(slot);
+  wire::Header* header = new (piece) wire::Header();  // a copied slot's, or (unsent) what a zero-copy slot's note says
+  ZeroCopySlot zero_copy;
+  const Piece made = endpoint->fill_piece(rail, wire::kBulk, header, piece + sizeof(wire::Header),
+                                          bulk.slot_bytes - sizeof(wire::Header), more, &zero_copy);
+  if (made == Piece::kNone) return false;
+  bulk.free_send_slots.pop_back();
+  post_noted_slot(slot, header, made == Piece::kZeroCopy ? &zero_copy : nullptr);
+  return true;
+}
+
 void Connection::pump_lane_locked(int lane_index) {
   Lane& lane = lanes_[lane_index];
   const int reserve = lane_index == wire::kSmall ? 2 : 1;  // the small lane keeps one for a credit-only frame
   const size_t capacity = lane.slot_bytes - sizeof(wire::Header);
+  const bool noted = lane_index == wire::kBulk && noted_;
+  const Lane& small = lanes_[wire::kSmall];
   while (!lane.senders.empty() && lane.credits >= reserve && !lane.free_send_slots.empty()) {
+    // A noted slot's note goes on the small lane as a data frame would (two credits, a frame): else later.
+    if (noted && (small.credits < 2 || small.free_send_slots.empty())) break;
     const auto [endpoint, rail] = lane.senders.front();
     lane.senders.pop_front();
     const int slot = lane.free_send_slots.back();
+    bool more = false;
+    if (noted) {
+      if (pump_noted_piece(endpoint, rail, slot, &more) && more) lane.senders.emplace_back(endpoint, rail);
+      continue;
+    }
     uint8_t* piece = lane.slot(slot);
     // The header is written where it goes, field by field, and sealed there (a header built elsewhere and copied
     // in as a block would be read back over its fields' narrower stores: a stall per frame).
     wire::Header* header = new (piece) wire::Header();
-    bool more = false;
-    // A zero-copy slot's note goes on the small lane as a data frame would (two credits, a frame).
-    const Lane& small = lanes_[wire::kSmall];
-    const bool note_room = lane_index == wire::kBulk && small.credits >= 2 && !small.free_send_slots.empty();
-    ZeroCopySlot zero_copy;
+    ZeroCopySlot unused;
     const Piece made = endpoint->fill_piece(rail, lane_index, header, piece + sizeof(wire::Header), capacity, &more,
-                                            note_room, &zero_copy);
+                                            &unused);
     if (made == Piece::kNone) continue;
-    if (made == Piece::kNeedsNote) {  // once the small lane has room again
-      lane.senders.emplace_front(endpoint, rail);
-      break;
-    }
     lane.free_send_slots.pop_back();
-    if (made == Piece::kZeroCopy) {
-      post_zero_copy(slot, zero_copy, *header);
-      if (more) lane.senders.emplace_back(endpoint, rail);
-      continue;
-    }
     if (local_.payload_sum) {
       header->flags |= wire::kSummed;
       header->payload_sum = wire::payload_sum(piece + sizeof(wire::Header), header->payload);
@@ -614,27 +647,48 @@ void Connection::post_piece(int lane_index, int slot, wire::Header* header) {
   batch_send(lane_index, slot, lane.slot(slot), length, mr_->lkey);
 }
 
-void Connection::post_zero_copy(int slot, ZeroCopySlot& piece, const wire::Header& note_header) {
+void Connection::post_noted_slot(int slot, wire::Header* header, ZeroCopySlot* zero_copy) {
   Lane& bulk = lanes_[wire::kBulk];
   Lane& small = lanes_[wire::kSmall];
-  const uint32_t seq = bulk.send_seq++;
-  ++bulk.posted;
-  tickets_[static_cast<size_t>(slot)] = Ticket{note_header.comm_id, std::move(piece.op)};
+  wire::SlotNote note{bulk.send_seq, header->payload, 0, 0};
   bump(slots_sent_, 1);
-  if (zero_copy_slots_sent() == 0) {
-    log::info("[ibverbs] {}: link to {}: sending zero-copy slots from registered memory", local_.device, peer_key_);
+  bump(payload_sent_, header->payload);
+  if (zero_copy == nullptr) {  // a copied slot, with its header as on any bulk lane
+    note.flags = wire::kNoteHeadered;
+    if (local_.payload_sum) {
+      header->flags |= wire::kSummed;
+      header->payload_sum = wire::payload_sum(bulk.slot(slot) + sizeof(wire::Header), header->payload);
+    }
+    post_piece(wire::kBulk, slot, header);
+  } else {
+    ++bulk.send_seq;
+    ++bulk.posted;
+    tickets_[static_cast<size_t>(slot)] = Ticket{header->comm_id, std::move(zero_copy->op)};
+    if (zero_copy_slots_sent() == 0) {
+      log::info("[ibverbs] {}: link to {}: sending zero-copy slots from registered memory", local_.device, peer_key_);
+    }
+    bump(zero_copy_sent_, 1);
+    if (mode_ == Mode::kUc || local_.payload_sum) {  // on UC, how a slot that took a lost one's place shows
+      note.sum = wire::payload_sum(zero_copy->source, note.bytes);
+      note.flags = wire::kNoteSummed;
+    }
+    // A whole slot of the message: it and its receive span the same frames.
+    batch_send(wire::kBulk, slot, zero_copy->source, bulk.slot_bytes, zero_copy->lkey);
   }
-  bump(zero_copy_sent_, 1);
-  bump(payload_sent_, piece.bytes);
-  batch_send(wire::kBulk, slot, piece.source, wire::zero_copy_length(bulk.slot_bytes, seq), piece.lkey);
   const int note_slot = small.free_send_slots.back();
   small.free_send_slots.pop_back();
   uint8_t* frame = small.slot(note_slot);
-  auto* header = new (frame) wire::Header(note_header);
-  const wire::SlotNote note{seq, piece.bytes};
-  std::memcpy(frame + sizeof(wire::Header), &note, sizeof(note));  // (no payload sum: summing links copy)
+  auto* note_header = new (frame) wire::Header(*header);
+  note_header->kind = static_cast<uint8_t>(wire::FrameKind::kSlotNote);
+  note_header->flags = static_cast<uint8_t>(note_header->flags & ~wire::kSummed);
+  note_header->payload = sizeof(note);
+  std::memcpy(frame + sizeof(wire::Header), &note, sizeof(note));
+  if (local_.payload_sum) {
+    note_header->flags |= wire::kSummed;
+    note_header->payload_sum = wire::payload_sum(frame + sizeof(wire::Header), sizeof(note));
+  }
   bump(frames_sent_, 1);
-  post_piece(wire::kSmall, note_slot, header);
+  post_piece(wire::kSmall, note_slot, note_header);
 }
 
 void Connection::batch_send(int lane_index, int slot, const uint8_t* address, size_t length, uint32_t lkey) {

@@ -66,14 +66,20 @@ struct LocalPort {
   int post_batch = 16;     ///< work requests posted per ibv_post_send call at most (one doorbell each)
   size_t slot_bytes = 512 * 1024;  ///< the bulk slot size this end offers (wire::slot_bytes_for, a knob)
   bool payload_sum = false;        ///< sum every payload (TBCOLL_IB_PAYLOAD_SUM): a debugging aid
+  /// Whether it offers noted bulk slots and sends registered memory zero-copy: kZeroCopyOff, kZeroCopyOn, or
+  /// kZeroCopyOnRc (TBCOLL_IB_ZERO_COPY=auto off librdma: on RC links only, where no slot can be lost; on UC a
+  /// zero-copy slot's sum costs a pass over it on each side, more than the copy it saves, measured on the fake).
+  int zero_copy = 0;
   bool apple = false;              ///< Apple's Thunderbolt stack (its registration rules apply)
 };
+
+constexpr int kZeroCopyOff = 0, kZeroCopyOn = 1, kZeroCopyOnRc = 2;
 
 class Endpoint;
 struct Operation;
 
-/// A zero-copy slot the connection is to post (Endpoint::fill_piece): bytes of the message from source, in the
-/// registration keyed lkey; op is held until the slot's send completes.
+/// A zero-copy slot the connection is to post (Endpoint::fill_piece): a whole slot of the message from source (on
+/// a wire::kZeroCopyAlign boundary), in the registration keyed lkey; op is held until the slot's send completes.
 struct ZeroCopySlot {
   const uint8_t* source = nullptr;
   uint32_t lkey = 0;
@@ -82,7 +88,7 @@ struct ZeroCopySlot {
 };
 
 /// What fill_piece produced.
-enum class Piece { kNone, kCopied, kZeroCopy, kNeedsNote };
+enum class Piece { kNone, kCopied, kZeroCopy };
 
 class Connection {
  public:
@@ -111,11 +117,17 @@ class Connection {
   const ibv_pd* pd() const { return local_.pd; }
   bool payload_sum() const { return local_.payload_sum; }
   Mode mode() const { return mode_; }
-  /// Whether the link has a bulk lane, the agreed slot size and its payload (0 without one; valid once
+  /// Whether the link has a bulk lane, the agreed slot size and a copied slot's payload (0 without one; valid once
   /// established).
   bool bulk() const { return bulk_; }
   size_t slot_bytes() const { return bulk_ ? slot_bytes_ : 0; }
   size_t slot_payload() const { return bulk_ ? slot_bytes_ - sizeof(wire::Header) : 0; }
+  /// Whether its bulk slots go without a header, each with a note on the small lane (wire.h: both ends offered
+  /// zero-copy): only such a link sends from the caller's registered memory.
+  bool noted() const { return noted_; }
+  bool offers_zero_copy() const {
+    return local_.zero_copy == kZeroCopyOn || (local_.zero_copy == kZeroCopyOnRc && mode_ == Mode::kRc);
+  }
   /// Data frames and slots, and payload bytes, sent on this connection so far (every communicator's). Any thread.
   uint64_t frames_sent() const { return frames_sent_.load(std::memory_order_relaxed); }
   uint64_t slots_sent() const { return slots_sent_.load(std::memory_order_relaxed); }
@@ -151,19 +163,23 @@ class Connection {
   bool progress_locked();
   bool poll_locked();
   void on_received(int lane, int slot, uint32_t bytes);
-  /// A bulk receive of `bytes` that is no slot with a header: a zero-copy slot (wire.h), delivered once its note
-  /// came (now, or on_note).
-  void on_zero_copy_slot(int slot, uint32_t bytes);
+  /// A slot of a noted bulk lane (wire.h) in receive `slot`: delivered once its note came (now, or on_note), as
+  /// the note says (a zero-copy slot, or a copied one with its header).
+  void on_noted_slot(int slot, uint32_t bytes);
   void on_note(const wire::Header& header, const uint8_t* payload);
-  /// Delivers a zero-copy slot's bytes (in receive `slot`) as its note's header says, and posts the receive again.
-  void place_zero_copy_slot(const wire::Header& header, int slot);
+  /// Delivers a noted slot (in receive `slot`) as its note says: a copied slot's header checked against it, a
+  /// zero-copy slot's sum; posts the receive again.
+  void place_noted_slot(const wire::Header& note_header, const wire::SlotNote& note, int slot);
   /// Gives a data piece to its communicator's endpoint, or keeps it for when the communicator attaches.
   void deliver_locked(const wire::Header& header, const uint8_t* payload);
-  /// Posts the zero-copy slot the endpoint filled in, on the bulk lane from send slot `slot`'s place (its memory
-  /// unused: the place counts the slot in flight), and its note (header, filled in) on the small lane.
-  void post_zero_copy(int slot, ZeroCopySlot& piece, const wire::Header& note);
+  /// Posts a noted slot from send slot `slot`'s place, and its note on the small lane: the slot the endpoint filled
+  /// (header at its start, sealed here), or a zero-copy slot from the caller's memory (the place then only counts
+  /// the slot in flight; header says what the note's does).
+  void post_noted_slot(int slot, wire::Header* header, ZeroCopySlot* zero_copy);
   void pump_sends_locked();
   void pump_lane_locked(int lane);
+  /// One piece of an endpoint's on a noted bulk lane into send slot `slot`: false if it had none.
+  bool pump_noted_piece(Endpoint* endpoint, int rail, int slot, bool* more);
   void return_credits_locked();
   /// Seals the frame or slot `slot` of `lane` (its header, at its start, and payload already in place) and adds it
   /// to the lane's batch of work requests, posted when full (LocalPort::post_batch) or by flush_locked().
@@ -217,6 +233,7 @@ class Connection {
   size_t slot_bytes_ = 0;
   int bulk_depth_ = 0;
   bool bulk_ = true;
+  bool noted_ = false;
   ibv_cq* cq_ = nullptr;
   Lane lanes_[wire::kLanes];
   RegisteredMemory memory_;  // the small lane's frames, then the bulk lane's slots
@@ -235,10 +252,10 @@ class Connection {
     std::shared_ptr<Operation> op;
   };
   std::vector<Ticket> tickets_;
-  // Zero-copy slots received before their note (bulk sequence number -> receive slot, not posted again yet), and
-  // notes received before their slot.
+  // Noted slots received before their note (bulk sequence number -> receive slot, not posted again yet), and notes
+  // received before their slot.
   std::map<uint32_t, int> held_slots_;
-  std::map<uint32_t, wire::Header> notes_;  // as delivered: kData, the slot's payload
+  std::map<uint32_t, std::pair<wire::Header, wire::SlotNote>> notes_;  // the note frame's header, and the note
   std::atomic<uint64_t> frames_sent_{0};
   std::atomic<uint64_t> slots_sent_{0};
   std::atomic<uint64_t> payload_sent_{0};

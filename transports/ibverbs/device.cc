@@ -121,6 +121,11 @@ PortOptions port_options(const env::Settings& settings, const transport::Context
   }
   options.slot_bytes = static_cast<size_t>(slot_bytes);
   options.payload_sum = settings.get_int("TBCOLL_IB_PAYLOAD_SUM") != 0;
+  const std::string zero_copy = settings.get("TBCOLL_IB_ZERO_COPY");
+  if (zero_copy != "auto" && zero_copy != "0" && zero_copy != "1") {
+    throw InvalidArgument(fmt::format("[env] TBCOLL_IB_ZERO_COPY={}: 1, 0 or auto", zero_copy));
+  }
+  options.zero_copy = zero_copy == "auto" ? -1 : zero_copy == "1" ? 1 : 0;
   return options;
 }
 

@@ -144,19 +144,19 @@ std::unique_ptr<transport::Request> Endpoint::isend(const void* buf, size_t byte
 void Endpoint::plan_rail(Operation& op, size_t rail, size_t begin, size_t end, const Region* region) {
   const Connection& connection = *rails_[rail];
   RailPlan& plan = op.plan(rail);
-  plan.zero_copy_at = plan.zero_copy_end = begin;
-  // (A link that sums every payload, TBCOLL_IB_PAYLOAD_SUM, copies: a zero-copy slot has no header to carry one.)
-  if (region != nullptr && connection.bulk() && !connection.payload_sum()) {
-    // Whole zero-copy slots while more than a slot's worth is left: each slot's send reads up to
-    // zero_copy_length bytes, so the message's bytes after the last one's payload (at least the difference) must
-    // follow it. The rest goes as from any memory.
-    const size_t payload = wire::zero_copy_payload(connection.slot_bytes());
-    const size_t spare = connection.slot_bytes() - payload;
-    const size_t slots = end - begin > spare ? (end - begin - spare) / payload : 0;
+  plan.head_at = plan.head_end = plan.zero_copy_at = plan.zero_copy_end = begin;
+  if (region != nullptr && connection.noted()) {
+    // Whole slots from the first kZeroCopyAlign boundary on (each a slot long, so the next starts aligned too);
+    // the bytes before it go in frames, the rest after the last whole slot as from any memory.
+    const size_t slot = connection.slot_bytes();
+    const uintptr_t at = reinterpret_cast<uintptr_t>(op.buf + begin);
+    const size_t head = (wire::kZeroCopyAlign - at % wire::kZeroCopyAlign) % wire::kZeroCopyAlign;
+    const size_t slots = end - begin > head ? (end - begin - head) / slot : 0;
     const uint32_t lkey = slots > 0 ? region->lkey(connection.pd()) : 0;
     if (lkey != 0) {
       plan.lkey = lkey;
-      plan.zero_copy_end = begin + slots * payload;
+      plan.head_end = plan.zero_copy_at = begin + head;
+      plan.zero_copy_end = plan.zero_copy_at + slots * slot;
     }
   }
   const wire::LaneSplit split = wire::split_lanes(end - plan.zero_copy_end, connection.slot_payload());
@@ -357,7 +357,7 @@ void Endpoint::abandon(const std::shared_ptr<Operation>& op) {
 }
 
 Piece Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more,
-                           bool note_room, ZeroCopySlot* zero_copy) {
+                           ZeroCopySlot* zero_copy) {
   std::lock_guard<std::mutex> lock(mutex_);
   *more = false;
   if (!broken_.empty() || aborted_) return Piece::kNone;
@@ -372,22 +372,23 @@ Piece Endpoint::fill_piece(int rail, int lane, wire::Header* header, uint8_t* pa
   RailPlan& plan = op.plan(r);
   // (A send whose request was dropped, its buffer forgotten, never gets here: the endpoint is broken then.)
   const bool zero_copy_piece = lane == wire::kBulk && plan.zero_copy_at < plan.zero_copy_end;
-  if (zero_copy_piece && !note_room) return Piece::kNeedsNote;
-  size_t begin = 0, bytes = 0;
-  if (zero_copy_piece) {
-    begin = plan.zero_copy_at;
-    bytes = wire::zero_copy_payload(capacity + sizeof(wire::Header));
-    plan.zero_copy_at += bytes;
-  } else {
-    size_t& at = lane == wire::kBulk ? plan.bulk_at : plan.small_at;
-    bytes = std::min(capacity, (lane == wire::kBulk ? plan.bulk_end : plan.end) - at);
-    begin = at;
-    at += bytes;
-  }
+  const bool head = lane == wire::kSmall && plan.head_at < plan.head_end;
+  size_t& at = zero_copy_piece    ? plan.zero_copy_at
+               : lane == wire::kBulk ? plan.bulk_at
+               : head              ? plan.head_at
+                                   : plan.small_at;
+  const size_t limit = zero_copy_piece    ? plan.zero_copy_end
+                       : lane == wire::kBulk ? plan.bulk_end
+                       : head              ? plan.head_end
+                                           : plan.end;
+  const size_t begin = at;
+  // A zero-copy region is whole slots, a slot each (it carries no header).
+  const size_t bytes = std::min(zero_copy_piece ? rails_[r]->slot_bytes() : capacity, limit - at);
+  at += bytes;
   if (lane == wire::kSmall) plan.empty_frame = false;
-  header->kind = static_cast<uint8_t>(zero_copy_piece ? wire::FrameKind::kSlotNote : wire::FrameKind::kData);
+  header->kind = static_cast<uint8_t>(wire::FrameKind::kData);
   header->flags = static_cast<uint8_t>((begin == 0 ? wire::kFirst : 0) | (begin + bytes == op.bytes ? wire::kLast : 0));
-  header->payload = static_cast<uint32_t>(zero_copy_piece ? sizeof(wire::SlotNote) : bytes);
+  header->payload = static_cast<uint32_t>(bytes);
   header->comm_id = comm_id_;
   header->tag = op.tag.tag;
   header->meta = op.tag.meta;

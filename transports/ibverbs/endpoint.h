@@ -34,13 +34,15 @@ namespace tbcoll::ibverbs {
 /// memory first (none for other memory), then bulk slots, then small frames (wire::split_lanes); each region's
 /// cursor advances as its pieces go.
 struct RailPlan {
-  size_t zero_copy_at = 0, zero_copy_end = 0;  ///< the zero-copy region still to go
+  size_t head_at = 0, head_end = 0;            ///< small lane: the bytes before the zero-copy region's aligned start
+  size_t zero_copy_at = 0, zero_copy_end = 0;  ///< the zero-copy region still to go (whole slots)
   uint32_t lkey = 0;                           ///< the registration's key on the rail's device
   size_t bulk_at = 0, bulk_end = 0;  ///< the bulk region still to go: [bulk_at, bulk_end)
   size_t small_at = 0, end = 0;      ///< the small region still to go: [small_at, end)
   bool empty_frame = false;          ///< an empty message's one frame, still to go (rail 0)
   bool left(int lane) const {
-    return lane == wire::kBulk ? zero_copy_at < zero_copy_end || bulk_at < bulk_end : small_at < end || empty_frame;
+    return lane == wire::kBulk ? zero_copy_at < zero_copy_end || bulk_at < bulk_end
+                               : head_at < head_end || small_at < end || empty_frame;
   }
   unsigned lanes() const { return (left(wire::kSmall) ? 1u : 0u) | (left(wire::kBulk) ? 2u : 0u); }
 };
@@ -121,13 +123,12 @@ class Endpoint final : public transport::Endpoint {
 
   // Called by the connection of rail `rail`, under its lock.
   /// The next piece for `lane` of the oldest send with pieces left there on this rail: fills header's message
-  /// fields and copies its payload (at most `capacity` bytes: the lane's frame or slot payload) to `payload`
-  /// (kCopied). A zero-copy slot instead (bulk lane) fills header as its note (wire::kSlotNote, the SlotNote's
-  /// bulk_seq left to the connection) and *zero_copy (kZeroCopy), or, unless note_room (the connection can send
-  /// the note now), takes nothing (kNeedsNote). *more says whether a piece for this rail and lane is left after
-  /// it. kNone if there is none.
+  /// fields (a data frame's: kData, offset, payload bytes) and copies its payload (at most `capacity` bytes: the
+  /// lane's frame or slot payload) to `payload` (kCopied). A zero-copy slot instead (a noted bulk lane: a whole
+  /// slot of the message, no header) fills *zero_copy and copies nothing (kZeroCopy). *more says whether a piece for this
+  /// rail and lane is left after it. kNone if there is none.
   Piece fill_piece(int rail, int lane, wire::Header* header, uint8_t* payload, size_t capacity, bool* more,
-                   bool note_room, ZeroCopySlot* zero_copy);
+                   ZeroCopySlot* zero_copy);
   /// A zero-copy slot of op was sent (its send completed): the adapter is done with the caller's memory there.
   void zero_copy_sent(Operation* op);
   void on_frame(int rail, const wire::Header& header, const uint8_t* payload);

@@ -94,6 +94,12 @@ Port::Port(const VerbsApi& verbs, const std::string& presence, const std::string
   if (frames_only_) bulk_lanes_ = false;
   local_.slot_bytes = frames_only_ ? wire::kMinSlotBytes : slot_bytes;
   local_.payload_sum = options_.payload_sum;
+  // Zero-copy is unverified on Apple's stack (its peers only ever send whole page-aligned buffers of their own):
+  // off there unless asked for, after tbcoll-rdma-check's zero-copy case passed on the machine.
+  local_.zero_copy = options_.zero_copy == 1   ? kZeroCopyOn
+                     : options_.zero_copy == 0 ? kZeroCopyOff
+                     : librdma                 ? kZeroCopyOff
+                                               : kZeroCopyOnRc;
   // auto: Apple's Thunderbolt stack is UC only, so its ports are not probed for RC (the probe would spend one of
   // their 10 queue pairs just to be refused).
   local_.mode = !options_.auto_mode                ? options_.mode
@@ -263,7 +269,7 @@ void Port::accept_one(Deadline deadline, const std::atomic<bool>* cancelled, std
 void Port::send_hello(int fd, const Connection& connection, Deadline deadline, const std::atomic<bool>* cancelled) {
   wire::Hello hello = connection.hello(key_);
   hello.token_bytes = static_cast<uint32_t>(options_.token.size());
-  hello.flags = options_.secret.empty() ? 0u : static_cast<uint32_t>(wire::kHelloWithSecret);
+  if (!options_.secret.empty()) hello.flags |= wire::kHelloWithSecret;
   const std::string who = fmt::format("[ibverbs] port {}: handshake with {}", key_, connection.peer_key());
   net::write_all(fd, &hello, sizeof(hello), deadline, who, cancelled);
   if (!options_.token.empty())

@@ -29,6 +29,7 @@ struct PortOptions {
   int post_batch = 0;       ///< TBCOLL_IB_POST_BATCH (0: 1 on Apple's librdma, 16 elsewhere)
   size_t slot_bytes = 0;    ///< TBCOLL_IB_SLOT_BYTES (0: wire::slot_bytes_for the provider and macOS version)
   bool payload_sum = false; ///< TBCOLL_IB_PAYLOAD_SUM
+  int zero_copy = -1;       ///< TBCOLL_IB_ZERO_COPY: 1 on, 0 off, -1 auto (off on Apple's librdma)
   std::string listen_host;  ///< where the side-channel listener binds (the interface reaching the root)
   std::string token;        ///< job token, checked in every handshake
   std::string secret;       ///< job secret ("" for none): proved both ways after the dialer's hello, over both ports'

@@ -4,6 +4,7 @@
 //
 //   small lane: frames of 4 KiB   = Header (64 B) | payload (up to 4032 B)      small messages, tails, credits
 //   bulk lane:  slots of S bytes  = Header (64 B) | payload (up to S - 64 B)    large messages, always sent full
+//               or, noted (zero-copy on at both ends), payload (up to S B) with a kSlotNote frame on the small lane
 //
 // S (64-512 KiB: slot_bytes_for) is agreed at connection time (the smaller of both ends'). A message (one isend)
 // is numbered per endpoint and direction (the k-th send meets the k-th receive), and every frame or slot says which
@@ -39,7 +40,7 @@ namespace tbcoll::ibverbs::wire {
 
 constexpr size_t kFrameBytes = 4096;
 constexpr uint16_t kMagic = 0x7462;  // "tb"
-constexpr uint16_t kVersion = 5;
+constexpr uint16_t kVersion = 6;
 
 enum class FrameKind : uint8_t { kData = 1, kCredit = 2, kSlotNote = 3 };
 enum FrameFlags : uint8_t { kFirst = 1, kLast = 2, kSummed = 4 };
@@ -71,19 +72,27 @@ constexpr size_t kPayloadBytes = kFrameBytes - sizeof(Header);
 /// the lanes weighted 1, 3, 5, 7 (so words swapped between lanes show too), and the sum is reduced modulo the
 /// prime kPayloadSumPrime. A flipped bit moves the 64-bit sum by an odd multiple of a power of two (plus wraps of
 /// 2^64), which that prime never divides: PayloadSumCatchesAnyFlippedBit in tests/ibverbs/wire_test.cc checks
-/// every case. It runs at memory speed (vectorised adds; one division).
+/// every case. It runs at memory speed (four adds per 32 bytes; one division).
 constexpr uint64_t kPayloadSumPrime = 4294967279u;  // 2^32 - 17 (2^32 - 5 fails with weight 5)
 constexpr uint64_t kPayloadSumWeights[4] = {1, 3, 5, 7};
+inline uint64_t load_word(const uint8_t* at) {
+  uint64_t word;
+  std::memcpy(&word, at, sizeof(word));
+  return word;
+}
 inline uint32_t payload_sum(const uint8_t* payload, size_t bytes) {
-  uint64_t lanes[4] = {0, 0, 0, 0};
+  // Four scalar accumulators loaded word by word: compilers keep them in registers at -O2 (a 32-byte block copied
+  // into an array first went through the stack, six times slower).
+  uint64_t lane0 = 0, lane1 = 0, lane2 = 0, lane3 = 0;
   size_t i = 0;
   for (; i + 32 <= bytes; i += 32) {
-    uint64_t words[4];
-    std::memcpy(words, payload + i, sizeof(words));
-    for (int k = 0; k < 4; ++k) lanes[k] += words[k];
+    lane0 += load_word(payload + i);
+    lane1 += load_word(payload + i + 8);
+    lane2 += load_word(payload + i + 16);
+    lane3 += load_word(payload + i + 24);
   }
-  uint64_t sum = 0;
-  for (int k = 0; k < 4; ++k) sum += kPayloadSumWeights[k] * lanes[k];
+  uint64_t sum = kPayloadSumWeights[0] * lane0 + kPayloadSumWeights[1] * lane1 + kPayloadSumWeights[2] * lane2 +
+                 kPayloadSumWeights[3] * lane3;
   for (; i < bytes; i += 8) {
     uint64_t word = 0;
     std::memcpy(&word, payload + i, std::min<size_t>(8, bytes - i));
@@ -146,28 +155,32 @@ constexpr int slots_for(size_t slot_bytes) {
   return static_cast<int>(std::clamp<size_t>((size_t{1} << 20) / std::max<size_t>(slot_bytes, 1), 2, 16));
 }
 
-/// Zero-copy slots: a send from memory the caller registered (Context::register_memory) goes from there, without
-/// a header (Apple's stack takes one SGE per send, so nothing of ours can precede the caller's bytes). Each such
-/// slot carries kZeroCopyPayload(S) bytes of the message, and the send is zero_copy_length(S, seq) long, the extra
-/// bytes being the message's next ones (ignored): that length says which bulk sequence number the slot has (a slot
-/// with a header is always sent S long), so a lost slot shows at the next one: a sender has at most its credits
-/// (16) unacknowledged, so a gap of up to 16 always changes the length. Each length spans the same 4 KiB frames as
-/// the receive (S - 512 .. S - 8). A small-lane frame (kSlotNote: a header as any data frame's, with the slot's
-/// offset and payload, and a SlotNote) tells the receiver which message and offset the slot of that sequence
-/// number holds; slot and note may arrive in either order.
-constexpr size_t kZeroCopyCode = 64;  ///< distinct lengths; more than a lane's credits (slots_for: at most 16)
-constexpr size_t kZeroCopyStep = 8;
-constexpr size_t zero_copy_payload(size_t slot_bytes) { return slot_bytes - kZeroCopyCode * kZeroCopyStep; }
-constexpr size_t zero_copy_length(size_t slot_bytes, uint32_t seq) {
-  return slot_bytes - kZeroCopyStep * (1 + seq % kZeroCopyCode);
-}
-static_assert(kZeroCopyCode * kZeroCopyStep < kFrameBytes, "zero-copy lengths stay within the slot's frames");
-static_assert(slots_for(kMinSlotBytes) < static_cast<int>(kZeroCopyCode), "a gap of a lane's depth changes the length");
+/// Noted bulk lanes: where both ends offer them (Hello's kHelloNotedBulk: zero-copy on at both ends), every bulk
+/// slot has a small-lane frame (kSlotNote: a header as any data frame's, with the slot's offset and payload, and a
+/// SlotNote) that says what the slot of that bulk sequence number is: a copied slot with its header, or a zero-copy
+/// slot without one, which holds the message's bytes at that offset. That is what lets a slot go straight from
+/// memory the caller registered (Context::register_memory): Apple's stack takes one SGE per send, so nothing of ours
+/// can precede the caller's bytes, and only the note can tell such a slot apart. Slot and note may arrive in either
+/// order (they travel on two queue pairs); the receiver numbers bulk completions in arrival order (a queue pair
+/// delivers in order) and matches each with its note. Nothing is read from the SEND's length: a slot is always sent
+/// whole (S bytes, spanning its receive's frames), and the completion's byte_len is only checked against the
+/// receive's size (Apple's provider may round it). A zero-copy slot's source starts on a kZeroCopyAlign boundary and
+/// carries S bytes of the message, so the next one starts aligned too (JACCL and llama.cpp only ever send whole
+/// page-aligned buffers). On UC a lost slot lets the next one take its place: a copied slot's header then has
+/// another sequence number than its note, and a zero-copy slot's note carries its payload's sum (kNoteSummed), which
+/// the receiver checks before it places the slot (a pass over the slot on each side: on UC zero-copy saves the
+/// sender's writes, not its reads).
+constexpr size_t kZeroCopyAlign = 16384;  ///< Apple silicon's page: zero-copy sources start on one
 /// The payload of a kSlotNote frame.
 struct SlotNote {
-  uint32_t bulk_seq = 0;  ///< the zero-copy slot's sequence number on the bulk lane
+  uint32_t bulk_seq = 0;  ///< the slot's sequence number on the bulk lane
   uint32_t bytes = 0;     ///< the message's bytes in it (from the header's offset on)
+  uint32_t sum = 0;       ///< payload_sum() of those bytes, with kNoteSummed
+  uint32_t flags = 0;
 };
+/// kNoteHeadered: the slot was copied and has its header, as on any bulk lane (its sequence number is checked
+/// against the note's); else it is a zero-copy slot: payload only, with its sum on UC (kNoteSummed).
+enum SlotNoteFlags : uint32_t { kNoteSummed = 1, kNoteHeadered = 2 };
 
 /// How a connection carries `bytes` of a message: the first bulk_bytes in `slots` bulk slots of slot_payload
 /// bytes each (the last maybe not full: it is padded), the rest in small frames. Whole slots while a full one's
@@ -231,10 +244,12 @@ struct Hello {
   uint32_t bulk_depth = 0;  ///< bulk-lane receives (slots) posted for the peer
   uint32_t slot_bytes = 0;  ///< the bulk slot size this end would use; the connection takes the smaller
   uint32_t token_bytes = 0;
-  uint32_t flags = 0;  ///< kHelloWithSecret: the sender proves a job secret next (dialer) or demands it
+  uint32_t flags = 0;  ///< kHelloWithSecret: the sender proves a job secret next (dialer) or demands it;
+                       ///< kHelloNotedBulk
 };
 
-enum HelloFlags : uint32_t { kHelloWithSecret = 1 };
+/// kHelloNotedBulk: this end sends and takes noted bulk slots (zero-copy on); a link uses them when both ends do.
+enum HelloFlags : uint32_t { kHelloWithSecret = 1, kHelloNotedBulk = 2 };
 
 /// What the side channel's proofs of the job secret are bound to: the job token and both ports' keys.
 inline std::string side_channel_context(const std::string& token, const std::string& dialer_key,
