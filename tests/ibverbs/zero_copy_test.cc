@@ -316,16 +316,40 @@ TEST(IbverbsZeroCopyUse, CallersRegistrationsLeaveRoomForLinks) {
 }
 
 // A registration longer than the device's max_mr_size (Apple's stack was seen corrupting silently past 2^32 bytes
-// in one) is not asked for: sends from it copy.
-TEST(IbverbsZeroCopyUse, NoRegistrationIsLongerThanTheDeviceSays) {
+// in one) is never asked for: a longer range is registered in pieces (each counted in the budget), and a message's
+// zero-copy slots stay inside the piece its first one is in (the rest is copied).
+TEST(IbverbsZeroCopyUse, LongRangesAreRegisteredInPiecesNoLongerThanTheDeviceSays) {
   fake::Options options = apple_fabric();
   options.max_mr_bytes = 3 << 20;  // (a link's own buffers take 2.25 MiB)
   auto pair = zero_copy_pair(options);
-  const std::vector<uint8_t> memory = random_bytes(size_t{4} << 20, 11);
-  EXPECT_FALSE(pair->contexts[0]->register_memory(memory.data(), memory.size()));
+  const std::vector<uint8_t> memory = random_bytes(size_t{8} << 20, 11);
+  const auto registrations = fake::calls()["reg_mr"];
+  auto registration = pair->contexts[0]->register_memory(memory.data(), memory.size());
+  ASSERT_TRUE(registration);
+  EXPECT_EQ(fake::calls()["reg_mr"] - registrations, 3u) << "8 MiB (and its rounding) in pieces of 3 MiB";
   EXPECT_EQ(fake::counters().oversized_registrations, 0u);
-  const auto arrived = send_all(*pair, {{memory.data(), memory.size()}});
-  EXPECT_EQ(arrived[0], memory);
+  const Messages messages = {{memory.data(), memory.size()}, {memory.data() + (size_t{5} << 20) + 1, size_t{2} << 20}};
+  const auto arrived = send_all(*pair, messages);
+  for (size_t i = 0; i < messages.size(); ++i) {
+    ASSERT_EQ(0, std::memcmp(arrived[i].data(), messages[i].first, messages[i].second)) << "message " << i;
+  }
+  EXPECT_GE(zero_copy_slots(*pair), 6u) << "whole slots in the first piece (up to 6 of 3 MiB), and in the second";
+  EXPECT_EQ(fake::counters().length_errors, 0u);
+}
+
+// A device that says no limit at all (rxe reports max_mr_size 2^64 - 1) takes a range in one piece.
+TEST(IbverbsZeroCopyUse, ADeviceWithoutALimitTakesARangeInOnePiece) {
+  fake::Options options = roce_fabric();
+  options.max_mr_bytes = ~uint64_t{0};
+  auto pair = zero_copy_pair(options);
+  const std::vector<uint8_t> memory = random_bytes(size_t{3} << 20, 14);
+  const auto registrations = fake::calls()["reg_mr"];
+  auto registration = pair->contexts[0]->register_memory(memory.data() + 100, memory.size() - 200);
+  ASSERT_TRUE(registration);
+  EXPECT_EQ(fake::calls()["reg_mr"] - registrations, 1u);
+  const auto arrived = send_all(*pair, {{memory.data() + 100, memory.size() - 200}});
+  ASSERT_EQ(0, std::memcmp(arrived[0].data(), memory.data() + 100, memory.size() - 200));
+  EXPECT_GT(zero_copy_slots(*pair), 0u);
 }
 
 TEST(IbverbsZeroCopyUse, RegistrationLimitsComeFromTheDevice) {

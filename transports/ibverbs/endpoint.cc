@@ -148,13 +148,19 @@ void Endpoint::plan_rail(Operation& op, size_t rail, size_t begin, size_t end, c
   if (region != nullptr && connection.noted()) {
     // Whole slots from the first kZeroCopyAlign boundary on (each a slot long, so the next starts aligned too);
     // the bytes before it go in frames, the rest after the last whole slot as from any memory.
+    // Every slot inside the registration's piece that holds the first (a message across two pieces copies the
+    // rest).
     const size_t slot = connection.slot_bytes();
     const uintptr_t at = reinterpret_cast<uintptr_t>(op.buf + begin);
     const size_t head = (wire::kZeroCopyAlign - at % wire::kZeroCopyAlign) % wire::kZeroCopyAlign;
-    const size_t slots = end - begin > head ? (end - begin - head) / slot : 0;
-    const uint32_t lkey = slots > 0 ? region->lkey(connection.pd()) : 0;
-    if (lkey != 0) {
-      plan.lkey = lkey;
+    const Region::Piece piece = head < end - begin ? region->piece(connection.pd(), op.buf + begin + head)
+                                                   : Region::Piece{};
+    const size_t reach = piece.lkey != 0 ? std::min<size_t>(end - begin - head,
+                                                            static_cast<size_t>(piece.end - (op.buf + begin + head)))
+                                         : 0;
+    const size_t slots = reach / slot;
+    if (slots > 0) {
+      plan.lkey = piece.lkey;
       plan.head_end = plan.zero_copy_at = begin + head;
       plan.zero_copy_end = plan.zero_copy_at + slots * slot;
     }

@@ -47,40 +47,56 @@ Region::Region(const std::vector<std::shared_ptr<Port>>& ports, const void* base
   const size_t rounded = whole_pages(static_cast<size_t>(last - first));
   for (const auto& port : ports) {
     const LocalPort& local = port->local();
-    OpenDevice& device = *port->open_device();
-    if (device.registration_limit > 0 && device.caller_registrations.load() >= device.registration_limit) {
-      log::info("[ibverbs] {}: {} registrations of callers' memory already (the device's max_mr less {} for links): "
-                "{} B at {} is copied when sent", local.device, device.registration_limit, kLinkRegistrations, bytes,
-                base);
+    if (register_pieces(*port, first, rounded)) continue;
+    // Off Apple the whole pages around the range may reach unmapped memory (4 KiB pages, memory from malloc): a
+    // device that takes any address takes the range itself.
+    if (!local.apple && (first != reinterpret_cast<uintptr_t>(begin_) || rounded != bytes) &&
+        register_pieces(*port, reinterpret_cast<uintptr_t>(begin_), bytes)) {
       continue;
     }
-    if (device.max_registration_bytes > 0 && rounded > device.max_registration_bytes) {
-      log::info("[ibverbs] {}: {} B at {} is longer than a registration may be ({} B: the device's max_mr_size, "
-                "1 GiB at most on Apple's librdma): it is copied when sent", local.device, bytes, base,
-                device.max_registration_bytes);
-      continue;
-    }
-    // Apple's provider takes no registration without remote access, even for sends; elsewhere a send's source
-    // needs none, and none is given (the page-rounded range holds the caller's neighbouring memory too).
-    const int access = local.apple ? kAccessFlags : 0;
+    log::info("[ibverbs] {}: {} B at {} is not registered for zero-copy sends: it is copied when sent", local.device,
+              bytes, base);
+  }
+}
+
+bool Region::register_pieces(const Port& port, uintptr_t first, size_t bytes) {
+  const LocalPort& local = port.local();
+  OpenDevice& device = *port.open_device();
+  // Pieces of whole pages, none longer than the device allows (which may say 2^64 - 1).
+  const uint64_t most = device.max_registration_bytes > 0 ? std::min<uint64_t>(device.max_registration_bytes, bytes)
+                                                          : bytes;
+  const size_t piece_bytes = std::max<size_t>(kRegistrationPage, most / kRegistrationPage * kRegistrationPage);
+  const size_t pieces = (bytes + piece_bytes - 1) / piece_bytes;
+  if (device.registration_limit > 0 &&
+      device.caller_registrations.load() + static_cast<int>(pieces) > device.registration_limit) {
+    log::info("[ibverbs] {}: {} registrations of callers' memory already (the device's max_mr less {} for links): "
+              "no room for {} more", local.device, device.caller_registrations.load(), kLinkRegistrations, pieces);
+    return false;
+  }
+  // Apple's provider takes no registration without remote access, even for sends; elsewhere a send's source
+  // needs none, and none is given (the page-rounded range holds the caller's neighbouring memory too).
+  const int access = local.apple ? kAccessFlags : 0;
+  const size_t kept = mrs_.size();
+  for (size_t done = 0; done < bytes; done += piece_bytes) {
+    const uintptr_t at = first + done;
+    const size_t length = std::min(piece_bytes, bytes - done);
     errno = 0;
-    ibv_mr* mr = local.verbs->reg_mr(local.pd, reinterpret_cast<void*>(first), rounded, access);
-    int error = errno;
-    if (mr == nullptr && !local.apple && (first != reinterpret_cast<uintptr_t>(begin_) || rounded != bytes)) {
-      // The whole pages around the range may reach unmapped memory (4 KiB pages, memory from malloc): a
-      // device that takes any address (not Apple's) takes the range itself.
-      errno = 0;
-      mr = local.verbs->reg_mr(local.pd, const_cast<uint8_t*>(begin_), bytes, access);
-      if (mr == nullptr) error = errno;
-    }
+    ibv_mr* mr = local.verbs->reg_mr(local.pd, reinterpret_cast<void*>(at), length, access);
     if (mr == nullptr) {
-      log::info("[ibverbs] {}: cannot register {} B at {} for zero-copy sends (errno {}: {}): they are copied",
-                local.device, bytes, base, error, std::strerror(error));
-      continue;
+      const int error = errno;
+      log::info("[ibverbs] {}: cannot register {} B at {:#x} (errno {}: {})", local.device, length, at, error,
+                std::strerror(error));
+      while (mrs_.size() > kept) {
+        local.verbs->dereg_mr(mrs_.back().mr);
+        --device.caller_registrations;
+        mrs_.pop_back();
+      }
+      return false;
     }
     ++device.caller_registrations;
-    mrs_.push_back(Mr{port->open_device(), mr});
+    mrs_.push_back(Mr{port.open_device(), mr, at, at + length});
   }
+  return true;
 }
 
 Region::~Region() {
@@ -90,11 +106,22 @@ Region::~Region() {
   }
 }
 
-uint32_t Region::lkey(const ibv_pd* pd) const {
+Region::Piece Region::piece(const ibv_pd* pd, const uint8_t* at) const {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(at);
   for (const Mr& entry : mrs_) {
-    if (entry.device->pd == pd) return entry.mr->lkey;
+    if (entry.device->pd == pd && address >= entry.begin && address < entry.end) {
+      return Piece{entry.mr->lkey, reinterpret_cast<const uint8_t*>(entry.end)};
+    }
   }
-  return 0;
+  return Piece{};
+}
+
+size_t Region::registered() const {
+  size_t devices = 0;
+  for (size_t i = 0; i < mrs_.size(); ++i) {
+    if (i == 0 || mrs_[i].device != mrs_[i - 1].device) ++devices;
+  }
+  return devices;
 }
 
 void Registry::add(std::shared_ptr<const Region> region) {

@@ -1,7 +1,9 @@
-// Caller memory registered for zero-copy sends (transport::Context::register_memory): one registration per device
-// the context uses, over the range rounded out to 16 KiB pages (Apple's provider takes nothing else; elsewhere the
-// exact range is tried when the rounded one reaches unmapped pages). A send whose bytes lie inside a region goes
-// from there (wire.h, zero-copy slots) on every rail whose device took the region.
+// Caller memory registered for zero-copy sends (transport::Context::register_memory): registrations per device the
+// context uses, over the range rounded out to 16 KiB pages (Apple's provider takes nothing else; elsewhere the
+// exact range is tried when the rounded one reaches unmapped pages), in pieces no longer than the device allows
+// (max_mr_size; 1 GiB on Apple's librdma), each counted against its registration budget. A send whose bytes lie
+// inside a region goes from there (wire.h, zero-copy slots) on every rail whose device took the region, each slot
+// inside one piece.
 //
 // Lifetime: the context's registry lists a region while the caller's handle lives; a send holds the region (and
 // through it the opened devices, whose protection domains the registrations belong to, not the ports: a port owns
@@ -49,16 +51,25 @@ class Region {
     const auto* b = static_cast<const uint8_t*>(begin);
     return b >= begin_ && b <= end_ && bytes <= static_cast<size_t>(end_ - b);
   }
-  /// The local key for sends from this region on `pd`'s device; 0 where that device did not take it.
-  uint32_t lkey(const ibv_pd* pd) const;
+  /// The piece of this region's registration on `pd`'s device that holds `at`: its local key and where it ends
+  /// (lkey 0 where that device did not take the region).
+  struct Piece {
+    uint32_t lkey = 0;
+    const uint8_t* end = nullptr;
+  };
+  Piece piece(const ibv_pd* pd, const uint8_t* at) const;
   /// Devices that took the region.
-  size_t registered() const { return mrs_.size(); }
+  size_t registered() const;
 
  private:
   struct Mr {
     std::shared_ptr<OpenDevice> device;
     ibv_mr* mr = nullptr;
+    uintptr_t begin = 0, end = 0;  ///< what it covers
   };
+  /// Registers [first, first + bytes) on port's device in pieces; false (none kept) if a piece fails or the
+  /// budget runs out.
+  bool register_pieces(const Port& port, uintptr_t first, size_t bytes);
   const uint8_t* begin_;
   const uint8_t* end_;
   std::vector<Mr> mrs_;
