@@ -5,6 +5,7 @@
 // fake_transport_test.cc, in this binary.)
 #include <errno.h>
 
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "transports/ibverbs/hints.h"
 #include "tools/rdma_diag/preflight.h"
 #include "tools/rdma_diag/raw_link.h"
+#include "tools/rdma_diag/zero_copy.h"
 
 namespace tbcoll::ibverbs {
 namespace {
@@ -49,7 +51,7 @@ Outcome one_rank(const Options& options, const VerbsApi* verbs = fake::verbs(), 
 }
 
 // Both ranks' outcomes; rank 0's holds the report. on_hosts: rank r on host r of a cabled fabric.
-std::vector<Outcome> two_ranks(const Options& options, bool on_hosts = false) {
+std::vector<Outcome> two_ranks(const Options& options, bool on_hosts = false, const VerbsApi* verbs = fake::verbs()) {
   auto store = make_in_memory_store();
   std::vector<Outcome> outcomes(2);
   std::vector<std::string> errors(2);
@@ -58,7 +60,7 @@ std::vector<Outcome> two_ranks(const Options& options, bool on_hosts = false) {
     threads.emplace_back([&, rank] {
       if (on_hosts) fake::set_thread_host(rank);
       Site site;
-      site.verbs = fake::verbs();
+      site.verbs = verbs;
       site.rank = rank;
       site.world_size = 2;
       site.store = store;
@@ -439,6 +441,244 @@ TEST(RdmaCheck, OneRankWithoutRdmaSkipsTheLinkChecks) {
     EXPECT_EQ(outcome.unavailable, 1);
     EXPECT_EQ(outcome.failed, 1);
   }
+}
+
+// ---- zero-copy sends (tools/rdma_diag/zero_copy.h) ---------------------------------------------------------------
+
+// The fake's table, recording the registrations and the SENDs over 4 KiB (to see where each came from), and with
+// apple_rules the two rules of Apple's that the strict fake is being given: a receive's byte_len rounded up to whole
+// 4 KiB frames, a SEND from an address off a 4 KiB boundary refused (as Apple refuses a post: -EINVAL).
+struct Recorded {
+  struct Registration {
+    uint64_t addr = 0, bytes = 0;
+    int access = 0;
+    uint32_t lkey = 0;
+  };
+  struct Send {
+    uint64_t addr = 0;
+    uint32_t bytes = 0, lkey = 0;
+  };
+  std::vector<Registration> registrations;
+  std::vector<Send> sends;
+  int rounded = 0;  ///< receives whose byte_len was rounded up
+};
+std::mutex recorded_mutex;
+Recorded recorded;  // read once the ranks' threads have ended
+bool apple_rules = false;
+
+int rules_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  std::unique_lock<std::mutex> lock(recorded_mutex);
+  for (ibv_send_wr* w = wr; w != nullptr; w = w->next) {
+    if (apple_rules && w->num_sge > 0 && w->sg_list[0].addr % 4096 != 0) {
+      *bad = w;
+      errno = 0;
+      return -EINVAL;
+    }
+    if (w->num_sge > 0 && w->sg_list[0].length > 4096) {
+      recorded.sends.push_back({w->sg_list[0].addr, w->sg_list[0].length, w->sg_list[0].lkey});
+    }
+  }
+  lock.unlock();
+  return fake::verbs()->post_send(qp, wr, bad);
+}
+
+int rules_poll_cq(ibv_cq* cq, int entries, ibv_wc* wc) {
+  const int polled = fake::verbs()->poll_cq(cq, entries, wc);
+  for (int i = 0; i < polled; ++i) {
+    if (!apple_rules || wc[i].status != IBV_WC_SUCCESS || (wc[i].opcode & IBV_WC_RECV) == 0) continue;
+    const uint32_t whole = std::max<uint32_t>(1, (wc[i].byte_len + 4095) / 4096) * 4096;
+    std::lock_guard<std::mutex> lock(recorded_mutex);
+    if (whole != wc[i].byte_len) ++recorded.rounded;
+    wc[i].byte_len = whole;
+  }
+  return polled;
+}
+
+ibv_mr* recording_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  ibv_mr* mr = fake::verbs()->reg_mr(pd, addr, length, access);
+  std::lock_guard<std::mutex> lock(recorded_mutex);
+  if (mr != nullptr) recorded.registrations.push_back({reinterpret_cast<uintptr_t>(addr), length, access, mr->lkey});
+  return mr;
+}
+
+// The table; the record starts afresh.
+const VerbsApi* recorded_verbs(bool with_apple_rules) {
+  static const VerbsApi table = [] {
+    VerbsApi rules = *fake::verbs();
+    rules.post_send = rules_post_send;
+    rules.poll_cq = rules_poll_cq;
+    rules.reg_mr = recording_reg_mr;
+    return rules;
+  }();
+  std::lock_guard<std::mutex> lock(recorded_mutex);
+  recorded = Recorded{};
+  apple_rules = with_apple_rules;
+  return &table;
+}
+
+// Where the SENDs from a caller's buffer (a registration of 4 slots + 16 KiB, 16 KiB-aligned, with `access`)
+// started in it; each is a slot long.
+std::multiset<size_t> caller_send_offsets(const Recorded& record, size_t slot, int access) {
+  std::multiset<size_t> offsets;
+  for (const Recorded::Send& send : record.sends) {
+    for (const Recorded::Registration& registration : record.registrations) {
+      if (registration.lkey != send.lkey || registration.bytes != kZeroCopySends * slot + 16384) continue;
+      EXPECT_EQ(registration.access, access);
+      EXPECT_EQ(registration.addr % 16384, 0u);
+      EXPECT_EQ(send.bytes, slot);
+      offsets.insert(send.addr - registration.addr);
+    }
+  }
+  return offsets;
+}
+
+const std::string kZeroCopyLine = "zero-copy sends (from registered memory at 16 KiB-aligned offsets): ";
+
+// Apple-strict, with the byte_len and alignment rules: the case passes, and so does every other check (their
+// byte_len is an upper bound too, their credits leave from 4 KiB frames); the line names the knob. Its SENDs left
+// from the caller's buffer, registered apart with Apple's access, at 0, S, 16 KiB and 16 KiB + 2 S.
+TEST(RdmaCheck, ZeroCopySendsPassOnAppleStrictAndNameTheKnob) {
+  fake::ScopedFabric fabric;
+  Options options = quick();
+  options.limits = Options::Limits::kOff;
+  const std::vector<Outcome> outcomes = two_ranks(options, false, recorded_verbs(true));
+  const std::string& report = outcomes[0].report;
+  const std::string verified = "PASS " + kZeroCopyLine + "verified, 4 sends of 512 KiB arrived as sent; ";
+  EXPECT_TRUE(has(report, verified + "turn them on with TBCOLL_IB_ZERO_COPY=1 on every rank\n")) << report;
+  EXPECT_EQ(outcomes[0].failed, 0) << report;
+  EXPECT_EQ(outcomes[1].failed, 0);
+  EXPECT_GT(recorded.rounded, 0) << "the rule was in force (the latency's 8 B arrive as 4096)";
+  const size_t s = 512 << 10, k16 = 16 << 10;
+  EXPECT_EQ(caller_send_offsets(recorded, s, kAccessFlags),
+            (std::multiset<size_t>{0, 0, s, s, k16, k16, k16 + 2 * s, k16 + 2 * s}));
+  EXPECT_EQ(fake::counters().length_errors, 0u);
+}
+
+// A RoCE-like device, in UC and RC: the case passes; there the transport's default (auto) already sends from
+// registered memory, and the caller's buffer is registered with no access, as the transport registers it there.
+TEST(RdmaCheck, ZeroCopySendsPassOnAPermissiveDevice) {
+  fake::Options roce;
+  roce.apple_strict = false;
+  for (Mode mode : {Mode::kUc, Mode::kRc}) {
+    fake::ScopedFabric fabric(roce);
+    Options options = quick();
+    options.limits = Options::Limits::kOff;
+    options.mode = mode;
+    const std::vector<Outcome> outcomes = two_ranks(options, false, recorded_verbs(false));
+    const std::string& report = outcomes[0].report;
+    const std::string advice = mode == Mode::kRc
+                                   ? "TBCOLL_IB_ZERO_COPY=auto (the default) already uses them on this RC link\n"
+                                   : "turn them on with TBCOLL_IB_ZERO_COPY=1 on every rank";
+    EXPECT_TRUE(has(report, "PASS " + kZeroCopyLine + "verified, 4 sends of 512 KiB arrived as sent; " + advice))
+        << report;
+    EXPECT_EQ(outcomes[0].failed, 0) << report;
+    EXPECT_EQ(caller_send_offsets(recorded, 512 << 10, 0).size(), 8u);
+  }
+}
+
+// A byte corrupted on the way: the line names the send, the byte and says to leave the knob unset; both ranks fail
+// (exit 1); the floors before it were measured and the transport's all_reduce (another link) still runs.
+TEST(RdmaCheck, ZeroCopyFailureTellsToLeaveTheKnobUnset) {
+  fake::ScopedFabric fabric;
+  Options options = quick();
+  options.limits = Options::Limits::kOff;
+  options.before_phase = [](const std::string& phase) {
+    if (phase == "zero-copy") fake::corrupt_next_sends(1);
+  };
+  const std::vector<Outcome> outcomes = two_ranks(options, false, recorded_verbs(true));
+  const std::string& report = outcomes[0].report;
+  EXPECT_TRUE(has(report, "FAIL " + kZeroCopyLine + "zero-copy sends of 512 KiB failed: rank ")) << report;
+  EXPECT_TRUE(has(report, ": the 512 KiB send from offset 0 of rank ")) << "the first send: " << report;
+  EXPECT_TRUE(has(report, "'s registered buffer: byte 262144 is ")) << "the fake flips the middle byte: " << report;
+  EXPECT_TRUE(has(report,
+                  "(1 of 524288 bytes differ): the data was corrupted on the way; leave TBCOLL_IB_ZERO_COPY "
+                  "unset (off on Apple's stack)\n"))
+      << report;
+  EXPECT_TRUE(has(report, "PASS bandwidth:")) << report;
+  EXPECT_TRUE(has(report, "PASS all_reduce over fakeverbs")) << report;
+  EXPECT_EQ(outcomes[0].failed, 1) << report;
+  EXPECT_EQ(outcomes[1].failed, 1) << "rank 1 exits non-zero too";
+  EXPECT_TRUE(has(report, "RESULT: FAIL")) << report;
+}
+
+// The case alone, between two ranks (threads) on `verbs`; before() runs on rank 0 just before it.
+std::vector<ZeroCopyResult> zero_copy_case(const VerbsApi* verbs, const std::function<void()>& before = {}) {
+  auto store = make_in_memory_store();
+  std::vector<ZeroCopyResult> results(2);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      RawLinkOptions options;
+      options.rank = rank;
+      options.message_timeout_s = 0.5;
+      options.max_message_bytes = 64 << 10;  // the link's own buffers: the case takes the ports' largest SEND
+      try {
+        RawLink link(verbs, "", options, store_exchange(store, "zero-copy", rank, 1 - rank, 30));
+        if (rank == 0 && before) before();
+        results[rank] = link.zero_copy_sends();
+      } catch (const std::exception& error) {
+        results[rank].failure = std::string("set-up: ") + error.what();
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  EXPECT_EQ(format_zero_copy(results[0]), format_zero_copy(results[1])) << "both ranks judge alike";
+  return results;
+}
+
+// Each way the case can fail is named: a lost send, an error completion, a registration refused.
+TEST(RdmaZeroCopy, FailuresAreNamedOnBothRanks) {
+  fake::ScopedFabric fabric;
+  std::string line = format_zero_copy(zero_copy_case(recorded_verbs(true), [] { fake::drop_next_sends(1); })[0]);
+  EXPECT_TRUE(has(line, "3 of the 4 sends of 512 KiB from rank ")) << line;
+  EXPECT_TRUE(has(line,
+                  "arrived within 0.5 s: lost (UC drops a message without any error); leave "
+                  "TBCOLL_IB_ZERO_COPY unset"))
+      << line;
+
+  fake::reset();
+  line = format_zero_copy(
+      zero_copy_case(recorded_verbs(true), [] { fake::fail_next_send_completion(IBV_WC_LOC_PROT_ERR); })[0]);
+  EXPECT_TRUE(has(line, "FAIL " + kZeroCopyLine + "zero-copy sends of 512 KiB failed: rank ")) << line;
+  EXPECT_TRUE(has(line, "a send on rdma_en0 failed: IBV_WC_LOC_PROT_ERR")) << line;
+
+  fake::Options one_mr;
+  one_mr.max_mrs = 1;  // the link's own registration only
+  fake::reset(one_mr);
+  line = format_zero_copy(zero_copy_case(recorded_verbs(true))[0]);
+  EXPECT_TRUE(has(line,
+                  "zero-copy sends of 512 KiB failed: rank 0: registering the caller's buffer (2064 KiB): "
+                  "ibv_reg_mr on rdma_en0 failed: errno 12"))
+      << line;
+  EXPECT_TRUE(has(line, "; leave TBCOLL_IB_ZERO_COPY unset")) << line;
+}
+
+// The slot follows the ports' largest SEND: 16 KiB below 512 KiB (said so, with the knob that sets such slots);
+// below 16 KiB the transport has no slots, so nothing to verify.
+TEST(RdmaZeroCopy, TheSlotFollowsThePortsLargestSend) {
+  fake::Options below;
+  below.max_message_bytes = 256 << 10;
+  fake::ScopedFabric fabric(below);
+  const ZeroCopyResult small = zero_copy_case(recorded_verbs(true))[0];
+  EXPECT_TRUE(small.ok) << small.failure;
+  EXPECT_EQ(small.slot_bytes, 16384u);
+  EXPECT_EQ(format_zero_copy(small),
+            "PASS " + kZeroCopyLine +
+                "verified, 4 sends of 16 KiB arrived as sent (16 KiB, not 512 KiB: the link takes no SEND of "
+                "512 KiB, its largest is 262144 B; slots of 16 KiB are TBCOLL_IB_SLOT_BYTES=16384); turn them on "
+                "with TBCOLL_IB_ZERO_COPY=1 on every rank\n");
+  EXPECT_EQ(caller_send_offsets(recorded, 16384, kAccessFlags),
+            (std::multiset<size_t>{0, 0, 16384, 16384, 16384, 16384, 49152, 49152}));
+
+  fake::Options frames_only;
+  frames_only.max_message_bytes = 4096;
+  fake::reset(frames_only);
+  const ZeroCopyResult none = zero_copy_case(recorded_verbs(true))[0];
+  EXPECT_TRUE(none.skipped) << none.failure;
+  const std::string skipped = format_zero_copy(none);
+  EXPECT_TRUE(has(skipped, "SKIP " + kZeroCopyLine + "the link takes no SEND of 16 KiB (its largest is 4096 B)"))
+      << skipped;
+  EXPECT_TRUE(recorded.sends.empty()) << "nothing over a frame was sent";
 }
 
 // ---- the floors (tbcoll-perf --pingpong over ibverbs) -----------------------------------------------------------

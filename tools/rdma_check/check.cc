@@ -14,6 +14,7 @@
 #include "tools/rdma_diag/floors.h"
 #include "tools/rdma_diag/preflight.h"
 #include "tools/rdma_diag/raw_link.h"
+#include "tools/rdma_diag/zero_copy.h"
 
 namespace tbcoll::rdma_check {
 namespace {
@@ -176,6 +177,8 @@ std::string link_checks(const Options& options, const Site& site, const ibverbs:
         "this link\n",
         figures->one_way_us, figures->one_qp_gbps);
   }
+  hook("zero-copy");  // last: a failure breaks the link, and the floors above are measured by then
+  out += ibverbs::format_zero_copy(link->zero_copy_sends());
   return out;
 }
 

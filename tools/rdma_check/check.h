@@ -35,8 +35,8 @@ struct Options {
   int allreduce_iterations = 1000;            ///< 8 B all_reduce calls timed
   size_t allreduce_bytes = size_t{16} << 20;  ///< the bandwidth all_reduce
   double timeout_s = 60;                      ///< the all_reduce communicator's
-  /// Called on rank 0 before each two-rank phase ("sweep", "latency", "bandwidth", "all_reduce") starts moving
-  /// data: the tests inject faults there.
+  /// Called on rank 0 before each two-rank phase ("sweep", "latency", "bandwidth", "zero-copy", "all_reduce")
+  /// starts moving data: the tests inject faults there.
   std::function<void(const std::string& phase)> before_phase;
 };
 

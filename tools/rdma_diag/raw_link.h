@@ -9,6 +9,9 @@
 // would drop it silently). Every phase posts exactly as many data receives as it will consume, so no receive of
 // one phase's size is left for the next; a phase that loses a message fails (naming it) and breaks the link.
 //
+// Messages' bytes are checked, not their completions' byte_len, which Apple's stack rounds up to whole 4 KiB frames
+// and which is not trusted beyond that; every SEND leaves from a 4 KiB-aligned address, as Apple's stack requires.
+//
 // Every phase is collective: both ranks call it in the same order; its outcome is agreed through the exchange,
 // so both return the same result (or throw the same IoError). Waits are bounded by message_timeout_s.
 #pragma once
@@ -16,6 +19,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -45,6 +49,8 @@ struct SweepStep {
   double seconds = 0;   ///< both directions at once, on rank 0
   std::string failure;  ///< what went wrong, on which rank, and the fix
 };
+
+struct ZeroCopyResult;  // zero_copy.h
 
 struct SweepResult {
   bool ok = false;
@@ -77,6 +83,10 @@ class RawLink {
   /// GB/s of `messages` messages of `bytes` from rank 0 to rank 1 (both_ways: from each to the other at once;
   /// the slower direction's rate). Throws IoError.
   double bandwidth_gbps(size_t bytes, int messages, bool both_ways);
+  /// The transport's zero-copy sends, with plain verbs (zero_copy.h says what is sent): SENDs of a slot's size
+  /// straight from a separately registered "caller's" buffer, at 16 KiB-aligned offsets, both ways at once, every
+  /// byte checked. Never throws: a failure, or a link that failed before, is in the result. Once per link.
+  ZeroCopyResult zero_copy_sends();
 
  private:
   void choose_device(std::string* failure);
@@ -86,17 +96,23 @@ class RawLink {
   /// (and marks the link broken) unless both are fine; returns the peer's value.
   std::string agree(const std::string& what, const std::string& failure, const std::string& value = "");
   void check_usable(const char* what) const;
-  void post_recv(ibv_qp* qp, uint8_t* at, size_t bytes, uint64_t wr_id);
-  void post_send(ibv_qp* qp, const uint8_t* at, size_t bytes, uint64_t wr_id);
+  /// mr: the registration `at` lies in (null: the link's own).
+  void post_recv(ibv_qp* qp, uint8_t* at, size_t bytes, uint64_t wr_id, const ibv_mr* mr = nullptr);
+  void post_send(ibv_qp* qp, const uint8_t* at, size_t bytes, uint64_t wr_id, const ibv_mr* mr = nullptr);
   /// Polls both CQs once; calls on_recv / on_send for each completion (throws IoError for an error status).
   template <typename OnRecv, typename OnSend>
   void poll(OnRecv on_recv, OnSend on_send);
+  /// poll() for phases without credits: a credit receive (of an earlier phase) is reposted, credit sends skipped.
+  void poll_data(const std::function<void(const ibv_wc&)>& on_recv, const std::function<void(const ibv_wc&)>& on_send);
   void send_credit(uint64_t posted, bool final);
   struct BandwidthRun;
   /// A bandwidth phase's messages until every one was sent, acknowledged and received (run.start, run.finished).
   void stream(BandwidthRun& run);
   void on_bandwidth_receive(BandwidthRun& run, const ibv_wc& wc);
   void release();
+  // The zero-copy case's steps (zero_copy.cc): each returns this rank's failure, "" when fine.
+  std::string prepare_zero_copy(size_t slot_bytes);
+  std::string send_zero_copy(size_t slot_bytes);
 
   const VerbsApi* verbs_ = nullptr;
   RawLinkOptions options_;
@@ -114,8 +130,14 @@ class RawLink {
   uint8_t* send_region_ = nullptr;    // region_bytes_
   uint8_t* recv_region_ = nullptr;    // region_bytes_
   uint8_t* credit_region_ = nullptr;  // credit receive and send slots
+  // The zero-copy case's buffers, registered apart as a caller's would be and kept as long as the link: a receive
+  // that a failed case left posted must not outlive its memory.
+  RegisteredMemory caller_memory_, landing_memory_;
+  ibv_mr* caller_mr_ = nullptr;
+  ibv_mr* landing_mr_ = nullptr;
   size_t max_message_ = 0;
-  size_t region_bytes_ = 0;  // of the send and the receive region: max_message_, at least 16 frames
+  size_t port_max_message_ = 0;  // the port's max_msg_sz, at most Apple's
+  size_t region_bytes_ = 0;  // of the send and the receive region: max_message_, at least 16 frames, whole pages
   uint8_t port_ = 1;  // the device's active port
   int gid_index_ = 0;
   ibv_gid gid_{};
