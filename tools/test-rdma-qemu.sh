@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The real-rdma-core test layer (ARCHITECTURE.md, layer 5): boots Debian's linux-image-amd64 kernel (it ships Soft-RoCE,
-# rdma_rxe) in qemu-system-x86_64 under TCG (no KVM) with a busybox initramfs, loads the modules, creates one rxe
-# device (rxe0 on a dummy netdev; every rank on it) and runs a list of checks inside that ONE boot, each with a
+# rdma_rxe) in qemu-system-x86_64 under TCG (no KVM) with a busybox initramfs, loads the modules, creates two rxe
+# devices (rxe0 and rxe1 on dummy netdevs of subnets of their own; every rank on both, one rail unless a check asks
+# for two) and runs a list of checks inside that ONE boot, each with a
 # timeout. Prints one line per check on stdout,
 #     RDMA-QEMU <mode> <name> PASS|FAIL|SKIP (detail)
 # and exits non-zero on any failure, a check that left no result (guest crash or timeout) or a set-up error.
@@ -373,13 +374,18 @@ say SETUP "kernel $(uname -r), up $(up) s"
 for m in $(cat /tb/mod/order); do insmod /tb/mod/$m.ko || say SETUP "ERROR insmod $m failed"; done
 hostname rdma-qemu
 ip link set lo up        # tbcoll-run's rendezvous and the pingpong side channel
-ip link add d0 type dummy && ip addr add 10.9.0.1/24 dev d0 && ip link set d0 up || say SETUP "ERROR dummy netdev"
-rdma link add rxe0 type rxe netdev d0 || say SETUP "ERROR rdma link add rxe0 failed"
-i=0
-until ibv_devinfo -d rxe0 2>/dev/null | grep -q PORT_ACTIVE; do
-  i=$((i + 1)); [ $i -lt 50 ] || { say SETUP "ERROR rxe0's port is not active"; break; }; sleep 0.1
+# Two devices, each on a subnet of its own as two Thunderbolt cables would be: rxe0 (every check's default) and
+# rxe1, which the multi-rail checks add with TBCOLL_IB_RAILS=2.
+for n in 0 1; do
+  ip link add d$n type dummy && ip addr add 10.$((9 + n)).0.1/24 dev d$n && ip link set d$n up ||
+    say SETUP "ERROR dummy netdev d$n"
+  rdma link add rxe$n type rxe netdev d$n || say SETUP "ERROR rdma link add rxe$n failed"
+  i=0
+  until ibv_devinfo -d rxe$n 2>/dev/null | grep -q PORT_ACTIVE; do
+    i=$((i + 1)); [ $i -lt 50 ] || { say SETUP "ERROR rxe$n's port is not active"; break; }; sleep 0.1
+  done
+  ibv_devinfo -d rxe$n -v 2>&1 | grep -E 'hca_id|transport|state|active_mtu|GID\[' | sed 's/^/@@RQ SETUP   /'
 done
-ibv_devinfo -d rxe0 -v 2>&1 | grep -E 'hca_id|transport|state|active_mtu|GID\[' | sed 's/^/@@RQ SETUP   /'
 have_ib=$HAVE_IB_HOST
 if [ "$have_ib" = 0 ] && tbcoll-info 2>/dev/null | grep -qE '^  ibverbs( |$)'; then have_ib=1; fi
 echo 1 > /proc/sys/kernel/printk   # the console is for markers now; a failing check's log gets new dmesg lines
