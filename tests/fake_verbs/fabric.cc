@@ -181,7 +181,12 @@ static ibv_wc_status receive(Fabric& fabric, Qp* dest, const std::vector<uint8_t
     if (n > 0) std::memcpy(reinterpret_cast<void*>(sge.addr), data.data() + offset, n);
     offset += n;
   }
-  ibv_wc wc = completion(dest, recv.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(data.size()));
+  // Options::round_byte_len: whole frames, as Apple's provider might count them, never beyond the receive.
+  uint64_t byte_len = data.size();
+  if (fabric.strict() && fabric.options.round_byte_len) {
+    byte_len = std::min(frames(byte_len) * kFrameBytes, recv.length);
+  }
+  ibv_wc wc = completion(dest, recv.wr_id, IBV_WC_SUCCESS, IBV_WC_RECV, static_cast<uint32_t>(byte_len));
   wc.src_qp = source_qpn;
   if (imm) {
     wc.wc_flags |= IBV_WC_WITH_IMM;

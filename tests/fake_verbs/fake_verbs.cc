@@ -510,6 +510,11 @@ int post_send(ibv_qp* verbs, ibv_send_wr* wr, ibv_send_wr** bad) {
         (wr->num_sge > 0 && !wr->sg_list)) {
       return post_error(fabric, EINVAL);
     }
+    if (fabric.strict() && fabric.options.aligned_sends) {
+      for (int i = 0; i < wr->num_sge; ++i) {
+        if (wr->sg_list[i].addr % kFrameBytes != 0) return post_error(fabric, EINVAL);
+      }
+    }
     uint64_t length = 0;
     for (int i = 0; i < wr->num_sge; ++i) length += wr->sg_list[i].length;
     if (length > fabric.max_message()) return post_error(fabric, EINVAL);

@@ -52,10 +52,12 @@
 //   strict (Apple: an 8 KiB receive takes 2 places): ENOMEM beyond.
 // - post_send: QP in RTS, else EINVAL; strict: IBV_WR_SEND only (others EINVAL); permissive also SEND_WITH_IMM,
 //   RDMA_WRITE and RDMA_WRITE_WITH_IMM (remote range inside an MR of the peer with that rkey and REMOTE_WRITE);
-//   num_sge <= max_send_sge; length <= max_msg_sz; room in the send queue: a WR holds max_send_wr places (4 KiB
-//   frames strict, 1 permissive) until a completion of it or of a later WR of the QP is polled (as mlx5 does:
-//   unsignaled WRs are freed only by a later signaled one), else ENOMEM. The WRs of a list are taken in order; the
-//   first bad one is returned in *bad and the earlier ones stay posted.
+//   num_sge <= max_send_sge; length <= max_msg_sz; strict with Options::aligned_sends (the default), every SGE's
+//   address a multiple of 4 KiB (conservative: Apple's stack might refuse a SEND from inside a frame, and MLX's
+//   JACCL and llama.cpp's Apple transport only send whole page-aligned buffers): else EINVAL; room in the send
+//   queue: a WR holds max_send_wr places (4 KiB frames strict, 1 permissive) until a completion of it or of a later
+//   WR of the QP is polled (as mlx5 does: unsignaled WRs are freed only by a later signaled one), else ENOMEM. The
+//   WRs of a list are taken in order; the first bad one is returned in *bad and the earlier ones stay posted.
 // - Errors of post_send and post_recv are returned as Apple returns them, strict: the negated errno (-12 for
 //   ENOMEM), errno itself set to 0; permissive as rdma-core: the errno value. modify_qp and the destroy calls
 //   return the errno value; the calls returning a pointer return null with errno set.
@@ -63,8 +65,12 @@
 //   sender's port), in RTR or RTS. With a receive posted: strict, the message and the receive buffer must span the
 //   same number of 4 KiB frames (ceil(len / 4096), at least 1), permissive the message must fit; else the receive
 //   completes with IBV_WC_LOC_LEN_ERR (and that QP goes to ERR); otherwise the data is copied and the receive
-//   completes (IBV_WC_RECV, byte_len, qp_num, src_qp). With no receive posted: UC drops the message silently; RC
-//   keeps it until a receive is posted (real RC retries), and the RC send completion comes only with the delivery.
+//   completes (IBV_WC_RECV, byte_len, qp_num, src_qp). byte_len: strict with Options::round_byte_len (the default),
+//   the message's length rounded up to whole 4 KiB frames (at least one), capped at the posted receive's length
+//   (conservative: Apple's provider might report that); only the sent bytes are copied, the rest of the receive
+//   buffer keeps what it held, so a receiver must learn the length from the payload; else the message's length.
+//   With no receive posted: UC drops the message silently; RC keeps it until a receive is posted (real RC retries),
+//   and the RC send completion comes only with the delivery.
 //   A UC send completion (IBV_WC_SEND) is written when the WR is signaled or the QP has sq_sig_all, delivered or not.
 // - Error completions (any status but success) are always written, and put the QP in ERR: its posted receives are
 //   flushed (IBV_WC_WR_FLUSH_ERR), and later posts complete at once with IBV_WC_WR_FLUSH_ERR.
@@ -138,6 +144,14 @@ struct Options {
   /// the caller's ibv_qp_init_attr, and enforced as the queue's depth), as a provider that grants less than asked
   /// does; 0: what was asked (within the limits above).
   uint32_t max_granted_wr = 0;
+  /// Strict: a successful receive's byte_len is the message's length rounded up to whole 4 KiB frames (at least
+  /// 4096), capped at the posted receive's length, as Apple's provider might report it (only the sent bytes
+  /// are copied); false: the exact length. Permissive mode always reports the exact length.
+  bool round_byte_len = true;
+  /// Strict: post_send refuses (EINVAL, negated) a WR with an SGE address that is not a multiple of 4 KiB, as
+  /// Apple's stack might refuse a SEND whose source is not frame-aligned; false: any address in the MR. Permissive
+  /// mode takes any address.
+  bool aligned_sends = true;
 };
 
 /// A fresh fabric with these options: every earlier device, context and resource is gone (tests call it first).

@@ -1,9 +1,11 @@
 // The fake verbs provider (tests/fake_verbs), control path: devices, ports, GIDs, the QP and MR budgets, QP
-// creation and the modify_qp rules rxe applies. Each test fails if its rule were not enforced.
+// creation and the modify_qp rules rxe applies; and the strict fabric's frame rules for a SEND (byte_len in whole
+// frames, frame-aligned sources). Each test fails if its rule were not enforced.
 #include "fake_verbs/fake_verbs.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -428,6 +430,112 @@ TEST_F(FakeVerbs, CabledPortsReachOnlyTheirCablesOtherEnd) {
   EXPECT_EQ(attr.state, IBV_PORT_DOWN);
   EXPECT_EQ(api->alloc_pd(uncabled), nullptr);
   EXPECT_EQ(api->close_device(uncabled), 0);
+}
+
+// One SEND of `sent` bytes (a pattern) from the start of a's buffer into a receive of `posted` bytes at b's
+// kReceiveAt, which held 0xcc: the receive's completion, and whether b now holds the sent bytes and, after them,
+// the 0xcc it held.
+constexpr size_t kReceiveAt = 16384;
+struct Received {
+  ibv_wc wc{};
+  bool exact_copy = false;
+};
+Received send_one(Pair& pair, uint32_t sent, uint32_t posted, uint64_t wr_id) {
+  for (uint32_t i = 0; i < sent; ++i) *pair.a.at(i) = static_cast<uint8_t>(i * 13 + 1);
+  std::memset(pair.b.at(kReceiveAt), 0xcc, posted);
+  Received received;
+  EXPECT_EQ(pair.b.post_recv(pair.qb, kReceiveAt, posted, wr_id), 0);
+  EXPECT_EQ(pair.a.post_send(pair.qa, 0, sent, wr_id), 0);
+  EXPECT_EQ(pair.a.poll(pair.a.send_cq).size(), 1u);
+  const std::vector<ibv_wc> wc = pair.b.poll(pair.b.recv_cq);
+  EXPECT_EQ(wc.size(), 1u);
+  if (wc.size() != 1) return received;
+  received.wc = wc[0];
+  const uint8_t* into = pair.b.at(kReceiveAt);
+  received.exact_copy = std::memcmp(pair.a.at(0), into, sent) == 0 &&
+                        std::all_of(into + sent, into + posted, [](uint8_t byte) { return byte == 0xcc; });
+  return received;
+}
+
+// Apple's provider might report a receive's byte_len in whole 4 KiB frames (Options::round_byte_len, on by
+// default): strict, byte_len is the sent length rounded up to frames, at least one, never beyond the posted
+// receive, and only the sent bytes are copied. Strict with the option off, and permissive, report the sent length.
+TEST_F(FakeVerbs, StrictReceivesReportByteLenInWholeFramesCappedAtTheReceive) {
+  EXPECT_TRUE(Options{}.round_byte_len);
+  // Strict, a message and its receive span the same frames, so the rounded length capped at the receive is the
+  // receive's own length: a receiver learns nothing from byte_len.
+  struct Case {
+    uint32_t sent, posted;
+  };
+  const Case cases[] = {{0, 0},       {0, 4096},    {1, 4096},    {100, 4000},   {4095, 4096},
+                        {4096, 4096}, {4097, 8192}, {5000, 6000}, {12000, 12288}};
+  Options exact;
+  exact.round_byte_len = false;
+  const struct {
+    const char* name;
+    Options options;
+    bool rounds;
+  } modes[] = {
+      {"strict", Options{}, true}, {"strict, round_byte_len off", exact, false}, {"permissive", permissive(), false}};
+  for (const auto& mode : modes) {
+    SCOPED_TRACE(mode.name);
+    reset(mode.options);
+    Pair pair;
+    uint64_t wr_id = 1;
+    for (const Case& c : cases) {
+      const Received received = send_one(pair, c.sent, c.posted, wr_id++);
+      EXPECT_EQ(received.wc.status, IBV_WC_SUCCESS) << "sent " << c.sent;
+      EXPECT_EQ(received.wc.byte_len, mode.rounds ? c.posted : c.sent) << "sent " << c.sent << " into " << c.posted;
+      EXPECT_TRUE(received.exact_copy) << "sent " << c.sent << ": the sent bytes, and nothing past them";
+    }
+  }
+}
+
+// Apple's stack might refuse a SEND whose source is not frame-aligned (Options::aligned_sends, on by default):
+// strict, post_send refuses an SGE address that is not a multiple of 4 KiB as its other refusals do (the negated
+// EINVAL, errno 0, *bad the WR, earlier WRs of the list posted). Strict with the option off, and permissive, send
+// from anywhere in the MR.
+TEST_F(FakeVerbs, StrictSendsComeFromFrameAlignedAddresses) {
+  EXPECT_TRUE(Options{}.aligned_sends);
+  Pair pair;
+  Port& a = pair.a;
+  ASSERT_EQ(pair.b.post_recv(pair.qb, kReceiveAt, 4096, 1), 0);
+  for (size_t offset : {size_t{100}, size_t{2048}, size_t{4095}}) {
+    errno = EAGAIN;
+    EXPECT_EQ(a.post_send(pair.qa, offset, 64), -EINVAL) << "from offset " << offset;
+    EXPECT_EQ(errno, 0);
+  }
+  EXPECT_EQ(a.poll(a.send_cq).size(), 0u) << "a refused WR does not complete";
+  EXPECT_EQ(counters().delivered, 0u);
+  EXPECT_EQ(a.post_send(pair.qa, 4096, 64), 0) << "a frame boundary, though not a 16 KiB page's";
+  EXPECT_EQ(counters().delivered, 1u);
+
+  ASSERT_EQ(pair.b.post_recv(pair.qb, kReceiveAt, 4096, 2), 0);
+  ibv_sge aligned = a.sge(8192, 64), unaligned = a.sge(8192 + 64, 64);
+  ibv_send_wr second{};
+  second.sg_list = &unaligned;
+  second.num_sge = 1;
+  second.opcode = IBV_WR_SEND;
+  ibv_send_wr first = second;
+  first.sg_list = &aligned;
+  first.next = &second;
+  ibv_send_wr* bad = nullptr;
+  EXPECT_EQ(a.api->post_send(pair.qa, &first, &bad), -EINVAL);
+  EXPECT_EQ(bad, &second);
+  EXPECT_EQ(counters().delivered, 2u) << "the list's first WR went";
+
+  Options anywhere;
+  anywhere.aligned_sends = false;
+  for (const Options& options : {anywhere, permissive()}) {
+    SCOPED_TRACE(options.apple_strict ? "strict, aligned_sends off" : "permissive");
+    reset(options);
+    Pair relaxed;
+    std::memset(relaxed.a.at(100), 0x5a, 64);
+    ASSERT_EQ(relaxed.b.post_recv(relaxed.qb, kReceiveAt, 4096, 1), 0);
+    EXPECT_EQ(relaxed.a.post_send(relaxed.qa, 100, 64), 0);
+    EXPECT_EQ(relaxed.b.poll(relaxed.b.recv_cq).size(), 1u);
+    EXPECT_EQ(std::memcmp(relaxed.b.at(kReceiveAt), relaxed.a.at(100), 64), 0);
+  }
 }
 
 }  // namespace
