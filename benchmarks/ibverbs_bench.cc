@@ -18,6 +18,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "common/time.h"
@@ -158,6 +159,51 @@ void BM_IbverbsRails(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_IbverbsRails)->Arg(8)->Arg(65536)->Arg(1 << 20);
+
+// How the endpoints' waits pass the time (TBCOLL_IB_SPIN_US): an 8 B round trip in which the peer works
+// state.range(1) us before it answers, so the waiter waits that long. Polling always (-1, Apple's default) answers
+// at once; napping after 200 us of quiet (the default elsewhere) wakes up to a nap (50 us) late. waited_us is the
+// round trip less the peer's work.
+void wait_until_done(transport::Request& request) {
+  while (!request.test()) request.block(std::chrono::microseconds(1000));
+}
+
+void BM_IbverbsPace(benchmark::State& state) {
+  const std::string spin = std::to_string(state.range(0));
+  const auto work = std::chrono::microseconds(state.range(1));
+  auto pair = connect_pair({{"TBCOLL_IB_SPIN_US", spin}});
+  uint64_t ping = 0, pong = 0;
+  std::thread peer([&] {  // rank 1: takes a ping, works, answers
+    for (uint64_t tag = 1;; ++tag) {
+      uint64_t got = 0;
+      auto recv = pair->endpoints[1]->irecv(&got, sizeof(got), {tag, 1});
+      wait_until_done(*recv);
+      if (got == ~uint64_t{0}) return;
+      const auto until = std::chrono::steady_clock::now() + work;
+      while (std::chrono::steady_clock::now() < until) {
+      }
+      auto send = pair->endpoints[1]->isend(&got, sizeof(got), {tag, 2});
+      wait_until_done(*send);
+    }
+  });
+  uint64_t tag = 0;
+  const auto start = std::chrono::steady_clock::now();
+  for (auto _ : state) {
+    ++tag;
+    ping = tag;
+    auto recv = pair->endpoints[0]->irecv(&pong, sizeof(pong), {tag, 2});
+    auto send = pair->endpoints[0]->isend(&ping, sizeof(ping), {tag, 1});
+    wait_until_done(*send);
+    wait_until_done(*recv);
+  }
+  const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+  ping = ~uint64_t{0};
+  auto last = pair->endpoints[0]->isend(&ping, sizeof(ping), {tag + 1, 1});
+  wait_until_done(*last);
+  peer.join();
+  state.counters["waited_us"] = us / static_cast<double>(state.iterations()) - static_cast<double>(work.count());
+}
+BENCHMARK(BM_IbverbsPace)->Args({-1, 300})->Args({200, 300})->Args({-1, 0})->Args({200, 0})->UseRealTime();
 
 }  // namespace
 }  // namespace tbcoll::ibverbs
