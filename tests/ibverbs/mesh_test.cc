@@ -93,6 +93,22 @@ TEST(IbverbsMesh, FourMacsCabledPairwiseEachReachEveryPeerOverItsOwnCable) {
 
 // Link-local addresses everywhere (one subnet on every port) cannot tell the cables apart; an mlx.launch
 // hostfile's "rdma" fields can.
+// Two Macs joined by two cables whose ports enumerate in opposite orders (host 0's rdma_en0 goes to host 1's
+// rdma_en1 and the other way round): both ends pair the same cables into rails whatever the order (exo 2160
+// deadlocked when its two ends paired them differently), and large messages go striped over both.
+TEST(IbverbsMesh, TwoCablesCrossedPairAlikeOnBothEnds) {
+  fake::Options crossed;
+  crossed.devices = 2;
+  crossed.cables = {{0, 0, 1, 1}, {0, 1, 1, 0}};
+  fake::ScopedFabric fabric(crossed);
+  const auto errors = run_on_hosts(2, {{"TBCOLL_IB_RAILS", "2"}}, [](Communicator& comm) {
+    test::check_all_reduce(comm, DataType::kFloat32, ReduceOp::kSum, (size_t{1} << 20) + 3, 0);
+    test::check_all_gather(comm, DataType::kUint8, 300001);
+  });
+  for (const std::string& error : errors) EXPECT_EQ(error, "");
+  every_cable_carried_traffic(crossed);
+}
+
 TEST(IbverbsMesh, AnMlxLaunchHostfilesRdmaFieldsRouteAMeshOnOneSubnet) {
   const fake::Options mesh = full_mesh(4, true);
   fake::ScopedFabric fabric(mesh);
