@@ -23,11 +23,12 @@ struct EndpointPair {
 };
 
 /// Ranks 0 and 1 on the fabric as it is (reset() it first), with `knobs` for both and `rank1_knobs` on top for
-/// rank 1.
+/// rank 1; through `api` when given (the fake's table with another provider name, say), else the fake's.
 inline std::unique_ptr<EndpointPair> connect_endpoint_pair(const std::map<std::string, std::string>& knobs = {},
-                                                           const std::map<std::string, std::string>& rank1_knobs = {}) {
+                                                           const std::map<std::string, std::string>& rank1_knobs = {},
+                                                           const VerbsApi* api = nullptr) {
   auto pair = std::make_unique<EndpointPair>();
-  pair->device = make_device(verbs(), "pair", /*same_process_only=*/true);
+  pair->device = make_device(api != nullptr ? api : verbs(), "pair", /*same_process_only=*/true);
   for (int r = 0; r < 2; ++r) {
     transport::ContextArgs args{r, 2, "pair", "127.0.0.1", 1, 10};
     args.self = {r, "pair-host", 1, r};

@@ -3,7 +3,6 @@
 // and a permissive device; the bytes that arrive, which slots went zero-copy, a lost slot, a registration dropped
 // while a send uses it, a device's registration budget spent, and the communicator's and C API's registration.
 #include <chrono>
-#include <future>
 #include <memory>
 #include <numeric>
 #include <random>
@@ -256,21 +255,9 @@ TEST(IbverbsZeroCopyUse, OffOnApplesStackUntilAskedFor) {
   for (const char* knob : {"auto", "1"}) {
     SCOPED_TRACE(std::string("TBCOLL_IB_ZERO_COPY=") + knob);
     fake::reset(apple_fabric());
-    const std::map<std::string, std::string> knobs{{"TBCOLL_IB_ZERO_COPY", knob}, {"TBCOLL_IB_SLOT_BYTES", "524288"}};
-    auto device = make_device(&librdma, "pair", /*same_process_only=*/true);
-    std::unique_ptr<transport::Context> contexts[2];
-    for (int r = 0; r < 2; ++r) {
-      transport::ContextArgs args{r, 2, "pair", "127.0.0.1", 1, 10};
-      args.self = {r, "pair-host", 1, r};
-      args.knobs = knobs;
-      contexts[r] = device->create_context(args);
-    }
-    const Deadline deadline = deadline_after(10);
-    auto other =
-        std::async(std::launch::async, [&] { return contexts[1]->connect({{0, contexts[0]->address()}}, deadline); });
-    auto endpoint = std::move(contexts[0]->connect({{1, contexts[1]->address()}}, deadline).at(0));
-    auto peer = std::move(other.get().at(0));
-    EXPECT_EQ(dynamic_cast<Endpoint&>(*endpoint).rail(0).noted(), std::string(knob) == "1");
+    auto pair = fake::connect_endpoint_pair({{"TBCOLL_IB_ZERO_COPY", knob}, {"TBCOLL_IB_SLOT_BYTES", "524288"}}, {},
+                                            &librdma);
+    EXPECT_EQ(pair->ib(0).rail(0).noted(), std::string(knob) == "1");
   }
 }
 

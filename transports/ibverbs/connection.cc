@@ -438,7 +438,7 @@ void Connection::on_received(int lane_index, int slot, uint32_t bytes) {
                             lane.slot_bytes, peer_key_, bytes));
   }
   if (lane_index == wire::kBulk && noted_) {
-    on_noted_slot(slot, bytes);
+    on_noted_slot(slot);
     return;
   }
   const uint8_t* frame = lane.slot(slot);
@@ -476,8 +476,7 @@ void Connection::deliver_locked(const wire::Header& header, const uint8_t* paylo
   early_[header.comm_id].push_back(std::move(frame));
 }
 
-void Connection::on_noted_slot(int slot, uint32_t bytes) {
-  (void)bytes;  // checked against the receive's size: nothing else is read from it
+void Connection::on_noted_slot(int slot) {
   Lane& lane = lanes_[wire::kBulk];
   const uint32_t seq = lane.recv_seq++;  // a queue pair delivers in order: the slot's number is its place
   ++lane.frames_in;
@@ -552,17 +551,10 @@ Connection::Attached* Connection::endpoint_of(uint64_t comm_id) {
   return nullptr;
 }
 
-bool Connection::pump_noted_piece(Endpoint* endpoint, int rail, int slot, bool* more) {
-  Lane& bulk = lanes_[wire::kBulk];
-  uint8_t* piece = bulk.slot(slot);
-  wire::Header* header = new (piece) wire::Header();  // a copied slot's, or (unsent) what a zero-copy slot's note says
-  ZeroCopySlot zero_copy;
-  const Piece made = endpoint->fill_piece(rail, wire::kBulk, header, piece + sizeof(wire::Header),
-                                          bulk.slot_bytes - sizeof(wire::Header), more, &zero_copy);
-  if (made == Piece::kNone) return false;
-  bulk.free_send_slots.pop_back();
-  post_noted_slot(slot, header, made == Piece::kZeroCopy ? &zero_copy : nullptr);
-  return true;
+void Connection::sum_if_asked(wire::Header* header, const uint8_t* payload) const {
+  if (!local_.payload_sum) return;
+  header->flags |= wire::kSummed;
+  header->payload_sum = wire::payload_sum(payload, header->payload);
 }
 
 void Connection::pump_lane_locked(int lane_index) {
@@ -577,27 +569,25 @@ void Connection::pump_lane_locked(int lane_index) {
     const auto [endpoint, rail] = lane.senders.front();
     lane.senders.pop_front();
     const int slot = lane.free_send_slots.back();
-    bool more = false;
-    if (noted) {
-      if (pump_noted_piece(endpoint, rail, slot, &more) && more) lane.senders.emplace_back(endpoint, rail);
-      continue;
-    }
     uint8_t* piece = lane.slot(slot);
     // The header is written where it goes, field by field, and sealed there (a header built elsewhere and copied
-    // in as a block would be read back over its fields' narrower stores: a stall per frame).
+    // in as a block would be read back over its fields' narrower stores: a stall per frame). A zero-copy slot's
+    // (unsent) says what its note will.
     wire::Header* header = new (piece) wire::Header();
-    ZeroCopySlot unused;
+    bool more = false;
+    ZeroCopySlot zero_copy;
     const Piece made = endpoint->fill_piece(rail, lane_index, header, piece + sizeof(wire::Header), capacity, &more,
-                                            &unused);
+                                            &zero_copy);
     if (made == Piece::kNone) continue;
     lane.free_send_slots.pop_back();
-    if (local_.payload_sum) {
-      header->flags |= wire::kSummed;
-      header->payload_sum = wire::payload_sum(piece + sizeof(wire::Header), header->payload);
+    if (noted) {
+      post_noted_slot(slot, header, made == Piece::kZeroCopy ? &zero_copy : nullptr);
+    } else {
+      sum_if_asked(header, piece + sizeof(wire::Header));
+      bump(lane_index == wire::kBulk ? slots_sent_ : frames_sent_, 1);
+      bump(payload_sent_, header->payload);
+      post_piece(lane_index, slot, header);
     }
-    bump(lane_index == wire::kBulk ? slots_sent_ : frames_sent_, 1);
-    bump(payload_sent_, header->payload);
-    post_piece(lane_index, slot, header);
     // Round robin between the communicators that have something to send.
     if (more) lane.senders.emplace_back(endpoint, rail);
   }
@@ -655,10 +645,7 @@ void Connection::post_noted_slot(int slot, wire::Header* header, ZeroCopySlot* z
   bump(payload_sent_, header->payload);
   if (zero_copy == nullptr) {  // a copied slot, with its header as on any bulk lane
     note.flags = wire::kNoteHeadered;
-    if (local_.payload_sum) {
-      header->flags |= wire::kSummed;
-      header->payload_sum = wire::payload_sum(bulk.slot(slot) + sizeof(wire::Header), header->payload);
-    }
+    sum_if_asked(header, bulk.slot(slot) + sizeof(wire::Header));
     post_piece(wire::kBulk, slot, header);
   } else {
     ++bulk.send_seq;
@@ -683,10 +670,7 @@ void Connection::post_noted_slot(int slot, wire::Header* header, ZeroCopySlot* z
   note_header->flags = static_cast<uint8_t>(note_header->flags & ~wire::kSummed);
   note_header->payload = sizeof(note);
   std::memcpy(frame + sizeof(wire::Header), &note, sizeof(note));
-  if (local_.payload_sum) {
-    note_header->flags |= wire::kSummed;
-    note_header->payload_sum = wire::payload_sum(frame + sizeof(wire::Header), sizeof(note));
-  }
+  sum_if_asked(note_header, frame + sizeof(wire::Header));
   bump(frames_sent_, 1);
   post_piece(wire::kSmall, note_slot, note_header);
 }

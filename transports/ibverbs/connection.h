@@ -165,7 +165,7 @@ class Connection {
   void on_received(int lane, int slot, uint32_t bytes);
   /// A slot of a noted bulk lane (wire.h) in receive `slot`: delivered once its note came (now, or on_note), as
   /// the note says (a zero-copy slot, or a copied one with its header).
-  void on_noted_slot(int slot, uint32_t bytes);
+  void on_noted_slot(int slot);
   void on_note(const wire::Header& header, const uint8_t* payload);
   /// Delivers a noted slot (in receive `slot`) as its note says: a copied slot's header checked against it, a
   /// zero-copy slot's sum; posts the receive again.
@@ -178,8 +178,8 @@ class Connection {
   void post_noted_slot(int slot, wire::Header* header, ZeroCopySlot* zero_copy);
   void pump_sends_locked();
   void pump_lane_locked(int lane);
-  /// One piece of an endpoint's on a noted bulk lane into send slot `slot`: false if it had none.
-  bool pump_noted_piece(Endpoint* endpoint, int rail, int slot, bool* more);
+  /// With TBCOLL_IB_PAYLOAD_SUM: marks the frame summed and sums its payload (header->payload bytes at payload).
+  void sum_if_asked(wire::Header* header, const uint8_t* payload) const;
   void return_credits_locked();
   /// Seals the frame or slot `slot` of `lane` (its header, at its start, and payload already in place) and adds it
   /// to the lane's batch of work requests, posted when full (LocalPort::post_batch) or by flush_locked().
